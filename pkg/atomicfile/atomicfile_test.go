@@ -1,0 +1,121 @@
+package atomicfile
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+func TestWriteFileCreatesDirsAndMode(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a", "b", "f.json")
+	if err := WriteFile(path, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o644 {
+		t.Errorf("mode = %v, want 0644", st.Mode().Perm())
+	}
+	dst, _ := os.Stat(filepath.Dir(path))
+	if dst.Mode().Perm() != 0o755 {
+		t.Errorf("dir mode = %v, want 0755", dst.Mode().Perm())
+	}
+}
+
+func TestWriteFileOverwritesAndLeavesNoTemp(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "f")
+	for _, s := range []string{"first", "second"} {
+		if err := WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, _ := os.ReadFile(path)
+	if string(got) != "second" {
+		t.Errorf("content = %q", got)
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 {
+		t.Errorf("directory has %d entries, want 1 (temp file left?)", len(ents))
+	}
+}
+
+func TestWriteFileFailsCleanly(t *testing.T) {
+	dir := t.TempDir()
+	// A directory where the file should be: rename fails, temp must go.
+	path := filepath.Join(dir, "f")
+	if err := os.MkdirAll(filepath.Join(path, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFile(path, []byte("x"), 0o644); err == nil {
+		t.Fatal("expected error writing over a non-empty directory")
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 {
+		t.Errorf("temp file left behind: %v", ents)
+	}
+}
+
+func TestConcurrentWritersNeverMix(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f")
+	var wg sync.WaitGroup
+	contents := make([][]byte, 8)
+	for i := range contents {
+		contents[i] = bytes.Repeat([]byte(fmt.Sprint(i)), 64<<10)
+	}
+	stop := make(chan struct{})
+	errs := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				close(errs)
+				return
+			default:
+			}
+			got, err := os.ReadFile(path)
+			if err != nil {
+				continue
+			}
+			if !validContent(got, contents) {
+				errs <- fmt.Errorf("reader saw a partial or mixed file of %d bytes", len(got))
+				close(errs)
+				return
+			}
+		}
+	}()
+	for i := range contents {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			for range 20 {
+				if err := WriteFile(path, contents[i], 0o644); err != nil {
+					t.Error(err)
+				}
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(stop)
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(path)
+	if !validContent(got, contents) {
+		t.Fatal("final file is not one writer's content")
+	}
+}
+
+func validContent(got []byte, all [][]byte) bool {
+	for _, c := range all {
+		if bytes.Equal(got, c) {
+			return true
+		}
+	}
+	return false
+}

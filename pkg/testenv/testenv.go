@@ -1,0 +1,107 @@
+// Package testenv builds the real binaries that tests run: the CNI plugins and
+// cnitool at the versions pinned in go.mod, and devplumb's own commands.
+//
+// Binaries go into one directory per user (or $DEVPLUMB_TESTBIN when set), so
+// the Go build cache makes every build after the first cheap, and test
+// packages running in parallel share the result under a file lock.
+package testenv
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+)
+
+// CNIPluginPackages are the delegates and tools the tests use.
+var CNIPluginPackages = []string{
+	"github.com/containernetworking/plugins/plugins/main/host-device",
+	"github.com/containernetworking/plugins/plugins/main/macvlan",
+	"github.com/containernetworking/plugins/plugins/main/bridge",
+	"github.com/containernetworking/plugins/plugins/ipam/host-local",
+	"github.com/containernetworking/plugins/plugins/ipam/static",
+	"github.com/containernetworking/cni/cnitool",
+}
+
+var (
+	mu    sync.Mutex
+	built = map[string]bool{}
+)
+
+// CNIPlugins builds the CNI plugins and cnitool and returns their directory.
+func CNIPlugins(t testing.TB) string {
+	return Build(t, CNIPluginPackages...)
+}
+
+// Build builds the given main packages (import paths; "./cmd/x" is taken
+// relative to the module root) into the shared binary directory and returns
+// that directory. Each binary is named after the last element of its path.
+func Build(t testing.TB, pkgs ...string) string {
+	t.Helper()
+	dir, err := BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var todo []string
+	for _, p := range pkgs {
+		if !built[p] {
+			todo = append(todo, p)
+		}
+	}
+	if len(todo) == 0 {
+		return dir
+	}
+	if err := buildLocked(dir, todo); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range todo {
+		built[p] = true
+	}
+	return dir
+}
+
+// BinDir is where Build puts binaries.
+func BinDir() (string, error) {
+	if d := os.Getenv("DEVPLUMB_TESTBIN"); d != "" {
+		return d, os.MkdirAll(d, 0o755)
+	}
+	d := filepath.Join(os.TempDir(), fmt.Sprintf("devplumb-testbin-%d", os.Getuid()))
+	return d, os.MkdirAll(d, 0o755)
+}
+
+// ModuleRoot is the directory holding go.mod, found from this source file.
+func ModuleRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// buildLocked runs one `go build` per package under an exclusive file lock,
+// so parallel test processes never write the same binary at once.
+func buildLocked(dir string, pkgs []string) error {
+	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return fmt.Errorf("open build lock: %w", err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("lock %s: %w", lock.Name(), err)
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	for _, p := range pkgs {
+		out := filepath.Join(dir, path.Base(p))
+		cmd := exec.Command("go", "build", "-o", out, p)
+		cmd.Dir = ModuleRoot()
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %w\n%s", p, err, strings.TrimSpace(string(msg)))
+		}
+	}
+	return nil
+}

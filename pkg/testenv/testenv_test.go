@@ -1,0 +1,47 @@
+package testenv
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestCNIPluginsBuildAndRun(t *testing.T) {
+	dir := CNIPlugins(t)
+	for _, name := range []string{"host-device", "macvlan", "bridge", "host-local", "static", "cnitool"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Errorf("%s not built: %v", name, err)
+		}
+	}
+	// A CNI plugin answers VERSION with the versions it supports.
+	cmd := exec.Command(filepath.Join(dir, "host-device"))
+	cmd.Env = []string{"CNI_COMMAND=VERSION"}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("host-device VERSION: %v", err)
+	}
+	if !strings.Contains(string(out), "supportedVersions") {
+		t.Errorf("unexpected VERSION output: %s", out)
+	}
+}
+
+func TestBuildReportsFailure(t *testing.T) {
+	ft := &fakeT{TB: t}
+	func() {
+		defer func() { recover() }()
+		Build(ft, "./pkg/does-not-exist")
+	}()
+	if !ft.failed {
+		t.Fatal("Build of a missing package did not fail the test")
+	}
+}
+
+type fakeT struct {
+	testing.TB
+	failed bool
+}
+
+func (f *fakeT) Fatal(args ...any) { f.failed = true; panic("fatal") }
+func (f *fakeT) Helper()           {}
