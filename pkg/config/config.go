@@ -1,0 +1,221 @@
+// Package config parses and validates the devplumb network configuration
+// strictly: every key must be one devplumb or the CNI specification knows,
+// so a typo in a NetworkAttachmentDefinition fails loudly instead of being
+// silently ignored.
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/types"
+)
+
+// Defaults of DESIGN.md.
+const (
+	DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
+	DefaultDeviceInfoDir      = "/var/run/k8s.cni.cncf.io/devinfo"
+	DefaultStateDir           = "/var/lib/cni/devplumb"
+	DefaultInjectKey          = "deviceID"
+
+	NetworkStatusRequired   = "required"
+	NetworkStatusBestEffort = "best-effort"
+)
+
+// SupportedVersions are the CNI versions devplumb accepts in a config.
+var SupportedVersions = []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
+
+// ErrDecode marks input that is not JSON of the expected shape (CNI code 6);
+// every other Parse error is an invalid config (CNI code 7).
+var ErrDecode = errors.New("cannot decode network config")
+
+// RuntimeConfig is what the runtime (or Multus) passed through capabilities.
+type RuntimeConfig struct {
+	DeviceID          string `json:"deviceID,omitempty"`
+	CNIDeviceInfoFile string `json:"CNIDeviceInfoFile,omitempty"`
+	// Raw keeps every runtimeConfig key, so capabilities devplumb does not
+	// know (portMappings, ips, ...) still reach delegates that declare them.
+	Raw map[string]any `json:"-"`
+}
+
+// NetConf is a validated devplumb network config with defaults applied.
+type NetConf struct {
+	CNIVersion         string          `json:"cniVersion"`
+	Name               string          `json:"name"`
+	Type               string          `json:"type"`
+	ResourceName       string          `json:"resourceName,omitempty"`
+	PodResourcesSocket string          `json:"podResourcesSocket,omitempty"`
+	DeviceInfoDir      string          `json:"deviceInfoDir,omitempty"`
+	StateDir           string          `json:"stateDir,omitempty"`
+	Kubeconfig         string          `json:"kubeconfig,omitempty"`
+	NetworkStatus      string          `json:"networkStatus,omitempty"`
+	NAD                string          `json:"networkAttachmentDefinition,omitempty"`
+	InjectDeviceID     []string        `json:"injectDeviceID,omitempty"`
+	Capabilities       map[string]bool `json:"capabilities,omitempty"`
+	RuntimeConfig      RuntimeConfig   `json:"-"`
+	DeviceID           string          `json:"deviceID,omitempty"`
+	PCIBusID           string          `json:"pciBusID,omitempty"`
+	DisableCheck       bool            `json:"disableCheck,omitempty"`
+	DisableGC          bool            `json:"disableGC,omitempty"`
+
+	// Delegates holds the delegate plugin configs in chain order: one for
+	// "delegate", several for "delegates".
+	Delegates []map[string]any `json:"-"`
+	// ValidAttachments is set on GC (cni.dev/valid-attachments).
+	ValidAttachments []types.GCAttachment `json:"-"`
+}
+
+// devplumbKeys are the keys devplumb itself defines.
+var devplumbKeys = []string{
+	"resourceName", "podResourcesSocket", "deviceInfoDir", "stateDir", "kubeconfig",
+	"networkStatus", "networkAttachmentDefinition", "injectDeviceID", "delegate", "delegates",
+	"deviceID", "pciBusID",
+}
+
+// cniKeys are top-level keys the CNI specification (or libcni on GC) may set.
+var cniKeys = []string{
+	"cniVersion", "cniVersions", "name", "type", "ipam", "dns", "args", "runtimeConfig",
+	"capabilities", "prevResult", "disableCheck", "disableGC",
+	"cni.dev/valid-attachments", "cni.dev/attachments",
+}
+
+var (
+	// resourceNameRE follows the Kubernetes extended resource name: an
+	// optional DNS-like prefix, one slash, a name.
+	resourceNameRE = regexp.MustCompile(`^([A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?/)?[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$`)
+	// deviceIDRE admits PCI addresses, netdev names, UUIDs and socket names,
+	// but nothing that could leave a directory when used in a file name.
+	deviceIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:@+-]*$`)
+	nadRE      = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]*[a-z0-9])?/)?[a-z0-9]([a-z0-9.-]*[a-z0-9])?$`)
+	pluginRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+)
+
+// Parse decodes, validates and defaults a devplumb network config.
+func Parse(data []byte) (*NetConf, error) {
+	raw := map[string]json.RawMessage{}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrDecode, err)
+	}
+	if err := checkKeys(raw); err != nil {
+		return nil, err
+	}
+	c := &NetConf{}
+	if err := decodeFields(data, raw, c); err != nil {
+		return nil, err
+	}
+	c.applyDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func checkKeys(raw map[string]json.RawMessage) error {
+	known := map[string]bool{}
+	for _, k := range append(append([]string{}, devplumbKeys...), cniKeys...) {
+		known[k] = true
+	}
+	var unknown []string
+	for k := range raw {
+		if !known[k] {
+			unknown = append(unknown, fmt.Sprintf("%q", k))
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	sort.Strings(unknown)
+	return fmt.Errorf("unknown top-level key %s in network config: remove it or fix its spelling (devplumb keys: %s)",
+		strings.Join(unknown, ", "), strings.Join(devplumbKeys, ", "))
+}
+
+func decodeFields(data []byte, raw map[string]json.RawMessage, c *NetConf) error {
+	if err := json.Unmarshal(data, c); err != nil {
+		return decodeError(err)
+	}
+	if err := decodeRuntimeConfig(raw["runtimeConfig"], &c.RuntimeConfig); err != nil {
+		return err
+	}
+	if err := decodeDelegates(raw, c); err != nil {
+		return err
+	}
+	for _, k := range []string{"cni.dev/valid-attachments", "cni.dev/attachments"} {
+		if v, ok := raw[k]; ok && c.ValidAttachments == nil {
+			if err := json.Unmarshal(v, &c.ValidAttachments); err != nil {
+				return fmt.Errorf("%w: %q must be a list of {containerID, ifname}: %v", ErrDecode, k, err)
+			}
+		}
+	}
+	return nil
+}
+
+// decodeError names the offending field of a JSON type mismatch.
+func decodeError(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return fmt.Errorf("%w: key %q must be of type %s, not JSON %s", ErrDecode, te.Field, te.Type, te.Value)
+	}
+	return fmt.Errorf("%w: %v", ErrDecode, err)
+}
+
+func decodeRuntimeConfig(data json.RawMessage, rc *RuntimeConfig) error {
+	if len(data) == 0 || bytes.Equal(data, []byte("null")) {
+		return nil
+	}
+	if err := json.Unmarshal(data, &rc.Raw); err != nil {
+		return fmt.Errorf("%w: \"runtimeConfig\" must be an object: %v", ErrDecode, err)
+	}
+	if err := json.Unmarshal(data, rc); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return fmt.Errorf("%w: key \"runtimeConfig.%s\" must be of type %s, not JSON %s", ErrDecode, te.Field, te.Type, te.Value)
+		}
+		return fmt.Errorf("%w: runtimeConfig: %v", ErrDecode, err)
+	}
+	return nil
+}
+
+func decodeDelegates(raw map[string]json.RawMessage, c *NetConf) error {
+	one, hasOne := raw["delegate"]
+	many, hasMany := raw["delegates"]
+	switch {
+	case hasOne && hasMany:
+		return errors.New(`both "delegate" and "delegates" are set: use "delegate" for one plugin or "delegates" for a chain, not both`)
+	case !hasOne && !hasMany:
+		return errors.New(`no delegate: set "delegate" to the CNI plugin config that attaches the device (or "delegates" for a chain)`)
+	case hasOne:
+		var d map[string]any
+		if err := json.Unmarshal(one, &d); err != nil || d == nil {
+			return fmt.Errorf("%w: \"delegate\" must be a JSON object (one CNI plugin config)", ErrDecode)
+		}
+		c.Delegates = []map[string]any{d}
+	default:
+		if err := json.Unmarshal(many, &c.Delegates); err != nil {
+			return fmt.Errorf("%w: \"delegates\" must be a list of JSON objects (CNI plugin configs)", ErrDecode)
+		}
+	}
+	return nil
+}
+
+func (c *NetConf) applyDefaults() {
+	if c.PodResourcesSocket == "" {
+		c.PodResourcesSocket = DefaultPodResourcesSocket
+	}
+	if c.DeviceInfoDir == "" {
+		c.DeviceInfoDir = DefaultDeviceInfoDir
+	}
+	if c.StateDir == "" {
+		c.StateDir = DefaultStateDir
+	}
+	if c.NetworkStatus == "" {
+		c.NetworkStatus = NetworkStatusRequired
+	}
+	if c.InjectDeviceID == nil {
+		c.InjectDeviceID = []string{DefaultInjectKey}
+	}
+}

@@ -1,0 +1,117 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+const good = `{
+  "cniVersion": "1.0.0", "name": "fast-net", "type": "devplumb",
+  "resourceName": "example.com/netdev",
+  "stateDir": "/tmp/x/state",
+  "capabilities": {"deviceID": true, "CNIDeviceInfoFile": true},
+  "runtimeConfig": {"portMappings": [], "deviceID": "0000:01:02.3"},
+  "delegate": {"type": "host-device", "capabilities": {"deviceID": true}}
+}`
+
+func TestParseGoodAppliesDefaults(t *testing.T) {
+	c, err := Parse([]byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.PodResourcesSocket != DefaultPodResourcesSocket || c.DeviceInfoDir != DefaultDeviceInfoDir {
+		t.Errorf("defaults not applied: %+v", c)
+	}
+	if c.StateDir != "/tmp/x/state" || c.NetworkStatus != NetworkStatusRequired {
+		t.Errorf("stateDir/networkStatus: %+v", c)
+	}
+	if len(c.InjectDeviceID) != 1 || c.InjectDeviceID[0] != "deviceID" {
+		t.Errorf("injectDeviceID default: %v", c.InjectDeviceID)
+	}
+	if c.DeviceIDFromConfig() != "0000:01:02.3" {
+		t.Errorf("device from runtimeConfig: %q", c.DeviceIDFromConfig())
+	}
+	if _, ok := c.RuntimeConfig.Raw["portMappings"]; !ok {
+		t.Errorf("runtimeConfig keys must be kept: %v", c.RuntimeConfig.Raw)
+	}
+	if len(c.Delegates) != 1 || c.Delegates[0]["type"] != "host-device" {
+		t.Errorf("delegates: %v", c.Delegates)
+	}
+}
+
+func TestParseAllVersionsAndChain(t *testing.T) {
+	for _, v := range SupportedVersions {
+		conf := `{"cniVersion":"` + v + `","name":"n","type":"devplumb","deviceID":"eth1","pciBusID":"0000:00:01.0",
+		  "delegates":[{"type":"macvlan"},{"type":"tuning"}],"disableCheck":true,"dns":{},"args":{},"ipam":{},"prevResult":{},
+		  "cni.dev/valid-attachments":[{"containerID":"c1","ifname":"net1"}]}`
+		c, err := Parse([]byte(conf))
+		if err != nil {
+			t.Fatalf("%s: %v", v, err)
+		}
+		if len(c.Delegates) != 2 || c.DeviceIDFromConfig() != "eth1" || len(c.ValidAttachments) != 1 {
+			t.Errorf("%s: %+v", v, c)
+		}
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	base := func(extra string) string {
+		return `{"cniVersion":"1.0.0","name":"n","type":"devplumb","delegate":{"type":"host-device"}` + extra + `}`
+	}
+	cases := []struct {
+		name, conf, want string
+		decode           bool
+	}{
+		{"broken json", `{"cniVersion":`, "cannot decode", true},
+		{"not an object", `[]`, "cannot decode", true},
+		{"unknown key", base(`,"resourceNmae":"x"`), `unknown top-level key "resourceNmae"`, false},
+		{"wrong type", base(`,"resourceName":5`), `key "resourceName" must be of type string`, true},
+		{"wrong type runtimeConfig", base(`,"runtimeConfig":{"deviceID":1}`), `runtimeConfig.deviceID`, true},
+		{"wrong type inject", base(`,"injectDeviceID":"deviceID"`), `"injectDeviceID"`, true},
+		{"no version", `{"name":"n","type":"devplumb","delegate":{"type":"x"}}`, `"cniVersion" is missing`, false},
+		{"bad version", strings.Replace(base(""), "1.0.0", "0.2.0", 1), `"0.2.0" is not supported`, false},
+		{"name traversal", strings.Replace(base(""), `"name":"n"`, `"name":"../n"`, 1), `"name" "../n" is invalid`, false},
+		{"resourceName traversal", base(`,"resourceName":"../../etc"`), `"resourceName" "../../etc"`, false},
+		{"resourceName dots", base(`,"resourceName":"example.com/.."`), `"resourceName"`, false},
+		{"deviceID traversal", base(`,"deviceID":"../x"`), `deviceID "../x" is not a valid device ID`, false},
+		{"deviceID slash", base(`,"runtimeConfig":{"deviceID":"a/b"}`), `runtimeConfig.deviceID "a/b"`, false},
+		{"relative stateDir", base(`,"stateDir":"state"`), `"stateDir" "state" must be an absolute path`, false},
+		{"dotdot devinfo", base(`,"deviceInfoDir":"/var/../etc"`), `"deviceInfoDir"`, false},
+		{"cni file dotdot", base(`,"runtimeConfig":{"CNIDeviceInfoFile":"/a/../b"}`), `CNIDeviceInfoFile`, false},
+		{"both delegates", base(`,"delegates":[{"type":"x"}]`), `both "delegate" and "delegates"`, false},
+		{"no delegate", `{"cniVersion":"1.0.0","name":"n","type":"devplumb"}`, `no delegate`, false},
+		{"delegate not object", `{"cniVersion":"1.0.0","name":"n","type":"devplumb","delegate":"x"}`, `"delegate" must be a JSON object`, true},
+		{"delegate no type", `{"cniVersion":"1.0.0","name":"n","type":"devplumb","delegate":{}}`, `no string "type"`, false},
+		{"delegate path type", `{"cniVersion":"1.0.0","name":"n","type":"devplumb","delegate":{"type":"../bin/sh"}}`, `must be a plugin binary name`, false},
+		{"empty chain", `{"cniVersion":"1.0.0","name":"n","type":"devplumb","delegates":[]}`, `"delegates" is empty`, false},
+		{"bad networkStatus", base(`,"networkStatus":"maybe"`), `"networkStatus" "maybe"`, false},
+		{"reserved inject", base(`,"injectDeviceID":["type"]`), `reserved`, false},
+		{"bad nad", base(`,"networkAttachmentDefinition":"a/b/c"`), `networkAttachmentDefinition`, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.conf))
+			if err == nil {
+				t.Fatalf("no error for %s", tc.conf)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not contain %q", err, tc.want)
+			}
+			if errors.Is(err, ErrDecode) != tc.decode {
+				t.Errorf("errors.Is(ErrDecode) = %v, want %v (%v)", !tc.decode, tc.decode, err)
+			}
+		})
+	}
+}
+
+func TestNADRef(t *testing.T) {
+	c := &NetConf{Name: "fast-net"}
+	if ns, n := c.NADRef("pods"); ns != "pods" || n != "fast-net" {
+		t.Errorf("default ref: %s/%s", ns, n)
+	}
+	c.NAD = "infra/sriov"
+	if ns, n := c.NADRef("pods"); ns != "infra" || n != "sriov" {
+		t.Errorf("explicit ref: %s/%s", ns, n)
+	}
+}

@@ -1,0 +1,180 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/utils"
+)
+
+// reservedKeys may not be used to inject the device ID: they carry CNI meaning.
+var reservedKeys = []string{"cniVersion", "name", "type", "ipam", "dns", "args", "runtimeConfig",
+	"capabilities", "prevResult", "cniVersions"}
+
+func (c *NetConf) validate() error {
+	checks := []func() error{
+		c.validateIdentity, c.validatePaths, c.validateDevice, c.validateDelegates, c.validateMisc,
+	}
+	for _, check := range checks {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *NetConf) validateIdentity() error {
+	if c.CNIVersion == "" {
+		return fmt.Errorf(`"cniVersion" is missing: set one of %s`, strings.Join(SupportedVersions, ", "))
+	}
+	if !slices.Contains(SupportedVersions, c.CNIVersion) {
+		return fmt.Errorf(`"cniVersion" %q is not supported: use one of %s`, c.CNIVersion, strings.Join(SupportedVersions, ", "))
+	}
+	if c.Name == "" {
+		return errors.New(`"name" is missing: set the network name`)
+	}
+	if err := utils.ValidateNetworkName(c.Name); err != nil {
+		return fmt.Errorf(`"name" %q is invalid: letters, digits, '_', '.', '-' only, starting with a letter or digit`, c.Name)
+	}
+	if c.Type == "" {
+		return errors.New(`"type" is missing: set it to "devplumb"`)
+	}
+	return nil
+}
+
+func (c *NetConf) validatePaths() error {
+	paths := []struct{ key, val string }{
+		{"podResourcesSocket", c.PodResourcesSocket},
+		{"deviceInfoDir", c.DeviceInfoDir},
+		{"stateDir", c.StateDir},
+		{"kubeconfig", c.Kubeconfig},
+		{"runtimeConfig.CNIDeviceInfoFile", c.RuntimeConfig.CNIDeviceInfoFile},
+	}
+	for _, p := range paths {
+		if err := checkPath(p.key, p.val); err != nil {
+			return err
+		}
+	}
+	if c.RuntimeConfig.CNIDeviceInfoFile != "" && strings.HasSuffix(c.RuntimeConfig.CNIDeviceInfoFile, "/") {
+		return fmt.Errorf(`"runtimeConfig.CNIDeviceInfoFile" %q names a directory: give a file path`, c.RuntimeConfig.CNIDeviceInfoFile)
+	}
+	return nil
+}
+
+// checkPath accepts only absolute, clean paths, so a config can never point
+// devplumb outside the directories it names (no "..", no relative paths).
+func checkPath(key, val string) error {
+	if val == "" {
+		return nil
+	}
+	if !filepath.IsAbs(val) {
+		return fmt.Errorf("%q %q must be an absolute path", key, val)
+	}
+	for _, part := range strings.Split(val, "/") {
+		if part == ".." || part == "." {
+			return fmt.Errorf("%q %q must not contain %q: give a clean absolute path", key, val, part)
+		}
+	}
+	return nil
+}
+
+func (c *NetConf) validateDevice() error {
+	if c.ResourceName != "" && (!resourceNameRE.MatchString(c.ResourceName) || strings.Contains(c.ResourceName, "..")) {
+		return fmt.Errorf(`"resourceName" %q is not a Kubernetes extended resource name like "example.com/netdev"`, c.ResourceName)
+	}
+	ids := []struct{ key, val string }{
+		{"deviceID", c.DeviceID}, {"pciBusID", c.PCIBusID}, {"runtimeConfig.deviceID", c.RuntimeConfig.DeviceID},
+	}
+	for _, id := range ids {
+		if err := CheckDeviceID(id.key, id.val); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckDeviceID rejects device IDs that could not be part of a file name;
+// the kubelet's IDs go through the same check.
+func CheckDeviceID(key, id string) error {
+	if id == "" {
+		return nil
+	}
+	if !deviceIDRE.MatchString(id) || strings.Contains(id, "..") || len(id) > 253 {
+		return fmt.Errorf("%s %q is not a valid device ID (letters, digits and _.:@+- only, no \"..\")", key, id)
+	}
+	return nil
+}
+
+func (c *NetConf) validateDelegates() error {
+	if len(c.Delegates) == 0 {
+		return errors.New(`"delegates" is empty: list at least one CNI plugin config`)
+	}
+	for i, d := range c.Delegates {
+		where := "delegate"
+		if len(c.Delegates) > 1 || d == nil {
+			where = fmt.Sprintf("delegates[%d]", i)
+		}
+		if d == nil {
+			return fmt.Errorf("%s is null: give a CNI plugin config object", where)
+		}
+		t, ok := d["type"].(string)
+		if !ok || t == "" {
+			return fmt.Errorf(`%s has no string "type": name the CNI plugin to run`, where)
+		}
+		if !pluginRE.MatchString(t) {
+			return fmt.Errorf(`%s "type" %q must be a plugin binary name, not a path`, where, t)
+		}
+		if t == c.Type {
+			return fmt.Errorf(`%s "type" %q is devplumb itself: delegate to the plugin that attaches the device`, where, t)
+		}
+		for _, k := range []string{"cniVersion", "name"} {
+			if v, ok := d[k]; ok {
+				if s, isStr := v.(string); !isStr || s == "" {
+					return fmt.Errorf("%s %q must be a non-empty string", where, k)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (c *NetConf) validateMisc() error {
+	if c.NetworkStatus != NetworkStatusRequired && c.NetworkStatus != NetworkStatusBestEffort {
+		return fmt.Errorf(`"networkStatus" %q is invalid: use %q or %q`, c.NetworkStatus, NetworkStatusRequired, NetworkStatusBestEffort)
+	}
+	if c.NAD != "" && !nadRE.MatchString(c.NAD) {
+		return fmt.Errorf(`"networkAttachmentDefinition" %q must be "namespace/name" or "name"`, c.NAD)
+	}
+	for _, k := range c.InjectDeviceID {
+		if k == "" || slices.Contains(reservedKeys, k) {
+			return fmt.Errorf(`"injectDeviceID" key %q is empty or reserved by CNI: use a key the delegate reads, like "deviceID"`, k)
+		}
+	}
+	return nil
+}
+
+// DeviceIDFromConfig is the device given by the caller, first that applies:
+// runtimeConfig.deviceID, then the top-level deviceID Multus injects.
+func (c *NetConf) DeviceIDFromConfig() string {
+	if c.RuntimeConfig.DeviceID != "" {
+		return c.RuntimeConfig.DeviceID
+	}
+	return c.DeviceID
+}
+
+// NADRef is the NetworkAttachmentDefinition to ask for a resourceName:
+// "networkAttachmentDefinition" when set, else the network name, in the
+// pod's namespace unless the reference names one.
+func (c *NetConf) NADRef(podNamespace string) (namespace, name string) {
+	ref := c.NAD
+	if ref == "" {
+		ref = c.Name
+	}
+	if ns, n, ok := strings.Cut(ref, "/"); ok {
+		return ns, n
+	}
+	return podNamespace, ref
+}
