@@ -1,0 +1,129 @@
+package claims
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+func req(pod, cid, ifname string, cands ...string) Request {
+	return Request{
+		Key:          Key{Network: "net", ContainerID: cid, IfName: ifname},
+		Pod:          Pod{Namespace: "ns", Name: pod},
+		ResourceName: "example.com/vf",
+		Candidates:   cands,
+	}
+}
+
+func TestTwoAttachmentsOfOnePodGetTwoDevices(t *testing.T) {
+	s := New(t.TempDir())
+	a, err := s.Claim(req("p", "c1", "net1", "d0", "d1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Claim(req("p", "c1", "net2", "d0", "d1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Attachment.DeviceID != "d0" || b.Attachment.DeviceID != "d1" {
+		t.Errorf("got %s and %s, want d0 and d1", a.Attachment.DeviceID, b.Attachment.DeviceID)
+	}
+	_, err = s.Claim(req("p", "c1", "net3", "d0", "d1"))
+	if !errors.Is(err, ErrNoFreeDevice) || !strings.Contains(err.Error(), "ns/p") || !strings.Contains(err.Error(), "net2") {
+		t.Errorf("third claim: %v", err)
+	}
+}
+
+func TestRetryGetsSameDeviceAndReleaseFrees(t *testing.T) {
+	s := New(t.TempDir())
+	r := req("p", "c1", "net1", "d0", "d1")
+	a, _ := s.Claim(r)
+	_, _ = s.Claim(req("p", "c1", "net2", "d0", "d1"))
+	again, err := s.Claim(r)
+	if err != nil || again.Attachment.DeviceID != a.Attachment.DeviceID {
+		t.Fatalf("retry: %v %+v", err, again)
+	}
+	if err := s.Release(r.Key); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(r.Key); err != nil {
+		t.Fatalf("second release must succeed: %v", err)
+	}
+	got, err := s.Get(r.Key)
+	if err != nil || got != nil {
+		t.Fatalf("record after release: %v %v", got, err)
+	}
+}
+
+func TestOlderSandboxIsDropped(t *testing.T) {
+	s := New(t.TempDir())
+	if _, err := s.Claim(req("p", "old", "net1", "d0")); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Claim(req("p", "new", "net1", "d0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Attachment.DeviceID != "d0" || len(c.Dropped) != 1 || c.Dropped[0].ContainerID != "old" {
+		t.Fatalf("claim: %+v dropped %+v", c.Attachment, c.Dropped)
+	}
+	all, _ := s.List()
+	if len(all) != 1 || all[0].ContainerID != "new" {
+		t.Errorf("state: %+v", all)
+	}
+}
+
+func TestConcurrentPodsNeverShare(t *testing.T) {
+	s := New(t.TempDir())
+	var devs []string
+	for i := range 32 {
+		devs = append(devs, fmt.Sprintf("d%d", i))
+	}
+	var wg sync.WaitGroup
+	got := make([]string, 32)
+	errs := make([]error, 32)
+	for i := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := s.Claim(req(fmt.Sprintf("p%d", i), fmt.Sprintf("c%d", i), "net1", devs...))
+			errs[i] = err
+			if err == nil {
+				got[i] = c.Attachment.DeviceID
+			}
+		}()
+	}
+	wg.Wait()
+	seen := map[string]int{}
+	for i, d := range got {
+		if errs[i] != nil {
+			t.Fatalf("pod %d: %v", i, errs[i])
+		}
+		if j, dup := seen[d]; dup {
+			t.Fatalf("pods %d and %d share %s", i, j, d)
+		}
+		seen[d] = i
+	}
+}
+
+func TestUnsafeKeyAndCorruptState(t *testing.T) {
+	s := New(t.TempDir())
+	r := req("p", "../../etc", "net1", "d0")
+	if _, err := s.Claim(r); err == nil {
+		t.Fatal("a container ID with .. must be refused")
+	}
+	if err := os.MkdirAll(filepath.Join(s.Dir, "attachments"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(s.Dir, "attachments", "net-c1_net1.json")
+	if err := os.WriteFile(bad, []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(Key{"net", "c1", "net1"}); err == nil || !strings.Contains(err.Error(), "corrupt") {
+		t.Errorf("corrupt record: %v", err)
+	}
+}
