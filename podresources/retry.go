@@ -1,0 +1,61 @@
+package podresources
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Backoff bounds between attempts refused by the rate limiter. The kubelet
+// refills 100 tokens a second, so a few milliseconds usually suffice; the cap
+// keeps many clients from retrying in lockstep for long.
+const (
+	minBackoff = 5 * time.Millisecond
+	maxBackoff = 500 * time.Millisecond
+)
+
+// retry runs call until it succeeds, fails with something other than
+// ResourceExhausted, or ctx ends. Waits grow exponentially with full jitter so
+// clients refused together do not come back together.
+func (c *Client) retry(ctx context.Context, method string, call func(context.Context) error) error {
+	backoff := minBackoff
+	for attempt := 1; ; attempt++ {
+		err := call(ctx)
+		if err == nil {
+			return nil
+		}
+		if status.Code(err) != codes.ResourceExhausted {
+			return c.describe(method, err)
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		c.opts.log.Debug("PodResources call rate limited, retrying",
+			"method", method, "attempt", attempt, "wait", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("PodResources %s on %s: still rate limited after %d attempts when the deadline passed: %w",
+				method, c.socket, attempt, err)
+		case <-t.C:
+		}
+		backoff = min(backoff*2, maxBackoff)
+	}
+}
+
+// describe names the socket and the method, and turns "nobody listens" into
+// the same hint as a missing socket.
+func (c *Client) describe(method string, err error) error {
+	switch status.Code(err) {
+	case codes.Unavailable:
+		return fmt.Errorf("PodResources %s: socket %s not answering (%s): is the kubelet running and the path mounted?: %w",
+			method, c.socket, status.Convert(err).Message(), errors.Join(ErrUnavailable, err))
+	case codes.DeadlineExceeded:
+		return fmt.Errorf("PodResources %s on %s: no answer within the deadline: %w", method, c.socket, err)
+	}
+	return fmt.Errorf("PodResources %s on %s: %w", method, c.socket, err)
+}
