@@ -1,0 +1,21 @@
+// Package deviceplugin is a small framework for kubelet device plugins
+// (k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1) that any plugin author can use.
+//
+// A Server serves the DevicePlugin gRPC service for one resource on a unix
+// socket in the kubelet's device plugin directory and registers it with the
+// kubelet (Registration service on kubelet.sock). The author supplies the
+// device list through Update, and a function that builds the per-container
+// AllocateResponse; the framework does the rest:
+//
+//   - ListAndWatch streams the device list and a new list on every change.
+//   - GetPreferredAllocation keeps an allocation on one NUMA node when it can
+//     and always honours the must-include devices.
+//   - Allocate refuses unknown and unhealthy device IDs with InvalidArgument
+//     before the author's code runs.
+//   - Re-registration is event driven (fsnotify, no polling): the kubelet
+//     removes every socket in its directory when it starts and then creates
+//     kubelet.sock, so the server re-creates its own socket when it is removed
+//     and registers again when kubelet.sock is created.
+//   - A stale socket left by an earlier run is removed before listening, and
+//     Run removes the socket when its context ends (graceful stop).
+package deviceplugin
