@@ -48,9 +48,9 @@ type Config struct {
 type Server struct {
 	pluginapi.UnimplementedDevicePluginServer
 
-	cfg        Config
-	log        *slog.Logger
-	socketPath string
+	cfg         Config
+	log         *slog.Logger
+	socketPath  string
 	kubeletSock string
 
 	mu      sync.Mutex
