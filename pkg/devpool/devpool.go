@@ -1,0 +1,71 @@
+// Package devpool holds what every device pool of netdev-dp reports about a
+// device: its identity and health for the kubelet, the device-info it can be
+// described with, and what a container needs to use it (device nodes,
+// mounts). Pools live in their own packages (netdevpool, pcipool, vdpapool,
+// sockpool); this package is the shared vocabulary and the Pool interface.
+package devpool
+
+import (
+	"context"
+	"slices"
+	"strings"
+
+	"github.com/devplumb/devplumb/devinfo"
+)
+
+// NoNUMA marks a device without NUMA affinity.
+const NoNUMA = -1
+
+// DevNode is a host device node a container needs (e.g. /dev/vfio/12).
+type DevNode struct {
+	HostPath      string
+	ContainerPath string
+	Permissions   string // cgroup permissions, e.g. "rw"
+}
+
+// Mount is a host path bind-mounted into the container (e.g. a socket dir).
+type Mount struct {
+	HostPath      string
+	ContainerPath string
+	ReadOnly      bool
+}
+
+// Device is one allocatable device of a pool.
+type Device struct {
+	ID       string
+	Healthy  bool
+	NUMANode int                 // NoNUMA when unknown
+	Info     *devinfo.DeviceInfo // nil when no device-info type describes it
+	DevNodes []DevNode
+	Mounts   []Mount
+}
+
+// Pool finds the devices of one resource.
+type Pool interface {
+	// Scan returns the pool's current devices. Devices that a pool still
+	// knows but cannot use are returned with Healthy false.
+	Scan() ([]Device, error)
+	// Kind names the pool type ("pci", "netdevs", ...), used in env names.
+	Kind() string
+}
+
+// Sort orders devices by ID, the order used in lists and files.
+func Sort(devs []Device) {
+	slices.SortFunc(devs, func(a, b Device) int { return strings.Compare(a.ID, b.ID) })
+}
+
+// Index maps devices by ID.
+func Index(devs []Device) map[string]Device {
+	m := make(map[string]Device, len(devs))
+	for _, d := range devs {
+		m[d.ID] = d
+	}
+	return m
+}
+
+// Notifier is implemented by pools that learn about changes as they happen
+// (netlink, fsnotify); the caller rescans after each notification.
+type Notifier interface {
+	// Watch runs until ctx ends, calling changed after each change.
+	Watch(ctx context.Context, changed func()) error
+}
