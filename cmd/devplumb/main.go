@@ -1,0 +1,16 @@
+// Command devplumb is the CNI meta-plugin connecting device plugins and CNI
+// plugins (NPWG Device Information Spec 1.1.0). All logic is in pkg/plugin.
+package main
+
+import (
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/devplumb/devplumb/pkg/config"
+	"github.com/devplumb/devplumb/pkg/plugin"
+)
+
+func main() {
+	skel.PluginMainFuncs(plugin.New().Funcs(), version.PluginSupports(config.SupportedVersions...),
+		"devplumb: CNI meta-plugin for device plugin resources (NPWG device-info spec 1.1.0)")
+}

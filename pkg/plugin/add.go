@@ -1,0 +1,210 @@
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	nadutils "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/utils"
+
+	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/claims"
+	"github.com/devplumb/devplumb/pkg/delegate"
+)
+
+// Add is CNI ADD.
+func (p *Plugin) Add(args *skel.CmdArgs) error {
+	c, cerr := p.newCall(args, true)
+	if cerr != nil {
+		return cerr
+	}
+	res, cerr := c.resourceName()
+	if cerr != nil {
+		return cerr
+	}
+	cands, cerr := c.candidates(res)
+	if cerr != nil {
+		return cerr
+	}
+	claimed, err := c.claims.Claim(claims.Request{Key: c.key, Pod: c.pod, ResourceName: res, Candidates: cands})
+	if errors.Is(err, claims.ErrNoFreeDevice) {
+		return cniError(ErrNoFreeDevice, err.Error(), nil)
+	}
+	if err != nil {
+		return cniError(ErrState, "cannot record the device claim in \"stateDir\" "+c.conf.StateDir, err)
+	}
+	c.dropOlderSandboxes(claimed.Dropped)
+	rec := claimed.Attachment
+	result, cerr := c.attach(rec)
+	if cerr != nil {
+		return cerr
+	}
+	return types.PrintResult(result, c.conf.CNIVersion)
+}
+
+// dropOlderSandboxes removes the CNI files of a pod's replaced sandboxes.
+func (c *call) dropOlderSandboxes(dropped []*claims.Attachment) {
+	for _, a := range dropped {
+		c.p.Log.Info("dropping claim of an older sandbox of the pod", "pod", a.Pod.String(), "container", a.ContainerID, "device", a.DeviceID)
+		if a.CNIFile != "" {
+			if err := devinfo.RemoveFile(a.CNIFile); err != nil {
+				c.p.Log.Warn("cannot remove CNI device-info file of an older sandbox", "error", err)
+			}
+		}
+	}
+}
+
+// attach runs everything after the claim; any failure rolls back.
+func (c *call) attach(rec *claims.Attachment) (types.Result, *types.Error) {
+	cniFile, err := c.cniFile()
+	if err != nil {
+		c.release()
+		return nil, cniError(types.ErrInvalidNetworkConfig, "cannot name the CNI device-info file", err)
+	}
+	rec.CNIFile = cniFile
+	if cerr := c.copyDeviceInfo(rec); cerr != nil {
+		c.rollbackFiles(rec)
+		return nil, cerr
+	}
+	list, err := delegate.BuildList(c.conf, rec.DeviceID)
+	if err != nil {
+		c.rollbackFiles(rec)
+		return nil, cniError(types.ErrInvalidNetworkConfig, "invalid delegate config", err)
+	}
+	rt := c.runtime(rec.DeviceID, cniFile)
+	rec.Delegate, rec.NetNS, rec.CNIArgs, rec.CapabilityArgs, rec.Complete = list.Bytes, c.args.Netns, rt.Args, rt.CapabilityArgs, false
+	if err := c.claims.Update(rec); err != nil {
+		c.rollbackFiles(rec)
+		return nil, cniError(ErrState, "cannot write state in \"stateDir\" "+c.conf.StateDir, err)
+	}
+	result, err := c.inv.Add(context.Background(), list, rt)
+	if err != nil {
+		c.rollback(list, rt, rec)
+		return nil, delegateError(fmt.Sprintf("delegate ADD failed for device %s", rec.DeviceID), err)
+	}
+	if cerr := c.finish(rec, result); cerr != nil {
+		c.rollback(list, rt, rec)
+		return nil, cerr
+	}
+	return result, nil
+}
+
+// copyDeviceInfo copies the device plugin's file, if it wrote one, to the
+// attachment's CNI file. No DP file is fine (the spec's "can"); a bad one is not.
+func (c *call) copyDeviceInfo(rec *claims.Attachment) *types.Error {
+	if rec.ResourceName == "" {
+		return nil
+	}
+	_, err := c.files.CopyDPToCNI(rec.ResourceName, rec.DeviceID, rec.CNIFile)
+	if err == nil || errors.Is(err, devinfo.ErrNotFound) {
+		return nil
+	}
+	return cniError(ErrDeviceInfo, fmt.Sprintf("the device plugin's device-info file for %s device %s is invalid: "+
+		"fix or remove it (spec section 3)", rec.ResourceName, rec.DeviceID), err)
+}
+
+func (c *call) runtime(deviceID, cniFile string) *libcni.RuntimeConf {
+	return &libcni.RuntimeConf{
+		ContainerID:    c.args.ContainerID,
+		NetNS:          c.args.Netns,
+		IfName:         c.args.IfName,
+		Args:           c.cni,
+		CapabilityArgs: delegate.CapabilityArgs(c.conf, deviceID, cniFile),
+	}
+}
+
+// finish re-reads the CNI file, builds the network-status entry, tells the
+// API server and records the completed attachment.
+func (c *call) finish(rec *claims.Attachment, result types.Result) *types.Error {
+	info, err := devinfo.ReadFile(rec.CNIFile)
+	if errors.Is(err, devinfo.ErrNotFound) {
+		info, err = nil, nil
+	}
+	if err != nil {
+		return cniError(ErrDeviceInfo, "the CNI device-info file is invalid after the delegate ran: "+
+			"the delegate must write the spec's format", err)
+	}
+	entry, err := networkStatus(result, c.conf.Name, c.args.IfName, info)
+	if err != nil {
+		return cniError(ErrDelegate, "cannot read the delegate's result", err)
+	}
+	if cerr := c.setStatus(entry); cerr != nil {
+		return cerr
+	}
+	converted, err := result.GetAsVersion(c.conf.CNIVersion)
+	if err != nil {
+		return cniError(types.ErrIncompatibleCNIVersion, "cannot convert the delegate result to cniVersion "+c.conf.CNIVersion, err)
+	}
+	raw, err := json.Marshal(converted)
+	if err != nil {
+		return cniError(types.ErrInternal, "cannot encode the result", err)
+	}
+	rec.Result, rec.NetworkStatus, rec.Complete = raw, entry, true
+	if err := c.claims.Update(rec); err != nil {
+		return cniError(ErrState, "cannot write state in \"stateDir\" "+c.conf.StateDir, err)
+	}
+	return nil
+}
+
+// networkStatus builds the entry for this attachment with the NAD client.
+func networkStatus(result types.Result, network, ifName string, info *devinfo.DeviceInfo) (*nadv1.NetworkStatus, error) {
+	entries, err := nadutils.CreateNetworkStatuses(result, network, false, info)
+	if err != nil {
+		return nil, err
+	}
+	entry := &nadv1.NetworkStatus{Name: network, DeviceInfo: info}
+	for _, e := range entries {
+		if e.Interface == ifName || (e.Interface == "" && entry.Interface == "") {
+			entry = e
+		}
+	}
+	entry.Interface = ifName
+	return entry, nil
+}
+
+func (c *call) setStatus(entry *nadv1.NetworkStatus) *types.Error {
+	k, err := c.kube()
+	if err != nil {
+		return c.kubeFailed("building the Kubernetes client", err)
+	}
+	if k == nil {
+		return nil
+	}
+	if !c.pod.Known() {
+		return c.kubeFailed("writing network-status", errors.New("CNI_ARGS carry no K8S_POD_NAMESPACE/K8S_POD_NAME"))
+	}
+	ctx, cancel := c.ctx()
+	defer cancel()
+	if err := k.SetNetworkStatus(ctx, c.pod.Namespace, c.pod.Name, c.pod.UID, *entry); err != nil {
+		return c.kubeFailed("writing network-status of pod "+c.pod.String(), err)
+	}
+	return nil
+}
+
+// rollback undoes a started delegate ADD, then the files and the claim.
+func (c *call) rollback(list *libcni.NetworkConfigList, rt *libcni.RuntimeConf, rec *claims.Attachment) {
+	if err := c.inv.Del(context.Background(), list, rt); err != nil {
+		c.p.Log.Error("rollback: delegate DEL failed", "error", err)
+	}
+	c.rollbackFiles(rec)
+}
+
+func (c *call) rollbackFiles(rec *claims.Attachment) {
+	if rec.CNIFile != "" {
+		if err := devinfo.RemoveFile(rec.CNIFile); err != nil {
+			c.p.Log.Error("rollback: cannot remove CNI device-info file", "error", err)
+		}
+	}
+	c.release()
+}
+
+func (c *call) release() {
+	if err := c.claims.Release(c.key); err != nil {
+		c.p.Log.Error("rollback: cannot release claim", "error", err)
+	}
+}

@@ -1,0 +1,105 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/claims"
+	"github.com/devplumb/devplumb/pkg/delegate"
+)
+
+// Del is CNI DEL. With state it undoes exactly what ADD did; without state
+// it runs the delegate DEL from the stdin config and removes the
+// deterministic CNI file. Something already gone is never an error.
+func (p *Plugin) Del(args *skel.CmdArgs) error {
+	c, cerr := p.newCall(args, false)
+	if cerr != nil {
+		return cerr
+	}
+	rec, err := c.claims.Get(c.key)
+	if err != nil {
+		// A corrupt record cannot guide DEL; fall back to the stateless path.
+		p.Log.Warn("ignoring unreadable state", "error", err)
+		rec = nil
+	}
+	list, rt, cniFile, cerr := c.delInputs(rec)
+	if cerr != nil {
+		return cerr
+	}
+	c.removeStatus(rec)
+	if err := c.inv.Del(context.Background(), list, rt); err != nil {
+		if rec != nil {
+			return delegateError("delegate DEL failed (state kept, DEL can be retried)", err)
+		}
+		// Without state nothing proves ADD ever ran here.
+		p.Log.Warn("delegate DEL failed for an attachment devplumb has no state of", "error", err)
+	}
+	if cniFile != "" {
+		if err := devinfo.RemoveFile(cniFile); err != nil {
+			return cniError(types.ErrIOFailure, "cannot remove the CNI device-info file", err)
+		}
+	}
+	if err := c.claims.Release(c.key); err != nil {
+		return cniError(ErrState, "cannot release the device claim in \"stateDir\" "+c.conf.StateDir, err)
+	}
+	return nil
+}
+
+// delInputs is what DEL runs: the cached delegate config and arguments of
+// ADD, else those rebuilt from the stdin config.
+func (c *call) delInputs(rec *claims.Attachment) (*libcni.NetworkConfigList, *libcni.RuntimeConf, string, *types.Error) {
+	if rec != nil && len(rec.Delegate) > 0 {
+		list, err := delegate.ListFromBytes(rec.Delegate)
+		if err == nil {
+			rt := c.runtime(rec.DeviceID, rec.CNIFile)
+			rt.CapabilityArgs = rec.CapabilityArgs
+			return list, rt, rec.CNIFile, nil
+		}
+		c.p.Log.Warn("cached delegate config unusable; using the stdin config", "error", err)
+	}
+	dev := c.conf.DeviceIDFromConfig()
+	if rec != nil {
+		dev = rec.DeviceID
+	}
+	cniFile, err := c.cniFile()
+	if err != nil {
+		// Names that cannot form a file name cannot have a file.
+		c.p.Log.Warn("no CNI device-info file name for this attachment", "error", err)
+		cniFile = ""
+	}
+	list, err := delegate.BuildList(c.conf, dev)
+	if err != nil {
+		return nil, nil, "", cniError(types.ErrInvalidNetworkConfig, "invalid delegate config", err)
+	}
+	return list, c.runtime(dev, cniFile), cniFile, nil
+}
+
+// removeStatus drops this attachment's network-status entry.
+func (c *call) removeStatus(rec *claims.Attachment) {
+	pod := c.pod
+	if !pod.Known() && rec != nil {
+		pod = rec.Pod
+	}
+	k, err := c.kube()
+	if err == nil && k == nil {
+		return
+	}
+	if err == nil && !pod.Known() {
+		err = errors.New("CNI_ARGS carry no K8S_POD_NAMESPACE/K8S_POD_NAME")
+	}
+	if err == nil {
+		ctx, cancel := c.ctx()
+		defer cancel()
+		err = k.RemoveNetworkStatus(ctx, pod.Namespace, pod.Name, pod.UID, c.conf.Name, c.args.IfName)
+	}
+	if err != nil {
+		// DEL must not fail on the API server: the pod may be gone already.
+		c.p.Log.Warn(fmt.Sprintf("removing network-status of pod %s failed", pod), "error", err)
+	}
+}

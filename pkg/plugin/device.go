@@ -1,0 +1,95 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/types"
+	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/devplumb/devplumb/pkg/config"
+	"github.com/devplumb/devplumb/podresources"
+)
+
+// resourceName is the configured resourceName, else (with no explicit
+// device) the one the NetworkAttachmentDefinition names.
+func (c *call) resourceName() (string, *types.Error) {
+	if c.conf.ResourceName != "" || c.conf.DeviceIDFromConfig() != "" {
+		return c.conf.ResourceName, nil
+	}
+	k, err := c.kube()
+	if err != nil {
+		return "", cniError(ErrKube, "cannot build the Kubernetes client to read resourceName from the NetworkAttachmentDefinition", err)
+	}
+	if k == nil {
+		return "", cniError(ErrNoDeviceSource, `no device source: set "resourceName", pass the device as runtimeConfig.deviceID `+
+			`(capability "deviceID") or "deviceID", or set "kubeconfig" so devplumb reads resourceName from the NetworkAttachmentDefinition`, nil)
+	}
+	ns, name := c.conf.NADRef(c.pod.Namespace)
+	ctx, cancel := c.ctx()
+	defer cancel()
+	res, err := k.NADResourceName(ctx, ns, name)
+	if err != nil {
+		return "", cniError(ErrKube, fmt.Sprintf("cannot read resourceName of NetworkAttachmentDefinition %s/%s", ns, name), err)
+	}
+	if res == "" {
+		return "", cniError(ErrNoDeviceSource, fmt.Sprintf("NetworkAttachmentDefinition %s/%s has no k8s.v1.cni.cncf.io/resourceName "+
+			"annotation: add it or set \"resourceName\" in the config", ns, name), nil)
+	}
+	return res, nil
+}
+
+// candidates are the devices this attachment may take: the caller's
+// explicit device, else the pod's devices of the resource in kubelet order.
+func (c *call) candidates(resourceName string) ([]string, *types.Error) {
+	if id := c.conf.DeviceIDFromConfig(); id != "" {
+		return []string{id}, nil
+	}
+	if !c.pod.Known() {
+		return nil, cniError(types.ErrInvalidEnvironmentVariables, "CNI_ARGS must carry K8S_POD_NAMESPACE and K8S_POD_NAME "+
+			"so devplumb can ask the kubelet for the pod's "+resourceName+" devices", nil)
+	}
+	pr, err := podresources.New(c.conf.PodResourcesSocket, podresources.WithTimeout(c.p.Timeout), podresources.WithLogger(c.p.Log))
+	if err != nil {
+		return nil, cniError(ErrPodResources, "cannot reach the kubelet PodResources API: check \"podResourcesSocket\"", err)
+	}
+	defer pr.Close()
+	ctx, cancel := c.ctx()
+	defer cancel()
+	pod, err := pr.Get(ctx, c.pod.Namespace, c.pod.Name)
+	if errors.Is(err, podresources.ErrPodNotFound) {
+		return nil, cniError(ErrNoDevice, fmt.Sprintf("the kubelet knows no pod %s: check K8S_POD_NAMESPACE/K8S_POD_NAME "+
+			"and that the pod requests %s", c.pod, resourceName), err)
+	}
+	if err != nil {
+		return nil, cniError(ErrPodResources, "the kubelet PodResources API failed at "+c.conf.PodResourcesSocket, err)
+	}
+	var ids []string
+	for _, id := range podresources.DevicesOf(pod, resourceName) {
+		if err := config.CheckDeviceID("kubelet device ID", id); err != nil {
+			c.p.Log.Warn("skipping device the kubelet reported", "error", err)
+			continue
+		}
+		ids = append(ids, id)
+	}
+	if len(ids) == 0 {
+		return nil, cniError(ErrNoDevice, fmt.Sprintf("pod %s has no usable device of resource %s: request %s in the pod spec "+
+			"(the kubelet returned %s)", c.pod, resourceName, resourceName, describe(pod)), nil)
+	}
+	return ids, nil
+}
+
+// describe says what the kubelet returned for a pod, for error messages.
+func describe(p *v1.PodResources) string {
+	var parts []string
+	for _, ctr := range p.GetContainers() {
+		for _, d := range ctr.GetDevices() {
+			parts = append(parts, fmt.Sprintf("container %s: %s=%v", ctr.GetName(), d.GetResourceName(), d.GetDeviceIds()))
+		}
+	}
+	if len(parts) == 0 {
+		return "no devices at all"
+	}
+	return strings.Join(parts, "; ")
+}

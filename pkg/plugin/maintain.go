@@ -1,0 +1,147 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/claims"
+	"github.com/devplumb/devplumb/pkg/delegate"
+	"github.com/devplumb/devplumb/podresources"
+)
+
+// Check is CNI CHECK: the claim and the CNI file are present and valid, and
+// the delegates' CHECK passes.
+func (p *Plugin) Check(args *skel.CmdArgs) error {
+	c, cerr := p.newCall(args, false)
+	if cerr != nil {
+		return cerr
+	}
+	rec, err := c.claims.Get(c.key)
+	if err != nil {
+		return cniError(ErrState, "devplumb state of this attachment is unreadable", err)
+	}
+	if rec == nil || !rec.Complete || rec.DeviceID == "" {
+		return cniError(ErrState, fmt.Sprintf("no completed ADD recorded for network %s, container %s, interface %s: "+
+			"run ADD again", c.key.Network, c.key.ContainerID, c.key.IfName), nil)
+	}
+	if rec.NetworkStatus != nil && rec.NetworkStatus.DeviceInfo != nil {
+		if _, err := devinfo.ReadFile(rec.CNIFile); err != nil {
+			return cniError(ErrDeviceInfo, "the CNI device-info file of this attachment is missing or invalid", err)
+		}
+	}
+	list, rt, _, cerr := c.delInputs(rec)
+	if cerr != nil {
+		return cerr
+	}
+	if err := c.inv.Check(context.Background(), list, rt); err != nil {
+		return delegateError("delegate CHECK failed", err)
+	}
+	return nil
+}
+
+// Status is CNI STATUS: the kubelet's PodResources API answers, then the
+// delegates report ready.
+func (p *Plugin) Status(args *skel.CmdArgs) error {
+	c, cerr := p.newCall(args, false)
+	if cerr != nil {
+		return cerr
+	}
+	if err := c.podResourcesAnswers(); err != nil {
+		return cniError(types.ErrPluginNotAvailable, "the kubelet PodResources API at "+c.conf.PodResourcesSocket+
+			" does not answer: is the kubelet running, and is \"podResourcesSocket\" right?", err)
+	}
+	list, err := delegate.BuildList(c.conf, "")
+	if err != nil {
+		return cniError(types.ErrInvalidNetworkConfig, "invalid delegate config", err)
+	}
+	if err := c.inv.Status(context.Background(), list); err != nil {
+		var te *types.Error
+		if errors.As(err, &te) && te.Code != 0 {
+			return err
+		}
+		return cniError(types.ErrPluginNotAvailable, "a delegate is not ready", err)
+	}
+	return nil
+}
+
+func (c *call) podResourcesAnswers() error {
+	pr, err := podresources.New(c.conf.PodResourcesSocket, podresources.WithTimeout(c.p.Timeout), podresources.WithLogger(c.p.Log))
+	if err != nil {
+		return err
+	}
+	defer pr.Close()
+	ctx, cancel := c.ctx()
+	defer cancel()
+	_, err = pr.Allocatable(ctx)
+	return err
+}
+
+// GC is CNI GC: attachments of this network not in
+// cni.dev/valid-attachments lose their delegate setup, CNI file and claim;
+// then libcni GCs the delegates.
+func (p *Plugin) GC(args *skel.CmdArgs) error {
+	c, cerr := p.newCall(args, false)
+	if cerr != nil {
+		return cerr
+	}
+	valid := map[types.GCAttachment]bool{}
+	for _, a := range c.conf.ValidAttachments {
+		valid[a] = true
+	}
+	recs, err := c.claims.List()
+	if err != nil {
+		p.Log.Warn("some state is unreadable; GC continues with the rest", "error", err)
+	}
+	var errs []error
+	for _, rec := range recs {
+		if rec.Network != c.conf.Name || valid[types.GCAttachment{ContainerID: rec.ContainerID, IfName: rec.IfName}] {
+			continue
+		}
+		if err := c.collect(rec); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	list, err := delegate.BuildList(c.conf, "")
+	if err != nil {
+		return cniError(types.ErrInvalidNetworkConfig, "invalid delegate config", err)
+	}
+	if err := c.inv.GC(context.Background(), list, c.conf.ValidAttachments); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return cniError(ErrDelegate, "GC could not clean every stale attachment; it can be run again", err)
+	}
+	return nil
+}
+
+// collect removes one stale attachment: delegate DEL with what ADD used,
+// then the CNI file and the claim.
+func (c *call) collect(rec *claims.Attachment) error {
+	if len(rec.Delegate) > 0 {
+		list, err := delegate.ListFromBytes(rec.Delegate)
+		if err != nil {
+			return err
+		}
+		netns := rec.NetNS
+		if _, err := os.Stat(netns); err != nil {
+			netns = "" // the sandbox is gone: nothing left inside it
+		}
+		rt := c.runtime(rec.DeviceID, rec.CNIFile)
+		rt.ContainerID, rt.IfName, rt.NetNS, rt.Args, rt.CapabilityArgs = rec.ContainerID, rec.IfName, netns, rec.CNIArgs, rec.CapabilityArgs
+		if err := c.inv.Del(context.Background(), list, rt); err != nil {
+			return fmt.Errorf("delegate DEL of container %s interface %s: %w", rec.ContainerID, rec.IfName, err)
+		}
+	}
+	if rec.CNIFile != "" {
+		if err := devinfo.RemoveFile(rec.CNIFile); err != nil {
+			return err
+		}
+	}
+	return c.claims.Release(rec.Key)
+}

@@ -1,0 +1,190 @@
+// Package plugin is the devplumb CNI meta-plugin: ADD finds the pod's device,
+// claims it, hands its device information to the delegate plugins and records
+// the network-status entry; DEL, CHECK, STATUS and GC follow the same path.
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+
+	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/claims"
+	"github.com/devplumb/devplumb/pkg/config"
+	"github.com/devplumb/devplumb/pkg/delegate"
+)
+
+// devplumb's own CNI error codes (the CNI spec leaves 100+ to plugins).
+const (
+	ErrNoDevice       uint = 100 // the pod has no usable device of the resource
+	ErrNoFreeDevice   uint = 101 // every device of the pod is claimed by other attachments
+	ErrDeviceInfo     uint = 102 // a device-info file is invalid
+	ErrDelegate       uint = 103 // a delegate plugin failed
+	ErrPodResources   uint = 104 // the kubelet's PodResources API failed
+	ErrState          uint = 105 // devplumb's state is missing or unusable
+	ErrKube           uint = 106 // the Kubernetes API failed
+	ErrNoDeviceSource uint = 107 // nothing tells devplumb which device to use
+)
+
+// Kube is what the plugin needs from the API server; nil when the config has no kubeconfig.
+type Kube interface {
+	SetNetworkStatus(ctx context.Context, namespace, name, uid string, entry nadv1.NetworkStatus) error
+	RemoveNetworkStatus(ctx context.Context, namespace, name, uid, network, ifName string) error
+	NADResourceName(ctx context.Context, namespace, name string) (string, error)
+}
+
+// NewKube builds the Kubernetes client; set by cmd/devplumb when available.
+var NewKube func(kubeconfig string, timeout time.Duration) (Kube, error)
+
+// DefaultTimeout bounds each call to the kubelet and the API server.
+const DefaultTimeout = 10 * time.Second
+
+// Plugin holds what does not come from a CNI call.
+type Plugin struct {
+	Log     *slog.Logger
+	Timeout time.Duration
+	// NewKube overrides the package NewKube (tests).
+	NewKube func(kubeconfig string, timeout time.Duration) (Kube, error)
+}
+
+// New returns a plugin logging to stderr (stdout carries the CNI result).
+func New() *Plugin {
+	level := slog.LevelWarn
+	if os.Getenv("DEVPLUMB_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
+	return &Plugin{
+		Log:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
+		Timeout: DefaultTimeout,
+	}
+}
+
+// Funcs are the CNI commands for skel.PluginMainFuncs.
+func (p *Plugin) Funcs() skel.CNIFuncs {
+	return skel.CNIFuncs{Add: p.Add, Del: p.Del, Check: p.Check, Status: p.Status, GC: p.GC}
+}
+
+// cniError builds the CNI error JSON: msg says what to fix, details the cause.
+func cniError(code uint, msg string, err error) *types.Error {
+	details := ""
+	if err != nil {
+		details = err.Error()
+	}
+	return types.NewError(code, msg, details)
+}
+
+// delegateError keeps a delegate's own CNI code, so the runtime sees why.
+func delegateError(what string, err error) *types.Error {
+	var te *types.Error
+	if errors.As(err, &te) && te.Code != 0 {
+		return types.NewError(te.Code, fmt.Sprintf("%s: %s", what, te.Msg), err.Error())
+	}
+	return cniError(ErrDelegate, what, err)
+}
+
+// call is one CNI invocation with its parsed inputs.
+type call struct {
+	p      *Plugin
+	args   *skel.CmdArgs
+	conf   *config.NetConf
+	pod    claims.Pod
+	key    claims.Key
+	cni    [][2]string
+	files  *devinfo.Store
+	claims *claims.Store
+	inv    *delegate.Invoker
+}
+
+func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Error) {
+	conf, err := config.Parse(args.StdinData)
+	if err != nil {
+		code := types.ErrInvalidNetworkConfig
+		if errors.Is(err, config.ErrDecode) {
+			code = types.ErrDecodingFailure
+		}
+		return nil, cniError(code, "invalid devplumb network config: "+err.Error(), nil)
+	}
+	pod, err := podFromArgs(args.Args)
+	if err != nil {
+		if strictArgs {
+			return nil, cniError(types.ErrInvalidEnvironmentVariables, "invalid CNI_ARGS: "+err.Error()+
+				" (add IgnoreUnknown=1 to pass keys devplumb does not know)", nil)
+		}
+		p.Log.Warn("ignoring unparsable CNI_ARGS", "error", err)
+	}
+	return &call{
+		p: p, args: args, conf: conf, pod: pod,
+		key:    claims.Key{Network: conf.Name, ContainerID: args.ContainerID, IfName: args.IfName},
+		cni:    delegate.ParseArgs(args.Args),
+		files:  devinfo.NewStore(conf.DeviceInfoDir),
+		claims: claims.New(conf.StateDir),
+		inv:    delegate.New(args.Path, filepath.Join(conf.StateDir, "libcni")),
+	}, nil
+}
+
+// k8sArgs are the pod identity keys runtimes put in CNI_ARGS.
+type k8sArgs struct {
+	types.CommonArgs
+	K8S_POD_NAMESPACE          types.UnmarshallableString //nolint:revive // CNI_ARGS key
+	K8S_POD_NAME               types.UnmarshallableString //nolint:revive // CNI_ARGS key
+	K8S_POD_UID                types.UnmarshallableString //nolint:revive // CNI_ARGS key
+	K8S_POD_INFRA_CONTAINER_ID types.UnmarshallableString //nolint:revive // CNI_ARGS key
+}
+
+func podFromArgs(s string) (claims.Pod, error) {
+	a := k8sArgs{}
+	if err := types.LoadArgs(s, &a); err != nil {
+		return claims.Pod{}, err
+	}
+	return claims.Pod{Namespace: string(a.K8S_POD_NAMESPACE), Name: string(a.K8S_POD_NAME), UID: string(a.K8S_POD_UID)}, nil
+}
+
+// cniFile is the attachment's CNI device-info file: the caller's
+// runtimeConfig.CNIDeviceInfoFile, else the deterministic name DEL can rebuild.
+func (c *call) cniFile() (string, error) {
+	if f := c.conf.RuntimeConfig.CNIDeviceInfoFile; f != "" {
+		return f, nil
+	}
+	return c.files.CNIPath(devinfo.CNIFileName(c.conf.Name, c.args.ContainerID, c.args.IfName))
+}
+
+func (c *call) ctx() (context.Context, context.CancelFunc) {
+	t := c.p.Timeout
+	if t <= 0 {
+		t = DefaultTimeout
+	}
+	return context.WithTimeout(context.Background(), t)
+}
+
+// kube returns the API client, or nil when the config has no kubeconfig.
+func (c *call) kube() (Kube, error) {
+	if c.conf.Kubeconfig == "" {
+		return nil, nil
+	}
+	newKube := c.p.NewKube
+	if newKube == nil {
+		newKube = NewKube
+	}
+	if newKube == nil {
+		return nil, errors.New("this devplumb build has no Kubernetes client")
+	}
+	return newKube(c.conf.Kubeconfig, c.p.Timeout)
+}
+
+// kubeFailed applies networkStatus: "required" fails, "best-effort" logs.
+func (c *call) kubeFailed(what string, err error) *types.Error {
+	if c.conf.NetworkStatus == config.NetworkStatusBestEffort {
+		c.p.Log.Warn(what+" failed; continuing (networkStatus is best-effort)", "error", err)
+		return nil
+	}
+	return cniError(ErrKube, what+" failed: check kubeconfig "+c.conf.Kubeconfig+
+		" and the RBAC of its user, or set \"networkStatus\": \"best-effort\"", err)
+}
