@@ -1,0 +1,213 @@
+package kubeletsim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// The control API is HTTP with JSON bodies on the unix socket
+// ROOT/nodesim/control.sock; only local processes that can reach the root
+// directory can use it:
+//
+//	POST   /v1/pods                  body PodSpec      -> 200 PodAllocation
+//	DELETE /v1/pods/{namespace}/{name}                 -> 204
+//	GET    /v1/pods                                    -> 200 [PodAllocation]
+//	GET    /v1/resources                               -> 200 {resource: [Device]}
+//
+// Errors are {"error": "..."} with 400 (invalid pod), 404 (no such pod),
+// 409 (pod exists) or 500.
+
+// ControlSocket is the control socket of a node under root.
+func ControlSocket(root string) string { return filepath.Join(StateDir(root), "control.sock") }
+
+type controlServer struct {
+	srv  *http.Server
+	done chan struct{}
+}
+
+func startControl(n *Node) (*controlServer, error) {
+	path := ControlSocket(n.root)
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		os.Remove(path) // left by a killed nodesim
+	}
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen on control socket %s: %w", path, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/pods", n.handleAdd)
+	mux.HandleFunc("DELETE /v1/pods/{namespace}/{name}", n.handleDel)
+	mux.HandleFunc("GET /v1/pods", func(w http.ResponseWriter, _ *http.Request) { reply(w, http.StatusOK, n.Pods()) })
+	mux.HandleFunc("GET /v1/resources", func(w http.ResponseWriter, _ *http.Request) { reply(w, http.StatusOK, n.Resources()) })
+	c := &controlServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		_ = c.srv.Serve(lis) // returns at stop
+	}()
+	return c, nil
+}
+
+func (c *controlServer) stop() {
+	c.srv.Close()
+	<-c.done
+}
+
+func (n *Node) handleAdd(w http.ResponseWriter, r *http.Request) {
+	var spec PodSpec
+	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&spec); err != nil {
+		replyErr(w, fmt.Errorf("%w: pod spec JSON: %w", ErrInvalidPod, err))
+		return
+	}
+	alloc, err := n.AddPod(r.Context(), spec)
+	if err != nil {
+		replyErr(w, err)
+		return
+	}
+	reply(w, http.StatusOK, alloc)
+}
+
+func (n *Node) handleDel(w http.ResponseWriter, r *http.Request) {
+	if err := n.DelPod(r.PathValue("namespace"), r.PathValue("name")); err != nil {
+		replyErr(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func reply(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func replyErr(w http.ResponseWriter, err error) {
+	code := http.StatusInternalServerError
+	switch {
+	case errors.Is(err, ErrInvalidPod):
+		code = http.StatusBadRequest
+	case errors.Is(err, ErrPodNotFound):
+		code = http.StatusNotFound
+	case errors.Is(err, ErrPodExists):
+		code = http.StatusConflict
+	}
+	reply(w, code, map[string]string{"error": err.Error()})
+}
+
+// ControlClient talks to a running `nodesim serve` through its control socket.
+type ControlClient struct {
+	socket string
+	http   *http.Client
+}
+
+// NewControlClient connects to the node serving root; it fails clearly when
+// no nodesim serves there.
+func NewControlClient(root string) (*ControlClient, error) {
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return nil, fmt.Errorf("root %s: %w", root, err)
+	}
+	sock := ControlSocket(abs)
+	if fi, err := os.Stat(sock); err != nil || fi.Mode()&os.ModeSocket == 0 {
+		return nil, fmt.Errorf("no nodesim serving root %s: control socket %s missing (start `nodesim serve --root %s`)", abs, sock, root)
+	}
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}
+	return &ControlClient{socket: sock, http: &http.Client{Transport: tr}}, nil
+}
+
+// AddPod asks the node to admit a pod.
+func (c *ControlClient) AddPod(ctx context.Context, spec PodSpec) (*PodAllocation, error) {
+	body, err := json.Marshal(spec)
+	if err != nil {
+		return nil, fmt.Errorf("encode pod spec: %w", err)
+	}
+	var out PodAllocation
+	if err := c.do(ctx, http.MethodPost, "/v1/pods", body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DelPod asks the node to remove a pod; ErrPodNotFound when it has none such.
+func (c *ControlClient) DelPod(ctx context.Context, namespace, name string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/pods/"+namespace+"/"+name, nil, nil)
+}
+
+// Pods lists the node's pods.
+func (c *ControlClient) Pods(ctx context.Context) ([]PodAllocation, error) {
+	var out []PodAllocation
+	err := c.do(ctx, http.MethodGet, "/v1/pods", nil, &out)
+	return out, err
+}
+
+// Resources lists what plugins advertise.
+func (c *ControlClient) Resources(ctx context.Context) (map[string][]Device, error) {
+	var out map[string][]Device
+	err := c.do(ctx, http.MethodGet, "/v1/resources", nil, &out)
+	return out, err
+}
+
+func (c *ControlClient) do(ctx context.Context, method, path string, body []byte, out any) error {
+	if strings.Contains(path, "..") {
+		return fmt.Errorf("%w: bad namespace or name in %q", ErrInvalidPod, path)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://nodesim"+path, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("build request: %w", err)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("nodesim control socket %s: %w", c.socket, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		var e struct{ Error string }
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		return statusError(resp.StatusCode, e.Error)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("decode nodesim answer: %w", err)
+	}
+	return nil
+}
+
+// statusError restores the sentinel errors across the socket.
+func statusError(code int, msg string) error {
+	var sentinel error
+	switch code {
+	case http.StatusBadRequest:
+		sentinel = ErrInvalidPod
+	case http.StatusNotFound:
+		sentinel = ErrPodNotFound
+	case http.StatusConflict:
+		sentinel = ErrPodExists
+	default:
+		return fmt.Errorf("nodesim: %s (HTTP %d)", msg, code)
+	}
+	return &remoteError{msg: msg, sentinel: sentinel}
+}
+
+type remoteError struct {
+	msg      string
+	sentinel error
+}
+
+func (e *remoteError) Error() string { return e.msg }
+func (e *remoteError) Unwrap() error { return e.sentinel }

@@ -1,0 +1,182 @@
+package kubeletsim
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// Device is one device a plugin advertises.
+type Device struct {
+	ID string `json:"id"`
+	// Health is pluginapi.Healthy or pluginapi.Unhealthy. A broken stream
+	// makes every device of the resource Unhealthy until the plugin registers again.
+	Health    string  `json:"health"`
+	NUMANodes []int64 `json:"numaNodes,omitempty"`
+}
+
+// Healthy reports whether the device may be allocated.
+func (d Device) Healthy() bool { return d.Health == pluginapi.Healthy }
+
+// watch follows the plugin's ListAndWatch stream until it breaks or the
+// endpoint is stopped (replaced, or the node stops).
+func (n *Node) watch(ep *endpoint) {
+	stream, err := ep.client.ListAndWatch(ep.ctx, &pluginapi.Empty{})
+	for err == nil {
+		var resp *pluginapi.ListAndWatchResponse
+		if resp, err = stream.Recv(); err == nil {
+			n.updateDevices(ep, resp.GetDevices())
+		}
+	}
+	if ep.ctx.Err() != nil {
+		return // stopped on purpose
+	}
+	n.mu.Lock()
+	current := n.endpoints[ep.resource] == ep
+	if current {
+		delete(n.endpoints, ep.resource)
+		devs := n.devices[ep.resource]
+		for i := range devs {
+			devs[i].Health = pluginapi.Unhealthy
+		}
+		n.notifyLocked()
+	}
+	n.mu.Unlock()
+	ep.stop()
+	if current {
+		n.log.Error("Device plugin ListAndWatch stream broken, marking its devices unhealthy until it registers again",
+			"resource", ep.resource, "socket", ep.socket, "err", err)
+	}
+}
+
+// updateDevices records a ListAndWatch answer, in the plugin's order, and logs
+// health changes the way a kubelet operator would want to see them.
+func (n *Node) updateDevices(ep *endpoint, list []*pluginapi.Device) {
+	devs := make([]Device, 0, len(list))
+	for _, d := range list {
+		if d.GetID() == "" {
+			n.log.Warn("Device plugin sent a device without ID, ignoring it", "resource", ep.resource)
+			continue
+		}
+		h := pluginapi.Unhealthy
+		if d.GetHealth() == pluginapi.Healthy {
+			h = pluginapi.Healthy
+		}
+		var numa []int64
+		for _, nn := range d.GetTopology().GetNodes() {
+			numa = append(numa, nn.GetID())
+		}
+		devs = append(devs, Device{ID: d.GetID(), Health: h, NUMANodes: numa})
+	}
+	n.mu.Lock()
+	if n.endpoints[ep.resource] != ep {
+		n.mu.Unlock()
+		return // a stale stream of a replaced endpoint
+	}
+	old := n.devices[ep.resource]
+	n.devices[ep.resource] = devs
+	ep.listed = true
+	n.notifyLocked()
+	n.mu.Unlock()
+	n.logChanges(ep.resource, old, devs)
+}
+
+func (n *Node) logChanges(res string, old, cur []Device) {
+	was := map[string]string{}
+	for _, d := range old {
+		was[d.ID] = d.Health
+	}
+	healthy := 0
+	for _, d := range cur {
+		if d.Healthy() {
+			healthy++
+		}
+		prev, known := was[d.ID]
+		switch {
+		case d.Health == pluginapi.Unhealthy && prev != pluginapi.Unhealthy:
+			n.log.Warn("Device unhealthy", "resource", res, "device", d.ID)
+		case d.Healthy() && known && prev != pluginapi.Healthy:
+			n.log.Info("Device healthy again", "resource", res, "device", d.ID)
+		}
+		delete(was, d.ID)
+	}
+	for id := range was {
+		n.log.Info("Device removed by plugin", "resource", res, "device", id)
+	}
+	n.log.Info("Device plugin updated devices", "resource", res, "devices", len(cur), "healthy", healthy)
+}
+
+// Resources returns what plugins advertise, per resource name, in each
+// plugin's order, with health and NUMA nodes.
+func (n *Node) Resources() map[string][]Device {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make(map[string][]Device, len(n.devices))
+	for res, devs := range n.devices {
+		out[res] = cloneDevices(devs)
+	}
+	return out
+}
+
+func cloneDevices(devs []Device) []Device {
+	out := slices.Clone(devs)
+	for i := range out {
+		out[i].NUMANodes = slices.Clone(out[i].NUMANodes)
+	}
+	return out
+}
+
+// Registered reports whether a plugin for res is registered and has sent its
+// first device list.
+func (n *Node) Registered(res string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ep := n.endpoints[res]
+	return ep != nil && ep.listed
+}
+
+// WaitRegistered waits until a plugin for res is registered and has sent its
+// first device list. After a node restart it waits for the re-registration.
+func (n *Node) WaitRegistered(ctx context.Context, res string) error {
+	err := n.wait(ctx, func() bool {
+		ep := n.endpoints[res]
+		return ep != nil && ep.listed
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for device plugin %s to register: %w", res, err)
+	}
+	return nil
+}
+
+// WaitResources waits until cond holds for Resources(); tests use it to wait
+// for a health change to arrive.
+func (n *Node) WaitResources(ctx context.Context, cond func(map[string][]Device) bool) error {
+	return n.wait(ctx, func() bool {
+		cp := make(map[string][]Device, len(n.devices))
+		for res, devs := range n.devices {
+			cp[res] = cloneDevices(devs)
+		}
+		return cond(cp)
+	})
+}
+
+// wait re-checks cond (called with n.mu held) after every change.
+func (n *Node) wait(ctx context.Context, cond func() bool) error {
+	for {
+		n.mu.Lock()
+		ok, ch := cond(), n.changed
+		n.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-n.ctx.Done():
+			return fmt.Errorf("node stopped")
+		case <-ch:
+		}
+	}
+}

@@ -1,0 +1,187 @@
+// Package kubeletsim is a one-node kubelet emulator that device plugins cannot
+// tell from the real one. Start serves, under a root directory laid out like
+// /var/lib/kubelet:
+//
+//	ROOT/device-plugins/kubelet.sock   deviceplugin v1beta1 Registration
+//	ROOT/pod-resources/kubelet.sock    PodResources v1 (List, Get, GetAllocatableResources), kubelet rate limit
+//	ROOT/nodesim/checkpoint.json       pod device assignments, written atomically
+//	ROOT/nodesim/control.sock          HTTP+JSON control API used by `nodesim pod ...` (see ControlClient)
+//
+// Registration is checked like the kubelet does (API version v1beta1, an
+// extended resource name); a new registration for a resource replaces the old
+// endpoint. The Node dials the plugin in ROOT/device-plugins, calls
+// GetDevicePluginOptions and follows ListAndWatch; a broken stream marks the
+// resource's devices unhealthy. AddPod allocates like the kubelet: healthy
+// free devices only, GetPreferredAllocation when offered, Allocate once per
+// container and resource, PreStartContainer when the plugin asks for it.
+//
+// A restart on the same root is a kubelet restart: assignments come back from
+// the checkpoint, every socket in ROOT/device-plugins is removed and
+// kubelet.sock is created anew, so plugins must register again.
+//
+// Typical use in a device plugin's test:
+//
+//	node, err := kubeletsim.Start(ctx, t.TempDir(), slog.Default())
+//	defer node.Stop()
+//	// start the plugin with plugin dir node.PluginDir() ...
+//	node.WaitRegistered(ctx, "example.com/vf")
+//	alloc, err := node.AddPod(ctx, kubeletsim.PodSpec{Namespace: "ns", Name: "p",
+//		Containers: []kubeletsim.ContainerSpec{{Name: "c", Requests: []kubeletsim.ResourceRequest{{Resource: "example.com/vf", Count: 1}}}}})
+package kubeletsim
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"google.golang.org/grpc"
+
+	"github.com/devplumb/devplumb/pkg/kubeletsim/prserver"
+)
+
+// Node is a running emulated kubelet. Its methods are safe for concurrent use.
+type Node struct {
+	root string
+	log  *slog.Logger
+
+	ctx    context.Context // ends at Stop; plugin streams run under it
+	cancel context.CancelFunc
+	reg    *grpc.Server
+	pr     *prserver.Server
+	ctl    *controlServer
+	wg     sync.WaitGroup
+	once   sync.Once
+
+	allocMu sync.Mutex // serializes AddPod/DelPod, so free devices cannot be taken twice
+
+	mu        sync.Mutex
+	endpoints map[string]*endpoint // by resource name
+	devices   map[string][]Device  // last ListAndWatch answer per resource, plugin's order
+	pods      []*PodAllocation     // in the order added
+	changed   chan struct{}        // closed and replaced on every change
+}
+
+// Options tune Start beyond the kubelet defaults.
+type Options struct {
+	// PodResources configures the PodResources server (Get mode, rate limit).
+	PodResources prserver.Config
+}
+
+// Start is StartWithOptions with the kubelet defaults.
+func Start(ctx context.Context, root string, log *slog.Logger) (*Node, error) {
+	return StartWithOptions(ctx, root, log, Options{})
+}
+
+// StartWithOptions serves the Registration, PodResources and control sockets
+// under root until Stop is called or ctx ends.
+func StartWithOptions(ctx context.Context, root string, log *slog.Logger, opts Options) (*Node, error) {
+	if root == "" {
+		return nil, fmt.Errorf("kubeletsim: root directory must be set")
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return nil, fmt.Errorf("kubeletsim root %s: %w", root, err)
+	}
+	n := &Node{root: abs, log: log, endpoints: map[string]*endpoint{},
+		devices: map[string][]Device{}, changed: make(chan struct{})}
+	if err := n.loadCheckpoint(); err != nil {
+		return nil, err
+	}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	if err := n.startAll(opts); err != nil {
+		n.Stop()
+		return nil, err
+	}
+	go func() {
+		select {
+		case <-ctx.Done():
+			n.Stop()
+		case <-n.ctx.Done():
+		}
+	}()
+	n.log.Info("Kubelet emulator started", "root", n.root, "pods", len(n.pods),
+		"registrationSocket", n.RegistrationSocket(), "podResourcesSocket", n.PodResourcesSocket())
+	return n, nil
+}
+
+func (n *Node) startAll(opts Options) error {
+	if err := os.MkdirAll(n.stateDir(), 0o750); err != nil {
+		return fmt.Errorf("create state directory: %w", err)
+	}
+	if err := n.startRegistration(); err != nil {
+		return err
+	}
+	pr, err := prserver.Start(n.PodResourcesSocket(), n, opts.PodResources)
+	if err != nil {
+		return err
+	}
+	n.pr = pr
+	ctl, err := startControl(n)
+	if err != nil {
+		return err
+	}
+	n.ctl = ctl
+	return nil
+}
+
+// Stop ends every server and plugin connection. Assignments stay in the
+// checkpoint for the next Start. Calling Stop again does nothing.
+func (n *Node) Stop() {
+	n.once.Do(func() {
+		n.cancel()
+		if n.ctl != nil {
+			n.ctl.stop()
+		}
+		if n.pr != nil {
+			n.pr.Stop()
+		}
+		if n.reg != nil {
+			n.reg.Stop()
+		}
+		n.mu.Lock()
+		for res, ep := range n.endpoints {
+			ep.stop()
+			delete(n.endpoints, res)
+		}
+		n.mu.Unlock()
+		n.wg.Wait()
+		n.log.Info("Kubelet emulator stopped", "root", n.root)
+	})
+}
+
+// Root is the kubelet root directory.
+func (n *Node) Root() string { return n.root }
+
+// PluginDir is ROOT/device-plugins, where plugins put their sockets.
+func (n *Node) PluginDir() string { return PluginDir(n.root) }
+
+// RegistrationSocket is ROOT/device-plugins/kubelet.sock.
+func (n *Node) RegistrationSocket() string { return filepath.Join(n.PluginDir(), "kubelet.sock") }
+
+// PodResourcesSocket is ROOT/pod-resources/kubelet.sock.
+func (n *Node) PodResourcesSocket() string { return PodResourcesSocket(n.root) }
+
+func (n *Node) stateDir() string { return StateDir(n.root) }
+
+// PluginDir is the device plugin directory under a kubelet root.
+func PluginDir(root string) string { return filepath.Join(root, "device-plugins") }
+
+// PodResourcesSocket is the PodResources socket under a kubelet root.
+func PodResourcesSocket(root string) string {
+	return filepath.Join(root, "pod-resources", "kubelet.sock")
+}
+
+// StateDir holds nodesim's checkpoint and control socket under a kubelet root.
+func StateDir(root string) string { return filepath.Join(root, "nodesim") }
+
+// notifyLocked wakes everyone waiting for a change; n.mu must be held.
+func (n *Node) notifyLocked() {
+	close(n.changed)
+	n.changed = make(chan struct{})
+}

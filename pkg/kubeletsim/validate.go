@@ -1,0 +1,98 @@
+package kubeletsim
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// validateVersion accepts what the kubelet supports (v1beta1), with the
+// kubelet's wording.
+func validateVersion(v string) error {
+	if !slices.Contains(pluginapi.SupportedVersions[:], v) {
+		return fmt.Errorf("requested API version %q is not supported by kubelet. Supported versions are %q",
+			v, pluginapi.SupportedVersions)
+	}
+	return nil
+}
+
+// ValidateResourceName applies the kubelet's extended resource name rule
+// (v1helper.IsExtendedResourceName): domain-qualified, not in the
+// kubernetes.io namespace, not starting with "requests.", and "requests."+name
+// a valid qualified name.
+func ValidateResourceName(name string) error {
+	invalid := func(why string) error {
+		return fmt.Errorf("the ResourceName %q is invalid: %s", name, why)
+	}
+	switch {
+	case !strings.Contains(name, "/"):
+		return invalid("an extended resource name must be domain-qualified, like example.com/vf")
+	case strings.Contains(name, "kubernetes.io/"):
+		return invalid("the kubernetes.io/ namespace is reserved for native resources")
+	case strings.HasPrefix(name, "requests."):
+		return invalid(`the "requests." prefix is reserved for quota`)
+	}
+	if errs := validation.IsQualifiedName("requests." + name); len(errs) > 0 {
+		return invalid(strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// validateEndpoint keeps the plugin socket inside the plugin directory: the
+// kubelet joins the endpoint to its socket dir, so it must be a plain name.
+func validateEndpoint(ep string) error {
+	switch {
+	case ep == "":
+		return fmt.Errorf("endpoint is empty: it must name the plugin's socket file in the device plugin directory")
+	case ep != filepath.Base(ep) || ep == "." || ep == "..":
+		return fmt.Errorf("endpoint %q must be a file name in the device plugin directory, not a path", ep)
+	case ep == "kubelet.sock":
+		return fmt.Errorf("endpoint %q is the kubelet's own socket", ep)
+	}
+	return nil
+}
+
+// validateSpec checks a pod before anything is allocated.
+func validateSpec(spec PodSpec) error {
+	if errs := validation.IsDNS1123Label(spec.Namespace); len(errs) > 0 {
+		return fmt.Errorf("pod namespace %q: %s", spec.Namespace, strings.Join(errs, "; "))
+	}
+	if errs := validation.IsDNS1123Subdomain(spec.Name); len(errs) > 0 {
+		return fmt.Errorf("pod name %q: %s", spec.Name, strings.Join(errs, "; "))
+	}
+	seen := map[string]bool{}
+	for i, c := range spec.Containers {
+		if errs := validation.IsDNS1123Label(c.Name); len(errs) > 0 {
+			return fmt.Errorf("container %d name %q: %s", i, c.Name, strings.Join(errs, "; "))
+		}
+		if seen[c.Name] {
+			return fmt.Errorf("container name %q used twice", c.Name)
+		}
+		seen[c.Name] = true
+		if err := validateRequests(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validateRequests(c ContainerSpec) error {
+	seen := map[string]bool{}
+	for _, r := range c.Requests {
+		if err := ValidateResourceName(r.Resource); err != nil {
+			return fmt.Errorf("container %q: %w", c.Name, err)
+		}
+		if r.Count < 1 {
+			return fmt.Errorf("container %q: count of %s must be at least 1, got %d", c.Name, r.Resource, r.Count)
+		}
+		if seen[r.Resource] {
+			return fmt.Errorf("container %q requests %s twice", c.Name, r.Resource)
+		}
+		seen[r.Resource] = true
+	}
+	return nil
+}
