@@ -1,0 +1,177 @@
+// Package pcipool finds network PCI devices (PFs and VFs) in sysfs for one
+// resource, selected by vendor, device ID, driver, PF name and link type.
+// The device ID is the PCI address. A PF with VFs configured is left out:
+// its VFs are the devices. A device bound to vfio-pci needs /dev/vfio/vfio
+// and its IOMMU group's node in the container.
+//
+// Health: a device stays in sysfs while a CNI plugin moves its netdev into a
+// pod (only the netdev changes namespace), so in-use devices stay Healthy. A
+// device that leaves sysfs (hot unplug, VFs removed) becomes Unhealthy and
+// stays listed, so a pod holding it is not silently forgotten; it becomes
+// Healthy again if it returns.
+package pcipool
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/devpool"
+	"github.com/devplumb/devplumb/pkg/pcisysfs"
+)
+
+// Selectors choose devices; an empty list matches everything, a device must
+// match every non-empty list.
+type Selectors struct {
+	Vendors   []string `json:"vendors,omitempty"`   // "8086"
+	Devices   []string `json:"devices,omitempty"`   // "154c"
+	Drivers   []string `json:"drivers,omitempty"`   // "iavf", "vfio-pci"
+	PFNames   []string `json:"pfNames,omitempty"`   // PF netdev names (for a PF: its own)
+	LinkTypes []string `json:"linkTypes,omitempty"` // "ether", "infiniband"
+}
+
+// Pool is the PCI pool of one resource.
+type Pool struct {
+	root string
+	sel  Selectors
+
+	mu    sync.Mutex
+	known map[string]devpool.Device // devices seen, kept when they leave sysfs
+}
+
+// New returns a pool reading sysfs under root ("" means /sys).
+func New(root string, sel Selectors) *Pool {
+	if root == "" {
+		root = pcisysfs.DefaultRoot
+	}
+	return &Pool{root: root, sel: sel, known: map[string]devpool.Device{}}
+}
+
+// Kind is "pci".
+func (p *Pool) Kind() string { return "pci" }
+
+// Scan lists the selected devices.
+func (p *Pool) Scan() ([]devpool.Device, error) {
+	addrs, err := pcisysfs.List(p.root)
+	if err != nil {
+		return nil, fmt.Errorf("pci pool: %w", err)
+	}
+	found := map[string]devpool.Device{}
+	for _, addr := range addrs {
+		d, err := pcisysfs.Read(p.root, addr)
+		if err != nil {
+			if pcisysfs.ErrNotExist(err) {
+				continue // removed while we looked
+			}
+			return nil, fmt.Errorf("pci pool: %w", err)
+		}
+		if p.selected(d) {
+			found[addr] = device(d)
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for addr, d := range p.known {
+		if _, ok := found[addr]; !ok && !pcisysfs.Exists(p.root, addr) {
+			d.Healthy = false
+			found[addr] = d
+		}
+	}
+	p.known = found
+	out := make([]devpool.Device, 0, len(found))
+	for _, d := range found {
+		out = append(out, d)
+	}
+	devpool.Sort(out)
+	return out, nil
+}
+
+func (p *Pool) selected(d *pcisysfs.Device) bool {
+	if !d.IsNetwork() || d.NumVFs > 0 {
+		return false
+	}
+	if !match(p.sel.Vendors, d.Vendor) || !match(p.sel.Devices, d.DeviceID) || !match(p.sel.Drivers, d.Driver) {
+		return false
+	}
+	if len(p.sel.PFNames) > 0 && !anyIn(p.sel.PFNames, p.pfNames(d)) {
+		return false
+	}
+	if len(p.sel.LinkTypes) > 0 && !anyIn(p.sel.LinkTypes, p.linkTypes(d)) {
+		return false
+	}
+	return true
+}
+
+// pfNames are the netdev names of the device's PF, or its own for a PF.
+func (p *Pool) pfNames(d *pcisysfs.Device) []string {
+	if d.PFAddress == "" {
+		return d.NetDevs
+	}
+	pf, err := pcisysfs.Read(p.root, d.PFAddress)
+	if err != nil {
+		return nil
+	}
+	return pf.NetDevs
+}
+
+// linkTypes of the device's netdevs; a VF bound to vfio-pci has none, so its
+// PF's count.
+func (p *Pool) linkTypes(d *pcisysfs.Device) []string {
+	var out []string
+	for _, n := range d.NetDevs {
+		out = append(out, pcisysfs.LinkType(p.root, d.Address, n))
+	}
+	if len(out) == 0 && d.PFAddress != "" {
+		if pf, err := pcisysfs.Read(p.root, d.PFAddress); err == nil {
+			for _, n := range pf.NetDevs {
+				out = append(out, pcisysfs.LinkType(p.root, pf.Address, n))
+			}
+		}
+	}
+	return out
+}
+
+func match(list []string, v string) bool { return len(list) == 0 || slices.Contains(list, v) }
+
+func anyIn(list, vals []string) bool {
+	for _, v := range vals {
+		if slices.Contains(list, v) {
+			return true
+		}
+	}
+	return false
+}
+
+// device turns a sysfs device into a pool device.
+func device(d *pcisysfs.Device) devpool.Device {
+	return devpool.Device{
+		ID:       d.Address,
+		Healthy:  true,
+		NUMANode: d.NUMANode,
+		Info:     Info(d),
+		DevNodes: VFIONodes(d),
+	}
+}
+
+// Info is the pci device-info of a device.
+func Info(d *pcisysfs.Device) *devinfo.DeviceInfo {
+	pci := &devinfo.PciDevice{PciAddress: d.Address, PfPciAddress: d.PFAddress}
+	if len(d.RDMA) > 0 {
+		pci.RdmaDevice = d.RDMA[0]
+	}
+	return &devinfo.DeviceInfo{Type: devinfo.TypePCI, Version: devinfo.Version, Pci: pci}
+}
+
+// VFIONodes are the device nodes of a vfio-pci bound device.
+func VFIONodes(d *pcisysfs.Device) []devpool.DevNode {
+	if d.Driver != "vfio-pci" || d.IOMMUGroup == "" {
+		return nil
+	}
+	group := filepath.Join("/dev/vfio", d.IOMMUGroup)
+	return []devpool.DevNode{
+		{HostPath: "/dev/vfio/vfio", ContainerPath: "/dev/vfio/vfio", Permissions: "rw"},
+		{HostPath: group, ContainerPath: group, Permissions: "rw"},
+	}
+}
