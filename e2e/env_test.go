@@ -1,0 +1,264 @@
+// Package e2e drives the devplumb binary end to end: cnitool (or a direct
+// exec, for malformed input cnitool would refuse) runs devplumb, which runs
+// real delegates built from containernetworking/plugins in real network
+// namespaces, with devices handed out by a real PodResources gRPC server.
+package e2e
+
+import (
+	"bytes"
+	"crypto/sha512"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/vishvananda/netlink"
+	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/claims"
+	"github.com/devplumb/devplumb/pkg/testenv"
+	"github.com/devplumb/devplumb/podresources/podresourcestest"
+)
+
+const resource = "example.com/netdev"
+
+type env struct {
+	t                                         *testing.T
+	bin, root                                 string
+	devinfoDir, stateDir, recordDir, confDir string
+	pr                                        *podresourcestest.Server
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	testenv.CNIPlugins(t)
+	bin := testenv.Build(t, "./cmd/devplumb", "./e2e/recorder")
+	root := t.TempDir()
+	e := &env{t: t, bin: bin, root: root,
+		devinfoDir: filepath.Join(root, "devinfo"), stateDir: filepath.Join(root, "state"),
+		recordDir: filepath.Join(root, "record"), confDir: filepath.Join(root, "net.d"),
+		pr: podresourcestest.NewServer(t)}
+	if err := os.MkdirAll(e.confDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// conf is a devplumb config of this env with the given delegate.
+func (e *env) conf(name string, delegate map[string]any) map[string]any {
+	return map[string]any{
+		"cniVersion": "1.0.0", "name": name, "type": "devplumb",
+		"resourceName": resource, "podResourcesSocket": e.pr.Socket,
+		"deviceInfoDir": e.devinfoDir, "stateDir": e.stateDir,
+		"delegate": delegate,
+	}
+}
+
+func (e *env) recorder(extra map[string]any) map[string]any {
+	d := map[string]any{"type": "recorder", "recordDir": e.recordDir}
+	for k, v := range extra {
+		d[k] = v
+	}
+	return d
+}
+
+// install writes conf as a one-plugin conflist cnitool finds by name.
+func (e *env) install(conf map[string]any) {
+	e.t.Helper()
+	list := map[string]any{"cniVersion": conf["cniVersion"], "name": conf["name"], "plugins": []any{conf}}
+	data, err := json.Marshal(list)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(e.confDir, conf["name"].(string)+".conflist"), data, 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// cnitool runs `cnitool cmd network netns`; it returns stdout and stderr.
+func (e *env) cnitool(cmd, network, netns, ifName, cniArgs, capArgs string) (string, string, error) {
+	c := exec.Command(filepath.Join(e.bin, "cnitool"), cmd, network, netns)
+	c.Env = append(os.Environ(), "CNI_PATH="+e.bin, "NETCONFPATH="+e.confDir, "CNI_IFNAME="+ifName,
+		"CNI_ARGS="+cniArgs, "CAP_ARGS="+capArgs)
+	var out, errOut bytes.Buffer
+	c.Stdout, c.Stderr = &out, &errOut
+	err := c.Run()
+	return out.String(), errOut.String(), err
+}
+
+func (e *env) mustCnitool(cmd, network, netns, ifName, cniArgs, capArgs string) string {
+	e.t.Helper()
+	out, errOut, err := e.cnitool(cmd, network, netns, ifName, cniArgs, capArgs)
+	if err != nil {
+		e.t.Fatalf("cnitool %s %s: %v\nstdout: %s\nstderr: %s", cmd, network, err, out, errOut)
+	}
+	return out
+}
+
+// cniErr is a CNI error as devplumb prints it.
+type cniErr struct {
+	CNIVersion string `json:"cniVersion"`
+	Code       uint   `json:"code"`
+	Msg        string `json:"msg"`
+	Details    string `json:"details"`
+}
+
+// run executes devplumb directly, as a runtime would.
+func (e *env) run(cmd string, stdin []byte, containerID, netns, ifName, args string) ([]byte, *cniErr) {
+	e.t.Helper()
+	c := exec.Command(filepath.Join(e.bin, "devplumb"))
+	c.Env = append(os.Environ(), "CNI_COMMAND="+cmd, "CNI_CONTAINERID="+containerID, "CNI_NETNS="+netns,
+		"CNI_IFNAME="+ifName, "CNI_ARGS="+args, "CNI_PATH="+e.bin)
+	c.Stdin = bytes.NewReader(stdin)
+	var out, errOut bytes.Buffer
+	c.Stdout, c.Stderr = &out, &errOut
+	if err := c.Run(); err != nil {
+		ce := &cniErr{}
+		if jerr := json.Unmarshal(out.Bytes(), ce); jerr != nil || ce.Code == 0 {
+			e.t.Fatalf("devplumb %s failed without a CNI error JSON: %v\nstdout: %s\nstderr: %s", cmd, err, out.String(), errOut.String())
+		}
+		return out.Bytes(), ce
+	}
+	return out.Bytes(), nil
+}
+
+func podArgs(namespace, name string) string {
+	return fmt.Sprintf("IgnoreUnknown=1;K8S_POD_NAMESPACE=%s;K8S_POD_NAME=%s;K8S_POD_UID=uid-%s;K8S_POD_INFRA_CONTAINER_ID=infra",
+		namespace, name, name)
+}
+
+// setPod gives a pod devices of the resource, as the kubelet would record them.
+func (e *env) setPod(namespace, name string, devs ...string) {
+	e.pr.SetPod(&v1.PodResources{Namespace: namespace, Name: name, Containers: []*v1.ContainerResources{{
+		Name: "app", Devices: []*v1.ContainerDevices{{ResourceName: resource, DeviceIds: devs}},
+	}}})
+}
+
+// writeDP writes a device plugin device-info file for a device.
+func (e *env) writeDP(dev string, info *devinfo.DeviceInfo) {
+	e.t.Helper()
+	if err := devinfo.NewStore(e.devinfoDir).WriteDP(resource, dev, info); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func pciInfo(addr string) *devinfo.DeviceInfo {
+	return &devinfo.DeviceInfo{Type: devinfo.TypePCI, Version: devinfo.Version, Pci: &devinfo.PciDevice{PciAddress: addr}}
+}
+
+func (e *env) cniFile(network, containerID, ifName string) string {
+	return filepath.Join(e.devinfoDir, "cni", devinfo.CNIFileName(network, containerID, ifName))
+}
+
+func (e *env) state() []*claims.Attachment {
+	e.t.Helper()
+	all, err := claims.New(e.stateDir).List()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return all
+}
+
+// Record mirrors e2e/recorder's record.
+type Record struct {
+	Command        string            `json:"command"`
+	Stdin          json.RawMessage   `json:"stdin"`
+	Env            map[string]string `json:"env"`
+	DeviceInfoFile *string           `json:"deviceInfoFile"`
+}
+
+func (e *env) record(cmd, containerID, ifName string) (*Record, map[string]any) {
+	e.t.Helper()
+	data, err := os.ReadFile(filepath.Join(e.recordDir, fmt.Sprintf("%s-%s_%s.json", cmd, containerID, ifName)))
+	if err != nil {
+		e.t.Fatalf("recorder got no %s: %v", cmd, err)
+	}
+	r := &Record{}
+	stdin := map[string]any{}
+	if err := json.Unmarshal(data, r); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := json.Unmarshal(r.Stdin, &stdin); err != nil {
+		e.t.Fatal(err)
+	}
+	return r, stdin
+}
+
+// cnitoolID is the container ID cnitool derives from a netns path.
+func cnitoolID(netns string) string {
+	s := sha512.Sum512([]byte(netns))
+	return fmt.Sprintf("cnitool-%x", s[:10])
+}
+
+func newNS(t *testing.T) ns.NetNS {
+	t.Helper()
+	n, err := testutils.NewNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		n.Close()
+		_ = testutils.UnmountNS(n)
+	})
+	return n
+}
+
+// veth makes a veth pair in the host namespace; a is the "device" tests hand
+// out, b its peer. Both are removed at cleanup wherever a ended up.
+func veth(t *testing.T, a, b string) {
+	t.Helper()
+	la := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: a}, PeerName: b}
+	if err := netlink.LinkAdd(la); err != nil {
+		t.Fatalf("add veth %s: %v", a, err)
+	}
+	for _, n := range []string{a, b} {
+		l, err := netlink.LinkByName(n)
+		if err == nil {
+			_ = netlink.LinkSetUp(l)
+		}
+	}
+	t.Cleanup(func() {
+		for _, n := range []string{a, b} {
+			if l, err := netlink.LinkByName(n); err == nil {
+				_ = netlink.LinkDel(l)
+			}
+		}
+	})
+}
+
+// linkIn reports whether netns has a link named name.
+func linkIn(t *testing.T, n ns.NetNS, name string) bool {
+	t.Helper()
+	found := false
+	err := n.Do(func(ns.NetNS) error {
+		_, err := netlink.LinkByName(name)
+		found = err == nil
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return found
+}
+
+func hostLink(name string) bool {
+	_, err := netlink.LinkByName(name)
+	return err == nil
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
