@@ -29,10 +29,10 @@ import (
 const resource = "example.com/netdev"
 
 type env struct {
-	t                                         *testing.T
-	bin, root                                 string
+	t                                        *testing.T
+	bin, root                                string
 	devinfoDir, stateDir, recordDir, confDir string
-	pr                                        *podresourcestest.Server
+	pr                                       *podresourcestest.Server
 }
 
 func newEnv(t *testing.T) *env {
