@@ -1,0 +1,115 @@
+package sockpool
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/devplumb/devplumb/devinfo"
+)
+
+func listen(t *testing.T, path string) net.Listener {
+	t.Helper()
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func TestVhostUserClientSocketsAreDevices(t *testing.T) {
+	dir := t.TempDir()
+	listen(t, filepath.Join(dir, "vhu0.sock"))
+	listen(t, filepath.Join(dir, "vhu1.sock"))
+	os.WriteFile(filepath.Join(dir, "notes.txt"), nil, 0o644)
+	p, err := NewVhostUser(VhostUser{SocketDir: dir, Mode: "client"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs, err := p.Scan()
+	if err != nil || len(devs) != 2 || devs[0].ID != "vhu0.sock" {
+		t.Fatalf("%+v %v", devs, err)
+	}
+	d := devs[0]
+	path := filepath.Join(dir, "vhu0.sock")
+	if d.Info.VhostUser.Mode != "client" || d.Info.VhostUser.Path != path || devinfo.Validate(d.Info) != nil {
+		t.Errorf("info %+v", d.Info.VhostUser)
+	}
+	if len(d.Mounts) != 1 || d.Mounts[0].HostPath != path || d.Mounts[0].ContainerPath != path {
+		t.Errorf("mounts %+v", d.Mounts)
+	}
+}
+
+func TestMemifMasterSubdirsAreDevices(t *testing.T) {
+	dir := t.TempDir()
+	os.Mkdir(filepath.Join(dir, "m0"), 0o755)
+	listen(t, filepath.Join(dir, "stray.sock"))
+	p, err := NewMemif(Memif{SocketDir: dir, Role: "master"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs, err := p.Scan()
+	if err != nil || len(devs) != 1 || devs[0].ID != "m0" {
+		t.Fatalf("%+v %v", devs, err)
+	}
+	m := devs[0].Info.Memif
+	if m.Role != "master" || m.Mode != "ethernet" || m.Path != filepath.Join(dir, "m0", "socket") || devinfo.Validate(devs[0].Info) != nil {
+		t.Errorf("info %+v", m)
+	}
+	if devs[0].Mounts[0].HostPath != filepath.Join(dir, "m0") || devs[0].Mounts[0].ReadOnly {
+		t.Errorf("mounts %+v", devs[0].Mounts)
+	}
+}
+
+func TestBadConfig(t *testing.T) {
+	dir := t.TempDir()
+	for name, f := range map[string]func() error{
+		"vhost mode":   func() error { _, err := NewVhostUser(VhostUser{SocketDir: dir, Mode: "both"}); return err },
+		"relative dir": func() error { _, err := NewVhostUser(VhostUser{SocketDir: "run", Mode: "client"}); return err },
+		"missing dir":  func() error { _, err := NewVhostUser(VhostUser{SocketDir: dir + "/nope", Mode: "client"}); return err },
+		"memif role":   func() error { _, err := NewMemif(Memif{SocketDir: dir, Role: "primary"}); return err },
+		"memif mode":   func() error { _, err := NewMemif(Memif{SocketDir: dir, Role: "slave", Mode: "punt"}); return err },
+		"socket name":  func() error { _, err := NewMemif(Memif{SocketDir: dir, Role: "master", SocketName: "a/b"}); return err },
+	} {
+		if f() == nil {
+			t.Errorf("%s: bad config accepted", name)
+		}
+	}
+}
+
+func TestWatchSeesRemoval(t *testing.T) {
+	dir := t.TempDir()
+	p, _ := NewVhostUser(VhostUser{SocketDir: dir, Mode: "client"})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	changed := make(chan struct{}, 64)
+	go p.Watch(ctx, func() { changed <- struct{}{} })
+	// The watcher starts asynchronously: create sockets until it reports one.
+	var ls []net.Listener
+	for i := 0; len(changed) == 0; i++ {
+		ls = append(ls, listen(t, filepath.Join(dir, fmt.Sprintf("vhu%d.sock", i))))
+		select {
+		case <-changed:
+			changed <- struct{}{}
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	for len(changed) > 0 {
+		<-changed
+	}
+	ls[0].Close() // removes its socket file
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("socket removal not reported")
+	}
+	devs, _ := p.Scan()
+	if len(devs) != len(ls)-1 {
+		t.Fatalf("after removal: %+v", devs)
+	}
+}
