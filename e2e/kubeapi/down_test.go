@@ -1,0 +1,95 @@
+package kubeapi_test
+
+import (
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/devplumb/devplumb/e2e/kubeapi"
+	"github.com/devplumb/devplumb/pkg/kube"
+)
+
+// slack is what a bounded call may take beyond its own bound (process scheduling on a
+// loaded 2-core machine). It checks that the bound is honoured, not how fast anything is.
+const slack = 10 * time.Second
+
+func TestAPIServerDown(t *testing.T) {
+	pod, err := srv.CreatePod(ctx(t), "default", "down", node, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bound = 2 * time.Second
+	c := newClient(t, bound)
+	srv.StopAPIServer()
+	t.Cleanup(func() {
+		if err := srv.StartAPIServer(); err != nil {
+			t.Fatalf("restart API server: %v", err)
+		}
+	})
+
+	start := time.Now()
+	err = c.SetNetworkStatus(ctx(t), "default", "down", string(pod.UID), pciEntry("default/x", "net1", "0000:00:01.0"))
+	assertUnreachable(t, "ADD", err, start, bound)
+
+	start = time.Now()
+	err = c.RemoveNetworkStatus(ctx(t), "default", "down", string(pod.UID), "default/x", "net1")
+	assertUnreachable(t, "DEL", err, start, bound)
+
+	start = time.Now()
+	_, err = c.NADResourceName(ctx(t), "default", "x")
+	assertUnreachable(t, "NAD lookup", err, start, bound)
+}
+
+// TestAPIServerHangs: a server that accepts connections and never answers is unreachable
+// too, within the same bound.
+func TestAPIServerHangs(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		var held []net.Conn // keep them open and silent
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				for _, c := range held {
+					c.Close()
+				}
+				return
+			}
+			held = append(held, conn)
+		}
+	}()
+	cfg := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(cfg, []byte(kubeapi.Kubeconfig("https://"+l.Addr().String(), "x")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const bound = 2 * time.Second
+	c, err := kube.New(cfg, bound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = c.SetNetworkStatus(ctx(t), "default", "p", "", pciEntry("default/x", "net1", "0000:00:01.0"))
+	assertUnreachable(t, "ADD", err, start, bound)
+}
+
+func assertUnreachable(t *testing.T, what string, err error, start time.Time, bound time.Duration) {
+	t.Helper()
+	took := time.Since(start)
+	if !errors.Is(err, kube.ErrUnreachable) {
+		t.Fatalf("%s with the API server down: got %v, want ErrUnreachable", what, err)
+	}
+	if !strings.Contains(err.Error(), "unreachable") || !strings.Contains(err.Error(), bound.String()) {
+		t.Errorf("%s: error does not say the server was unreachable within %s: %v", what, bound, err)
+	}
+	if took > bound+slack {
+		t.Errorf("%s took %s, bound is %s", what, took, bound)
+	}
+	t.Logf("%s: %v", what, err)
+}
