@@ -1,0 +1,81 @@
+// Package kube is devplumb's small Kubernetes client: it writes devplumb's own entry of a
+// pod's network-status annotation and reads a NetworkAttachmentDefinition's resourceName.
+// Every call is bounded by the timeout given to New, retries included.
+package kube
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	nadclient "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/client/clientset/versioned"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// DefaultTimeout bounds one call (all its retries) when New is given zero.
+const DefaultTimeout = 10 * time.Second
+
+// ResourceNameAnnot is the NetworkAttachmentDefinition annotation naming the device
+// plugin resource that backs the network.
+const ResourceNameAnnot = "k8s.v1.cni.cncf.io/resourceName"
+
+var (
+	// ErrUnreachable: the API server did not answer within the bound.
+	ErrUnreachable = errors.New("kubernetes API server unreachable")
+	// ErrPodNotFound: the pod does not exist.
+	ErrPodNotFound = errors.New("pod not found")
+	// ErrPodUIDMismatch: a pod of that name exists but is not the one CNI was called for.
+	ErrPodUIDMismatch = errors.New("pod UID mismatch (the pod was deleted and recreated)")
+	// ErrNADNotFound: the NetworkAttachmentDefinition does not exist.
+	ErrNADNotFound = errors.New("NetworkAttachmentDefinition not found")
+	// ErrBadAnnotation: the pod's network-status annotation is not a JSON list of entries.
+	ErrBadAnnotation = errors.New("invalid network-status annotation")
+)
+
+// Client talks to one API server with the identity of one kubeconfig.
+type Client struct {
+	kube    kubernetes.Interface
+	nad     nadclient.Interface
+	host    string
+	timeout time.Duration
+}
+
+// New loads kubeconfig (a file path, required) and returns a client whose calls each
+// finish within timeout (DefaultTimeout when zero).
+func New(kubeconfig string, timeout time.Duration) (*Client, error) {
+	if kubeconfig == "" {
+		return nil, errors.New("kube: kubeconfig path is empty")
+	}
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kube: load kubeconfig %s: %w", kubeconfig, err)
+	}
+	return newFromConfig(cfg, timeout)
+}
+
+func newFromConfig(cfg *rest.Config, timeout time.Duration) (*Client, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.UserAgent = "devplumb"
+	// One request must not use up the whole bound, so that a retry still fits.
+	cfg.Timeout = timeout / 2
+	// A CNI call makes a handful of requests; retries on conflict must not be throttled
+	// by client-go's default 5 QPS limiter.
+	cfg.QPS, cfg.Burst = 100, 200
+	kc, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kube: client for %s: %w", cfg.Host, err)
+	}
+	nc, err := nadclient.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kube: NAD client for %s: %w", cfg.Host, err)
+	}
+	return &Client{kube: kc, nad: nc, host: cfg.Host, timeout: timeout}, nil
+}
+
+// Timeout is the bound of every call of c.
+func (c *Client) Timeout() time.Duration { return c.timeout }

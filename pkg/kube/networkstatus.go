@@ -1,0 +1,168 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// SetNetworkStatus adds entry to the network-status annotation of pod namespace/name, or
+// replaces the entry with the same network name and interface; all other entries are kept
+// as they are. uid, when not empty, must be the pod's UID: a pod recreated under the same
+// name is never touched (ErrPodUIDMismatch).
+func (c *Client) SetNetworkStatus(ctx context.Context, namespace, name, uid string, entry nadv1.NetworkStatus) error {
+	if entry.Name == "" {
+		return fmt.Errorf("kube: network-status entry for pod %s/%s has no network name", namespace, name)
+	}
+	err := c.editStatus(ctx, namespace, name, uid, func(list []nadv1.NetworkStatus) ([]nadv1.NetworkStatus, bool) {
+		return upsert(list, entry)
+	})
+	if err != nil {
+		return fmt.Errorf("kube: set network-status %q/%q of pod %s/%s: %w", entry.Name, entry.Interface, namespace, name, err)
+	}
+	return nil
+}
+
+// RemoveNetworkStatus removes the entry of network and ifName from the pod's
+// network-status annotation. A pod that is gone, was recreated (other UID), has no such
+// entry or an unreadable annotation is not an error: there is nothing of ours to remove.
+func (c *Client) RemoveNetworkStatus(ctx context.Context, namespace, name, uid, network, ifName string) error {
+	err := c.editStatus(ctx, namespace, name, uid, func(list []nadv1.NetworkStatus) ([]nadv1.NetworkStatus, bool) {
+		return remove(list, network, ifName)
+	})
+	switch {
+	case err == nil:
+		return nil
+	case isAny(err, ErrPodNotFound, ErrPodUIDMismatch):
+		slog.Debug("network-status: pod gone, nothing to remove", "pod", namespace+"/"+name, "reason", err)
+		return nil
+	case isAny(err, ErrBadAnnotation):
+		// Someone else wrote an unreadable list; our entry cannot be found in it, and
+		// failing DEL would only stop the pod's teardown.
+		slog.Warn("network-status: unreadable annotation left as it is", "pod", namespace+"/"+name, "error", err)
+		return nil
+	default:
+		return fmt.Errorf("kube: remove network-status %q/%q of pod %s/%s: %w", network, ifName, namespace, name, err)
+	}
+}
+
+// editStatus reads the pod, applies edit to its network-status list and, when edit
+// changed it, writes it back with a JSON merge patch that carries the resourceVersion
+// and UID that were read: the API server rejects the patch with a conflict when the pod
+// changed in between, and the read-edit-patch cycle is retried within the bound.
+func (c *Client) editStatus(ctx context.Context, namespace, name, uid string,
+	edit func([]nadv1.NetworkStatus) ([]nadv1.NetworkStatus, bool)) error {
+	if namespace == "" || name == "" {
+		return fmt.Errorf("pod %q/%q: namespace and name are required", namespace, name)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	pods := c.kube.CoreV1().Pods(namespace)
+	return c.retry(ctx, func(ctx context.Context) (bool, error) {
+		pod, err := pods.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return podError(err, namespace, name)
+		}
+		if uid != "" && string(pod.UID) != uid {
+			return true, fmt.Errorf("%w: %s/%s has UID %s, CNI was called for %s", ErrPodUIDMismatch, namespace, name, pod.UID, uid)
+		}
+		list, err := parseStatus(pod)
+		if err != nil {
+			return true, err
+		}
+		list, changed := edit(list)
+		if !changed {
+			return true, nil
+		}
+		patch, err := statusPatch(pod, list)
+		if err != nil {
+			return true, err
+		}
+		_, err = pods.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+		if err != nil {
+			return podError(err, namespace, name)
+		}
+		return true, nil
+	})
+}
+
+// podError maps an API error on the pod: not found is final, the rest is for retry to judge.
+func podError(err error, namespace, name string) (bool, error) {
+	if apierrors.IsNotFound(err) {
+		return true, fmt.Errorf("%w: %s/%s", ErrPodNotFound, namespace, name)
+	}
+	return false, err
+}
+
+// parseStatus returns the pod's network-status entries; no annotation is an empty list.
+func parseStatus(pod *corev1.Pod) ([]nadv1.NetworkStatus, error) {
+	raw, ok := pod.Annotations[nadv1.NetworkStatusAnnot]
+	if !ok || raw == "" {
+		return nil, nil
+	}
+	var list []nadv1.NetworkStatus
+	if err := json.Unmarshal([]byte(raw), &list); err != nil {
+		return nil, fmt.Errorf("%w on pod %s/%s: %w", ErrBadAnnotation, pod.Namespace, pod.Name, err)
+	}
+	return list, nil
+}
+
+// statusPatch is a JSON merge patch setting the annotation (deleting it when list is
+// empty) with pod's resourceVersion and UID as preconditions.
+func statusPatch(pod *corev1.Pod, list []nadv1.NetworkStatus) ([]byte, error) {
+	var value any // nil deletes the key in a merge patch
+	if len(list) > 0 {
+		b, err := json.MarshalIndent(list, "", "    ")
+		if err != nil {
+			return nil, fmt.Errorf("encode network-status: %w", err)
+		}
+		value = string(b)
+	}
+	patch := map[string]any{"metadata": map[string]any{
+		"resourceVersion": pod.ResourceVersion,
+		"uid":             string(pod.UID),
+		"annotations":     map[string]any{nadv1.NetworkStatusAnnot: value},
+	}}
+	b, err := json.Marshal(patch)
+	if err != nil {
+		return nil, fmt.Errorf("encode patch: %w", err)
+	}
+	return b, nil
+}
+
+// upsert replaces the entry with entry's name and interface, or appends entry.
+func upsert(list []nadv1.NetworkStatus, entry nadv1.NetworkStatus) ([]nadv1.NetworkStatus, bool) {
+	i := slices.IndexFunc(list, func(e nadv1.NetworkStatus) bool { return same(e, entry.Name, entry.Interface) })
+	if i < 0 {
+		return append(list, entry), true
+	}
+	if equalJSON(list[i], entry) {
+		return list, false
+	}
+	list[i] = entry
+	return list, true
+}
+
+// remove drops every entry of network and ifName.
+func remove(list []nadv1.NetworkStatus, network, ifName string) ([]nadv1.NetworkStatus, bool) {
+	out := slices.DeleteFunc(slices.Clone(list), func(e nadv1.NetworkStatus) bool { return same(e, network, ifName) })
+	return out, len(out) != len(list)
+}
+
+func same(e nadv1.NetworkStatus, network, ifName string) bool {
+	return e.Name == network && e.Interface == ifName
+}
+
+func equalJSON(a, b nadv1.NetworkStatus) bool {
+	ja, err1 := json.Marshal(a)
+	jb, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && string(ja) == string(jb)
+}

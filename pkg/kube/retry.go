@@ -1,0 +1,78 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+// Backoff between attempts: short, because a CNI ADD waits for it, and jittered, because a
+// conflict means another writer is active and lockstep retries would collide again.
+const (
+	minBackoff = 10 * time.Millisecond
+	maxBackoff = 500 * time.Millisecond
+)
+
+// retry runs op until it is done, fails with an error that retrying cannot fix, or ctx
+// ends. op returns done=true to stop with its error (nil or not); done=false with an error
+// asks for another attempt when the error is transient (conflict, transport, 429, 5xx).
+func (c *Client) retry(ctx context.Context, op func(context.Context) (bool, error)) error {
+	backoff := minBackoff
+	var last error
+	for attempt := 1; ; attempt++ {
+		done, err := op(ctx)
+		if done || err == nil {
+			return err
+		}
+		if !transient(err) {
+			return err
+		}
+		last = err
+		if apierrors.IsConflict(err) {
+			// The object moved on: read it again soon, do not wait long.
+			backoff = minBackoff
+		}
+		sleep := backoff/2 + rand.N(backoff/2+1)
+		select {
+		case <-ctx.Done():
+			return c.boundError(ctx, attempt, last)
+		case <-time.After(sleep):
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+// boundError explains why the bound ran out: still conflicting, or never reached.
+func (c *Client) boundError(ctx context.Context, attempts int, last error) error {
+	if apierrors.IsConflict(last) {
+		return fmt.Errorf("still conflicting after %d attempts within %s: %w", attempts, c.timeout, last)
+	}
+	if _, ok := last.(apierrors.APIStatus); ok {
+		return fmt.Errorf("API server %s kept failing for %s (%d attempts): %w", c.host, c.timeout, attempts, last)
+	}
+	return fmt.Errorf("%w: %s did not answer within %s (%d attempts): %w", ErrUnreachable, c.host, c.timeout, attempts, errors.Join(last, context.Cause(ctx)))
+}
+
+// transient tells whether another attempt can succeed where this one failed.
+func transient(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		// No answer from the server at all: connection refused, reset, TLS, timeout.
+		return true
+	}
+	return apierrors.IsConflict(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
+		apierrors.IsTooManyRequests(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err)
+}
+
+func isAny(err error, targets ...error) bool {
+	for _, t := range targets {
+		if errors.Is(err, t) {
+			return true
+		}
+	}
+	return false
+}
