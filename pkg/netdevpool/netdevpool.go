@@ -1,0 +1,167 @@
+package netdevpool
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/devplumb/devplumb/pkg/devpool"
+	"github.com/devplumb/devplumb/pkg/pcipool"
+	"github.com/devplumb/devplumb/pkg/pcisysfs"
+	"github.com/vishvananda/netlink"
+)
+
+// Config selects interfaces.
+type Config struct {
+	Names []string `json:"names"` // globs (path.Match syntax) of interface names
+}
+
+// moved is an interface that a CNI plugin moved into another namespace.
+type moved struct {
+	dev       devpool.Device
+	peerIndex int // host ifindex of its veth peer, 0 when unknown
+}
+
+// Pool is the named-netdev pool of one resource.
+type Pool struct {
+	globs []string
+	sysfs string
+	log   *slog.Logger
+
+	mu    sync.Mutex
+	moved map[string]moved
+	last  map[string]devpool.Device // host interfaces at the last scan
+	index map[int]bool              // their ifindexes
+}
+
+// New checks the globs and returns the pool; sysfs "" means /sys.
+func New(c Config, sysfs string, log *slog.Logger) (*Pool, error) {
+	if len(c.Names) == 0 {
+		return nil, fmt.Errorf("netdevs pool: names must list at least one glob")
+	}
+	for _, g := range c.Names {
+		if _, err := filepath.Match(g, ""); err != nil || g == "" {
+			return nil, fmt.Errorf("netdevs pool: bad name glob %q", g)
+		}
+	}
+	if sysfs == "" {
+		sysfs = pcisysfs.DefaultRoot
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Pool{globs: c.Names, sysfs: sysfs, log: log, moved: map[string]moved{}, last: map[string]devpool.Device{}}, nil
+}
+
+// Kind is "netdevs".
+func (p *Pool) Kind() string { return "netdevs" }
+
+func (p *Pool) matches(name string) bool {
+	for _, g := range p.globs {
+		if ok, _ := filepath.Match(g, name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Scan lists the selected host interfaces and the moved ones still in use.
+func (p *Pool) Scan() ([]devpool.Device, error) {
+	links, err := netlinksafe.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("netdevs pool: list links: %w", err)
+	}
+	host := map[string]devpool.Device{}
+	indexes, listed := map[int]bool{}, map[int]bool{}
+	for _, l := range links {
+		a := l.Attrs()
+		indexes[a.Index] = true
+		if p.matches(a.Name) {
+			host[a.Name] = p.describe(a.Name)
+			listed[a.Index] = true
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.last, p.index = host, listed
+	out := make([]devpool.Device, 0, len(host)+len(p.moved))
+	for _, d := range host {
+		out = append(out, d)
+	}
+	for name, m := range p.moved {
+		switch {
+		case host[name].ID != "":
+			delete(p.moved, name) // back in the host namespace
+		case m.peerIndex > 0 && !indexes[m.peerIndex]:
+			p.log.Info("moved veth's host peer is gone: the pair was destroyed", "name", name, "peerIndex", m.peerIndex)
+			delete(p.moved, name)
+		default:
+			out = append(out, m.dev)
+		}
+	}
+	devpool.Sort(out)
+	return out, nil
+}
+
+func (p *Pool) listedIndex(i int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.index[i]
+}
+
+// describe builds the device of a host interface.
+func (p *Pool) describe(name string) devpool.Device {
+	d := devpool.Device{ID: name, Healthy: true, NUMANode: devpool.NoNUMA}
+	devLink := filepath.Join(p.sysfs, "class", "net", name, "device")
+	if _, err := os.Lstat(devLink); err == nil {
+		if _, err := os.Stat(devLink); err != nil {
+			d.Healthy = false // the interface outlived its device
+			return d
+		}
+	}
+	if addr := pcisysfs.NetDevPCIAddress(p.sysfs, name); addr != "" {
+		if pd, err := pcisysfs.Read(p.sysfs, addr); err == nil {
+			d.NUMANode = pd.NUMANode
+			d.Info = pcipool.Info(pd)
+		}
+	}
+	return d
+}
+
+// linkGone handles an RTM_DELLINK of a host interface. It reports whether
+// the pool's devices may have changed.
+func (p *Pool) linkGone(link netlink.Link, index int, movedTo int, wasMoved bool) bool {
+	a := link.Attrs()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	relevant := false
+	for name, m := range p.moved {
+		if m.peerIndex == index {
+			p.log.Info("moved veth's host peer deleted: the pair was destroyed", "name", name, "peer", a.Name)
+			delete(p.moved, name)
+			relevant = true
+		}
+	}
+	if !p.matches(a.Name) {
+		return relevant
+	}
+	if !wasMoved {
+		p.log.Info("interface deleted", "name", a.Name)
+		delete(p.moved, a.Name)
+		return true
+	}
+	dev, ok := p.last[a.Name]
+	if !ok {
+		dev = devpool.Device{ID: a.Name, Healthy: true, NUMANode: devpool.NoNUMA}
+	}
+	m := moved{dev: dev}
+	if _, isVeth := link.(*netlink.Veth); isVeth && a.NetNsID < 0 && a.ParentIndex > 0 {
+		m.peerIndex = a.ParentIndex
+	}
+	p.moved[a.Name] = m
+	p.log.Info("interface moved to another network namespace: in use", "name", a.Name, "netnsid", movedTo, "vethPeerIndex", m.peerIndex)
+	return true
+}
