@@ -1,0 +1,151 @@
+// Package netdevdp is the netdev-dp daemon: for every configured resource it
+// runs a device pool, a device plugin server (pkg/deviceplugin), the
+// resource's CDI spec file (pkg/cdispec) and its device plugin device-info
+// files (devinfo), and keeps all of them in step with the pool.
+package netdevdp
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"time"
+
+	"github.com/devplumb/devplumb/pkg/netdevpool"
+	"github.com/devplumb/devplumb/pkg/pcipool"
+	"github.com/devplumb/devplumb/pkg/sockpool"
+	"github.com/devplumb/devplumb/pkg/vdpapool"
+)
+
+// DefaultResync is how often every pool is rescanned besides its events.
+// sysfs (pci, vdpa) has no change events, so this is their health period.
+const DefaultResync = 5 * time.Second
+
+// Config is the netdev-dp config file. Directories given as flags override
+// the file's.
+type Config struct {
+	PluginDir  string     `json:"pluginDir,omitempty"`
+	DevInfoDir string     `json:"deviceInfoDir,omitempty"`
+	CDIDir     string     `json:"cdiDir,omitempty"`
+	SysfsRoot  string     `json:"sysfsRoot,omitempty"`
+	Resync     Duration   `json:"resyncInterval,omitempty"`
+	Resources  []Resource `json:"resources"`
+}
+
+// Resource is one advertised resource and the one pool that feeds it.
+type Resource struct {
+	ResourceName string              `json:"resourceName"`
+	PCI          *pcipool.Selectors  `json:"pci,omitempty"`
+	NetDevs      *netdevpool.Config  `json:"netdevs,omitempty"`
+	VDPA         *vdpapool.Selectors `json:"vdpa,omitempty"`
+	VhostUser    *sockpool.VhostUser `json:"vhostUser,omitempty"`
+	Memif        *sockpool.Memif     `json:"memif,omitempty"`
+}
+
+// Duration is a time.Duration written as "5s" in JSON.
+type Duration struct{ time.Duration }
+
+// UnmarshalJSON parses a Go duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration must be a string like \"5s\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil || v <= 0 {
+		return fmt.Errorf("duration %q is not a positive Go duration", s)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// LoadConfig reads and checks a config file. Unknown keys are errors.
+func LoadConfig(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	c, err := ParseConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ParseConfig decodes and checks a config.
+func ParseConfig(data []byte) (*Config, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var c Config
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("decode: trailing data after the config object")
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// resourceName is the kubelet's rule for extended resources: a DNS subdomain
+// prefix and a qualified name.
+var (
+	dnsSubdomain  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	qualifiedName = regexp.MustCompile(`^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`)
+)
+
+// ValidateResourceName checks "domain/name" as the kubelet does for device
+// plugin resources (kubernetes.io domains are reserved).
+func ValidateResourceName(name string) error {
+	var domain, n string
+	if i := bytes.IndexByte([]byte(name), '/'); i > 0 {
+		domain, n = name[:i], name[i+1:]
+	}
+	switch {
+	case domain == "" || len(domain) > 253 || !dnsSubdomain.MatchString(domain):
+		return fmt.Errorf("resource name %q needs a DNS subdomain prefix like example.com/", name)
+	case len(n) > 63 || !qualifiedName.MatchString(n):
+		return fmt.Errorf("resource name %q: %q is not a qualified name (alphanumerics, -, _, ., at most 63)", name, n)
+	case domain == "kubernetes.io" || bytes.HasSuffix([]byte(domain), []byte(".kubernetes.io")):
+		return fmt.Errorf("resource name %q uses the reserved kubernetes.io domain", name)
+	}
+	return nil
+}
+
+// Validate checks everything that can be checked without the host.
+func (c *Config) Validate() error {
+	if len(c.Resources) == 0 {
+		return fmt.Errorf("resources: at least one resource is required")
+	}
+	seen := map[string]bool{}
+	for i, r := range c.Resources {
+		where := fmt.Sprintf("resources[%d]", i)
+		if err := ValidateResourceName(r.ResourceName); err != nil {
+			return fmt.Errorf("%s: %w", where, err)
+		}
+		if seen[r.ResourceName] {
+			return fmt.Errorf("%s: resource %q is configured twice", where, r.ResourceName)
+		}
+		seen[r.ResourceName] = true
+		if n := r.poolCount(); n != 1 {
+			return fmt.Errorf("%s (%s): exactly one of pci, netdevs, vdpa, vhostUser, memif is required, found %d", where, r.ResourceName, n)
+		}
+	}
+	return nil
+}
+
+func (r *Resource) poolCount() int {
+	n := 0
+	for _, set := range []bool{r.PCI != nil, r.NetDevs != nil, r.VDPA != nil, r.VhostUser != nil, r.Memif != nil} {
+		if set {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,144 @@
+package netdevdp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/cdispec"
+	"github.com/devplumb/devplumb/pkg/devpool"
+	"github.com/devplumb/devplumb/pkg/netdevpool"
+	"github.com/devplumb/devplumb/pkg/pcipool"
+	"github.com/devplumb/devplumb/pkg/sockpool"
+	"github.com/devplumb/devplumb/pkg/vdpapool"
+)
+
+// Run starts every resource and serves until ctx ends. Then it stops the
+// plugins (their sockets go), removes the device-info files and CDI specs it
+// wrote, and returns. It fails early on anything a config or host problem
+// causes at start (bad pool config, unreadable sysfs, unwritable dirs).
+func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	resources, err := build(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer cleanup(resources, log)
+	// Everything is described before any plugin registers.
+	for _, r := range resources {
+		if err := r.sync(); err != nil {
+			return err
+		}
+	}
+	return serve(ctx, cfg, resources)
+}
+
+// build creates the pools and resources.
+func build(cfg *Config, log *slog.Logger) ([]*resource, error) {
+	store := devinfo.NewStore(cfg.DevInfoDir)
+	var out []*resource
+	for i, rc := range cfg.Resources {
+		pool, err := newPool(rc, cfg.SysfsRoot, log)
+		if err != nil {
+			return nil, fmt.Errorf("resources[%d] (%s): %w", i, rc.ResourceName, err)
+		}
+		w, err := cdispec.New(cfg.CDIDir, rc.ResourceName)
+		if err != nil {
+			return nil, fmt.Errorf("resources[%d]: %w", i, err)
+		}
+		r, err := newResource(rc.ResourceName, pool, cfg.PluginDir, w, store, log)
+		if err != nil {
+			return nil, fmt.Errorf("resources[%d]: %w", i, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func newPool(rc Resource, sysfs string, log *slog.Logger) (devpool.Pool, error) {
+	switch {
+	case rc.PCI != nil:
+		return pcipool.New(sysfs, *rc.PCI), nil
+	case rc.NetDevs != nil:
+		return netdevpool.New(*rc.NetDevs, sysfs, log.With("resource", rc.ResourceName))
+	case rc.VDPA != nil:
+		return vdpapool.New(sysfs, *rc.VDPA)
+	case rc.VhostUser != nil:
+		return sockpool.NewVhostUser(*rc.VhostUser)
+	case rc.Memif != nil:
+		return sockpool.NewMemif(*rc.Memif)
+	}
+	return nil, errors.New("no pool configured")
+}
+
+// serve runs plugins, pool watchers, rescans and the resync ticker until ctx
+// ends or a plugin cannot serve.
+func serve(ctx context.Context, cfg *Config, resources []*resource) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	resync := cfg.Resync.Duration
+	if resync <= 0 {
+		resync = DefaultResync
+	}
+	var wg sync.WaitGroup
+	errc := make(chan error, len(resources))
+	for _, r := range resources {
+		wg.Add(3)
+		go func() {
+			defer wg.Done()
+			if err := r.dp.Run(ctx); err != nil {
+				errc <- err
+				cancel()
+			}
+		}()
+		go func() { defer wg.Done(); r.run(ctx) }()
+		go func() { defer wg.Done(); watch(ctx, r) }()
+	}
+	ticker := time.NewTicker(resync)
+	defer ticker.Stop()
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			done = true
+		case <-ticker.C:
+			for _, r := range resources {
+				r.changed()
+			}
+		}
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+// watch follows a pool's own change events, if it has any.
+func watch(ctx context.Context, r *resource) {
+	n, ok := r.pool.(devpool.Notifier)
+	if !ok {
+		return
+	}
+	if err := n.Watch(ctx, r.changed); err != nil {
+		r.log.Error("watching the pool failed; relying on periodic rescans", "err", err)
+	}
+}
+
+func cleanup(resources []*resource, log *slog.Logger) {
+	for _, r := range resources {
+		if err := r.cleanup(); err != nil {
+			log.Error("cleanup", "resource", r.name, "err", err)
+		}
+	}
+}

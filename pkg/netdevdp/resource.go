@@ -1,0 +1,176 @@
+package netdevdp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"strings"
+	"sync"
+
+	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/cdispec"
+	"github.com/devplumb/devplumb/pkg/deviceplugin"
+	"github.com/devplumb/devplumb/pkg/devpool"
+)
+
+// resource keeps one resource's plugin, CDI spec and device-info files in
+// step with its pool.
+type resource struct {
+	name  string
+	pool  devpool.Pool
+	dp    *deviceplugin.Server
+	cdi   *cdispec.Writer
+	store *devinfo.Store
+	log   *slog.Logger
+	kick  chan struct{} // coalesced "rescan now"
+
+	mu      sync.Mutex
+	devices map[string]devpool.Device
+	files   map[string]*devinfo.DeviceInfo // DP files this process wrote
+}
+
+func newResource(name string, pool devpool.Pool, pluginDir string, cdi *cdispec.Writer, store *devinfo.Store, log *slog.Logger) (*resource, error) {
+	r := &resource{
+		name: name, pool: pool, cdi: cdi, store: store,
+		log:     log.With("resource", name, "pool", pool.Kind()),
+		kick:    make(chan struct{}, 1),
+		devices: map[string]devpool.Device{},
+		files:   map[string]*devinfo.DeviceInfo{},
+	}
+	dp, err := deviceplugin.New(deviceplugin.Config{
+		ResourceName: name,
+		PluginDir:    pluginDir,
+		Allocate:     r.allocate,
+		Logger:       log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.dp = dp
+	return r, nil
+}
+
+// changed asks for a rescan; it never blocks.
+func (r *resource) changed() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// sync scans the pool and brings the CDI spec, the device-info files and
+// then the kubelet's view up to date, in that order, so that a device the
+// kubelet can allocate is already described.
+func (r *resource) sync() error {
+	devs, err := r.pool.Scan()
+	if err != nil {
+		return fmt.Errorf("resource %s: scan: %w", r.name, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var errs []error
+	if err := r.cdi.Write(devs); err != nil {
+		errs = append(errs, fmt.Errorf("resource %s: %w", r.name, err))
+	}
+	next := devpool.Index(devs)
+	errs = append(errs, r.syncFiles(next)...)
+	for id := range r.devices {
+		if _, ok := next[id]; !ok {
+			r.log.Info("device left", "device", id)
+		}
+	}
+	for id, d := range next {
+		if old, ok := r.devices[id]; !ok {
+			r.log.Info("device found", "device", id, "healthy", d.Healthy, "numa", d.NUMANode)
+		} else if old.Healthy != d.Healthy {
+			r.log.Info("device health changed", "device", id, "healthy", d.Healthy)
+		}
+	}
+	r.devices = next
+	r.dp.Update(toPlugin(devs))
+	return errors.Join(errs...)
+}
+
+// syncFiles writes the file of every describable device that is new or
+// changed, and removes the files of devices that left. A device that is
+// still there keeps its file, healthy or not.
+func (r *resource) syncFiles(next map[string]devpool.Device) []error {
+	var errs []error
+	for id, d := range next {
+		if d.Info == nil || reflect.DeepEqual(r.files[id], d.Info) {
+			continue
+		}
+		if err := r.store.WriteDP(r.name, id, d.Info); err != nil {
+			errs = append(errs, fmt.Errorf("resource %s: device-info for %s: %w", r.name, id, err))
+			continue
+		}
+		r.files[id] = d.Info
+	}
+	for id := range r.files {
+		if d, ok := next[id]; ok && d.Info != nil {
+			continue
+		}
+		if err := r.store.RemoveDP(r.name, id); err != nil {
+			errs = append(errs, fmt.Errorf("resource %s: remove device-info for %s: %w", r.name, id, err))
+			continue
+		}
+		delete(r.files, id)
+	}
+	return errs
+}
+
+func toPlugin(devs []devpool.Device) []deviceplugin.Device {
+	out := make([]deviceplugin.Device, 0, len(devs))
+	for _, d := range devs {
+		out = append(out, deviceplugin.Device{ID: d.ID, Healthy: d.Healthy, NUMANode: d.NUMANode})
+	}
+	return out
+}
+
+// cleanup removes what this process wrote: device-info files and the CDI
+// spec. It runs after the plugin stopped serving.
+func (r *resource) cleanup() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var errs []error
+	for id := range r.files {
+		if err := r.store.RemoveDP(r.name, id); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		delete(r.files, id)
+	}
+	if err := r.cdi.Remove(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// run rescans on every kick until ctx ends.
+func (r *resource) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.kick:
+			if err := r.sync(); err != nil {
+				r.log.Error("sync failed", "err", err)
+			}
+		}
+	}
+}
+
+// envName is the variable naming the allocated IDs, as the SR-IOV device
+// plugin does for PCI: PCIDEVICE_<RESOURCE> with ".", "/" and "-" as "_".
+func envName(kind, resourceName string) string {
+	prefix := map[string]string{
+		"pci": "PCIDEVICE", "netdevs": "NETDEVICE", "vdpa": "VDPADEVICE",
+		"vhostuser": "VHOSTUSERDEVICE", "memif": "MEMIFDEVICE",
+	}[kind]
+	if prefix == "" {
+		prefix = "DEVICE"
+	}
+	return prefix + "_" + strings.ToUpper(strings.NewReplacer(".", "_", "/", "_", "-", "_").Replace(resourceName))
+}
