@@ -16,9 +16,9 @@ import (
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/pkg/netdevpool"
 	"github.com/devplumb/devplumb/pkg/pcipool"
+	"github.com/devplumb/devplumb/pkg/pcisysfs/sysfstest"
 	"github.com/devplumb/devplumb/pkg/sockpool"
 	"github.com/devplumb/devplumb/pkg/vdpapool"
-	"github.com/devplumb/devplumb/pkg/pcisysfs/sysfstest"
 	"github.com/vishvananda/netlink"
 )
 
@@ -43,6 +43,7 @@ type fixture struct {
 	cdiDir     string
 	cfg        *Config
 	configPath string
+	witnesses  int
 }
 
 func newFixture(t *testing.T) *fixture {
