@@ -1,0 +1,83 @@
+package netdevdp
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseConfig(t *testing.T) {
+	c, err := ParseConfig([]byte(`{
+		"resyncInterval": "2s",
+		"resources": [
+			{"resourceName": "example.com/vf", "pci": {"vendors": ["8086"], "pfNames": ["ens1f0"]}},
+			{"resourceName": "example.com/netdev", "netdevs": {"names": ["eth*"]}},
+			{"resourceName": "example.com/vhu", "vhostUser": {"socketDir": "/run/vhu", "mode": "client"}},
+			{"resourceName": "example.com/memif", "memif": {"socketDir": "/run/memif", "role": "slave", "mode": "ip"}},
+			{"resourceName": "example.com/vdpa", "vdpa": {"drivers": ["vhost"]}}
+		]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Resync.Duration != 2*time.Second || len(c.Resources) != 5 || c.Resources[0].PCI.PFNames[0] != "ens1f0" {
+		t.Fatalf("%+v", c)
+	}
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	cases := map[string]string{
+		`{"resources": []}`: "at least one resource",
+		`{"resources": [{"resourceName": "example.com/a", "netdevs": {"names": ["x"]}}], "extra": 1}`:                                                     `unknown field "extra"`,
+		`{"resources": [{"resourceName": "example.com/a"}]}`:                                                                                              "exactly one of",
+		`{"resources": [{"resourceName": "example.com/a", "netdevs": {"names": ["x"]}, "pci": {}}]}`:                                                      "found 2",
+		`{"resources": [{"resourceName": "noslash", "netdevs": {"names": ["x"]}}]}`:                                                                       "DNS subdomain",
+		`{"resources": [{"resourceName": "kubernetes.io/a", "netdevs": {"names": ["x"]}}]}`:                                                               "reserved",
+		`{"resources": [{"resourceName": "example.com/a b", "netdevs": {"names": ["x"]}}]}`:                                                               "qualified name",
+		`{"resyncInterval": "soon", "resources": [{"resourceName": "example.com/a", "netdevs": {"names": ["x"]}}]}`:                                       "positive Go duration",
+		`{"resources": [{"resourceName": "example.com/a", "netdevs": {"names": ["x"]}}, {"resourceName": "example.com/a", "netdevs": {"names": ["y"]}}]}`: "configured twice",
+		`{"resources": [{"resourceName": "example.com/a", "pci": {"vendor": ["8086"]}}]}`:                                                                 `unknown field "vendor"`,
+		`{"resources": [{"resourceName": "example.com/a", "netdevs": {"names": ["x"]}}]} {}`:                                                              "trailing data",
+	}
+	for in, want := range cases {
+		_, err := ParseConfig([]byte(in))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: got %v, want error containing %q", in, err, want)
+		}
+	}
+}
+
+func TestRunRejectsBadPools(t *testing.T) {
+	dir := t.TempDir()
+	for _, rc := range []Resource{
+		{ResourceName: "example.com/a", VhostUser: &vhostConfig{SocketDir: dir + "/missing", Mode: "client"}},
+		{ResourceName: "example.com/a", NetDevs: &netdevConfig{Names: []string{"["}}},
+		{ResourceName: "example.com/a", PCI: &pcipoolSelectors{}}, // sysfs root without bus/pci
+	} {
+		cfg := &Config{PluginDir: dir + "/dp", DevInfoDir: dir + "/di", CDIDir: dir + "/cdi", SysfsRoot: dir, Resources: []Resource{rc}}
+		if err := Run(t.Context(), cfg, nil); err == nil {
+			t.Errorf("%+v: Run succeeded", rc)
+		}
+	}
+	if left := dirEntries(t, dir); len(left) != 0 {
+		t.Errorf("failed starts left files: %v", left)
+	}
+}
+
+func TestEnvName(t *testing.T) {
+	if got := envName("pci", "intel.com/intel_sriov-netdevice"); got != "PCIDEVICE_INTEL_COM_INTEL_SRIOV_NETDEVICE" {
+		t.Errorf("envName = %q", got)
+	}
+}
+
+func TestCDIAnnotationKeyFallsBackToHash(t *testing.T) {
+	long := "example.com/" + strings.Repeat("r", 60)
+	ann, err := cdiAnnotations(long, []string{"0000:01:00.1"}, []string{"example.com/x=0000:01:00.1"})
+	if err != nil || len(ann) != 1 {
+		t.Fatalf("%v %v", ann, err)
+	}
+	for k := range ann {
+		if len(k) > len("cdi.k8s.io/")+63 {
+			t.Errorf("key %q too long", k)
+		}
+	}
+}
