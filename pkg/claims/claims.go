@@ -204,6 +204,10 @@ type Request struct {
 	// Candidates are the devices this attachment may take, in preference
 	// order (the kubelet's order, or the one device the caller named).
 	Candidates []string
+	// Stale, when set, is asked (under the lock) about another pod's claim
+	// on a candidate; true drops that claim. The kubelet gave the device to
+	// this pod, so a holder the kubelet no longer knows missed its DEL.
+	Stale func(*Attachment) bool
 }
 
 // Claimed is the outcome of Claim.
@@ -252,6 +256,13 @@ func (s *Store) claimLocked(req Request) (*Claimed, error) {
 		}
 	}
 	for _, dev := range req.Candidates {
+		if a := held[dev]; a != nil && req.Stale != nil && req.Stale(a) {
+			if err := s.Remove(a.Key); err != nil {
+				return nil, err
+			}
+			out.Dropped = append(out.Dropped, a)
+			delete(held, dev)
+		}
 		if held[dev] != nil {
 			continue
 		}

@@ -127,3 +127,19 @@ func TestUnsafeKeyAndCorruptState(t *testing.T) {
 		t.Errorf("corrupt record: %v", err)
 	}
 }
+
+func TestStaleClaimOfAnotherPodIsDropped(t *testing.T) {
+	s := New(t.TempDir())
+	if _, err := s.Claim(req("gone", "c0", "net1", "d0")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(req("live", "c1", "net1", "d0")); !errors.Is(err, ErrNoFreeDevice) {
+		t.Fatalf("without Stale the holder keeps the device: %v", err)
+	}
+	r := req("live", "c1", "net1", "d0")
+	r.Stale = func(a *Attachment) bool { return a.Pod.Name == "gone" }
+	c, err := s.Claim(r)
+	if err != nil || c.Attachment.DeviceID != "d0" || len(c.Dropped) != 1 || c.Dropped[0].Pod.Name != "gone" {
+		t.Fatalf("claim %+v %v", c, err)
+	}
+}

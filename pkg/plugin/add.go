@@ -23,6 +23,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	if cerr != nil {
 		return cerr
 	}
+	defer c.close()
 	res, cerr := c.resourceName()
 	if cerr != nil {
 		return cerr
@@ -31,7 +32,8 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	if cerr != nil {
 		return cerr
 	}
-	claimed, err := c.claims.Claim(claims.Request{Key: c.key, Pod: c.pod, ResourceName: res, Candidates: cands})
+	claimed, err := c.claims.Claim(claims.Request{Key: c.key, Pod: c.pod, ResourceName: res, Candidates: cands,
+		Stale: c.staleClaim})
 	if errors.Is(err, claims.ErrNoFreeDevice) {
 		return cniError(ErrNoFreeDevice, err.Error(), nil)
 	}

@@ -3,11 +3,13 @@ package plugin
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/devplumb/devplumb/pkg/claims"
 	"github.com/devplumb/devplumb/pkg/config"
 	"github.com/devplumb/devplumb/podresources"
 )
@@ -50,11 +52,10 @@ func (c *call) candidates(resourceName string) ([]string, *types.Error) {
 		return nil, cniError(types.ErrInvalidEnvironmentVariables, "CNI_ARGS must carry K8S_POD_NAMESPACE and K8S_POD_NAME "+
 			"so devplumb can ask the kubelet for the pod's "+resourceName+" devices", nil)
 	}
-	pr, err := podresources.New(c.conf.PodResourcesSocket, podresources.WithTimeout(c.p.Timeout), podresources.WithLogger(c.p.Log))
-	if err != nil {
-		return nil, cniError(ErrPodResources, "cannot reach the kubelet PodResources API: check \"podResourcesSocket\"", err)
+	pr, cerr := c.podResources()
+	if cerr != nil {
+		return nil, cerr
 	}
-	defer pr.Close()
 	ctx, cancel := c.ctx()
 	defer cancel()
 	pod, err := pr.Get(ctx, c.pod.Namespace, c.pod.Name)
@@ -78,6 +79,67 @@ func (c *call) candidates(resourceName string) ([]string, *types.Error) {
 			"(the kubelet returned %s)", c.pod, resourceName, resourceName, describe(pod)), nil)
 	}
 	return ids, nil
+}
+
+// podResources opens the kubelet client once per call; close releases it.
+func (c *call) podResources() (*podresources.Client, *types.Error) {
+	if c.pr != nil {
+		return c.pr, nil
+	}
+	pr, err := podresources.New(c.conf.PodResourcesSocket, podresources.WithTimeout(c.p.Timeout), podresources.WithLogger(c.p.Log))
+	if err != nil {
+		return nil, cniError(ErrPodResources, "cannot reach the kubelet PodResources API: check \"podResourcesSocket\"", err)
+	}
+	c.pr = pr
+	return pr, nil
+}
+
+func (c *call) close() {
+	if c.pr != nil {
+		_ = c.pr.Close()
+		c.pr = nil
+	}
+}
+
+// staleClaim reports whether another pod's claim on a device the kubelet
+// gave this pod is left over: the kubelet no longer lists the device for the
+// holder (its DEL never came, e.g. after a node crash).
+func (c *call) staleClaim(a *claims.Attachment) bool {
+	if c.pr == nil || !a.Pod.Known() || a.ResourceName == "" {
+		return false
+	}
+	ctx, cancel := c.ctx()
+	defer cancel()
+	pod, err := c.pr.Get(ctx, a.Pod.Namespace, a.Pod.Name)
+	stale := errors.Is(err, podresources.ErrPodNotFound) ||
+		(err == nil && !slices.Contains(podresources.DevicesOf(pod, a.ResourceName), a.DeviceID))
+	if stale {
+		c.p.Log.Warn("taking over a stale claim: the kubelet no longer gives the device to its holder",
+			"device", a.DeviceID, "holder", a.Pod.String(), "container", a.ContainerID)
+	}
+	return stale
+}
+
+// checkKubelet confirms the kubelet still assigns a claimed device to the pod.
+func (c *call) checkKubelet(a *claims.Attachment) *types.Error {
+	if a.ResourceName == "" || c.conf.DeviceIDFromConfig() != "" || !a.Pod.Known() {
+		return nil
+	}
+	pr, cerr := c.podResources()
+	if cerr != nil {
+		return cerr
+	}
+	ctx, cancel := c.ctx()
+	defer cancel()
+	devs, err := pr.Devices(ctx, a.Pod.Namespace, a.Pod.Name, a.ResourceName)
+	if err != nil && !errors.Is(err, podresources.ErrPodNotFound) {
+		return cniError(ErrPodResources, "the kubelet PodResources API failed at "+c.conf.PodResourcesSocket, err)
+	}
+	if !slices.Contains(devs, a.DeviceID) {
+		return cniError(ErrNoDevice, fmt.Sprintf("the kubelet no longer assigns %s device %s to pod %s: recreate the pod",
+			a.ResourceName, a.DeviceID, a.Pod), nil)
+	}
+	return nil
 }
 
 // describe says what the kubelet returned for a pod, for error messages.

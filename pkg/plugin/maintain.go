@@ -30,6 +30,10 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 		return cniError(ErrState, fmt.Sprintf("no completed ADD recorded for network %s, container %s, interface %s: "+
 			"run ADD again", c.key.Network, c.key.ContainerID, c.key.IfName), nil)
 	}
+	defer c.close()
+	if cerr := c.checkKubelet(rec); cerr != nil {
+		return cerr
+	}
 	if rec.NetworkStatus != nil && rec.NetworkStatus.DeviceInfo != nil {
 		if _, err := devinfo.ReadFile(rec.CNIFile); err != nil {
 			return cniError(ErrDeviceInfo, "the CNI device-info file of this attachment is missing or invalid", err)

@@ -20,6 +20,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/claims"
 	"github.com/devplumb/devplumb/pkg/config"
 	"github.com/devplumb/devplumb/pkg/delegate"
+	"github.com/devplumb/devplumb/podresources"
 )
 
 // devplumb's own CNI error codes (the CNI spec leaves 100+ to plugins).
@@ -101,6 +102,7 @@ type call struct {
 	files  *devinfo.Store
 	claims *claims.Store
 	inv    *delegate.Invoker
+	pr     *podresources.Client // opened on first use
 }
 
 func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Error) {

@@ -1,0 +1,73 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"testing"
+)
+
+// A claim whose pod the kubelet forgot (its DEL never came) does not block
+// the pod the kubelet gave the device to next; CHECK notices when the
+// kubelet takes a device away.
+func TestStaleClaimTakenOverAndCheckedAgainstKubelet(t *testing.T) {
+	e := newEnv(t)
+	oldPod, newPod := newNS(t), newNS(t)
+	e.setPod("default", "old", "0000:01:02.3")
+	e.writeDP("0000:01:02.3", pciInfo("0000:01:02.3"))
+	e.install(e.conf("fast-net", e.recorder(nil)))
+	e.mustCnitool("add", "fast-net", oldPod.Path(), "net1", podArgs("default", "old"), "")
+
+	e.pr.DeletePod("default", "old")
+	e.setPod("default", "new", "0000:01:02.3")
+	e.mustCnitool("add", "fast-net", newPod.Path(), "net1", podArgs("default", "new"), "")
+	st := e.state()
+	if len(st) != 1 || st[0].Pod.Name != "new" {
+		t.Fatalf("claims %+v", st)
+	}
+	if _, err := os.Stat(e.cniFile("fast-net", cnitoolID(oldPod.Path()), "net1")); !os.IsNotExist(err) {
+		t.Errorf("stale CNI file kept: %v", err)
+	}
+	e.mustCnitool("check", "fast-net", newPod.Path(), "net1", podArgs("default", "new"), "")
+	e.setPod("default", "new", "0000:01:02.4")
+	_, errOut, err := e.cnitool("check", "fast-net", newPod.Path(), "net1", podArgs("default", "new"), "")
+	if err == nil || !contains(errOut, "no longer assigns") {
+		t.Errorf("CHECK after the kubelet moved the device: %v %s", err, errOut)
+	}
+}
+
+// A live holder keeps its device: the kubelet still lists it for that pod.
+func TestLiveClaimIsKept(t *testing.T) {
+	e := newEnv(t)
+	a, b := newNS(t), newNS(t)
+	e.setPod("default", "a", "dev-1")
+	e.setPod("default", "b", "dev-1") // a kubelet bug: the same device twice
+	e.install(e.conf("fast-net", e.recorder(nil)))
+	e.mustCnitool("add", "fast-net", a.Path(), "net1", podArgs("default", "a"), "")
+	_, errOut, err := e.cnitool("add", "fast-net", b.Path(), "net1", podArgs("default", "b"), "")
+	if err == nil || !contains(errOut, "held by pod default/a") {
+		t.Errorf("second pod on a held device: %v %s", err, errOut)
+	}
+}
+
+// Multus injects the device as a top-level deviceID; VERSION lists versions.
+func TestTopLevelDeviceIDAndVersion(t *testing.T) {
+	e := newEnv(t)
+	pod := newNS(t)
+	conf := e.conf("fast-net", e.recorder(nil))
+	delete(conf, "resourceName")
+	conf["deviceID"] = "0000:3b:00.2"
+	if _, ce := e.run("ADD", mustJSON(t, conf), "c1", pod.Path(), "net1", "IgnoreUnknown=1"); ce != nil {
+		t.Fatalf("ADD: %+v", ce)
+	}
+	_, stdin := e.record("ADD", "c1", "net1")
+	if stdin["deviceID"] != "0000:3b:00.2" || stdin["pciBusID"] != "0000:3b:00.2" {
+		t.Errorf("delegate got %v", stdin)
+	}
+	out, ce := e.run("VERSION", []byte(`{"cniVersion":"1.0.0"}`), "", "", "", "")
+	var v struct {
+		Supported []string `json:"supportedVersions"`
+	}
+	if ce != nil || json.Unmarshal(out, &v) != nil || len(v.Supported) != 5 || v.Supported[0] != "0.3.0" {
+		t.Errorf("VERSION %s %+v", out, ce)
+	}
+}
