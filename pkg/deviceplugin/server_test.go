@@ -141,3 +141,44 @@ func TestAllocateChecksIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestPreStartOption(t *testing.T) {
+	dir := t.TempDir()
+	k := startFakeKubelet(t, dir)
+	called := make(chan []string, 1)
+	s, err := New(Config{
+		ResourceName: "example.com/netdev",
+		PluginDir:    dir,
+		Allocate: func(context.Context, []string) (*pluginapi.ContainerAllocateResponse, error) {
+			return &pluginapi.ContainerAllocateResponse{}, nil
+		},
+		PreStart: func(_ context.Context, ids []string) error { called <- ids; return nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Update([]Device{{ID: "a", Healthy: true, NUMANode: NoNUMA}})
+	runServer(t, s)
+	r := k.waitRegistration(t)
+	if !r.Options.GetPreStartRequired() {
+		t.Fatal("PreStartRequired not registered")
+	}
+	c := dialPlugin(t, dir, r.Endpoint)
+	if _, err := c.PreStartContainer(context.Background(), &pluginapi.PreStartContainerRequest{DevicesIds: []string{"a"}}); err != nil {
+		t.Fatal(err)
+	}
+	if ids := <-called; len(ids) != 1 || ids[0] != "a" {
+		t.Fatalf("PreStart got %v", ids)
+	}
+	if _, err := c.PreStartContainer(context.Background(), &pluginapi.PreStartContainerRequest{DevicesIds: []string{"nope"}}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("PreStart of unknown device: %v", err)
+	}
+	resp, err := c.ListAndWatch(context.Background(), &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := resp.Recv()
+	if err != nil || list.Devices[0].Topology != nil {
+		t.Fatalf("device without NUMA: %v %v", list, err)
+	}
+}
