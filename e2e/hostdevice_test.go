@@ -5,6 +5,8 @@ import (
 	"errors"
 	"os"
 	"testing"
+
+	"github.com/containernetworking/plugins/pkg/testutils"
 )
 
 // A veth end handed out as the pod's device is moved into the pod by
@@ -63,4 +65,32 @@ func TestHostDeviceAddCheckDel(t *testing.T) {
 		t.Errorf("claims left after DEL: %+v", st)
 	}
 	e.mustCnitool("del", "fast-net", pod.Path(), "net1", args, "")
+}
+
+// DEL after the sandbox's netns is gone still cleans devplumb's side.
+func TestDelAfterNetnsGone(t *testing.T) {
+	e := newEnv(t)
+	veth(t, "dpc0", "dpd0")
+	pod := newNS(t)
+	e.setPod("default", "p1", "dpc0")
+	e.writeDP("dpc0", pciInfo("0000:01:02.5"))
+	conf := e.conf("fast-net", map[string]any{"type": "host-device"})
+	conf["injectDeviceID"] = []string{"device"}
+	e.install(conf)
+	args := podArgs("default", "p1")
+	e.mustCnitool("add", "fast-net", pod.Path(), "net1", args, "")
+	path, cid := pod.Path(), cnitoolID(pod.Path())
+	_ = pod.Close()
+	if err := testutils.UnmountNS(pod); err != nil {
+		t.Fatal(err)
+	}
+	if _, ce := e.run("DEL", mustJSON(t, conf), cid, path, "net1", args); ce != nil {
+		t.Fatalf("DEL with the netns gone: %+v", ce)
+	}
+	if st := e.state(); len(st) != 0 {
+		t.Errorf("claims left: %+v", st)
+	}
+	if _, err := os.Stat(e.cniFile("fast-net", cid, "net1")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("CNI file left: %v", err)
+	}
 }

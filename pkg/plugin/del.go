@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/skel"
@@ -21,6 +22,14 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	c, cerr := p.newCall(args, false)
 	if cerr != nil {
 		return cerr
+	}
+	if args.Netns != "" {
+		if _, err := os.Stat(args.Netns); err != nil {
+			// The sandbox is gone and took the interface with it: delegates
+			// clean the rest (IPAM, host side) given no netns, as CNI allows.
+			p.Log.Info("netns already gone; running DEL without it", "netns", args.Netns)
+			c.args.Netns = ""
+		}
 	}
 	rec, err := c.claims.Get(c.key)
 	if err != nil {

@@ -122,8 +122,9 @@ func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Err
 		}
 		p.Log.Warn("ignoring unparsable CNI_ARGS", "error", err)
 	}
+	own := *args // DEL may clear Netns; the caller's args stay as given
 	return &call{
-		p: p, args: args, conf: conf, pod: pod,
+		p: p, args: &own, conf: conf, pod: pod,
 		key:    claims.Key{Network: conf.Name, ContainerID: args.ContainerID, IfName: args.IfName},
 		cni:    delegate.ParseArgs(args.Args),
 		files:  devinfo.NewStore(conf.DeviceInfoDir),
