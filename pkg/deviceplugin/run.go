@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -68,6 +69,11 @@ func (s *Server) Run(ctx context.Context) error {
 func (s *Server) handleEvent(ctx context.Context, ev fsnotify.Event, srv *grpc.Server, served <-chan error) (*grpc.Server, <-chan error, error) {
 	switch {
 	case ev.Name == s.kubeletSock && ev.Has(fsnotify.Create):
+		// After a kubelet restart the removal of our socket usually comes
+		// first and already registered us with this kubelet.sock.
+		if ino := inode(s.kubeletSock); ino != 0 && ino == s.registeredIno {
+			return srv, served, nil
+		}
 		s.log.Info("kubelet.sock created: registering again")
 		s.register(ctx)
 	case ev.Name == s.socketPath && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)):
@@ -132,8 +138,10 @@ func (s *Server) register(ctx context.Context) {
 			s.log.Info("plugin socket gone; registering after it is served again")
 			return
 		}
+		ino := inode(s.kubeletSock)
 		err := s.registerOnce(ctx)
 		if err == nil {
+			s.registeredIno = ino
 			s.mu.Lock()
 			s.regs++
 			s.mu.Unlock()
@@ -171,6 +179,18 @@ func (s *Server) registerOnce(ctx context.Context) error {
 		return fmt.Errorf("register %s at %s: %w", s.cfg.ResourceName, s.kubeletSock, err)
 	}
 	return nil
+}
+
+// inode identifies one incarnation of a socket file; 0 when it is missing.
+func inode(path string) uint64 {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		return sys.Ino
+	}
+	return 0
 }
 
 func (s *Server) options() *pluginapi.DevicePluginOptions {

@@ -57,7 +57,9 @@ type Server struct {
 	devices map[string]Device
 	changed chan struct{} // closed and replaced on every device change
 	stopped chan struct{} // closed when Run ends: ListAndWatch streams return
-	regs    int           // successful registrations, for Stats
+	regs    int           // successful registrations, for Registrations
+
+	registeredIno uint64 // kubelet.sock we last registered with; Run's goroutine only
 }
 
 // New checks cfg and returns a server that is not yet serving.

@@ -2,7 +2,9 @@ package deviceplugin
 
 import (
 	"context"
+
 	"errors"
+	"google.golang.org/grpc"
 	"os"
 	"strings"
 	"testing"
@@ -104,6 +106,19 @@ func TestReRegisterAfterKubeletRestart(t *testing.T) {
 	c := dialPlugin(t, dir, r.Endpoint)
 	if _, err := c.GetDevicePluginOptions(context.Background(), &pluginapi.Empty{}); err != nil {
 		t.Fatalf("plugin not serving after kubelet restart: %v", err)
+	}
+	// Removing the plugin socket alone also leads to a new registration.
+	// Events are handled in order, so when it arrives the kubelet.sock
+	// creation was handled too and must not have registered a second time.
+	if err := os.Remove(s.SocketPath()); err != nil {
+		t.Fatal(err)
+	}
+	k2.waitRegistration(t)
+	if n := len(k2.regs); n != 0 {
+		t.Fatalf("%d duplicate registrations with one kubelet.sock", n)
+	}
+	if _, err := c.GetDevicePluginOptions(context.Background(), &pluginapi.Empty{}, grpc.WaitForReady(true)); err != nil {
+		t.Fatalf("plugin not serving after its socket was removed: %v", err)
 	}
 }
 
