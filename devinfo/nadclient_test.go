@@ -1,0 +1,74 @@
+package devinfo
+
+import (
+	"fmt"
+	"os"
+	"reflect"
+	"testing"
+
+	nadutils "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/utils"
+)
+
+// The NAD client only knows DefaultDir, so these tests use the real directory
+// with a resource name of their own and remove what they wrote.
+func nadResource(t *testing.T) string {
+	res := fmt.Sprintf("devplumb-test.example.com/nad-%d", os.Getpid())
+	t.Cleanup(func() { NewStore("").RemoveDP(res, "0000:01:02.2") })
+	return res
+}
+
+func TestNADClientWritesWeRead(t *testing.T) {
+	res := nadResource(t)
+	in := pciInfo("0000:01:02.2")
+	if err := nadutils.SaveDeviceInfoForDP(res, "0000:01:02.2", in); err != nil {
+		t.Fatal(err)
+	}
+	got, err := NewStore("").ReadDP(res, "0000:01:02.2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, in) {
+		t.Errorf("read %+v, want %+v", got, in)
+	}
+}
+
+func TestWeWriteNADClientReads(t *testing.T) {
+	res := nadResource(t)
+	s := NewStore("")
+	in := pciInfo("0000:01:02.2")
+	if err := s.WriteDP(res, "0000:01:02.2", in); err != nil {
+		t.Fatal(err)
+	}
+	got, err := nadutils.LoadDeviceInfoFromDP(res, "0000:01:02.2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, in) {
+		t.Errorf("NAD client read %+v, want %+v", got, in)
+	}
+
+	name := CNIFileName("ns/net", "0123abcd", "net1")
+	cni, err := s.CNIPath(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := nadutils.GetCNIDeviceInfoPath(name); cni != want {
+		t.Fatalf("CNIPath = %s, NAD client says %s", cni, want)
+	}
+	t.Cleanup(func() { os.Remove(cni) })
+	if _, err := s.CopyDPToCNI(res, "0000:01:02.2", cni); err != nil {
+		t.Fatal(err)
+	}
+	fromCNI, err := nadutils.LoadDeviceInfoFromCNI(cni)
+	if err != nil || !reflect.DeepEqual(fromCNI, in) {
+		t.Errorf("NAD client read CNI file %+v (%v), want %+v", fromCNI, err, in)
+	}
+	// A CNI file the NAD client writes (as a CNI plugin would) reads back here.
+	os.Remove(cni)
+	if err := nadutils.SaveDeviceInfoForCNI(cni, in); err != nil {
+		t.Fatal(err)
+	}
+	if back, err := ReadFile(cni); err != nil || !reflect.DeepEqual(back, in) {
+		t.Errorf("read NAD-written CNI file: %+v %v", back, err)
+	}
+}

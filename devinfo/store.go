@@ -1,0 +1,230 @@
+package devinfo
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/devplumb/devplumb/pkg/atomicfile"
+)
+
+// DefaultDir is the spec's device-info directory, holding dp/ and cni/.
+const DefaultDir = "/var/run/k8s.cni.cncf.io/devinfo"
+
+// The two subdirectories of spec section 4, also the Kind of a File.
+const (
+	KindDP  = "dp"
+	KindCNI = "cni"
+)
+
+// ErrNotFound is matched (errors.Is) by the error of a read of a missing file;
+// so is fs.ErrNotExist.
+var ErrNotFound = errors.New("device-info file not found")
+
+type notFoundError struct{ path string }
+
+func (e *notFoundError) Error() string { return "device-info file " + e.path + " not found" }
+func (e *notFoundError) Is(target error) bool {
+	return target == ErrNotFound || target == fs.ErrNotExist
+}
+
+// Store is a device-info directory: Dir/dp and Dir/cni.
+type Store struct {
+	Dir string
+}
+
+// NewStore returns the store rooted at dir, or at DefaultDir when dir is "".
+func NewStore(dir string) *Store {
+	if dir == "" {
+		dir = DefaultDir
+	}
+	return &Store{Dir: dir}
+}
+
+// DPPath is the device plugin's file for a device of a resource:
+// Dir/dp/<resourceName, "/" replaced by "-">-<deviceID>-device.json, the name
+// the NAD client and the SR-IOV device plugin use.
+func (s *Store) DPPath(resourceName, deviceID string) (string, error) {
+	if err := checkResourceName(resourceName); err != nil {
+		return "", err
+	}
+	if err := checkName("device ID", deviceID); err != nil {
+		return "", err
+	}
+	name := strings.ReplaceAll(resourceName, "/", "-") + "-" + deviceID + "-device.json"
+	return s.join(KindDP, name)
+}
+
+// CNIPath is the path of a CNI device-info file named fileName ("/" replaced by
+// "-", as the NAD client does) under Dir/cni.
+func (s *Store) CNIPath(fileName string) (string, error) {
+	name := strings.ReplaceAll(fileName, "/", "-")
+	if err := checkName("CNI device-info file name", name); err != nil {
+		return "", err
+	}
+	return s.join(KindCNI, name)
+}
+
+// CNIFileName is the unique file name of a network attachment's CNI
+// device-info file, as Multus builds it: "<network>-<containerID>_<ifName>".
+// It is derived from what DEL receives, so DEL finds the file without state.
+func CNIFileName(network, containerID, ifName string) string {
+	return network + "-" + containerID + "_" + ifName
+}
+
+func (s *Store) join(kind, name string) (string, error) {
+	if len(name) > 255 {
+		return "", fmt.Errorf("device-info file name %.40q... is %d bytes long, the limit is 255", name, len(name))
+	}
+	return filepath.Join(s.Dir, kind, name), nil
+}
+
+// checkResourceName accepts "domain/name" style names whose parts are plain
+// names: no empty, "." or ".." part and no NUL.
+func checkResourceName(res string) error {
+	if res == "" {
+		return errors.New("resource name is empty")
+	}
+	for _, part := range strings.Split(res, "/") {
+		if err := checkName("resource name "+quote(res)+" part", part); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkName refuses anything that is not a single plain file name component.
+func checkName(what, s string) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("%s is empty", what)
+	case s == "." || s == "..":
+		return fmt.Errorf("%s %q would leave the device-info directory", what, s)
+	case strings.ContainsRune(s, '/'):
+		return fmt.Errorf("%s %q contains \"/\"", what, s)
+	case strings.ContainsRune(s, 0):
+		return fmt.Errorf("%s %q contains a NUL byte", what, s)
+	}
+	return nil
+}
+
+func quote(s string) string { return fmt.Sprintf("%q", s) }
+
+// WriteDP validates info and writes it as the device plugin file of a device,
+// atomically, mode 0644, replacing an older one. The file says version 1.1.0.
+func (s *Store) WriteDP(resourceName, deviceID string, info *DeviceInfo) error {
+	path, err := s.DPPath(resourceName, deviceID)
+	if err != nil {
+		return err
+	}
+	if err := Validate(info); err != nil {
+		return fmt.Errorf("device %s of %s: %w", deviceID, resourceName, err)
+	}
+	out := *info
+	out.Version = Version
+	data, err := json.MarshalIndent(&out, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode device-info for %s: %w", path, err)
+	}
+	return atomicfile.WriteFile(path, append(data, '\n'), 0o644)
+}
+
+// ReadDP reads and validates the device plugin file of a device.
+func (s *Store) ReadDP(resourceName, deviceID string) (*DeviceInfo, error) {
+	path, err := s.DPPath(resourceName, deviceID)
+	if err != nil {
+		return nil, err
+	}
+	return ReadFile(path)
+}
+
+// RemoveDP removes the device plugin file of a device; a missing file is fine.
+func (s *Store) RemoveDP(resourceName, deviceID string) error {
+	path, err := s.DPPath(resourceName, deviceID)
+	if err != nil {
+		return err
+	}
+	return RemoveFile(path)
+}
+
+// CopyDPToCNI validates the device plugin file of a device and copies it to
+// cniPath atomically, byte for byte, so keys this package does not know
+// survive. It returns ErrNotFound when the device plugin wrote no file.
+func (s *Store) CopyDPToCNI(resourceName, deviceID, cniPath string) (*DeviceInfo, error) {
+	src, err := s.DPPath(resourceName, deviceID)
+	if err != nil {
+		return nil, err
+	}
+	data, info, err := readFile(src)
+	if err != nil {
+		return nil, err
+	}
+	if err := atomicfile.WriteFile(cniPath, data, 0o644); err != nil {
+		return nil, fmt.Errorf("copy device-info %s to %s: %w", src, cniPath, err)
+	}
+	return info, nil
+}
+
+// ReadFile reads and validates any device-info file.
+func ReadFile(path string) (*DeviceInfo, error) {
+	_, info, err := readFile(path)
+	return info, err
+}
+
+func readFile(path string) ([]byte, *DeviceInfo, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, &notFoundError{path: path}
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("read device-info: %w", err)
+	}
+	info, err := Parse(data)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return data, info, nil
+}
+
+// RemoveFile removes a device-info file; a missing file is fine.
+func RemoveFile(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove device-info file: %w", err)
+	}
+	return nil
+}
+
+// File is one file of a Store, as List finds it.
+type File struct {
+	Kind string // KindDP or KindCNI
+	Name string // base name
+	Path string
+}
+
+// List enumerates the DP and CNI files of the store, for inspection and
+// garbage collection. Missing directories are empty; temp files of writes in
+// progress and subdirectories are skipped.
+func (s *Store) List() ([]File, error) {
+	var files []File
+	for _, kind := range []string{KindDP, KindCNI} {
+		dir := filepath.Join(s.Dir, kind)
+		ents, err := os.ReadDir(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list device-info files: %w", err)
+		}
+		for _, e := range ents {
+			if !e.Type().IsRegular() || strings.HasPrefix(e.Name(), ".") {
+				continue
+			}
+			files = append(files, File{Kind: kind, Name: e.Name(), Path: filepath.Join(dir, e.Name())})
+		}
+	}
+	return files, nil
+}

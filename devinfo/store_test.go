@@ -1,0 +1,216 @@
+package devinfo
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+)
+
+func pciInfo(addr string) *DeviceInfo {
+	return &DeviceInfo{Type: TypePCI, Version: Version, Pci: &PciDevice{PciAddress: addr, PfPciAddress: "0000:01:00.0"}}
+}
+
+func TestDPPathNaming(t *testing.T) {
+	s := NewStore("/base")
+	got, err := s.DPPath("intel.com/sriov_netdevice", "0000:01:02.2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "/base/dp/intel.com-sriov_netdevice-0000:01:02.2-device.json"; got != want {
+		t.Errorf("DPPath = %s, want %s", got, want)
+	}
+	if NewStore("").Dir != DefaultDir {
+		t.Error("empty dir is not DefaultDir")
+	}
+}
+
+func TestNamesLeavingTheDirectoryAreRejected(t *testing.T) {
+	s := NewStore(t.TempDir())
+	bad := []struct{ res, id string }{
+		{"", "x"}, {"example.com/net", ""}, {"../etc", "x"}, {"example.com/..", "x"},
+		{"example.com//net", "x"}, {"/abs", "x"}, {"example.com/net", ".."},
+		{"example.com/net", "."}, {"example.com/net", "a/b"}, {"example.com/net", "../../etc/passwd"},
+		{"example.com/net", "a\x00b"}, {"exa\x00mple.com/net", "x"}, {"example.com/net", strings.Repeat("a", 300)},
+	}
+	for _, b := range bad {
+		if p, err := s.DPPath(b.res, b.id); err == nil {
+			t.Errorf("DPPath(%q, %q) = %s, want error", b.res, b.id, p)
+		}
+		if err := s.WriteDP(b.res, b.id, pciInfo("0000:01:02.2")); err == nil {
+			t.Errorf("WriteDP(%q, %q) accepted", b.res, b.id)
+		}
+	}
+	for _, name := range []string{"", ".", "..", "a\x00"} {
+		if p, err := s.CNIPath(name); err == nil {
+			t.Errorf("CNIPath(%q) = %s, want error", name, p)
+		}
+	}
+	assertOnlyFiles(t, s.Dir)
+}
+
+func TestWriteReadRemoveDP(t *testing.T) {
+	s := NewStore(filepath.Join(t.TempDir(), "devinfo"))
+	in := pciInfo("0000:01:02.2")
+	in.Version = "1.0.0" // written as 1.1.0 whatever the caller says
+	if err := s.WriteDP("example.com/net", "0000:01:02.2", in); err != nil {
+		t.Fatal(err)
+	}
+	// Overwrite: a restarted device plugin rewrites its files.
+	if err := s.WriteDP("example.com/net", "0000:01:02.2", in); err != nil {
+		t.Fatalf("rewrite: %v", err)
+	}
+	path, _ := s.DPPath("example.com/net", "0000:01:02.2")
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm() != 0o644 {
+		t.Fatalf("stat %s: %v mode %v", path, err, st.Mode())
+	}
+	if d, _ := os.Stat(filepath.Dir(path)); d.Mode().Perm() != 0o755 {
+		t.Errorf("dp dir mode %v", d.Mode().Perm())
+	}
+	got, err := s.ReadDP("example.com/net", "0000:01:02.2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := *in
+	want.Version = Version
+	if !reflect.DeepEqual(got, &want) {
+		t.Errorf("read %+v, want %+v", got, want)
+	}
+	for range 2 {
+		if err := s.RemoveDP("example.com/net", "0000:01:02.2"); err != nil {
+			t.Fatalf("remove: %v", err)
+		}
+	}
+	_, err = s.ReadDP("example.com/net", "0000:01:02.2")
+	if !errors.Is(err, ErrNotFound) || !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("want not found after remove, got %v", err)
+	}
+}
+
+func TestWriteDPRejectsInvalid(t *testing.T) {
+	s := NewStore(t.TempDir())
+	err := s.WriteDP("example.com/net", "x", &DeviceInfo{Type: TypePCI, Pci: &PciDevice{PciAddress: "bad"}})
+	if err == nil || !strings.Contains(err.Error(), "pci.pci-address") {
+		t.Fatalf("want a pci-address error, got %v", err)
+	}
+	assertOnlyFiles(t, s.Dir)
+}
+
+func TestCopyDPToCNIKeepsBytes(t *testing.T) {
+	s := NewStore(t.TempDir())
+	src, _ := s.DPPath("example.com/net", "0000:01:02.2")
+	raw := []byte(`{"type":"pci","version":"1.0.0","vendor-extension":{"a":1},"pci":{"pci-address":"0000:01:02.2","future-key":"kept"}}`)
+	writeRaw(t, src, raw)
+	dst, _ := s.CNIPath(CNIFileName("net/a", "c1d2", "net1"))
+	info, err := s.CopyDPToCNI("example.com/net", "0000:01:02.2", dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Pci.PciAddress != "0000:01:02.2" {
+		t.Errorf("returned info %+v", info)
+	}
+	got, _ := os.ReadFile(dst)
+	if !bytes.Equal(got, raw) {
+		t.Errorf("CNI file = %s, want the DP file's bytes", got)
+	}
+	if filepath.Base(dst) != "net-a-c1d2_net1" {
+		t.Errorf("CNI file name %s", filepath.Base(dst))
+	}
+}
+
+func TestCopyDPToCNIMissingAndInvalid(t *testing.T) {
+	s := NewStore(t.TempDir())
+	dst, _ := s.CNIPath("x")
+	if _, err := s.CopyDPToCNI("example.com/net", "nodev", dst); !errors.Is(err, ErrNotFound) {
+		t.Errorf("missing DP file: want ErrNotFound, got %v", err)
+	}
+	src, _ := s.DPPath("example.com/net", "bad")
+	writeRaw(t, src, []byte(`{"type":"pci","version":"1.1.0"}`))
+	_, err := s.CopyDPToCNI("example.com/net", "bad", dst)
+	if err == nil || errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), src) {
+		t.Errorf("invalid DP file: want a validation error naming %s, got %v", src, err)
+	}
+	if _, err := os.Stat(dst); !errors.Is(err, fs.ErrNotExist) {
+		t.Error("CNI file written from an invalid DP file")
+	}
+}
+
+func TestList(t *testing.T) {
+	s := NewStore(t.TempDir())
+	if files, err := s.List(); err != nil || len(files) != 0 {
+		t.Fatalf("empty store: %v %v", files, err)
+	}
+	if err := s.WriteDP("example.com/net", "a", pciInfo("0000:01:02.2")); err != nil {
+		t.Fatal(err)
+	}
+	cni, _ := s.CNIPath("n-c_eth1")
+	writeRaw(t, cni, []byte("{}"))
+	writeRaw(t, filepath.Join(s.Dir, "cni", ".n-c_eth1.tmp-123"), []byte("{"))
+	files, err := s.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []File{
+		{Kind: KindDP, Name: "example.com-net-a-device.json", Path: filepath.Join(s.Dir, "dp", "example.com-net-a-device.json")},
+		{Kind: KindCNI, Name: "n-c_eth1", Path: cni},
+	}
+	if !reflect.DeepEqual(files, want) {
+		t.Errorf("List = %+v, want %+v", files, want)
+	}
+}
+
+func TestConcurrentWritersNeverLeaveMixedFile(t *testing.T) {
+	s := NewStore(t.TempDir())
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			info := pciInfo(fmt.Sprintf("0000:01:%02x.%d", i%32, i%8))
+			for range 25 {
+				if err := s.WriteDP("example.com/net", "dev", info); err != nil {
+					t.Error(err)
+				}
+				// Every read sees some writer's whole, valid file.
+				if _, err := s.ReadDP("example.com/net", "dev"); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	assertOnlyFiles(t, s.Dir, "dp/example.com-net-dev-device.json")
+}
+
+func writeRaw(t *testing.T, path string, data []byte) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// assertOnlyFiles fails unless the regular files under dir are exactly want.
+func assertOnlyFiles(t *testing.T, dir string, want ...string) {
+	t.Helper()
+	var got []string
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			rel, _ := filepath.Rel(dir, p)
+			got = append(got, rel)
+		}
+		return nil
+	})
+	if !reflect.DeepEqual(got, want) && (len(got) != 0 || len(want) != 0) {
+		t.Errorf("files under %s = %v, want %v", dir, got, want)
+	}
+}
