@@ -2,13 +2,12 @@ package deviceplugin
 
 import (
 	"context"
-
 	"errors"
-	"google.golang.org/grpc"
 	"os"
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
