@@ -56,6 +56,14 @@ func TestDelegateWithoutCapabilities(t *testing.T) {
 	pod := newNS(t)
 	e.setPod("default", "p1", "eth5")
 	e.install(e.conf("fast-net", e.recorder(nil)))
+	// A stale file at the attachment's name (a crash) must not survive ADD.
+	stale := e.cniFile("fast-net", cnitoolID(pod.Path()), "net1")
+	if err := os.MkdirAll(filepath.Dir(stale), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(stale, []byte(`{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:09:00.0"}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	e.mustCnitool("add", "fast-net", pod.Path(), "net1", podArgs("default", "p1"), "")
 	_, stdin := e.record("ADD", cnitoolID(pod.Path()), "net1")
 	if stdin["deviceID"] != "eth5" || stdin["pciBusID"] != nil || stdin["runtimeConfig"] != nil {

@@ -99,10 +99,18 @@ func (c *call) attach(rec *claims.Attachment) (types.Result, *types.Error) {
 // copyDeviceInfo copies the device plugin's file, if it wrote one, to the
 // attachment's CNI file. No DP file is fine (the spec's "can"); a bad one is not.
 func (c *call) copyDeviceInfo(rec *claims.Attachment) *types.Error {
-	if rec.ResourceName == "" {
+	err := devinfo.ErrNotFound
+	if rec.ResourceName != "" {
+		_, err = c.files.CopyDPToCNI(rec.ResourceName, rec.DeviceID, rec.CNIFile)
+	}
+	if errors.Is(err, devinfo.ErrNotFound) && c.conf.RuntimeConfig.CNIDeviceInfoFile == "" {
+		// A file left at our deterministic name by a crashed attachment
+		// must not reach the delegate as if it described this device.
+		if rerr := devinfo.RemoveFile(rec.CNIFile); rerr != nil {
+			return cniError(types.ErrIOFailure, "cannot remove a stale CNI device-info file", rerr)
+		}
 		return nil
 	}
-	_, err := c.files.CopyDPToCNI(rec.ResourceName, rec.DeviceID, rec.CNIFile)
 	if err == nil || errors.Is(err, devinfo.ErrNotFound) {
 		return nil
 	}
@@ -153,17 +161,22 @@ func (c *call) finish(rec *claims.Attachment, result types.Result) *types.Error 
 	return nil
 }
 
-// networkStatus builds the entry for this attachment with the NAD client.
+// networkStatus builds the entry for this attachment with the NAD client:
+// the entry of the sandbox interface named ifName, else one over the whole
+// result (a delegate may report no sandbox interface).
 func networkStatus(result types.Result, network, ifName string, info *devinfo.DeviceInfo) (*nadv1.NetworkStatus, error) {
 	entries, err := nadutils.CreateNetworkStatuses(result, network, false, info)
 	if err != nil {
 		return nil, err
 	}
-	entry := &nadv1.NetworkStatus{Name: network, DeviceInfo: info}
 	for _, e := range entries {
-		if e.Interface == ifName || (e.Interface == "" && entry.Interface == "") {
-			entry = e
+		if e.Interface == ifName {
+			return e, nil
 		}
+	}
+	entry, err := nadutils.CreateNetworkStatus(result, network, false, info)
+	if err != nil {
+		return nil, err
 	}
 	entry.Interface = ifName
 	return entry, nil

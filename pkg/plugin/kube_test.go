@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
@@ -189,4 +191,21 @@ func TestKubeconfigWithoutClient(t *testing.T) {
 	if !errors.As(err, &te) || te.Code != ErrKube || !strings.Contains(te.Details, "no Kubernetes client") {
 		t.Fatalf("err %v", err)
 	}
+}
+
+func TestNetworkStatusWithoutSandboxInterface(t *testing.T) {
+	r := &current.Result{CNIVersion: "1.0.0", IPs: []*current.IPConfig{{Address: *mustCIDR(t, "192.0.2.5/24")}}}
+	e, err := networkStatus(r, "n", "net1", nil)
+	if err != nil || e.Interface != "net1" || len(e.IPs) != 1 || e.IPs[0] != "192.0.2.5" {
+		t.Errorf("entry %+v %v", e, err)
+	}
+}
+
+func mustCIDR(t *testing.T, s string) *net.IPNet {
+	ip, n, err := net.ParseCIDR(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.IP = ip
+	return n
 }
