@@ -10,6 +10,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/devplumb/devplumb/pkg/devpool"
+	"github.com/devplumb/devplumb/pkg/pcisysfs/sysfstest"
 	"github.com/vishvananda/netlink"
 )
 
@@ -185,5 +186,31 @@ func TestBadConfig(t *testing.T) {
 		if _, err := New(c, "", nil); err == nil {
 			t.Errorf("%+v accepted", c)
 		}
+	}
+}
+
+func TestPCIBackedInterfaceIsDescribed(t *testing.T) {
+	prefix := vethPair(t)
+	sysfs := t.TempDir()
+	// Pretend the "a" end is a PCI NIC's interface.
+	sysfstest.AddPCI(t, sysfs, sysfstest.PCI{Addr: "0000:03:00.0", Vendor: "8086", Device: "1533", Class: "020000", Driver: "igb", NUMA: 1})
+	sysfstest.AddNetDev(t, sysfs, prefix+"a", "0000:03:00.0")
+	p, _ := New(Config{Names: []string{prefix + "*"}}, sysfs, nil)
+	devs, err := p.Scan()
+	if err != nil || len(devs) != 2 {
+		t.Fatalf("%+v %v", devs, err)
+	}
+	a, b := devs[0], devs[1]
+	if a.Info == nil || a.Info.Pci.PciAddress != "0000:03:00.0" || a.NUMANode != 1 || !a.Healthy {
+		t.Errorf("PCI-backed interface %+v", a)
+	}
+	if b.Info != nil || b.NUMANode != devpool.NoNUMA {
+		t.Errorf("plain veth %+v", b)
+	}
+	// The interface outlives its device: Unhealthy.
+	sysfstest.RemovePCI(t, sysfs, "0000:03:00.0")
+	devs, _ = p.Scan()
+	if devs[0].Healthy {
+		t.Errorf("interface without its device is healthy: %+v", devs[0])
 	}
 }

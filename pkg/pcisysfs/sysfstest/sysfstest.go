@@ -107,3 +107,14 @@ func link(t testing.TB, target, path string) {
 		t.Fatal(err)
 	}
 }
+
+// AddNetDev makes root/class/net/<ifName>/device point at PCI device addr
+// (which AddPCI made), as sysfs does for a PCI NIC's interface.
+func AddNetDev(t testing.TB, root, ifName, addr string) {
+	t.Helper()
+	dir := filepath.Join(root, "class", "net", ifName)
+	mkdir(t, dir)
+	link(t, filepath.Join("..", "..", "..", "devices", "pci0000:00", addr), filepath.Join(dir, "device"))
+	mkdir(t, filepath.Join(root, "bus", "pci"))
+	link(t, filepath.Join("..", "..", "bus", "pci"), filepath.Join(pciDir(root, addr), "subsystem"))
+}

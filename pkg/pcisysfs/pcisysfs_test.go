@@ -1,0 +1,41 @@
+package pcisysfs_test
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/devplumb/devplumb/pkg/pcisysfs"
+	"github.com/devplumb/devplumb/pkg/pcisysfs/sysfstest"
+)
+
+func TestReadAndNetDev(t *testing.T) {
+	root := t.TempDir()
+	sysfstest.AddPCI(t, root, sysfstest.PCI{Addr: "0000:01:00.0", Vendor: "8086", Device: "1592", Class: "020000", Driver: "ice", NUMA: 1, NumVFs: 2, Net: []string{"ens1f0"}})
+	sysfstest.AddPCI(t, root, sysfstest.PCI{Addr: "0000:01:01.0", Vendor: "8086", Device: "1889", Class: "020000", Driver: "vfio-pci", NUMA: -1, PF: "0000:01:00.0", IOMMUGroup: "7", RDMA: []string{"irdma0"}})
+	sysfstest.AddNetDev(t, root, "ens1f0", "0000:01:00.0")
+
+	addrs, err := pcisysfs.List(root)
+	if err != nil || !slices.Equal(addrs, []string{"0000:01:00.0", "0000:01:01.0"}) {
+		t.Fatalf("List: %v %v", addrs, err)
+	}
+	pf, err := pcisysfs.Read(root, "0000:01:00.0")
+	if err != nil || pf.Vendor != "8086" || pf.DeviceID != "1592" || !pf.IsNetwork() || pf.NUMANode != 1 || pf.NumVFs != 2 || pf.Driver != "ice" {
+		t.Fatalf("PF %+v %v", pf, err)
+	}
+	vf, err := pcisysfs.Read(root, "0000:01:01.0")
+	if err != nil || vf.PFAddress != "0000:01:00.0" || vf.IOMMUGroup != "7" || vf.NUMANode != -1 || !slices.Equal(vf.RDMA, []string{"irdma0"}) {
+		t.Fatalf("VF %+v %v", vf, err)
+	}
+	if got := pcisysfs.LinkType(root, "0000:01:00.0", "ens1f0"); got != "ether" {
+		t.Errorf("LinkType = %q", got)
+	}
+	if got := pcisysfs.NetDevPCIAddress(root, "ens1f0"); got != "0000:01:00.0" {
+		t.Errorf("NetDevPCIAddress = %q", got)
+	}
+	if got := pcisysfs.NetDevPCIAddress(root, "lo"); got != "" {
+		t.Errorf("NetDevPCIAddress(lo) = %q", got)
+	}
+	if _, err := pcisysfs.Read(root, "0000:09:00.0"); !pcisysfs.ErrNotExist(err) {
+		t.Errorf("missing device: %v", err)
+	}
+}
