@@ -6,7 +6,9 @@ package e2e
 
 import (
 	"bytes"
+	"crypto/rand"
 	"crypto/sha512"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -209,17 +211,24 @@ func newNS(t *testing.T) ns.NetNS {
 	return n
 }
 
-// veth makes a veth pair in the host namespace; a is the "device" tests hand
-// out, b its peer. Both are removed at cleanup wherever a ended up.
-func veth(t *testing.T, a, b string) {
+// uniqueName is a link name no other test (or leftover of a killed run) uses.
+func uniqueName(prefix string) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// veth makes a veth pair in the host namespace and returns the end tests
+// hand out as a device. Both ends are removed at cleanup wherever they are.
+func veth(t *testing.T) string {
 	t.Helper()
-	la := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: a}, PeerName: b}
-	if err := netlink.LinkAdd(la); err != nil {
+	a := uniqueName("dpv")
+	b := a + "p"
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: a}, PeerName: b}); err != nil {
 		t.Fatalf("add veth %s: %v", a, err)
 	}
 	for _, n := range []string{a, b} {
-		l, err := netlink.LinkByName(n)
-		if err == nil {
+		if l, err := netlink.LinkByName(n); err == nil {
 			_ = netlink.LinkSetUp(l)
 		}
 	}
@@ -230,6 +239,7 @@ func veth(t *testing.T, a, b string) {
 			}
 		}
 	})
+	return a
 }
 
 // linkIn reports whether netns has a link named name.

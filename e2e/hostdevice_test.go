@@ -13,10 +13,10 @@ import (
 // host-device, with its device-info copied, recorded and cleaned on DEL.
 func TestHostDeviceAddCheckDel(t *testing.T) {
 	e := newEnv(t)
-	veth(t, "dpa0", "dpb0")
+	dev := veth(t)
 	pod := newNS(t)
-	e.setPod("default", "p1", "dpa0")
-	e.writeDP("dpa0", pciInfo("0000:01:02.3"))
+	e.setPod("default", "p1", dev)
+	e.writeDP(dev, pciInfo("0000:01:02.3"))
 	conf := e.conf("fast-net", map[string]any{"type": "host-device"})
 	conf["injectDeviceID"] = []string{"device"}
 	e.install(conf)
@@ -33,17 +33,17 @@ func TestHostDeviceAddCheckDel(t *testing.T) {
 	if res.CNIVersion != "1.0.0" || len(res.Interfaces) == 0 || res.Interfaces[0].Name != "net1" {
 		t.Errorf("result: %s", out)
 	}
-	if !linkIn(t, pod, "net1") || hostLink("dpa0") {
+	if !linkIn(t, pod, "net1") || hostLink(dev) {
 		t.Fatal("dpa0 was not moved into the pod as net1")
 	}
 	cid := cnitoolID(pod.Path())
-	dp, _ := os.ReadFile(e.devinfoDir + "/dp/example.com-netdev-dpa0-device.json")
+	dp, _ := os.ReadFile(e.devinfoDir + "/dp/example.com-netdev-" + dev + "-device.json")
 	cni, err := os.ReadFile(e.cniFile("fast-net", cid, "net1"))
 	if err != nil || string(cni) != string(dp) || len(dp) == 0 {
 		t.Fatalf("CNI file %q (%v) is not the DP file %q", cni, err, dp)
 	}
 	st := e.state()
-	if len(st) != 1 || !st[0].Complete || st[0].DeviceID != "dpa0" || st[0].Pod.Name != "p1" {
+	if len(st) != 1 || !st[0].Complete || st[0].DeviceID != dev || st[0].Pod.Name != "p1" {
 		t.Fatalf("state: %+v", st)
 	}
 	ns := st[0].NetworkStatus
@@ -55,7 +55,7 @@ func TestHostDeviceAddCheckDel(t *testing.T) {
 	e.mustCnitool("check", "fast-net", pod.Path(), "net1", args, "")
 
 	e.mustCnitool("del", "fast-net", pod.Path(), "net1", args, "")
-	if linkIn(t, pod, "net1") || !hostLink("dpa0") {
+	if linkIn(t, pod, "net1") || !hostLink(dev) {
 		t.Fatal("DEL did not move the device back")
 	}
 	if _, err := os.Stat(e.cniFile("fast-net", cid, "net1")); !errors.Is(err, os.ErrNotExist) {
@@ -70,10 +70,10 @@ func TestHostDeviceAddCheckDel(t *testing.T) {
 // DEL after the sandbox's netns is gone still cleans devplumb's side.
 func TestDelAfterNetnsGone(t *testing.T) {
 	e := newEnv(t)
-	veth(t, "dpc0", "dpd0")
+	dev := veth(t)
 	pod := newNS(t)
-	e.setPod("default", "p1", "dpc0")
-	e.writeDP("dpc0", pciInfo("0000:01:02.5"))
+	e.setPod("default", "p1", dev)
+	e.writeDP(dev, pciInfo("0000:01:02.5"))
 	conf := e.conf("fast-net", map[string]any{"type": "host-device"})
 	conf["injectDeviceID"] = []string{"device"}
 	e.install(conf)

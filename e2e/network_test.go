@@ -37,10 +37,9 @@ func hostIndex(t *testing.T, name string) int {
 // devices as masters, with host-local addresses.
 func TestMacvlanTwoAttachmentsTwoDevices(t *testing.T) {
 	e := newEnv(t)
-	veth(t, "dpm0", "dpn0")
-	veth(t, "dpm1", "dpn1")
+	dev0, dev1 := veth(t), veth(t)
 	pod := newNS(t)
-	e.setPod("default", "p1", "dpm0", "dpm1")
+	e.setPod("default", "p1", dev0, dev1)
 	ipamDir := filepath.Join(e.root, "ipam")
 	conf := e.conf("mv-net", map[string]any{"type": "macvlan", "mode": "bridge",
 		"ipam": map[string]any{"type": "host-local", "subnet": "10.77.0.0/24", "dataDir": ipamDir}})
@@ -51,7 +50,7 @@ func TestMacvlanTwoAttachmentsTwoDevices(t *testing.T) {
 	e.mustCnitool("add", "mv-net", pod.Path(), "net2", args, "")
 
 	got := map[int]bool{parentIndex(t, pod, "net1"): true, parentIndex(t, pod, "net2"): true}
-	if !got[hostIndex(t, "dpm0")] || !got[hostIndex(t, "dpm1")] {
+	if !got[hostIndex(t, dev0)] || !got[hostIndex(t, dev1)] {
 		t.Fatalf("masters %v, want dpm0 and dpm1", got)
 	}
 	st := e.state()
@@ -91,17 +90,18 @@ func TestBridgeChainStaticIPAM(t *testing.T) {
 	e := newEnv(t)
 	pod := newNS(t)
 	e.setPod("default", "p1", "dev-a")
+	bridge := uniqueName("dpbr")
 	conf := e.conf("br-net", nil)
 	delete(conf, "delegate")
 	conf["cniVersion"] = "0.4.0"
 	conf["delegates"] = []any{
-		map[string]any{"type": "bridge", "bridge": "dpbr0",
+		map[string]any{"type": "bridge", "bridge": bridge,
 			"ipam": map[string]any{"type": "static", "addresses": []any{map[string]string{"address": "192.0.2.10/24"}}}},
 		e.recorder(nil),
 	}
 	e.install(conf)
 	t.Cleanup(func() {
-		if l, err := netlink.LinkByName("dpbr0"); err == nil {
+		if l, err := netlink.LinkByName(bridge); err == nil {
 			_ = netlink.LinkDel(l)
 		}
 	})
@@ -130,10 +130,10 @@ func TestBridgeChainStaticIPAM(t *testing.T) {
 // nothing: no interface, no IP lease, no CNI file, no claim.
 func TestFailingDelegateLeavesNothing(t *testing.T) {
 	e := newEnv(t)
-	veth(t, "dpf0", "dpg0")
+	dev := veth(t)
 	pod := newNS(t)
-	e.setPod("default", "p1", "dpf0")
-	e.writeDP("dpf0", pciInfo("0000:01:00.1"))
+	e.setPod("default", "p1", dev)
+	e.writeDP(dev, pciInfo("0000:01:00.1"))
 	ipamDir := filepath.Join(e.root, "ipam")
 	conf := e.conf("fail-net", nil)
 	delete(conf, "delegate")
