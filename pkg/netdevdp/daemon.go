@@ -69,7 +69,15 @@ func newPool(rc Resource, sysfs string, log *slog.Logger) (devpool.Pool, error) 
 	case rc.PCI != nil:
 		return pcipool.New(sysfs, *rc.PCI), nil
 	case rc.NetDevs != nil:
-		return netdevpool.New(*rc.NetDevs, sysfs, log.With("resource", rc.ResourceName))
+		p, err := netdevpool.New(*rc.NetDevs, sysfs, log.With("resource", rc.ResourceName))
+		if err != nil {
+			return nil, err
+		}
+		// Interfaces that pods hold since before this start are still ours.
+		if _, err := p.DiscoverMoved(); err != nil {
+			log.Warn("finding interfaces moved into pods before start failed", "resource", rc.ResourceName, "err", err)
+		}
+		return p, nil
 	case rc.VDPA != nil:
 		return vdpapool.New(sysfs, *rc.VDPA)
 	case rc.VhostUser != nil:
