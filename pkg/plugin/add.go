@@ -128,8 +128,8 @@ func (c *call) runtime(deviceID, cniFile string) *libcni.RuntimeConf {
 	}
 }
 
-// finish re-reads the CNI file, builds the network-status entry, tells the
-// API server and records the completed attachment.
+// finish re-reads the CNI file, builds the network-status entry, records
+// the completed attachment and tells the API server.
 func (c *call) finish(rec *claims.Attachment, result types.Result) *types.Error {
 	info, err := devinfo.ReadFile(rec.CNIFile)
 	if errors.Is(err, devinfo.ErrNotFound) {
@@ -143,9 +143,6 @@ func (c *call) finish(rec *claims.Attachment, result types.Result) *types.Error 
 	if err != nil {
 		return cniError(ErrDelegate, "cannot read the delegate's result", err)
 	}
-	if cerr := c.setStatus(entry); cerr != nil {
-		return cerr
-	}
 	converted, err := result.GetAsVersion(c.conf.CNIVersion)
 	if err != nil {
 		return cniError(types.ErrIncompatibleCNIVersion, "cannot convert the delegate result to cniVersion "+c.conf.CNIVersion, err)
@@ -158,7 +155,8 @@ func (c *call) finish(rec *claims.Attachment, result types.Result) *types.Error 
 	if err := c.claims.Update(rec); err != nil {
 		return cniError(ErrState, "cannot write state in \"stateDir\" "+c.conf.StateDir, err)
 	}
-	return nil
+	// Last, so that no failure after it leaves an entry on the pod.
+	return c.setStatus(entry)
 }
 
 // networkStatus builds the entry for this attachment with the NAD client:
