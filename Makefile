@@ -1,0 +1,60 @@
+# devplumb — see README.md. Every target runs on a fresh machine after .ci/run's installs.
+GO       ?= go
+BIN      := bin
+CMDS     := devplumb devplumbctl netdev-dp nodesim
+# Prebuilt real parts for the Kubernetes and Multus end-to-end tests, built from
+# the Go module proxy at pinned versions into ~/.cache/devplumb (see scripts/).
+KUBE_ENV  = DEVPLUMB_KUBE_APISERVER=$$(scripts/build-kube-apiserver.sh | tail -1) \
+            DEVPLUMB_MULTUS=$$(scripts/build-multus.sh | tail -1) \
+            DEVPLUMB_ETCD=$$(command -v etcd)
+TESTFLAGS ?= -race -timeout 45m -count=1
+
+.PHONY: all build test unit e2e bench demo fuzz lint images cni-plugins clean
+
+all: build
+
+build:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(CMDS))
+
+# The CNI plugins and cnitool at the versions pinned in go.mod (tool directives).
+cni-plugins:
+	@mkdir -p $(BIN)/cni
+	$(GO) build -o $(BIN)/cni/ $$($(GO) list -f '{{.ImportPath}}' tool | grep -v '^$$')
+
+# Unit, integration and end-to-end tests, with -race, as root.
+test:
+	$(KUBE_ENV) $(GO) test $(TESTFLAGS) ./...
+
+unit:
+	$(GO) test $(TESTFLAGS) $$($(GO) list ./... | grep -v /e2e)
+
+e2e:
+	$(KUBE_ENV) $(GO) test $(TESTFLAGS) ./e2e/...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# Runs each fuzz target for FUZZTIME (the seed corpora also run in `make test`).
+FUZZTIME ?= 60s
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
+demo: build cni-plugins
+	./scripts/demo.sh
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+	$(GO) vet ./...
+
+images:
+	@command -v docker >/dev/null && docker info >/dev/null 2>&1 || { echo "make images needs a running Docker engine"; exit 1; }
+	docker build -f images/devplumb/Dockerfile -t devplumb:dev .
+	docker build -f images/netdev-dp/Dockerfile -t netdev-dp:dev .
+
+clean:
+	rm -rf $(BIN)

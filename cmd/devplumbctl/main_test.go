@@ -1,0 +1,110 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/devplumb/devplumb/pkg/nodeview"
+	"github.com/devplumb/devplumb/podresources/podresourcestest"
+)
+
+func write(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func runCmd(args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+const goodNetconf = `{"cniVersion":"1.0.0","name":"fast","type":"devplumb","resourceName":"example.com/veth","delegate":{"type":"host-device"}}`
+
+func TestValidate(t *testing.T) {
+	good := write(t, "good.json", `{"type":"vhost-user","version":"1.1.0","vhost-user":{"mode":"client","path":"/run/v.sock"}}`)
+	bad := write(t, "bad.json", `{"type":"pci","version":"1.1.0","pci":{"pci-address":"01:00.0"},"vdpa":{}}`)
+	missing := filepath.Join(t.TempDir(), "missing.json")
+	nadYAML := write(t, "nad.yaml", "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata:\n  name: fast\nspec:\n  config: '"+goodNetconf+"'\n")
+	typo := write(t, "typo.json", strings.Replace(goodNetconf, `"resourceName"`, `"resourcename"`, 1))
+	cdiGood := write(t, "vendor.json", `{"cdiVersion":"0.5.0","kind":"example.com/veth","devices":[{"name":"veth1","containerEdits":{"env":["A=1"]}}]}`)
+	cdiBad := write(t, "bad-cdi.json", `{"cdiVersion":"0.5.0","kind":"example.com/veth","devices":[{"name":"bad name!","containerEdits":{"env":["A=1"]}}]}`)
+
+	cases := []struct {
+		args     []string
+		code     int
+		outLines []string // substrings, one per expected output line
+	}{
+		{[]string{"validate", "devinfo", good}, 0, nil},
+		{[]string{"validate", "devinfo", good, bad, missing}, 1, []string{bad + ": invalid device-info: pci.pci-address", missing + ": "}},
+		{[]string{"validate", "netconf", nadYAML}, 0, nil},
+		{[]string{"validate", "netconf", typo}, 1, []string{typo + ": ", "resourcename"}},
+		{[]string{"validate", "cdi", cdiGood}, 0, nil},
+		{[]string{"validate", "cdi", cdiBad}, 1, []string{cdiBad + ": "}},
+		{[]string{"validate", "nope", good}, 2, nil},
+		{[]string{"validate", "devinfo"}, 2, nil},
+	}
+	for _, c := range cases {
+		code, out, _ := runCmd(c.args...)
+		if code != c.code {
+			t.Errorf("%v: exit %d, want %d (out %q)", c.args, code, c.code, out)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if c.outLines == nil && out != "" {
+			t.Errorf("%v: unexpected output %q", c.args, out)
+		}
+		if c.outLines != nil && !strings.Contains(out, c.outLines[0]) {
+			t.Errorf("%v: output %q lacks %q", c.args, out, c.outLines[0])
+		}
+		if c.code == 1 && len(lines) != len(c.args)-2-countValid(c.args) {
+			t.Errorf("%v: %d lines, want one per bad file: %q", c.args, len(lines), out)
+		}
+	}
+}
+
+func countValid(args []string) int {
+	n := 0
+	for _, a := range args {
+		if strings.HasSuffix(a, "good.json") {
+			n++
+		}
+	}
+	return n
+}
+
+func TestInspectJSONAndGC(t *testing.T) {
+	srv := podresourcestest.NewServer(t)
+	dir := t.TempDir()
+	orphan := filepath.Join(dir, "devinfo", "cni", "x-c_net1")
+	os.MkdirAll(filepath.Dir(orphan), 0o755)
+	os.WriteFile(orphan, []byte(`{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:01:02.2"}}`), 0o644)
+	flags := []string{"--devinfo-dir", filepath.Join(dir, "devinfo"), "--state-dir", filepath.Join(dir, "state"), "--pod-resources", srv.Socket}
+
+	code, out, errOut := runCmd(append([]string{"inspect", "--json"}, flags...)...)
+	if code != 1 {
+		t.Fatalf("inspect with an unowned file: exit %d, want 1 (%s)", code, errOut)
+	}
+	var v nodeview.View
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("inspect --json output: %v\n%s", err, out)
+	}
+	if len(v.Files) != 1 || len(v.Problems) != 1 {
+		t.Errorf("view %+v", v)
+	}
+
+	code, out, _ = runCmd(append([]string{"gc", "--orphans"}, flags...)...)
+	if code != 0 || !strings.Contains(out, "removed file "+orphan) {
+		t.Fatalf("gc: exit %d out %q", code, out)
+	}
+	if code, out, _ = runCmd(append([]string{"inspect"}, flags...)...); code != 0 || !strings.Contains(out, "Problems: 0") {
+		t.Errorf("inspect after gc: exit %d\n%s", code, out)
+	}
+}

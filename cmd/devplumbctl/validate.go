@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/config"
+)
+
+var validators = map[string]func(path string, data []byte) error{
+	"devinfo": func(_ string, data []byte) error { _, err := devinfo.Parse(data); return err },
+	"netconf": validateNetconf,
+	"cdi":     validateCDI,
+}
+
+func validate(args []string, stdout, stderr io.Writer) int {
+	if len(args) < 2 || validators[args[0]] == nil {
+		fmt.Fprint(stderr, "usage: devplumbctl validate devinfo|netconf|cdi FILE...\n")
+		return 2
+	}
+	check := validators[args[0]]
+	failed := false
+	for _, path := range args[1:] {
+		data, err := os.ReadFile(path)
+		if err == nil {
+			err = check(path, data)
+		}
+		if err != nil {
+			failed = true
+			// One line per file, so scripts can count and grep.
+			fmt.Fprintf(stdout, "%s: %s\n", path, strings.ReplaceAll(err.Error(), "\n", "; "))
+		}
+	}
+	if failed {
+		return 1
+	}
+	return 0
+}
+
+// validateNetconf accepts a devplumb network config, or a
+// NetworkAttachmentDefinition (JSON or YAML) whose spec.config is one.
+func validateNetconf(_ string, data []byte) error {
+	if nad, ok := asNAD(data); ok {
+		if nad.Spec.Config == "" {
+			return errors.New("NetworkAttachmentDefinition has no spec.config")
+		}
+		data = []byte(nad.Spec.Config)
+	}
+	_, err := config.Parse(data)
+	return err
+}
+
+type nadObject struct {
+	Kind string `json:"kind"`
+	Spec struct {
+		Config string `json:"config"`
+	} `json:"spec"`
+}
+
+func asNAD(data []byte) (*nadObject, bool) {
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, false
+	}
+	var obj nadObject
+	if json.Unmarshal(js, &obj) != nil || obj.Kind != "NetworkAttachmentDefinition" {
+		return nil, false
+	}
+	return &obj, true
+}
+
+// validateCDI runs the CDI library's own reading and validation of a spec
+// file, what a container runtime does before it uses it.
+func validateCDI(path string, data []byte) error {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return errors.New("empty CDI spec")
+	}
+	_, err := cdi.ReadSpec(path, 0)
+	return err
+}

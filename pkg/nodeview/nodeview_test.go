@@ -1,0 +1,175 @@
+package nodeview
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/claims"
+	"github.com/devplumb/devplumb/podresources/podresourcestest"
+)
+
+const res = "example.com/veth"
+
+type node struct {
+	paths Paths
+	srv   *podresourcestest.Server
+	state *claims.Store
+	files *devinfo.Store
+}
+
+func newNode(t *testing.T) *node {
+	srv := podresourcestest.NewServer(t)
+	dir := t.TempDir()
+	p := Paths{PodResources: srv.Socket, DeviceInfoDir: filepath.Join(dir, "devinfo"), StateDir: filepath.Join(dir, "state")}
+	return &node{paths: p, srv: srv, state: claims.New(p.StateDir), files: devinfo.NewStore(p.DeviceInfoDir)}
+}
+
+func (n *node) pod(name string, ids ...string) {
+	n.srv.SetPod(&v1.PodResources{Namespace: "ns", Name: name, Containers: []*v1.ContainerResources{{
+		Name: "c", Devices: []*v1.ContainerDevices{{ResourceName: res, DeviceIds: ids}},
+	}}})
+}
+
+// attach records a claim and its CNI file, as a finished ADD leaves them.
+func (n *node) attach(t *testing.T, pod, cid, ifname, dev string) string {
+	t.Helper()
+	cni, _ := n.files.CNIPath(devinfo.CNIFileName("net", cid, ifname))
+	writeFile(t, cni, `{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:01:02.2"}}`)
+	err := n.state.Put(&claims.Attachment{
+		Key: claims.Key{Network: "net", ContainerID: cid, IfName: ifname},
+		Pod: claims.Pod{Namespace: "ns", Name: pod}, ResourceName: res, DeviceID: dev,
+		CNIFile: cni, Complete: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cni
+}
+
+func writeFile(t *testing.T, path, s string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCollectHealthyNode(t *testing.T) {
+	n := newNode(t)
+	n.pod("a", "veth1", "veth2")
+	n.attach(t, "a", "c1", "net1", "veth1")
+	n.attach(t, "a", "c1", "net2", "veth2")
+	v, err := Collect(context.Background(), n.paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Problems) != 0 {
+		t.Errorf("problems on a healthy node: %v", v.Problems)
+	}
+	if len(v.Pods) != 1 || strings.Join(v.Pods[0].Devices[res], ",") != "veth1,veth2" {
+		t.Errorf("pods = %+v", v.Pods)
+	}
+	if len(v.Attachments) != 2 || len(v.Files) != 2 || !v.Files[0].Claimed {
+		t.Errorf("attachments %+v files %+v", v.Attachments, v.Files)
+	}
+}
+
+func TestCollectFindsProblems(t *testing.T) {
+	n := newNode(t)
+	n.pod("a", "veth1")
+	n.attach(t, "a", "c1", "net1", "veth1")
+	n.attach(t, "gone", "c2", "net1", "veth2") // pod no longer on the node
+	orphan, _ := n.files.CNIPath("other-c3_net1")
+	writeFile(t, orphan, `{"type":"pci"}`) // unowned and invalid
+	v, err := Collect(context.Background(), n.paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := strings.Join(v.Problems, "\n")
+	for _, want := range []string{
+		"pod ns/gone no longer has device veth2",
+		orphan + ": no devplumb attachment owns",
+		orphan + ": invalid device-info",
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("problems lack %q:\n%s", want, all)
+		}
+	}
+	if len(v.Problems) != 3 {
+		t.Errorf("want 3 problems, got %d:\n%s", len(v.Problems), all)
+	}
+}
+
+func TestCollectWithoutKubelet(t *testing.T) {
+	n := newNode(t)
+	n.paths.PodResources = filepath.Join(t.TempDir(), "missing.sock")
+	n.attach(t, "a", "c1", "net1", "veth1")
+	v, err := Collect(context.Background(), n.paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Pods != nil || !strings.Contains(v.PodResourcesError, "not found") {
+		t.Errorf("pods %v error %q", v.Pods, v.PodResourcesError)
+	}
+	if v.Attachments[0].Stale {
+		t.Error("attachment called stale without the kubelet")
+	}
+	if _, err := GC(v, GCOptions{}); err == nil {
+		t.Error("GC ran without the kubelet")
+	}
+}
+
+func TestGC(t *testing.T) {
+	n := newNode(t)
+	n.pod("a", "veth1")
+	keep := n.attach(t, "a", "c1", "net1", "veth1")
+	stale := n.attach(t, "gone", "c2", "net1", "veth2")
+	orphan, _ := n.files.CNIPath("other-c3_net1")
+	writeFile(t, orphan, `{}`)
+
+	v, _ := Collect(context.Background(), n.paths)
+	dry, err := GC(v, GCOptions{DryRun: true, Orphans: true})
+	if err != nil || len(dry) != 3 {
+		t.Fatalf("dry run: %v %v", dry, err)
+	}
+	for _, p := range []string{keep, stale, orphan} {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("dry run removed %s", p)
+		}
+	}
+
+	if _, err := GC(v, GCOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Error("stale CNI file kept")
+	}
+	if _, err := os.Stat(orphan); err != nil {
+		t.Error("orphan removed without --orphans")
+	}
+	if a, _ := n.state.Get(claims.Key{Network: "net", ContainerID: "c2", IfName: "net1"}); a != nil {
+		t.Error("stale claim kept")
+	}
+	if a, _ := n.state.Get(claims.Key{Network: "net", ContainerID: "c1", IfName: "net1"}); a == nil {
+		t.Error("live claim removed")
+	}
+
+	v, _ = Collect(context.Background(), n.paths)
+	if _, err := GC(v, GCOptions{Orphans: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
+		t.Error("orphan kept with --orphans")
+	}
+	if _, err := os.Stat(keep); err != nil {
+		t.Error("live CNI file removed")
+	}
+}
