@@ -32,7 +32,7 @@ func TestDelegateReceivesDeviceAndDeviceInfo(t *testing.T) {
 		t.Errorf("delegate did not inherit name/cniVersion: %v %v", stdin["name"], stdin["cniVersion"])
 	}
 	rc, _ := stdin["runtimeConfig"].(map[string]any)
-	if rc["deviceID"] != "0000:01:02.3" || rc["CNIDeviceInfoFile"] != e.cniFile("fast-net", cid, "net1") {
+	if len(rc) != 2 || rc["deviceID"] != "0000:01:02.3" || rc["CNIDeviceInfoFile"] != e.cniFile("fast-net", cid, "net1") {
 		t.Errorf("runtimeConfig: %v", rc)
 	}
 	dp, _ := os.ReadFile(filepath.Join(e.devinfoDir, "dp", "example.com-netdev-0000:01:02.3-device.json"))

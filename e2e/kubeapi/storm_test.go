@@ -3,6 +3,7 @@ package kubeapi_test
 import (
 	"bufio"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,7 +18,7 @@ import (
 // Bounds of the storm: the other writer makes exactly stormPatches patches; each devplumb
 // writer makes at most maxWrites writes while it lasts.
 const (
-	stormPatches = 300
+	stormPatches = 100
 	writers      = 4
 	maxWrites    = 2000
 )
@@ -140,9 +141,7 @@ func patchConflicts(t *testing.T) int {
 	return total
 }
 
-func equalEntry(a, b nadv1.NetworkStatus) bool {
-	return fmt.Sprintf("%+v %+v", a, a.DeviceInfo) == fmt.Sprintf("%+v %+v", b, b.DeviceInfo)
-}
+func equalEntry(a, b nadv1.NetworkStatus) bool { return reflect.DeepEqual(a, b) }
 
 func containsEntry(list []nadv1.NetworkStatus, e nadv1.NetworkStatus) bool {
 	for _, g := range list {
