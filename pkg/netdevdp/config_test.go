@@ -48,14 +48,22 @@ func TestParseConfigErrors(t *testing.T) {
 
 func TestRunRejectsBadPools(t *testing.T) {
 	dir := t.TempDir()
-	for _, rc := range []Resource{
-		{ResourceName: "example.com/a", VhostUser: &vhostConfig{SocketDir: dir + "/missing", Mode: "client"}},
-		{ResourceName: "example.com/a", NetDevs: &netdevConfig{Names: []string{"["}}},
-		{ResourceName: "example.com/a", PCI: &pcipoolSelectors{}}, // sysfs root without bus/pci
-	} {
-		cfg := &Config{PluginDir: dir + "/dp", DevInfoDir: dir + "/di", CDIDir: dir + "/cdi", SysfsRoot: dir, Resources: []Resource{rc}}
-		if err := Run(t.Context(), cfg, nil); err == nil {
-			t.Errorf("%+v: Run succeeded", rc)
+	cases := []struct {
+		want string
+		rcs  []Resource
+	}{
+		{"not a directory", []Resource{{ResourceName: "example.com/a", VhostUser: &vhostConfig{SocketDir: dir + "/missing", Mode: "client"}}}},
+		{"bad name glob", []Resource{{ResourceName: "example.com/a", NetDevs: &netdevConfig{Names: []string{"["}}}}},
+		{"bus/pci/devices", []Resource{{ResourceName: "example.com/a", PCI: &pcipoolSelectors{}}}}, // sysfs root without bus/pci
+		{"share the CDI spec file", []Resource{
+			{ResourceName: "a.com-b/c", NetDevs: &netdevConfig{Names: []string{"x"}}},
+			{ResourceName: "a.com/b-c", NetDevs: &netdevConfig{Names: []string{"y"}}},
+		}},
+	}
+	for _, c := range cases {
+		cfg := &Config{PluginDir: dir + "/dp", DevInfoDir: dir + "/di", CDIDir: dir + "/cdi", SysfsRoot: dir, Resources: c.rcs}
+		if err := Run(t.Context(), cfg, nil); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: got %v, want an error containing %q", c.rcs, err, c.want)
 		}
 	}
 	if left := dirEntries(t, dir); len(left) != 0 {

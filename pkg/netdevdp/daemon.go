@@ -46,6 +46,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 func build(cfg *Config, log *slog.Logger) ([]*resource, error) {
 	store := devinfo.NewStore(cfg.DevInfoDir)
 	var out []*resource
+	specs := map[string]string{}
 	for i, rc := range cfg.Resources {
 		pool, err := newPool(rc, cfg.SysfsRoot, log)
 		if err != nil {
@@ -55,6 +56,10 @@ func build(cfg *Config, log *slog.Logger) ([]*resource, error) {
 		if err != nil {
 			return nil, fmt.Errorf("resources[%d]: %w", i, err)
 		}
+		if other, dup := specs[w.Path()]; dup {
+			return nil, fmt.Errorf("resources[%d]: %s and %s would share the CDI spec file %s", i, other, rc.ResourceName, w.Path())
+		}
+		specs[w.Path()] = rc.ResourceName
 		r, err := newResource(rc.ResourceName, pool, cfg.PluginDir, w, store, log)
 		if err != nil {
 			return nil, fmt.Errorf("resources[%d]: %w", i, err)
