@@ -21,7 +21,7 @@ const registerAttempts = 8
 
 // Run serves and registers until ctx ends, then stops serving and removes the
 // socket. It re-registers whenever the kubelet restarts. It returns an error
-// only when the plugin cannot serve at all.
+// only when the plugin cannot serve at all. Call it once per Server.
 func (s *Server) Run(ctx context.Context) error {
 	if err := os.MkdirAll(s.cfg.PluginDir, 0o755); err != nil {
 		return fmt.Errorf("device plugin %s: create plugin dir: %w", s.cfg.ResourceName, err)
@@ -58,8 +58,17 @@ func (s *Server) Run(ctx context.Context) error {
 				return err
 			}
 		case err, ok := <-w.Errors:
-			if ok {
-				s.log.Warn("fsnotify error", "err", err)
+			if !ok {
+				return fmt.Errorf("device plugin %s: fsnotify watcher closed", s.cfg.ResourceName)
+			}
+			// An overflow may have hidden a kubelet restart: check both signals.
+			s.log.Warn("fsnotify error; checking the sockets", "err", err)
+			if _, serr := os.Stat(s.socketPath); serr != nil {
+				if srv, served, err = s.restart(ctx, srv); err != nil {
+					return err
+				}
+			} else if ino := inode(s.kubeletSock); ino != 0 && ino != s.registeredIno {
+				s.register(ctx)
 			}
 		}
 	}
