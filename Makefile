@@ -45,6 +45,7 @@ fuzz:
 	done
 
 demo: build cni-plugins
+	$(GO) build -o $(BIN)/vswitch ./scripts/vswitch
 	./scripts/demo.sh
 
 lint:

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# make demo: the whole device-to-network path on this machine, as root, with no cluster.
+#
+# nodesim plays the kubelet, netdev-dp advertises a pool of veth ends and a pool of
+# vhost-user sockets, a pod gets two veths and one socket, and cnitool runs devplumb
+# three times into the pod's network namespace. Everything is torn down at the end,
+# on Ctrl-C, and when a step fails; the last step shows that nothing is left.
+#
+# Needs: bin/ (make build) and bin/cni/ (make cni-plugins); root; iproute2.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+BIN=$REPO/bin
+CNI_BIN=$REPO/bin/cni
+NETNS=devplumb-demo
+POD_NS=demo POD_NAME=web POD_UID=0d3c6a51-4f1a-4e57-9d0b-6f1f6d9f7a10
+SANDBOX=4f3c2b1a0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b
+VETHS=(dpdemo0 dpdemo1 dpdemo2)   # the pool; each has a peer <name>p on the host
+ROOT=""
+PIDS=()
+
+say()  { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+fail() { echo "demo: $*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || fail "run as root: it creates network namespaces and veth pairs"
+for b in devplumb netdev-dp nodesim devplumbctl vswitch; do [ -x "$BIN/$b" ] || fail "$BIN/$b missing: run make build"; done
+for b in cnitool host-device macvlan static; do [ -x "$CNI_BIN/$b" ] || fail "$CNI_BIN/$b missing: run make cni-plugins"; done
+
+cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM
+	set +e
+	if [ -n "$ROOT" ] && [ -d "$ROOT/net.d" ] && ip netns list | grep -qw "$NETNS"; then
+		for net in vhost-net fast-b fast-a; do cni del "$net" "net-$net" >/dev/null 2>&1; done
+	fi
+	for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+	for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null; done
+	ip netns del "$NETNS" 2>/dev/null
+	for v in "${VETHS[@]}" dpdemomv; do ip link del "$v" 2>/dev/null; done
+	[ -n "$ROOT" ] && rm -rf "$ROOT"
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Leftovers of an earlier run that was killed with SIGKILL.
+ip netns del "$NETNS" 2>/dev/null || true
+for v in "${VETHS[@]}" dpdemomv; do ip link del "$v" 2>/dev/null || true; done
+
+ROOT=$(mktemp -d /tmp/devplumb-demo.XXXXXX)
+mkdir -p "$ROOT/net.d" "$ROOT/vhost" "$ROOT/cdi" "$ROOT/logs"
+
+# cnitool with the pod's identity, as a container runtime would call it.
+cni() { # cni add|del NETWORK IFNAME
+	CNI_PATH="$BIN:$CNI_BIN" NETCONFPATH="$ROOT/net.d" CNI_IFNAME="$3" \
+	CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=$POD_NS;K8S_POD_NAME=$POD_NAME;K8S_POD_UID=$POD_UID;K8S_POD_INFRA_CONTAINER_ID=$SANDBOX" \
+		"$CNI_BIN/cnitool" "$1" "$2" "/var/run/netns/$NETNS"
+}
+
+wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
+	local until=$(( $(date +%s) + $1 )) what=$2; shift 2
+	until "$@" >/dev/null 2>&1; do
+		[ "$(date +%s)" -lt "$until" ] || fail "timed out waiting for $what (logs in $ROOT/logs)"
+		sleep 0.2
+	done
+}
+
+say "1. the node: veth ends, vhost-user sockets, nodesim (the kubelet), netdev-dp (the device plugin)"
+for v in "${VETHS[@]}"; do ip link add "$v" type veth peer name "${v}p"; ip link set "${v}p" up; done
+ip link add dpdemomv type veth peer name dpdemomvp   # master of the vhost network's macvlan
+ip link set dpdemomv up
+echo "veth pool: ${VETHS[*]}"
+"$BIN/vswitch" "$ROOT/vhost/port0.sock" "$ROOT/vhost/port1.sock" "$ROOT/vhost/port2.sock" \
+	2>"$ROOT/logs/vswitch.log" & PIDS+=($!)
+wait_for 5 "vhost-user sockets" test -S "$ROOT/vhost/port2.sock"
+echo "vhost-user sockets: $(cd "$ROOT/vhost" && echo *)"
+
+"$BIN/nodesim" serve --root "$ROOT" 2>"$ROOT/logs/nodesim.log" & PIDS+=($!)
+wait_for 10 "nodesim" test -S "$ROOT/device-plugins/kubelet.sock"
+cat >"$ROOT/netdev-dp.json" <<JSON
+{"resources": [
+  {"resourceName": "example.com/veth", "netdevs": {"names": ["dpdemo[0-9]"]}},
+  {"resourceName": "example.com/vhost", "vhostUser": {"socketDir": "$ROOT/vhost", "mode": "client"}}
+]}
+JSON
+"$BIN/netdev-dp" --config "$ROOT/netdev-dp.json" --plugin-dir "$ROOT/device-plugins" \
+	--devinfo-dir "$ROOT/devinfo" --cdi-dir "$ROOT/cdi" 2>"$ROOT/logs/netdev-dp.log" & PIDS+=($!)
+
+say "2. a pod asks for two veths and one vhost-user socket (nodesim pod add, as the kubelet admits it)"
+# Until netdev-dp has registered both resources, admission fails as the kubelet's would.
+for try in $(seq 75); do
+	if out=$("$BIN/nodesim" pod add --root "$ROOT" --namespace "$POD_NS" --name "$POD_NAME" --uid "$POD_UID" \
+		--container app=example.com/veth:2,example.com/vhost:1 2>&1); then break; fi
+	[ "$try" -lt 75 ] || fail "pod add: $out"
+	sleep 0.2
+done
+echo "$out"
+"$BIN/nodesim" pods --root "$ROOT"
+
+say "3. the pod's network namespace, and devplumb through cnitool three times"
+ip netns add "$NETNS"
+netconf() { # netconf NAME RESOURCE DELEGATE-JSON
+	cat >"$ROOT/net.d/$1.conflist" <<JSON
+{"cniVersion": "1.0.0", "name": "$1", "plugins": [{
+  "type": "devplumb", "resourceName": "$2",
+  "podResourcesSocket": "$ROOT/pod-resources/kubelet.sock",
+  "deviceInfoDir": "$ROOT/devinfo", "stateDir": "$ROOT/devplumb",
+  "delegate": $3}]}
+JSON
+}
+netconf fast-a example.com/veth '{"type": "host-device", "ipam": {"type": "static", "addresses": [{"address": "10.77.1.2/24"}]}}'
+netconf fast-b example.com/veth '{"type": "host-device", "ipam": {"type": "static", "addresses": [{"address": "10.77.2.2/24"}]}}'
+netconf vhost-net example.com/vhost '{"type": "macvlan", "master": "dpdemomv", "mode": "bridge", "ipam": {"type": "static", "addresses": [{"address": "10.77.3.2/24"}]}}'
+for net in fast-a fast-b vhost-net; do
+	echo "--- cnitool add $net (ifname net-$net)"
+	cni add "$net" "net-$net"
+done
+
+say "4. what the pod got"
+echo "--- devices (kubelet PodResources), devplumb's attachments, device-info files, network-status:"
+"$BIN/devplumbctl" inspect --root "$ROOT"
+echo "--- interfaces inside the pod's netns:"
+ip -n "$NETNS" -br addr show
+for f in "$ROOT"/devinfo/cni/*; do echo "--- CNI device-info file $(basename "$f"):"; cat "$f"; echo; done
+for f in "$ROOT"/cdi/*; do echo "--- CDI spec $(basename "$f"):"; cat "$f"; echo; done
+
+say "5. DEL all three, stop the daemons"
+for net in vhost-net fast-b fast-a; do cni del "$net" "net-$net"; echo "cnitool del $net: ok"; done
+"$BIN/nodesim" pod del --root "$ROOT" --namespace "$POD_NS" --name "$POD_NAME"
+for pid in "${PIDS[@]}"; do kill -TERM "$pid"; done
+for pid in "${PIDS[@]}"; do wait "$pid" || true; done
+PIDS=()
+ip netns del "$NETNS"
+
+say "6. nothing is left"
+left=0
+check() { if "$@"; then echo "ok: $what"; else echo "LEFT: $what"; left=1; fi; }
+what="no pod netns";                       check bash -c "! ip netns list | grep -qw $NETNS"
+for v in "${VETHS[@]}"; do what="$v back on the host"; check ip link show "$v" >/dev/null; done
+what="no device-info file";                check bash -c "[ -z \"\$(find '$ROOT/devinfo' -type f 2>/dev/null)\" ]"
+what="no claim";                           check bash -c "[ -z \"\$(find '$ROOT/devplumb' -name '*.json' 2>/dev/null)\" ]"
+what="no CDI spec";                        check bash -c "[ -z \"\$(find '$ROOT/cdi' -type f 2>/dev/null)\" ]"
+what="no socket";                          check bash -c "[ -z \"\$(find '$ROOT' -type s 2>/dev/null)\" ]"
+[ "$left" = 0 ] || fail "something was left behind"
+echo "demo done: all clean"
