@@ -39,11 +39,11 @@ func RootPaths(root string) Paths {
 type View struct {
 	Paths Paths `json:"paths"`
 	// Pods is nil when the kubelet could not be asked (PodResourcesError says why).
-	Pods              []Pod         `json:"pods"`
-	PodResourcesError string        `json:"podResourcesError,omitempty"`
-	Attachments       []Attachment  `json:"attachments"`
-	Files             []File        `json:"files"`
-	Problems          []string      `json:"problems"`
+	Pods              []Pod        `json:"pods"`
+	PodResourcesError string       `json:"podResourcesError,omitempty"`
+	Attachments       []Attachment `json:"attachments"`
+	Files             []File       `json:"files"`
+	Problems          []string     `json:"problems"`
 }
 
 // Pod is one pod's devices as the kubelet reports them.
