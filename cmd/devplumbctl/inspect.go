@@ -78,13 +78,14 @@ func printView(w io.Writer, v *nodeview.View) {
 	fmt.Fprintf(w, "Attachments (state %s):\n", v.Paths.StateDir)
 	for _, a := range v.Attachments {
 		fmt.Fprintf(w, "  %s %s  pod %s  %s  device %s", a.Network, a.IfName, a.Pod, a.ResourceName, a.DeviceID)
-		if ns := a.NetworkStatus; ns != nil {
-			fmt.Fprintf(w, "  ips %s mac %s", strings.Join(ns.IPs, ","), ns.Mac)
-		}
 		if !a.Complete {
 			fmt.Fprint(w, "  (ADD not finished)")
 		}
 		fmt.Fprintln(w)
+		if a.NetworkStatus != nil {
+			entry, _ := json.Marshal(a.NetworkStatus)
+			fmt.Fprintf(w, "    network-status entry: %s\n", entry)
+		}
 	}
 	fmt.Fprintf(w, "Device-info files (%s):\n", v.Paths.DeviceInfoDir)
 	for _, f := range v.Files {
