@@ -71,3 +71,25 @@ func TestTopLevelDeviceIDAndVersion(t *testing.T) {
 		t.Errorf("VERSION %s %+v", out, ce)
 	}
 }
+
+// The binary's Kubernetes wiring: an unusable kubeconfig fails ADD under
+// "required" (leaving nothing) and is only logged under "best-effort".
+func TestKubeconfigRequiredVersusBestEffort(t *testing.T) {
+	e := newEnv(t)
+	pod := newNS(t)
+	e.setPod("default", "p1", "dev-1")
+	conf := e.conf("fast-net", e.recorder(nil))
+	conf["kubeconfig"] = e.root + "/missing.kubeconfig"
+	_, ce := e.run("ADD", mustJSON(t, conf), "c1", pod.Path(), "net1", podArgs("default", "p1"))
+	if ce == nil || ce.Code != 106 || !contains(ce.Details, "missing.kubeconfig") {
+		t.Fatalf("required: %+v", ce)
+	}
+	e.assertNothingWritten(t)
+	conf["networkStatus"] = "best-effort"
+	if _, ce := e.run("ADD", mustJSON(t, conf), "c1", pod.Path(), "net1", podArgs("default", "p1")); ce != nil {
+		t.Fatalf("best-effort: %+v", ce)
+	}
+	if _, ce := e.run("DEL", mustJSON(t, conf), "c1", pod.Path(), "net1", podArgs("default", "p1")); ce != nil {
+		t.Fatalf("DEL never fails on the API server: %+v", ce)
+	}
+}

@@ -3,14 +3,24 @@
 package main
 
 import (
+	"time"
+
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/devplumb/devplumb/pkg/config"
+	"github.com/devplumb/devplumb/pkg/kube"
 	"github.com/devplumb/devplumb/pkg/plugin"
 )
 
 func main() {
+	plugin.NewKube = func(kubeconfig string, timeout time.Duration) (plugin.Kube, error) {
+		c, err := kube.New(kubeconfig, timeout)
+		if err != nil {
+			return nil, err // not a typed nil inside the interface
+		}
+		return c, nil
+	}
 	skel.PluginMainFuncs(plugin.New().Funcs(), version.PluginSupports(config.SupportedVersions...),
 		"devplumb: CNI meta-plugin for device plugin resources (NPWG device-info spec 1.1.0)")
 }
