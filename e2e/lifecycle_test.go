@@ -191,3 +191,29 @@ func TestGC(t *testing.T) {
 		t.Errorf("delegate GC not run: %v", err)
 	}
 }
+
+// GC of one network never touches another's attachments, even when their
+// delegates carry the same name.
+func TestGCStaysInItsNetwork(t *testing.T) {
+	e := newEnv(t)
+	pod := newNS(t)
+	e.setPod("default", "p1", "dev-1", "dev-2")
+	a := e.conf("net-a", e.recorder(map[string]any{"name": "shared"}))
+	b := e.conf("net-b", e.recorder(map[string]any{"name": "shared"}))
+	for _, c := range []map[string]any{a, b} {
+		c["cniVersion"] = "1.1.0"
+		e.install(c)
+	}
+	e.mustCnitool("add", "net-a", pod.Path(), "net1", podArgs("default", "p1"), "")
+	e.mustCnitool("add", "net-b", pod.Path(), "net2", podArgs("default", "p1"), "")
+	if _, ce := e.run("GC", mustJSON(t, a), "", "", "", ""); ce != nil {
+		t.Fatalf("GC: %+v", ce)
+	}
+	st := e.state()
+	if len(st) != 1 || st[0].Network != "net-b" {
+		t.Fatalf("claims after GC of net-a: %+v", st)
+	}
+	if _, err := os.Stat(filepath.Join(e.recordDir, "DEL-"+cnitoolID(pod.Path())+"_net2.json")); !os.IsNotExist(err) {
+		t.Errorf("GC of net-a ran DEL on net-b's attachment: %v", err)
+	}
+}

@@ -129,7 +129,9 @@ func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Err
 		cni:    delegate.ParseArgs(args.Args),
 		files:  devinfo.NewStore(conf.DeviceInfoDir),
 		claims: claims.New(conf.StateDir),
-		inv:    delegate.New(args.Path, filepath.Join(conf.StateDir, "libcni")),
+		// One libcni cache per devplumb network: GC of one network must never
+		// see (and DEL) another network's delegates, even if they share a name.
+		inv: delegate.New(args.Path, filepath.Join(conf.StateDir, "libcni", conf.Name)),
 	}, nil
 }
 

@@ -1,0 +1,134 @@
+// Package demo runs `make demo` as CI would and checks that it works, that it
+// can run twice in a row, and that it leaves nothing behind, even when
+// interrupted half way.
+package demo
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/devplumb/devplumb/pkg/testenv"
+)
+
+func makeDemo() *exec.Cmd {
+	cmd := exec.Command("make", "--no-print-directory", "demo")
+	cmd.Dir = testenv.ModuleRoot()
+	return cmd
+}
+
+// okLines are the demo's verdicts, free of temp dir names, to compare runs.
+func okLines(out string) []string {
+	var lines []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "ok: ") || strings.HasPrefix(l, "LEFT: ") {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+func TestDemoRunsTwiceAndLeavesNothing(t *testing.T) {
+	var first []string
+	for run := 1; run <= 2; run++ {
+		out, err := makeDemo().CombinedOutput()
+		if err != nil {
+			t.Fatalf("make demo run %d: %v\n%s", run, err, out)
+		}
+		s := string(out)
+		for _, want := range []string{
+			"demo done: all clean",
+			`"example.com/veth"`,         // pod add output: the allocation
+			"net-fast-a", "10.77.1.2/24", // interfaces with their IPs in the pod netns
+			"10.77.2.2/24", "10.77.3.2/24",
+			`"type": "vhost-user"`, // a device-info file flowed
+			`"cdiVersion"`,         // the CDI spec was shown
+			"network-status entry",
+		} {
+			if !strings.Contains(s, want) {
+				t.Errorf("run %d: output lacks %q\n%s", run, want, s)
+			}
+		}
+		lines := okLines(s)
+		if run == 1 {
+			first = lines
+		} else if strings.Join(lines, "\n") != strings.Join(first, "\n") {
+			t.Errorf("second run differs:\n%v\nvs\n%v", lines, first)
+		}
+		assertNothingLeft(t)
+	}
+}
+
+func TestDemoInterruptedCleansUp(t *testing.T) {
+	cmd := makeDemo()
+	pr, pw, _ := os.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	// make forwards nothing: signal the whole process group, as Ctrl-C does.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	var out bytes.Buffer
+	sc := bufio.NewScanner(pr)
+	interrupted := false
+	for sc.Scan() {
+		out.WriteString(sc.Text() + "\n")
+		// Interrupt with the pod netns made and one attachment added.
+		if !interrupted && strings.Contains(sc.Text(), "cnitool add fast-b") {
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
+			interrupted = true
+		}
+	}
+	err := cmd.Wait()
+	if !interrupted {
+		t.Fatalf("demo never reached its second ADD:\n%s", out.String())
+	}
+	if err == nil {
+		t.Errorf("interrupted demo exited 0")
+	}
+	assertNothingLeft(t)
+}
+
+var demoLink = regexp.MustCompile(`(?m)^\d+: dpdemo`)
+
+func assertNothingLeft(t *testing.T) {
+	t.Helper()
+	// The daemons are gone once the script returns; give the kernel a moment
+	// to finish deleting links of a netns that was just removed.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		problems := leftovers()
+		if len(problems) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("left behind: %v", problems)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func leftovers() []string {
+	var p []string
+	if out, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(out), "devplumb-demo") {
+		p = append(p, "netns devplumb-demo")
+	}
+	if out, _ := exec.Command("ip", "-o", "link", "show").Output(); demoLink.Match(out) {
+		p = append(p, "dpdemo* links")
+	}
+	if dirs, _ := filepath.Glob("/tmp/devplumb-demo.*"); len(dirs) > 0 {
+		p = append(p, "demo root "+strings.Join(dirs, " "))
+	}
+	if out, _ := exec.Command("pgrep", "-f", "bin/(nodesim|netdev-dp|vswitch) ").Output(); len(out) > 0 {
+		p = append(p, "daemons still running: "+string(out))
+	}
+	return p
+}
