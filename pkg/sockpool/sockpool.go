@@ -10,6 +10,11 @@
 //     name. The container gets the subdirectory mounted read-write at the same
 //     path and creates <subdir>/<socketName> in it.
 //
+// With mountSocketDir, a host-created socket's whole directory is mounted
+// instead of the file: the container then sees every socket of the pool, but
+// keeps a working path when the vswitch re-creates its socket (a bind mount
+// of the file would keep pointing at the old one).
+//
 // The device-info path is the socket's path, identical inside and outside the
 // container. A socket (or subdirectory) that is removed leaves the list. The
 // directory is watched with fsnotify.
@@ -34,6 +39,8 @@ type VhostUser struct {
 	SocketDir  string `json:"socketDir"`
 	Mode       string `json:"mode"`                 // "client" or "server"
 	SocketName string `json:"socketName,omitempty"` // server mode; default "socket"
+	// MountSocketDir mounts socketDir instead of the socket file (client mode).
+	MountSocketDir bool `json:"mountSocketDir,omitempty"`
 }
 
 // Memif configures a memif pool.
@@ -42,6 +49,8 @@ type Memif struct {
 	Role       string `json:"role"`                 // "slave" or "master"
 	Mode       string `json:"mode,omitempty"`       // "ethernet" (default), "ip"
 	SocketName string `json:"socketName,omitempty"` // master role; default "socket"
+	// MountSocketDir mounts socketDir instead of the socket file (slave role).
+	MountSocketDir bool `json:"mountSocketDir,omitempty"`
 }
 
 // Pool is a socket directory pool.
@@ -49,6 +58,7 @@ type Pool struct {
 	kind        string
 	dir         string
 	hostCreates bool
+	mountDir    bool
 	socketName  string
 	info        func(path string) *devinfo.DeviceInfo
 }
@@ -59,9 +69,13 @@ func NewVhostUser(c VhostUser) (*Pool, error) {
 		return nil, fmt.Errorf("vhostUser pool: mode %q is not %q or %q", c.Mode, devinfo.VhostUserModeClient, devinfo.VhostUserModeServer)
 	}
 	mode := c.Mode
-	return newPool("vhostuser", c.SocketDir, c.Mode == devinfo.VhostUserModeClient, c.SocketName, func(path string) *devinfo.DeviceInfo {
+	p, err := newPool("vhostuser", c.SocketDir, c.Mode == devinfo.VhostUserModeClient, c.SocketName, func(path string) *devinfo.DeviceInfo {
 		return &devinfo.DeviceInfo{Type: devinfo.TypeVhostUser, Version: devinfo.Version, VhostUser: &devinfo.VhostDevice{Mode: mode, Path: path}}
 	})
+	if p != nil {
+		p.mountDir = c.MountSocketDir
+	}
+	return p, err
 }
 
 // NewMemif checks c and returns its pool.
@@ -77,9 +91,13 @@ func NewMemif(c Memif) (*Pool, error) {
 		return nil, fmt.Errorf("memif pool: mode %q is not \"ethernet\" or \"ip\"", c.Mode)
 	}
 	role := c.Role
-	return newPool("memif", c.SocketDir, c.Role == "slave", c.SocketName, func(path string) *devinfo.DeviceInfo {
+	p, err := newPool("memif", c.SocketDir, c.Role == "slave", c.SocketName, func(path string) *devinfo.DeviceInfo {
 		return &devinfo.DeviceInfo{Type: devinfo.TypeMemif, Version: devinfo.Version, Memif: &devinfo.MemifDevice{Role: role, Path: path, Mode: mode}}
 	})
+	if p != nil {
+		p.mountDir = c.MountSocketDir
+	}
+	return p, err
 }
 
 func newPool(kind, dir string, hostCreates bool, socketName string, info func(string) *devinfo.DeviceInfo) (*Pool, error) {
@@ -112,22 +130,26 @@ func (p *Pool) Scan() ([]devpool.Device, error) {
 		path := filepath.Join(p.dir, e.Name())
 		switch {
 		case p.hostCreates && e.Type()&os.ModeSocket != 0:
-			out = append(out, p.device(e.Name(), path, path, false))
+			mount := path
+			if p.mountDir {
+				mount = p.dir
+			}
+			out = append(out, p.device(e.Name(), mount, path))
 		case !p.hostCreates && e.IsDir():
-			out = append(out, p.device(e.Name(), path, filepath.Join(path, p.socketName), false))
+			out = append(out, p.device(e.Name(), path, filepath.Join(path, p.socketName)))
 		}
 	}
 	devpool.Sort(out)
 	return out, nil
 }
 
-func (p *Pool) device(id, mount, socket string, ro bool) devpool.Device {
+func (p *Pool) device(id, mount, socket string) devpool.Device {
 	return devpool.Device{
 		ID:       id,
 		Healthy:  true,
 		NUMANode: devpool.NoNUMA,
 		Info:     p.info(socket),
-		Mounts:   []devpool.Mount{{HostPath: mount, ContainerPath: mount, ReadOnly: ro}},
+		Mounts:   []devpool.Mount{{HostPath: mount, ContainerPath: mount}},
 	}
 }
 
@@ -152,12 +174,11 @@ func (p *Pool) Watch(ctx context.Context, changed func()) error {
 			if !ev.Has(fsnotify.Chmod) {
 				changed()
 			}
-		case err, ok := <-w.Errors:
+		case _, ok := <-w.Errors:
 			if !ok {
 				return fmt.Errorf("%s pool: watcher closed", p.kind)
 			}
-			changed() // events may be lost (queue overflow): rescan
-			_ = err
+			changed() // events may have been lost (queue overflow): rescan
 		}
 	}
 }

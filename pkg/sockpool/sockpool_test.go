@@ -45,6 +45,25 @@ func TestVhostUserClientSocketsAreDevices(t *testing.T) {
 	}
 }
 
+func TestMountSocketDir(t *testing.T) {
+	dir := t.TempDir()
+	listen(t, filepath.Join(dir, "m0.sock"))
+	p, err := NewMemif(Memif{SocketDir: dir, Role: "slave", Mode: "ip", MountSocketDir: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs, err := p.Scan()
+	if err != nil || len(devs) != 1 {
+		t.Fatalf("%+v %v", devs, err)
+	}
+	if m := devs[0].Mounts; len(m) != 1 || m[0].HostPath != dir || m[0].ContainerPath != dir {
+		t.Errorf("mounts %+v", m)
+	}
+	if i := devs[0].Info.Memif; i.Path != filepath.Join(dir, "m0.sock") || i.Mode != "ip" || i.Role != "slave" {
+		t.Errorf("info %+v", i)
+	}
+}
+
 func TestMemifMasterSubdirsAreDevices(t *testing.T) {
 	dir := t.TempDir()
 	os.Mkdir(filepath.Join(dir, "m0"), 0o755)
