@@ -10,7 +10,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
-// A minimal device plugin: two devices on NUMA node 0, an env var per
+// A minimal device plugin (compiled, not run: it needs a kubelet): two devices on NUMA node 0, an env var per
 // allocation, served until SIGTERM. Call Update again whenever devices come,
 // go or change health.
 func Example() {
@@ -30,6 +30,9 @@ func Example() {
 	})
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	_ = srv.Run // srv.Run(ctx) serves, registers with the kubelet and cleans up when ctx ends
-	_ = ctx
+	// Serves, registers with the kubelet (again after each kubelet restart)
+	// and removes its socket when ctx ends.
+	if err := srv.Run(ctx); err != nil {
+		slog.Error("device plugin failed", "err", err)
+	}
 }
