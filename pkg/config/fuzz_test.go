@@ -1,0 +1,37 @@
+package config
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// FuzzParse: no input panics, and an accepted config never carries a name,
+// device or path that could lead devplumb out of its directories.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(good))
+	f.Add([]byte(`{"cniVersion":"0.3.1","name":"n","type":"devplumb","deviceID":"eth0","delegates":[{"type":"macvlan"}]}`))
+	f.Add([]byte(`{"cniVersion":"1.0.0","name":"../x","type":"devplumb","delegate":{"type":"x"}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse(data)
+		if err != nil {
+			return
+		}
+		for _, s := range []string{c.Name, c.ResourceName, c.DeviceID, c.RuntimeConfig.DeviceID} {
+			if strings.Contains(s, "..") {
+				t.Fatalf("accepted %q", s)
+			}
+		}
+		if strings.Contains(c.Name, "/") || strings.Contains(c.DeviceIDFromConfig(), "/") {
+			t.Fatalf("accepted a slash: %q %q", c.Name, c.DeviceIDFromConfig())
+		}
+		for _, p := range []string{c.StateDir, c.DeviceInfoDir, c.PodResourcesSocket} {
+			if !filepath.IsAbs(p) || strings.Contains(p+"/", "/../") || strings.Contains(p+"/", "/./") {
+				t.Fatalf("accepted path %q", p)
+			}
+		}
+		if len(c.Delegates) == 0 {
+			t.Fatal("accepted a config without delegates")
+		}
+	})
+}
