@@ -11,7 +11,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -156,7 +158,7 @@ func (s *Server) spawn(name, bin string, args ...string) (*proc, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	err = cmd.Start()
+	err = startOnSpawnerThread(cmd)
 	logf.Close() // the child has its own descriptor
 	if err != nil {
 		return nil, fmt.Errorf("kubeapi: start %s (%s): %w", name, bin, err)
@@ -167,6 +169,28 @@ func (s *Server) spawn(name, bin string, args ...string) (*proc, error) {
 		close(p.done)
 	}()
 	return p, nil
+}
+
+// Pdeathsig fires when the OS thread that started the child exits, not the process. Go
+// ends threads whose goroutine exits while locked to them (network namespace code does
+// that), so children are started from one goroutine that locks its thread for good.
+var (
+	spawnOnce sync.Once
+	spawnReqs = make(chan func())
+)
+
+func startOnSpawnerThread(cmd *exec.Cmd) error {
+	spawnOnce.Do(func() {
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread lives as long as the process
+			for f := range spawnReqs {
+				f()
+			}
+		}()
+	})
+	errc := make(chan error, 1)
+	spawnReqs <- func() { errc <- cmd.Start() }
+	return <-errc
 }
 
 // stop kills the process group and waits until the child is reaped, so its port is free.

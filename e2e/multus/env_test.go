@@ -123,9 +123,9 @@ func (e *env) writeDP(dev string, info *nadv1.DeviceInfo) {
 }
 
 // cniDeviceInfoFile is where Multus puts the attachment's CNI device-info file (as seen
-// from the host, through the test's directory).
-func (e *env) cniDeviceInfoFile(network, ifName string) string {
-	return filepath.Join(e.npwgDir, "devinfo", "cni", network+"-"+containerID+"_"+ifName)
+// from the host, through the test's directory): "<namespace>-<NAD>-<containerID>_<ifName>".
+func (e *env) cniDeviceInfoFile(namespace, nad, ifName string) string {
+	return filepath.Join(e.npwgDir, "devinfo", "cni", namespace+"-"+nad+"-"+containerID+"_"+ifName)
 }
 
 func ctx(t *testing.T) context.Context {

@@ -94,7 +94,14 @@ func TestMultusDelegatesToDevplumb(t *testing.T) {
 	if _, err := netlink.LinkByName(dev); err == nil {
 		t.Fatalf("%s still in the host namespace after ADD", dev)
 	}
-	cniFile := e.cniDeviceInfoFile(nad.Name, "net1")
+	// Multus asked the kubelet (List); devplumb took Multus's deviceID and did not (Get).
+	if n := e.podResources.Calls("Get"); n != 0 {
+		t.Errorf("devplumb asked the kubelet %d times although Multus passed deviceID", n)
+	}
+	if n := e.podResources.Calls("List"); n == 0 {
+		t.Errorf("Multus never asked the kubelet: the device did not come from PodResources")
+	}
+	cniFile := e.cniDeviceInfoFile(nad.Namespace, nad.Name, "net1")
 	if _, err := os.Stat(cniFile); err != nil {
 		t.Fatalf("CNI device-info file Multus named: %v", err)
 	}
