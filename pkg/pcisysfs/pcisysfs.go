@@ -147,18 +147,21 @@ func LinkType(root, addr, ifName string) string {
 	return strconv.Itoa(n)
 }
 
-// NetDevPCIAddress returns the PCI address behind a host interface
-// (root/class/net/<name>/device), or "" when it is not a PCI device.
+// NetDevPCIAddress returns the PCI address behind a host interface, or ""
+// when it is not a PCI device. root/class/net/<name>/device is the PCI
+// device itself, or a bus device on it (virtio-net: virtioN, whose parent
+// directory is the PCI function).
 func NetDevPCIAddress(root, ifName string) string {
-	dev := filepath.Join(root, "class", "net", ifName, "device")
-	if linkBase(dev, "subsystem") != "pci" {
+	dev, err := filepath.EvalSymlinks(filepath.Join(root, "class", "net", ifName, "device"))
+	if err != nil {
 		return ""
 	}
-	addr := linkBase(filepath.Dir(dev), "device")
-	if !IsAddress(addr) {
-		return ""
+	for _, dir := range []string{dev, filepath.Dir(dev)} {
+		if addr := filepath.Base(dir); IsAddress(addr) && linkBase(dir, "subsystem") == "pci" {
+			return addr
+		}
 	}
-	return addr
+	return ""
 }
 
 // ErrNotExist reports whether err says a device is gone.

@@ -1,6 +1,8 @@
 package pcisysfs_test
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -31,6 +33,16 @@ func TestReadAndNetDev(t *testing.T) {
 	}
 	if got := pcisysfs.NetDevPCIAddress(root, "ens1f0"); got != "0000:01:00.0" {
 		t.Errorf("NetDevPCIAddress = %q", got)
+	}
+	// virtio-net: the interface's device is virtioN on the PCI function.
+	sysfstest.AddPCI(t, root, sysfstest.PCI{Addr: "0000:00:03.0", Vendor: "1af4", Device: "1000", Class: "020000", Driver: "virtio-pci"})
+	sysfstest.AddNetDev(t, root, "eth0", "0000:00:03.0")
+	virtio := filepath.Join(root, "devices", "pci0000:00", "0000:00:03.0", "virtio2")
+	os.MkdirAll(virtio, 0o755)
+	os.Remove(filepath.Join(root, "class", "net", "eth0", "device"))
+	os.Symlink(filepath.Join("..", "..", "..", "devices", "pci0000:00", "0000:00:03.0", "virtio2"), filepath.Join(root, "class", "net", "eth0", "device"))
+	if got := pcisysfs.NetDevPCIAddress(root, "eth0"); got != "0000:00:03.0" {
+		t.Errorf("NetDevPCIAddress(virtio eth0) = %q", got)
 	}
 	if got := pcisysfs.NetDevPCIAddress(root, "lo"); got != "" {
 		t.Errorf("NetDevPCIAddress(lo) = %q", got)
