@@ -10,6 +10,8 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/devplumb/devplumb/pkg/claims"
 )
 
 // 32 pods with two attachments each, all added at once through cnitool:
@@ -215,5 +217,27 @@ func TestGCStaysInItsNetwork(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(e.recordDir, "DEL-"+cnitoolID(pod.Path())+"_net2.json")); !os.IsNotExist(err) {
 		t.Errorf("GC of net-a ran DEL on net-b's attachment: %v", err)
+	}
+}
+
+// An ADD retried after a crash half way gets the device it had claimed,
+// not the first free one.
+func TestRetriedAddGetsSameDevice(t *testing.T) {
+	e := newEnv(t)
+	pod := newNS(t)
+	e.setPod("default", "p1", "dev-1", "dev-2")
+	e.install(e.conf("fast-net", e.recorder(nil)))
+	cid := cnitoolID(pod.Path())
+	crashed := claims.Request{Key: claims.Key{Network: "fast-net", ContainerID: cid, IfName: "net1"},
+		Pod: claims.Pod{Namespace: "default", Name: "p1"}, ResourceName: resource, Candidates: []string{"dev-2"}}
+	if _, err := claims.New(e.stateDir).Claim(crashed); err != nil {
+		t.Fatal(err)
+	}
+	e.mustCnitool("add", "fast-net", pod.Path(), "net1", podArgs("default", "p1"), "")
+	if _, stdin := e.record("ADD", cid, "net1"); stdin["deviceID"] != "dev-2" {
+		t.Errorf("retried ADD got %v, want dev-2", stdin["deviceID"])
+	}
+	if st := e.state(); len(st) != 1 || !st[0].Complete {
+		t.Errorf("state %+v", st)
 	}
 }
