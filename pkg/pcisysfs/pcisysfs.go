@@ -90,9 +90,21 @@ func Read(root, addr string) (*Device, error) {
 	if n, err := readInt(dir, "sriov_numvfs"); err == nil {
 		d.NumVFs = n
 	}
-	d.NetDevs = dirNames(filepath.Join(dir, "net"))
+	d.NetDevs = dirNames(netDir(dir))
 	d.RDMA = dirNames(filepath.Join(dir, "infiniband"))
 	return d, nil
+}
+
+// netDir holds a PCI function's interfaces: its net/ directory, or that of
+// a virtio device on it (virtio-net).
+func netDir(dir string) string {
+	if _, err := os.Stat(filepath.Join(dir, "net")); err == nil {
+		return filepath.Join(dir, "net")
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "virtio*", "net")); len(m) > 0 {
+		return m[0]
+	}
+	return filepath.Join(dir, "net")
 }
 
 func readHex(dir, name string) (string, error) {
@@ -135,7 +147,7 @@ func dirNames(dir string) []string {
 // LinkType is the link type of one of the device's netdevs as the kernel
 // names it: "ether" (ARPHRD_ETHER, 1), "infiniband" (32), else the number.
 func LinkType(root, addr, ifName string) string {
-	n, err := readInt(filepath.Join(DevicesDir(root), addr, "net", ifName), "type")
+	n, err := readInt(filepath.Join(netDir(filepath.Join(DevicesDir(root), addr)), ifName), "type")
 	switch {
 	case err != nil:
 		return ""

@@ -44,6 +44,14 @@ func TestReadAndNetDev(t *testing.T) {
 	if got := pcisysfs.NetDevPCIAddress(root, "eth0"); got != "0000:00:03.0" {
 		t.Errorf("NetDevPCIAddress(virtio eth0) = %q", got)
 	}
+	os.MkdirAll(filepath.Join(virtio, "net", "eth0"), 0o755)
+	os.WriteFile(filepath.Join(virtio, "net", "eth0", "type"), []byte("1\n"), 0o644)
+	if d, err := pcisysfs.Read(root, "0000:00:03.0"); err != nil || !slices.Equal(d.NetDevs, []string{"eth0"}) {
+		t.Errorf("virtio-net function's interfaces: %+v %v", d, err)
+	}
+	if got := pcisysfs.LinkType(root, "0000:00:03.0", "eth0"); got != "ether" {
+		t.Errorf("LinkType(virtio eth0) = %q", got)
+	}
 	if got := pcisysfs.NetDevPCIAddress(root, "lo"); got != "" {
 		t.Errorf("NetDevPCIAddress(lo) = %q", got)
 	}
