@@ -18,7 +18,7 @@ import (
 const slack = 10 * time.Second
 
 func TestAPIServerDown(t *testing.T) {
-	pod, err := srv.CreatePod(ctx(t), "default", "down", node, nil)
+	pod, err := srv.CreatePod(ctx(t), "default", "down", nodeName, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/kube"
 )
 
-const node = "node-a"
+const nodeName = "node-a"
 
 // otherEntry is what the cluster's default network (or Multus) wrote before devplumb.
 var otherEntry = nadv1.NetworkStatus{Name: "cluster-default", Interface: "eth0", IPs: []string{"192.0.2.2"}, Default: true}
@@ -72,7 +72,7 @@ func wantStatus(t *testing.T, got []nadv1.NetworkStatus, want ...nadv1.NetworkSt
 }
 
 func TestNetworkStatusAddMergeReplaceRemove(t *testing.T) {
-	pod, err := srv.CreatePod(ctx(t), "default", "merge", node, annotationWith(t, otherEntry))
+	pod, err := srv.CreatePod(ctx(t), "default", "merge", nodeName, annotationWith(t, otherEntry))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestNetworkStatusAddMergeReplaceRemove(t *testing.T) {
 }
 
 func TestNetworkStatusRemovesAnnotationWhenLastEntryGoes(t *testing.T) {
-	pod, err := srv.CreatePod(ctx(t), "default", "last", node, nil)
+	pod, err := srv.CreatePod(ctx(t), "default", "last", nodeName, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestNetworkStatusRemovesAnnotationWhenLastEntryGoes(t *testing.T) {
 }
 
 func TestNetworkStatusRecreatedPodNeverTouched(t *testing.T) {
-	old, err := srv.CreatePod(ctx(t), "default", "recreated", node, nil)
+	old, err := srv.CreatePod(ctx(t), "default", "recreated", nodeName, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestNetworkStatusRecreatedPodNeverTouched(t *testing.T) {
 		t.Fatal(err)
 	}
 	mine := pciEntry("default/sriov-a", "net1", "0000:18:02.5")
-	cur, err := srv.CreatePod(ctx(t), "default", "recreated", node, annotationWith(t, otherEntry, mine))
+	cur, err := srv.CreatePod(ctx(t), "default", "recreated", nodeName, annotationWith(t, otherEntry, mine))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestNetworkStatusPodGone(t *testing.T) {
 
 func TestNetworkStatusBadAnnotation(t *testing.T) {
 	bad := map[string]string{nadv1.NetworkStatusAnnot: "{not a list"}
-	pod, err := srv.CreatePod(ctx(t), "default", "bad-annotation", node, bad)
+	pod, err := srv.CreatePod(ctx(t), "default", "bad-annotation", nodeName, bad)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ const (
 // other writer's annotation, and the API server must have answered some patches with 409
 // Conflict (so the retry path really ran).
 func TestNetworkStatusConflictStorm(t *testing.T) {
-	pod, err := srv.CreatePod(ctx(t), "default", "storm", node, annotationWith(t, otherEntry))
+	pod, err := srv.CreatePod(ctx(t), "default", "storm", nodeName, annotationWith(t, otherEntry))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ var pciRE = regexp.MustCompile(`^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[
 func IsPCIAddress(id string) bool { return pciRE.MatchString(id) }
 
 // BuildList turns the config's delegate(s) into a conflist with the device
-// ID injected into every plugin. deviceID may be empty (DEL/GC/STATUS
+// ID injected into the first plugin. deviceID may be empty (DEL/GC/STATUS
 // without state), in which case nothing is injected.
 func BuildList(c *config.NetConf, deviceID string) (*libcni.NetworkConfigList, error) {
 	name, version := c.Name, c.CNIVersion
@@ -47,9 +47,12 @@ func BuildList(c *config.NetConf, deviceID string) (*libcni.NetworkConfigList, e
 		}
 	}
 	plugins := make([]map[string]any, 0, len(c.Delegates))
-	for _, d := range c.Delegates {
+	for i, d := range c.Delegates {
 		p := maps.Clone(d)
-		if deviceID != "" {
+		// As Multus does, only the first plugin, the one attaching the
+		// device, gets the keys; later ones see the device through the
+		// capabilities they declare.
+		if deviceID != "" && i == 0 {
 			for _, k := range c.InjectDeviceID {
 				p[k] = deviceID
 			}

@@ -36,12 +36,13 @@ func TestBuildListInjectsDevice(t *testing.T) {
 	if list.Name != "n" || list.CNIVersion != "0.4.0" || len(list.Plugins) != 2 {
 		t.Fatalf("list: %+v", list)
 	}
-	for _, p := range list.Plugins {
-		m := pluginMap(t, p.Bytes)
-		for _, k := range []string{"deviceID", "device", "pciBusID"} {
-			if m[k] != "0000:01:02.3" {
-				t.Errorf("%s: %s = %v", p.Network.Type, k, m[k])
-			}
+	first, second := pluginMap(t, list.Plugins[0].Bytes), pluginMap(t, list.Plugins[1].Bytes)
+	for _, k := range []string{"deviceID", "device", "pciBusID"} {
+		if first[k] != "0000:01:02.3" {
+			t.Errorf("first plugin: %s = %v", k, first[k])
+		}
+		if second[k] != nil {
+			t.Errorf("later plugins get no keys (as with Multus): %s = %v", k, second[k])
 		}
 	}
 	if _, ok := c.Delegates[0]["deviceID"]; ok {
