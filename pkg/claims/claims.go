@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -77,18 +76,21 @@ func New(dir string) *Store { return &Store{Dir: dir} }
 // ErrNoFreeDevice is returned when every candidate device is claimed.
 var ErrNoFreeDevice = errors.New("no free device")
 
-var safeRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:@+-]*$`)
-
 func (s *Store) attachDir() string { return filepath.Join(s.Dir, "attachments") }
 
-// path of the record of k; the parts are checked so no record leaves the dir.
+// path of the record of k; each part must be one plain name component (the
+// runtime validated them already; this keeps a bad caller inside the dir).
 func (s *Store) path(k Key) (string, error) {
 	for _, part := range []string{k.Network, k.ContainerID, k.IfName} {
-		if !safeRE.MatchString(part) || strings.Contains(part, "..") {
-			return "", fmt.Errorf("attachment %s/%s/%s: %q cannot be used in a state file name", k.Network, k.ContainerID, k.IfName, part)
+		if part == "" || part == "." || part == ".." || strings.ContainsAny(part, "/\x00") {
+			return "", fmt.Errorf("attachment %q/%q/%q: %q cannot be part of a state file name", k.Network, k.ContainerID, k.IfName, part)
 		}
 	}
-	return filepath.Join(s.attachDir(), k.Network+"-"+k.ContainerID+"_"+k.IfName+".json"), nil
+	name := k.Network + "-" + k.ContainerID + "_" + k.IfName + ".json"
+	if len(name) > 255 {
+		return "", fmt.Errorf("attachment %s/%s/%s: state file name is longer than 255 bytes", k.Network, k.ContainerID, k.IfName)
+	}
+	return filepath.Join(s.attachDir(), name), nil
 }
 
 // Locked runs fn while holding the store's exclusive lock.

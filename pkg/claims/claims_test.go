@@ -116,6 +116,12 @@ func TestUnsafeKeyAndCorruptState(t *testing.T) {
 	if _, err := s.Claim(r); err == nil {
 		t.Fatal("a container ID with .. must be refused")
 	}
+	if _, err := s.Claim(req("p", "c1", "..", "d0")); err == nil {
+		t.Fatal("an interface name .. must be refused")
+	}
+	if _, err := s.Claim(req("p", "c1", "x%y#z", "d0")); err != nil {
+		t.Fatalf("any interface name the kernel takes is fine: %v", err)
+	}
 	if err := os.MkdirAll(filepath.Join(s.Dir, "attachments"), 0o700); err != nil {
 		t.Fatal(err)
 	}
