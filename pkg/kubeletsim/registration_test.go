@@ -1,0 +1,110 @@
+package kubeletsim_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/devplumb/devplumb/pkg/kubeletsim"
+)
+
+func TestValidateResourceName(t *testing.T) {
+	for name, ok := range map[string]bool{
+		"example.com/vf":          true,
+		"intel.com/sriov_net_A":   true,
+		"openshift.io/mlx5-vf":    true,
+		"vf":                      false, // not domain-qualified
+		"kubernetes.io/vf":        false, // native namespace
+		"sub.kubernetes.io/vf":    false,
+		"requests.example.com/vf": false,
+		"Example.com/vf":          false, // the domain must be lower case
+		"example.com/":            false,
+		"example.com/-vf":         false,
+		"example.com/a/b":         false,
+	} {
+		err := kubeletsim.ValidateResourceName(name)
+		if (err == nil) != ok {
+			t.Errorf("ValidateResourceName(%q) = %v, want ok=%v", name, err, ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), `the ResourceName "`+name+`" is invalid`) {
+			t.Errorf("error %q lacks the kubelet's wording", err)
+		}
+	}
+}
+
+func TestRegisterRejects(t *testing.T) {
+	n := startNode(t, root(t))
+	p := newStubPlugin(t, n.PluginDir(), vf, "vf.sock", dev("d1"))
+	for _, tc := range []struct{ version, resource, endpoint, want string }{
+		{"v1alpha", vf, "vf.sock", `requested API version "v1alpha" is not supported by kubelet`},
+		{pluginapi.Version, "vf", "vf.sock", `the ResourceName "vf" is invalid`},
+		{pluginapi.Version, "kubernetes.io/vf", "vf.sock", "is invalid"},
+		{pluginapi.Version, vf, "../vf.sock", "must be a file name in the device plugin directory"},
+		{pluginapi.Version, vf, "", "endpoint is empty"},
+		{pluginapi.Version, vf, "kubelet.sock", "the kubelet's own socket"},
+	} {
+		err := p.register(t.Context(), tc.version, tc.resource, tc.endpoint)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Register(%q, %q, %q) = %v, want %q", tc.version, tc.resource, tc.endpoint, err, tc.want)
+		}
+	}
+	// Nobody serves the endpoint: the registration fails when the plugin's
+	// deadline passes, and nothing is registered.
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	if err := p.register(ctx, pluginapi.Version, vf, "absent.sock"); err == nil {
+		t.Error("Register with no plugin server succeeded")
+	}
+	if n.Registered(vf) {
+		t.Error("a failed registration left an endpoint")
+	}
+}
+
+func TestControlClient(t *testing.T) {
+	dir := root(t)
+	if _, err := kubeletsim.NewControlClient(dir); err == nil || !strings.Contains(err.Error(), "nodesim serve --root") {
+		t.Fatalf("NewControlClient with no node: %v", err)
+	}
+	n := startNode(t, dir)
+	p := newStubPlugin(t, n.PluginDir(), vf, "vf.sock", dev("d1", 0), dev("d2", 1))
+	p.start(t.Context(), false)
+	if err := n.WaitRegistered(t.Context(), vf); err != nil {
+		t.Fatal(err)
+	}
+	c, err := kubeletsim.NewControlClient(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := c.AddPod(t.Context(), pod("p", ctr("x", 2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := a.Containers[0].Resources[0]
+	if got := a.Devices(vf); len(got) != 2 || r.Response.GetAnnotations()["stub/ids"] != "d1,d2" || r.NUMANodes["d2"][0] != 1 {
+		t.Fatalf("AddPod over the socket = %+v", a)
+	}
+	if _, err := c.AddPod(t.Context(), pod("p", ctr("x", 1))); !errors.Is(err, kubeletsim.ErrPodExists) {
+		t.Errorf("duplicate AddPod: %v", err)
+	}
+	if _, err := c.AddPod(t.Context(), pod("Bad_Name")); !errors.Is(err, kubeletsim.ErrInvalidPod) {
+		t.Errorf("invalid AddPod: %v", err)
+	}
+	pods, err := c.Pods(t.Context())
+	if err != nil || len(pods) != 1 || pods[0].Name != "p" {
+		t.Fatalf("Pods = %+v, %v", pods, err)
+	}
+	res, err := c.Resources(t.Context())
+	if err != nil || len(res[vf]) != 2 {
+		t.Fatalf("Resources = %v, %v", res, err)
+	}
+	if err := c.DelPod(t.Context(), "ns", "p"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DelPod(t.Context(), "ns", "p"); !errors.Is(err, kubeletsim.ErrPodNotFound) {
+		t.Errorf("DelPod twice: %v", err)
+	}
+}

@@ -1,0 +1,230 @@
+package kubeletsim_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// stubPlugin is a small but real v1beta1 device plugin: gRPC server on a unix
+// socket in the plugin dir, Register on kubelet.sock, ListAndWatch that
+// resends on every health change, and re-registration when kubelet.sock is
+// created again (a kubelet restart).
+type stubPlugin struct {
+	pluginapi.UnimplementedDevicePluginServer
+	t        *testing.T
+	dir      string
+	resource string
+	endpoint string
+	opts     *pluginapi.DevicePluginOptions
+	// preferred, when set, answers GetPreferredAllocation.
+	preferred func(available []string, size int) []string
+
+	mu        sync.Mutex
+	devs      []*pluginapi.Device
+	changed   chan struct{}
+	srv       *grpc.Server
+	allocs    [][]string
+	prestarts [][]string
+	regs      int
+	regCh     chan struct{} // one value per successful registration
+}
+
+func newStubPlugin(t *testing.T, dir, resource, endpoint string, devs ...*pluginapi.Device) *stubPlugin {
+	return &stubPlugin{t: t, dir: dir, resource: resource, endpoint: endpoint,
+		opts: &pluginapi.DevicePluginOptions{}, devs: devs, changed: make(chan struct{}), regCh: make(chan struct{}, 16)}
+}
+
+func dev(id string, numa ...int64) *pluginapi.Device {
+	d := &pluginapi.Device{ID: id, Health: pluginapi.Healthy}
+	if len(numa) > 0 {
+		d.Topology = &pluginapi.TopologyInfo{}
+		for _, n := range numa {
+			d.Topology.Nodes = append(d.Topology.Nodes, &pluginapi.NUMANode{ID: n})
+		}
+	}
+	return d
+}
+
+// start serves and registers; with watch it re-registers after a kubelet restart.
+func (p *stubPlugin) start(ctx context.Context, watch bool) {
+	p.t.Helper()
+	if err := p.serveAndRegister(ctx); err != nil {
+		p.t.Fatalf("plugin %s: %v", p.resource, err)
+	}
+	p.t.Cleanup(p.stop)
+	if watch {
+		p.watchKubelet(ctx)
+	}
+}
+
+func (p *stubPlugin) serveAndRegister(ctx context.Context) error {
+	// Stop the old server first: closing its listener unlinks the socket path.
+	p.stop()
+	sock := filepath.Join(p.dir, p.endpoint)
+	os.Remove(sock)
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		return err
+	}
+	srv := grpc.NewServer()
+	pluginapi.RegisterDevicePluginServer(srv, p)
+	go srv.Serve(lis)
+	p.mu.Lock()
+	p.srv = srv
+	p.mu.Unlock()
+	return p.register(ctx, pluginapi.Version, p.resource, p.endpoint)
+}
+
+func (p *stubPlugin) register(ctx context.Context, version, resource, endpoint string) error {
+	conn, err := grpc.NewClient("unix://"+filepath.Join(p.dir, "kubelet.sock"),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	// WaitForReady: kubelet.sock appears at bind(), a moment before listen().
+	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
+		Version: version, Endpoint: endpoint, ResourceName: resource}, grpc.WaitForReady(true))
+	if err == nil {
+		p.mu.Lock()
+		p.regs++
+		p.mu.Unlock()
+		p.regCh <- struct{}{}
+	}
+	return err
+}
+
+// watchKubelet re-serves and re-registers when kubelet.sock is created anew.
+func (p *stubPlugin) watchKubelet(ctx context.Context) {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	if err := w.Add(p.dir); err != nil {
+		p.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	p.t.Cleanup(func() { w.Close(); <-done })
+	go func() {
+		defer close(done)
+		for ev := range w.Events {
+			if filepath.Base(ev.Name) == "kubelet.sock" && ev.Has(fsnotify.Create) {
+				if err := p.serveAndRegister(ctx); err != nil && !errors.Is(err, context.Canceled) {
+					p.t.Errorf("re-register after kubelet restart: %v", err)
+				}
+			}
+		}
+	}()
+}
+
+func (p *stubPlugin) stop() {
+	p.mu.Lock()
+	srv := p.srv
+	p.mu.Unlock()
+	if srv != nil {
+		srv.Stop()
+	}
+}
+
+func (p *stubPlugin) setHealth(id, health string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, d := range p.devs {
+		if d.ID == id {
+			d.Health = health
+		}
+	}
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// waitRegistrations waits until the plugin has registered n times in all.
+func (p *stubPlugin) waitRegistrations(ctx context.Context, n int) error {
+	for {
+		p.mu.Lock()
+		got := p.regs
+		p.mu.Unlock()
+		if got >= n {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("plugin registered %d times, want %d: %w", got, n, ctx.Err())
+		case <-p.regCh:
+		}
+	}
+}
+
+func (p *stubPlugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return p.opts, nil
+}
+
+func (p *stubPlugin) ListAndWatch(_ *pluginapi.Empty, s grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+	for {
+		p.mu.Lock()
+		resp := &pluginapi.ListAndWatchResponse{}
+		for _, d := range p.devs {
+			resp.Devices = append(resp.Devices, &pluginapi.Device{ID: d.ID, Health: d.Health, Topology: d.Topology})
+		}
+		ch := p.changed
+		p.mu.Unlock()
+		if err := s.Send(resp); err != nil {
+			return err
+		}
+		select {
+		case <-s.Context().Done():
+			return nil
+		case <-ch:
+		}
+	}
+}
+
+func (p *stubPlugin) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	resp := &pluginapi.PreferredAllocationResponse{}
+	for _, cr := range req.GetContainerRequests() {
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{
+			DeviceIDs: p.preferred(cr.GetAvailableDeviceIDs(), int(cr.GetAllocationSize()))})
+	}
+	return resp, nil
+}
+
+func (p *stubPlugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	resp := &pluginapi.AllocateResponse{}
+	for _, cr := range req.GetContainerRequests() {
+		ids := cr.GetDevicesIds()
+		p.mu.Lock()
+		p.allocs = append(p.allocs, slices.Clone(ids))
+		p.mu.Unlock()
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{
+			Envs:        map[string]string{"STUB_DEVICES": strings.Join(ids, ",")},
+			Mounts:      []*pluginapi.Mount{{ContainerPath: "/dev/stub", HostPath: "/tmp/stub", ReadOnly: true}},
+			Devices:     []*pluginapi.DeviceSpec{{ContainerPath: "/dev/vfio/1", HostPath: "/dev/vfio/1", Permissions: "rw"}},
+			Annotations: map[string]string{"stub/ids": strings.Join(ids, ",")},
+			CdiDevices:  []*pluginapi.CDIDevice{{Name: "example.com/stub=" + ids[0]}},
+		})
+	}
+	return resp, nil
+}
+
+func (p *stubPlugin) PreStartContainer(_ context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.prestarts = append(p.prestarts, slices.Clone(req.GetDevicesIds()))
+	return &pluginapi.PreStartContainerResponse{}, nil
+}
