@@ -10,10 +10,17 @@ import (
 	"path/filepath"
 )
 
-// writeAuth writes the token file (one system:masters user) and the service account
-// signing key pair that kube-apiserver requires even though no test uses them.
+// DevplumbUser is the user name of the devplumb service account of deployments/rbac.yaml:
+// RBAC matches a ServiceAccount subject by this name, so a static token for it stands in
+// for the token the kubelet would project into the DaemonSet's pod.
+const DevplumbUser = "system:serviceaccount:kube-system:devplumb"
+
+// writeAuth writes the token file (a system:masters user, and DevplumbUser) and the service
+// account signing key pair that kube-apiserver requires even though no test uses it.
 func (s *Server) writeAuth() error {
-	tokens := fmt.Sprintf("%s,e2e-admin,e2e-admin,system:masters\n", s.Token)
+	s.DevplumbToken = randomHex(16)
+	tokens := fmt.Sprintf("%s,e2e-admin,e2e-admin,system:masters\n", s.Token) +
+		fmt.Sprintf("%s,%s,devplumb-uid,\"system:serviceaccounts,system:serviceaccounts:kube-system\"\n", s.DevplumbToken, DevplumbUser)
 	if err := os.WriteFile(filepath.Join(s.Dir, "tokens.csv"), []byte(tokens), 0o600); err != nil {
 		return fmt.Errorf("kubeapi: token file: %w", err)
 	}

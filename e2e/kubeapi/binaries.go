@@ -1,6 +1,6 @@
 // Package kubeapi runs a real kube-apiserver and etcd for end-to-end tests: one per test
-// package (from TestMain), in a temporary directory, with token authentication and
-// AlwaysAllow authorization. Nothing is mocked.
+// package (from TestMain), in a temporary directory, with static token authentication
+// and RBAC authorization (the admin token is system:masters). Nothing is mocked.
 package kubeapi
 
 import (

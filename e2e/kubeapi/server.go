@@ -28,12 +28,14 @@ const readyBound = 3 * time.Minute
 
 // Server is a running etcd + kube-apiserver pair.
 type Server struct {
-	Dir        string // everything lives here: etcd data, certs, logs, kubeconfig
-	URL        string // https://127.0.0.1:PORT
-	Token      string // bearer token of a system:masters user
-	Kubeconfig string // path of a kubeconfig for URL and Token
-	Config     *rest.Config
-	Client     kubernetes.Interface
+	Dir   string // everything lives here: etcd data, certs, logs, kubeconfig
+	URL   string // https://127.0.0.1:PORT
+	Token string // bearer token of a system:masters user
+	// DevplumbToken authenticates as DevplumbUser, who may do only what RBAC grants.
+	DevplumbToken string
+	Kubeconfig    string // path of a kubeconfig for URL and Token
+	Config        *rest.Config
+	Client        kubernetes.Interface
 
 	apiserverBin string
 	port         int
@@ -119,7 +121,9 @@ func (s *Server) StartAPIServer() error {
 		"--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
 		"--cert-dir="+filepath.Join(s.Dir, "certs"),
 		"--token-auth-file="+filepath.Join(s.Dir, "tokens.csv"),
-		"--authorization-mode=AlwaysAllow",
+		// RBAC, so the shipped deployments/rbac.yaml is tested as it is; the admin token is
+		// system:masters, which RBAC always allows.
+		"--authorization-mode=RBAC",
 		"--service-account-key-file="+filepath.Join(s.Dir, "sa.pub"),
 		"--service-account-signing-key-file="+filepath.Join(s.Dir, "sa.key"),
 		"--service-account-issuer=https://kubernetes.default.svc",

@@ -54,7 +54,7 @@ func (c *Client) boundError(ctx context.Context, attempts int, last error) error
 	if _, ok := last.(apierrors.APIStatus); ok {
 		return fmt.Errorf("API server %s kept failing for %s (%d attempts): %w", c.host, c.timeout, attempts, last)
 	}
-	return fmt.Errorf("%w: %s did not answer within %s (%d attempts): %w", ErrUnreachable, c.host, c.timeout, attempts, errors.Join(last, context.Cause(ctx)))
+	return fmt.Errorf("%w: %s did not answer within %s (%d attempts), last error: %w", ErrUnreachable, c.host, c.timeout, attempts, last)
 }
 
 // transient tells whether another attempt can succeed where this one failed.

@@ -1,0 +1,135 @@
+package kubeapi_test
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/devplumb/devplumb/e2e/kubeapi"
+	"github.com/devplumb/devplumb/pkg/kube"
+	"github.com/devplumb/devplumb/pkg/testenv"
+)
+
+// TestShippedRBACIsEnoughAndNoMore: with deployments/rbac.yaml applied, the devplumb
+// service account can do everything devplumb does (read a NAD, write and remove its
+// network-status entry) and is refused what devplumb never needs.
+func TestShippedRBACIsEnoughAndNoMore(t *testing.T) {
+	must(t, srv.InstallNADCRD(ctx(t)))
+	pod, err := srv.CreatePod(ctx(t), "default", "rbac", nodeName, annotationWith(t, otherEntry))
+	must(t, err)
+	_, err = srv.CreateNAD(ctx(t), "default", "rbac-net", `{"cniVersion":"1.0.0","name":"rbac-net","type":"devplumb"}`,
+		map[string]string{kube.ResourceNameAnnot: "example.com/vf"})
+	must(t, err)
+	cfg := filepath.Join(t.TempDir(), "devplumb.kubeconfig")
+	must(t, os.WriteFile(cfg, []byte(kubeapi.Kubeconfig(srv.URL, srv.DevplumbToken)), 0o600))
+	c, err := kube.New(cfg, 10*time.Second)
+	must(t, err)
+	entry := pciEntry("default/rbac-net", "net1", "0000:18:02.5")
+
+	// Before the RBAC exists the identity may do nothing: the error is final, not retried.
+	err = c.SetNetworkStatus(ctx(t), "default", pod.Name, string(pod.UID), entry)
+	if !isForbidden(err) {
+		t.Fatalf("without RBAC: got %v, want Forbidden", err)
+	}
+
+	applyRBAC(t)
+	// The RBAC authorizer sees new bindings through its informers: wait for the grant.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, err = c.NADResourceName(ctx(t), "default", "rbac-net")
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("NAD get with the shipped RBAC: %v", err)
+	}
+	must(t, c.SetNetworkStatus(ctx(t), "default", pod.Name, string(pod.UID), entry))
+	wantStatus(t, statusOf(t, "default", pod.Name), otherEntry, entry)
+	must(t, c.RemoveNetworkStatus(ctx(t), "default", pod.Name, string(pod.UID), entry.Name, entry.Interface))
+	wantStatus(t, statusOf(t, "default", pod.Name), otherEntry)
+
+	// No more than that.
+	rc, err := clientcmd.BuildConfigFromFlags("", cfg)
+	must(t, err)
+	as, err := kubernetes.NewForConfig(rc)
+	must(t, err)
+	_, err = as.CoreV1().Pods("default").List(ctx(t), metav1.ListOptions{})
+	wantForbidden(t, "list pods", err)
+	p, err := srv.Client.CoreV1().Pods("default").Get(ctx(t), pod.Name, metav1.GetOptions{})
+	must(t, err)
+	_, err = as.CoreV1().Pods("default").Update(ctx(t), p, metav1.UpdateOptions{})
+	wantForbidden(t, "update pod", err)
+	_, err = as.CoreV1().Pods("default").UpdateStatus(ctx(t), p, metav1.UpdateOptions{})
+	wantForbidden(t, "update pod status", err)
+	_, err = as.CoreV1().Secrets("kube-system").List(ctx(t), metav1.ListOptions{})
+	wantForbidden(t, "list secrets", err)
+	err = as.CoreV1().Pods("default").Delete(ctx(t), pod.Name, metav1.DeleteOptions{})
+	wantForbidden(t, "delete pod", err)
+}
+
+func isForbidden(err error) bool {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if apierrors.IsForbidden(e) {
+			return true
+		}
+	}
+	return false
+}
+
+func wantForbidden(t *testing.T, what string, err error) {
+	t.Helper()
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("%s as devplumb: got %v, want Forbidden", what, err)
+	}
+}
+
+// applyRBAC creates the objects of deployments/rbac.yaml as they are.
+func applyRBAC(t *testing.T) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(), "deployments", "rbac.yaml"))
+	must(t, err)
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	decoder := scheme.Codecs.UniversalDeserializer()
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		must(t, err)
+		obj, _, err := decoder.Decode(doc, nil, nil)
+		must(t, err)
+		must(t, create(t, obj))
+	}
+}
+
+func create(t *testing.T, obj runtime.Object) error {
+	var err error
+	switch o := obj.(type) {
+	case *corev1.ServiceAccount:
+		_, err = srv.Client.CoreV1().ServiceAccounts(o.Namespace).Create(ctx(t), o, metav1.CreateOptions{})
+	case *rbacv1.ClusterRole:
+		_, err = srv.Client.RbacV1().ClusterRoles().Create(ctx(t), o, metav1.CreateOptions{})
+	case *rbacv1.ClusterRoleBinding:
+		_, err = srv.Client.RbacV1().ClusterRoleBindings().Create(ctx(t), o, metav1.CreateOptions{})
+	default:
+		t.Fatalf("rbac.yaml: unexpected %T", obj)
+	}
+	return err
+}
