@@ -114,9 +114,6 @@ func (n *Node) startAll(opts Options) error {
 	if err := os.MkdirAll(n.stateDir(), 0o750); err != nil {
 		return fmt.Errorf("create state directory: %w", err)
 	}
-	if err := n.startRegistration(); err != nil {
-		return err
-	}
 	pr, err := prserver.Start(n.PodResourcesSocket(), n, opts.PodResources)
 	if err != nil {
 		return err
@@ -127,7 +124,8 @@ func (n *Node) startAll(opts Options) error {
 		return err
 	}
 	n.ctl = ctl
-	return nil
+	// Last: kubelet.sock appearing tells plugins (and scripts) the node is ready.
+	return n.startRegistration()
 }
 
 // Stop ends every server and plugin connection. Assignments stay in the

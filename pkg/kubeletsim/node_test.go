@@ -13,6 +13,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
+	"github.com/devplumb/devplumb/pkg/kubeletsim/kubeletsimtest"
 	"github.com/devplumb/devplumb/podresources"
 )
 
@@ -59,8 +60,8 @@ func healthOf(devs []kubeletsim.Device, id string) string {
 
 func TestPluginRegistersStreamsAndAllocates(t *testing.T) {
 	n := startNode(t, root(t))
-	p := newStubPlugin(t, n.PluginDir(), vf, "vf.sock", dev("d3", 1), dev("d1", 0), dev("d2", 0), dev("d0"))
-	p.start(t.Context(), false)
+	p := kubeletsimtest.NewPlugin(t, n.PluginDir(), vf, "vf.sock", kubeletsimtest.Dev("d3", 1), kubeletsimtest.Dev("d1", 0), kubeletsimtest.Dev("d2", 0), kubeletsimtest.Dev("d0"))
+	p.Start(t.Context(), false)
 	if err := n.WaitRegistered(t.Context(), vf); err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +71,7 @@ func TestPluginRegistersStreamsAndAllocates(t *testing.T) {
 	}
 
 	// Health change streams through.
-	p.setHealth("d3", pluginapi.Unhealthy)
+	p.SetHealth("d3", pluginapi.Unhealthy)
 	if err := n.WaitResources(t.Context(), func(r map[string][]kubeletsim.Device) bool {
 		return healthOf(r[vf], "d3") == pluginapi.Unhealthy
 	}); err != nil {
@@ -85,8 +86,8 @@ func TestPluginRegistersStreamsAndAllocates(t *testing.T) {
 	if !slices.Equal(a.Containers[0].Devices(vf), []string{"d1"}) || !slices.Equal(a.Containers[1].Devices(vf), []string{"d2", "d0"}) {
 		t.Fatalf("allocation = %+v", a)
 	}
-	if len(p.allocs) != 2 || !slices.Equal(p.allocs[1], []string{"d2", "d0"}) {
-		t.Fatalf("plugin Allocate calls = %v", p.allocs)
+	if len(p.Allocations()) != 2 || !slices.Equal(p.Allocations()[1], []string{"d2", "d0"}) {
+		t.Fatalf("plugin Allocate calls = %v", p.Allocations())
 	}
 	resp := a.Containers[1].Resources[0].Response
 	if resp.GetEnvs()["STUB_DEVICES"] != "d2,d0" || resp.GetCdiDevices()[0].GetName() != "example.com/stub=d2" {
@@ -143,17 +144,17 @@ func checkPodResources(t *testing.T, n *kubeletsim.Node, name string, want []str
 
 func TestPreferredAllocationAndPreStart(t *testing.T) {
 	n := startNode(t, root(t))
-	p := newStubPlugin(t, n.PluginDir(), vf, "vf.sock", dev("a"), dev("b"), dev("c"), dev("d"))
-	p.opts = &pluginapi.DevicePluginOptions{PreStartRequired: true, GetPreferredAllocationAvailable: true}
+	p := kubeletsimtest.NewPlugin(t, n.PluginDir(), vf, "vf.sock", kubeletsimtest.Dev("a"), kubeletsimtest.Dev("b"), kubeletsimtest.Dev("c"), kubeletsimtest.Dev("d"))
+	p.Options = &pluginapi.DevicePluginOptions{PreStartRequired: true, GetPreferredAllocationAvailable: true}
 	// Prefers from the end, and names one device that is not available.
-	p.preferred = func(avail []string, size int) []string {
+	p.Preferred = func(avail []string, size int) []string {
 		out := []string{"nope"}
 		for i := len(avail) - 1; i >= 0 && len(out) <= size; i-- {
 			out = append(out, avail[i])
 		}
 		return out
 	}
-	p.start(t.Context(), false)
+	p.Start(t.Context(), false)
 	if err := n.WaitRegistered(t.Context(), vf); err != nil {
 		t.Fatal(err)
 	}
@@ -164,41 +165,41 @@ func TestPreferredAllocationAndPreStart(t *testing.T) {
 	if got := a.Devices(vf); !slices.Equal(got, []string{"d", "c"}) {
 		t.Fatalf("devices = %v, want the plugin's preference [d c]", got)
 	}
-	if len(p.prestarts) != 1 || !slices.Equal(p.prestarts[0], []string{"d", "c"}) {
-		t.Fatalf("PreStartContainer calls = %v", p.prestarts)
+	if len(p.PreStarts()) != 1 || !slices.Equal(p.PreStarts()[0], []string{"d", "c"}) {
+		t.Fatalf("PreStartContainer calls = %v", p.PreStarts())
 	}
 }
 
 func TestReRegistrationReplacesEndpoint(t *testing.T) {
 	n := startNode(t, root(t))
-	old := newStubPlugin(t, n.PluginDir(), vf, "old.sock", dev("o1"))
-	old.start(t.Context(), false)
+	old := kubeletsimtest.NewPlugin(t, n.PluginDir(), vf, "old.sock", kubeletsimtest.Dev("o1"))
+	old.Start(t.Context(), false)
 	if err := n.WaitRegistered(t.Context(), vf); err != nil {
 		t.Fatal(err)
 	}
-	repl := newStubPlugin(t, n.PluginDir(), vf, "new.sock", dev("n1"), dev("n2"))
-	repl.start(t.Context(), false)
+	repl := kubeletsimtest.NewPlugin(t, n.PluginDir(), vf, "new.sock", kubeletsimtest.Dev("n1"), kubeletsimtest.Dev("n2"))
+	repl.Start(t.Context(), false)
 	if err := n.WaitResources(t.Context(), func(r map[string][]kubeletsim.Device) bool { return len(r[vf]) == 2 }); err != nil {
 		t.Fatal(err)
 	}
-	old.setHealth("o1", pluginapi.Unhealthy) // the old endpoint no longer counts
+	old.SetHealth("o1", pluginapi.Unhealthy) // the old endpoint no longer counts
 	a, err := n.AddPod(t.Context(), pod("p", ctr("x", 2)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(old.allocs) != 0 || len(repl.allocs) != 1 || !slices.Equal(a.Devices(vf), []string{"n1", "n2"}) {
-		t.Fatalf("allocation went to the wrong endpoint: old %v new %v", old.allocs, repl.allocs)
+	if len(old.Allocations()) != 0 || len(repl.Allocations()) != 1 || !slices.Equal(a.Devices(vf), []string{"n1", "n2"}) {
+		t.Fatalf("allocation went to the wrong endpoint: old %v new %v", old.Allocations(), repl.Allocations())
 	}
 }
 
 func TestBrokenStreamMarksUnhealthy(t *testing.T) {
 	n := startNode(t, root(t))
-	p := newStubPlugin(t, n.PluginDir(), vf, "vf.sock", dev("d1"), dev("d2"))
-	p.start(t.Context(), false)
+	p := kubeletsimtest.NewPlugin(t, n.PluginDir(), vf, "vf.sock", kubeletsimtest.Dev("d1"), kubeletsimtest.Dev("d2"))
+	p.Start(t.Context(), false)
 	if err := n.WaitRegistered(t.Context(), vf); err != nil {
 		t.Fatal(err)
 	}
-	p.stop()
+	p.Stop()
 	if err := n.WaitResources(t.Context(), func(r map[string][]kubeletsim.Device) bool {
 		return healthOf(r[vf], "d1") == pluginapi.Unhealthy && healthOf(r[vf], "d2") == pluginapi.Unhealthy
 	}); err != nil {
@@ -219,8 +220,8 @@ func TestRestartKeepsAssignmentsAndPluginsReRegister(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newStubPlugin(t, n.PluginDir(), vf, "vf.sock", dev("d1"), dev("d2"), dev("d3"))
-	p.start(t.Context(), true)
+	p := kubeletsimtest.NewPlugin(t, n.PluginDir(), vf, "vf.sock", kubeletsimtest.Dev("d1"), kubeletsimtest.Dev("d2"), kubeletsimtest.Dev("d3"))
+	p.Start(t.Context(), true)
 	if err := n.WaitRegistered(t.Context(), vf); err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +239,7 @@ func TestRestartKeepsAssignmentsAndPluginsReRegister(t *testing.T) {
 	if err := n2.WaitRegistered(t.Context(), vf); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.waitRegistrations(t.Context(), 2); err != nil {
+	if err := p.WaitRegistrations(t.Context(), 2); err != nil {
 		t.Fatal(err)
 	}
 	a, err := n2.AddPod(t.Context(), pod("p2", ctr("a", 1)))

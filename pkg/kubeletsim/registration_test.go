@@ -10,6 +10,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
+	"github.com/devplumb/devplumb/pkg/kubeletsim/kubeletsimtest"
 )
 
 func TestValidateResourceName(t *testing.T) {
@@ -38,7 +39,7 @@ func TestValidateResourceName(t *testing.T) {
 
 func TestRegisterRejects(t *testing.T) {
 	n := startNode(t, root(t))
-	p := newStubPlugin(t, n.PluginDir(), vf, "vf.sock", dev("d1"))
+	p := kubeletsimtest.NewPlugin(t, n.PluginDir(), vf, "vf.sock", kubeletsimtest.Dev("d1"))
 	for _, tc := range []struct{ version, resource, endpoint, want string }{
 		{"v1alpha", vf, "vf.sock", `requested API version "v1alpha" is not supported by kubelet`},
 		{pluginapi.Version, "vf", "vf.sock", `the ResourceName "vf" is invalid`},
@@ -47,7 +48,7 @@ func TestRegisterRejects(t *testing.T) {
 		{pluginapi.Version, vf, "", "endpoint is empty"},
 		{pluginapi.Version, vf, "kubelet.sock", "the kubelet's own socket"},
 	} {
-		err := p.register(t.Context(), tc.version, tc.resource, tc.endpoint)
+		err := p.Register(t.Context(), tc.version, tc.resource, tc.endpoint)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Register(%q, %q, %q) = %v, want %q", tc.version, tc.resource, tc.endpoint, err, tc.want)
 		}
@@ -56,7 +57,7 @@ func TestRegisterRejects(t *testing.T) {
 	// deadline passes, and nothing is registered.
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
-	if err := p.register(ctx, pluginapi.Version, vf, "absent.sock"); err == nil {
+	if err := p.Register(ctx, pluginapi.Version, vf, "absent.sock"); err == nil {
 		t.Error("Register with no plugin server succeeded")
 	}
 	if n.Registered(vf) {
@@ -70,8 +71,8 @@ func TestControlClient(t *testing.T) {
 		t.Fatalf("NewControlClient with no node: %v", err)
 	}
 	n := startNode(t, dir)
-	p := newStubPlugin(t, n.PluginDir(), vf, "vf.sock", dev("d1", 0), dev("d2", 1))
-	p.start(t.Context(), false)
+	p := kubeletsimtest.NewPlugin(t, n.PluginDir(), vf, "vf.sock", kubeletsimtest.Dev("d1", 0), kubeletsimtest.Dev("d2", 1))
+	p.Start(t.Context(), false)
 	if err := n.WaitRegistered(t.Context(), vf); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,7 @@
-package kubeletsim_test
+// Package kubeletsimtest has a small but real deviceplugin v1beta1 plugin for
+// tests that need devices on an emulated node (pkg/kubeletsim, nodesim)
+// without real hardware.
+package kubeletsimtest
 
 import (
 	"context"
@@ -19,19 +22,20 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
-// stubPlugin is a small but real v1beta1 device plugin: gRPC server on a unix
+// Plugin is a small but real v1beta1 device plugin: gRPC server on a unix
 // socket in the plugin dir, Register on kubelet.sock, ListAndWatch that
 // resends on every health change, and re-registration when kubelet.sock is
 // created again (a kubelet restart).
-type stubPlugin struct {
+type Plugin struct {
 	pluginapi.UnimplementedDevicePluginServer
-	t        *testing.T
+	t        testing.TB
 	dir      string
 	resource string
 	endpoint string
-	opts     *pluginapi.DevicePluginOptions
-	// preferred, when set, answers GetPreferredAllocation.
-	preferred func(available []string, size int) []string
+	// Options is what GetDevicePluginOptions answers; set before Start.
+	Options *pluginapi.DevicePluginOptions
+	// Preferred, when set, answers GetPreferredAllocation; set before Start.
+	Preferred func(available []string, size int) []string
 
 	mu        sync.Mutex
 	devs      []*pluginapi.Device
@@ -43,12 +47,15 @@ type stubPlugin struct {
 	regCh     chan struct{} // one value per successful registration
 }
 
-func newStubPlugin(t *testing.T, dir, resource, endpoint string, devs ...*pluginapi.Device) *stubPlugin {
-	return &stubPlugin{t: t, dir: dir, resource: resource, endpoint: endpoint,
-		opts: &pluginapi.DevicePluginOptions{}, devs: devs, changed: make(chan struct{}), regCh: make(chan struct{}, 16)}
+// NewPlugin makes a plugin for resource that will serve dir/endpoint (dir is
+// the node's device plugin directory) and advertise devs.
+func NewPlugin(t testing.TB, dir, resource, endpoint string, devs ...*pluginapi.Device) *Plugin {
+	return &Plugin{t: t, dir: dir, resource: resource, endpoint: endpoint,
+		Options: &pluginapi.DevicePluginOptions{}, devs: devs, changed: make(chan struct{}), regCh: make(chan struct{}, 16)}
 }
 
-func dev(id string, numa ...int64) *pluginapi.Device {
+// Dev is a healthy device on the given NUMA nodes.
+func Dev(id string, numa ...int64) *pluginapi.Device {
 	d := &pluginapi.Device{ID: id, Health: pluginapi.Healthy}
 	if len(numa) > 0 {
 		d.Topology = &pluginapi.TopologyInfo{}
@@ -59,21 +66,22 @@ func dev(id string, numa ...int64) *pluginapi.Device {
 	return d
 }
 
-// start serves and registers; with watch it re-registers after a kubelet restart.
-func (p *stubPlugin) start(ctx context.Context, watch bool) {
+// Start serves and registers (failing the test if it cannot); with watch it
+// serves and registers again whenever kubelet.sock is created (a kubelet restart).
+func (p *Plugin) Start(ctx context.Context, watch bool) {
 	p.t.Helper()
 	if err := p.serveAndRegister(ctx); err != nil {
 		p.t.Fatalf("plugin %s: %v", p.resource, err)
 	}
-	p.t.Cleanup(p.stop)
+	p.t.Cleanup(p.Stop)
 	if watch {
 		p.watchKubelet(ctx)
 	}
 }
 
-func (p *stubPlugin) serveAndRegister(ctx context.Context) error {
+func (p *Plugin) serveAndRegister(ctx context.Context) error {
 	// Stop the old server first: closing its listener unlinks the socket path.
-	p.stop()
+	p.Stop()
 	sock := filepath.Join(p.dir, p.endpoint)
 	os.Remove(sock)
 	lis, err := net.Listen("unix", sock)
@@ -86,10 +94,11 @@ func (p *stubPlugin) serveAndRegister(ctx context.Context) error {
 	p.mu.Lock()
 	p.srv = srv
 	p.mu.Unlock()
-	return p.register(ctx, pluginapi.Version, p.resource, p.endpoint)
+	return p.Register(ctx, pluginapi.Version, p.resource, p.endpoint)
 }
 
-func (p *stubPlugin) register(ctx context.Context, version, resource, endpoint string) error {
+// Register sends one RegisterRequest to the node's kubelet.sock.
+func (p *Plugin) Register(ctx context.Context, version, resource, endpoint string) error {
 	conn, err := grpc.NewClient("unix://"+filepath.Join(p.dir, "kubelet.sock"),
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -111,7 +120,7 @@ func (p *stubPlugin) register(ctx context.Context, version, resource, endpoint s
 }
 
 // watchKubelet re-serves and re-registers when kubelet.sock is created anew.
-func (p *stubPlugin) watchKubelet(ctx context.Context) {
+func (p *Plugin) watchKubelet(ctx context.Context) {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		p.t.Fatal(err)
@@ -133,7 +142,8 @@ func (p *stubPlugin) watchKubelet(ctx context.Context) {
 	}()
 }
 
-func (p *stubPlugin) stop() {
+// Stop stops serving; the node sees its ListAndWatch stream break.
+func (p *Plugin) Stop() {
 	p.mu.Lock()
 	srv := p.srv
 	p.mu.Unlock()
@@ -142,7 +152,8 @@ func (p *stubPlugin) stop() {
 	}
 }
 
-func (p *stubPlugin) setHealth(id, health string) {
+// SetHealth changes a device's health and streams the new list.
+func (p *Plugin) SetHealth(id, health string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, d := range p.devs {
@@ -154,8 +165,8 @@ func (p *stubPlugin) setHealth(id, health string) {
 	p.changed = make(chan struct{})
 }
 
-// waitRegistrations waits until the plugin has registered n times in all.
-func (p *stubPlugin) waitRegistrations(ctx context.Context, n int) error {
+// WaitRegistrations waits until the plugin has registered n times in all.
+func (p *Plugin) WaitRegistrations(ctx context.Context, n int) error {
 	for {
 		p.mu.Lock()
 		got := p.regs
@@ -171,11 +182,27 @@ func (p *stubPlugin) waitRegistrations(ctx context.Context, n int) error {
 	}
 }
 
-func (p *stubPlugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
-	return p.opts, nil
+// Allocations returns the device IDs of every Allocate container request, in order.
+func (p *Plugin) Allocations() [][]string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.allocs)
 }
 
-func (p *stubPlugin) ListAndWatch(_ *pluginapi.Empty, s grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+// PreStarts returns the device IDs of every PreStartContainer call, in order.
+func (p *Plugin) PreStarts() [][]string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.prestarts)
+}
+
+// GetDevicePluginOptions implements the DevicePlugin service.
+func (p *Plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return p.Options, nil
+}
+
+// ListAndWatch implements the DevicePlugin service.
+func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, s grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
 	for {
 		p.mu.Lock()
 		resp := &pluginapi.ListAndWatchResponse{}
@@ -195,16 +222,18 @@ func (p *stubPlugin) ListAndWatch(_ *pluginapi.Empty, s grpc.ServerStreamingServ
 	}
 }
 
-func (p *stubPlugin) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+// GetPreferredAllocation implements the DevicePlugin service.
+func (p *Plugin) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
 	resp := &pluginapi.PreferredAllocationResponse{}
 	for _, cr := range req.GetContainerRequests() {
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{
-			DeviceIDs: p.preferred(cr.GetAvailableDeviceIDs(), int(cr.GetAllocationSize()))})
+			DeviceIDs: p.Preferred(cr.GetAvailableDeviceIDs(), int(cr.GetAllocationSize()))})
 	}
 	return resp, nil
 }
 
-func (p *stubPlugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+// Allocate implements the DevicePlugin service.
+func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	resp := &pluginapi.AllocateResponse{}
 	for _, cr := range req.GetContainerRequests() {
 		ids := cr.GetDevicesIds()
@@ -222,7 +251,8 @@ func (p *stubPlugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest)
 	return resp, nil
 }
 
-func (p *stubPlugin) PreStartContainer(_ context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+// PreStartContainer implements the DevicePlugin service.
+func (p *Plugin) PreStartContainer(_ context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.prestarts = append(p.prestarts, slices.Clone(req.GetDevicesIds()))
