@@ -92,15 +92,20 @@ func (r *registration) Register(ctx context.Context, req *pluginapi.RegisterRequ
 		return &pluginapi.Empty{}, err
 	}
 	n.mu.Lock()
+	if n.ctx.Err() != nil { // Stop began while we dialed: do not start what Stop will not wait for
+		n.mu.Unlock()
+		ep.stop()
+		return &pluginapi.Empty{}, fmt.Errorf("kubelet is stopping")
+	}
 	old := n.endpoints[res]
 	n.endpoints[res] = ep
+	n.wg.Add(1)
 	n.notifyLocked()
 	n.mu.Unlock()
 	if old != nil {
 		n.log.Info("Replacing device plugin endpoint", "resource", res, "old", old.socket, "new", ep.socket)
 		old.stop()
 	}
-	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
 		n.watch(ep)

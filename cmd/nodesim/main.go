@@ -1,0 +1,101 @@
+// Command nodesim is a single-node kubelet emulator for demos, tests and
+// device plugin authors: device plugin Registration, kubelet-like allocation
+// and the PodResources v1 API, on real gRPC unix sockets under a root directory.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `nodesim: a one-node kubelet emulator speaking the kubelet's real gRPC APIs.
+
+Usage:
+  nodesim serve --root DIR [--log-level debug|info|warn|error]
+                [--podresources-get enabled|disabled|unimplemented]
+                [--podresources-qps N] [--podresources-burst N]
+      Serve until SIGINT/SIGTERM:
+        DIR/device-plugins/kubelet.sock   device plugin Registration (deviceplugin v1beta1)
+        DIR/pod-resources/kubelet.sock    PodResources v1 (List, Get, GetAllocatableResources),
+                                          with the kubelet's rate limit (100 QPS, burst 10)
+        DIR/nodesim/control.sock          control API used by the commands below
+                                          (HTTP+JSON on a unix socket: POST /v1/pods,
+                                          DELETE /v1/pods/NS/NAME, GET /v1/pods, GET /v1/resources)
+        DIR/nodesim/checkpoint.json       assignments, kept across restarts
+      Starting again on the same DIR is a kubelet restart: assignments survive, every socket
+      in DIR/device-plugins is removed and kubelet.sock recreated, so plugins register again.
+
+  nodesim pod add --root DIR --namespace NS --name NAME [--uid UID] \
+          --container NAME=RES:COUNT[,RES:COUNT]... [--container ...]
+      Admit a pod like the kubelet (healthy free devices, GetPreferredAllocation when offered,
+      Allocate per container and resource, PreStartContainer when required). Prints JSON: per
+      container the device IDs and the plugin's whole AllocateResponse.
+
+  nodesim pod del --root DIR --namespace NS --name NAME
+      Free a pod's devices (exit 1 if the pod does not exist).
+
+  nodesim pods --root DIR
+      Print the pods and their devices as JSON.
+
+  nodesim resources --root DIR
+      Print what plugins advertise (health, NUMA nodes) as JSON.
+
+pod/pods/resources talk to a running "nodesim serve --root DIR".
+`
+
+// errUsage marks command line mistakes (exit 2).
+var errUsage = errors.New("usage")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(exitCode(run(ctx, os.Args[1:], os.Stdout, os.Stderr), os.Stderr))
+}
+
+func exitCode(err error, stderr io.Writer) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, errUsage):
+		fmt.Fprintf(stderr, "nodesim: %v\n\n%s", err, usage)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "nodesim: %v\n", err)
+		return 1
+	}
+}
+
+// run executes one command line; serve returns when ctx ends.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: no command given", errUsage)
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:], stderr)
+	case "pod":
+		if len(args) < 2 {
+			return fmt.Errorf("%w: pod needs a subcommand: add or del", errUsage)
+		}
+		switch args[1] {
+		case "add":
+			return podAdd(ctx, args[2:], stdout)
+		case "del":
+			return podDel(ctx, args[2:])
+		}
+		return fmt.Errorf("%w: unknown pod subcommand %q (want add or del)", errUsage, args[1])
+	case "pods":
+		return listPods(ctx, args[1:], stdout)
+	case "resources":
+		return listResources(ctx, args[1:], stdout)
+	case "help", "-h", "--help":
+		_, err := io.WriteString(stdout, usage)
+		return err
+	}
+	return fmt.Errorf("%w: unknown command %q", errUsage, args[0])
+}

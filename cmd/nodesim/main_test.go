@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/devplumb/devplumb/pkg/kubeletsim"
+	"github.com/devplumb/devplumb/pkg/kubeletsim/kubeletsimtest"
+	"github.com/devplumb/devplumb/podresources"
+)
+
+const vf = "example.com/vf"
+
+// logWatch is serve's stderr: it keeps the log and says when a line appeared.
+type logWatch struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	want string
+	seen chan struct{}
+}
+
+func (l *logWatch) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf.Write(p)
+	if l.seen != nil && strings.Contains(l.buf.String(), l.want) {
+		close(l.seen)
+		l.seen = nil
+	}
+	return len(p), nil
+}
+
+// startServe runs `nodesim serve` in-process until the returned stop is called.
+func startServe(t *testing.T, root string) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	lw := &logWatch{want: "Serving device plugin registration server", seen: make(chan struct{})}
+	ready := lw.seen
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"serve", "--root", root}, os.Stdout, lw) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("serve ended before it was ready: %v\n%s", err, lw.buf.String())
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func nodesim(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	err := run(t.Context(), args, &out, os.Stderr)
+	return out.String(), err
+}
+
+func shortRoot(t *testing.T) string {
+	d, err := os.MkdirTemp("", "ns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+func TestServePodAddRestartDel(t *testing.T) {
+	root := shortRoot(t)
+	stop := startServe(t, root)
+	plugin := kubeletsimtest.NewPlugin(t, kubeletsim.PluginDir(root), vf, "vf.sock",
+		kubeletsimtest.Dev("0000:03:00.2", 0), kubeletsimtest.Dev("0000:03:00.1", 0), kubeletsimtest.Dev("0000:81:00.1", 1))
+	plugin.Start(t.Context(), true)
+
+	out, err := nodesim(t, "pod", "add", "--root", root, "--namespace", "default", "--name", "web",
+		"--container", "app="+vf+":2", "--container", "side")
+	if err != nil {
+		t.Fatalf("pod add: %v", err)
+	}
+	var alloc kubeletsim.PodAllocation
+	if err := json.Unmarshal([]byte(out), &alloc); err != nil {
+		t.Fatalf("pod add output %q: %v", out, err)
+	}
+	want := []string{"0000:03:00.2", "0000:03:00.1"}
+	if !slices.Equal(alloc.Devices(vf), want) || !strings.Contains(out, `"allocateResponse"`) ||
+		alloc.Containers[0].Resources[0].Response.GetEnvs()["STUB_DEVICES"] != strings.Join(want, ",") {
+		t.Fatalf("pod add printed %s", out)
+	}
+
+	// Restart: the assignment survives, the plugin registers again.
+	stop()
+	startServe(t, root)
+	if err := plugin.WaitRegistrations(t.Context(), 2); err != nil {
+		t.Fatal(err)
+	}
+	out, err = nodesim(t, "pods", "--root", root)
+	var pods []kubeletsim.PodAllocation
+	if err != nil || json.Unmarshal([]byte(out), &pods) != nil || len(pods) != 1 || !slices.Equal(pods[0].Devices(vf), want) {
+		t.Fatalf("pods after restart: %v %s", err, out)
+	}
+	c, err := podresources.New(kubeletsim.PodResourcesSocket(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if ids, err := c.Devices(t.Context(), "default", "web", vf); err != nil || !slices.Equal(ids, want) {
+		t.Fatalf("PodResources after restart: %v %v", ids, err)
+	}
+
+	if _, err := nodesim(t, "pod", "del", "--root", root, "--namespace", "default", "--name", "web"); err != nil {
+		t.Fatalf("pod del: %v", err)
+	}
+	_, err = nodesim(t, "pod", "del", "--root", root, "--namespace", "default", "--name", "web")
+	if !errors.Is(err, kubeletsim.ErrPodNotFound) || exitCode(err, &bytes.Buffer{}) != 1 {
+		t.Fatalf("second pod del: %v", err)
+	}
+	if out, _ := nodesim(t, "pods", "--root", root); strings.TrimSpace(out) != "[]" {
+		t.Fatalf("pods after del = %s", out)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	root := shortRoot(t)
+	for _, args := range [][]string{
+		nil,
+		{"bogus"},
+		{"pod"},
+		{"pod", "add", "--root", root, "--name", "p", "--container", "c=" + vf + ":1"},
+		{"pod", "add", "--root", root, "--namespace", "n", "--name", "p"},
+		{"pod", "add", "--root", root, "--namespace", "n", "--name", "p", "--container", "c=" + vf},
+		{"pod", "add", "--root", root, "--namespace", "n", "--name", "p", "--container", "c=" + vf + ":0"},
+		{"pod", "add", "--root", root, "--namespace", "n", "--name", "p", "--container", "=" + vf + ":1"},
+		{"serve"},
+		{"serve", "--root", root, "--podresources-get", "maybe"},
+		{"pods", "extra"},
+	} {
+		if _, err := nodesim(t, args...); exitCode(err, &bytes.Buffer{}) != 2 {
+			t.Errorf("nodesim %v: %v, want a usage error", args, err)
+		}
+	}
+	_, err := nodesim(t, "pods", "--root", filepath.Join(root, "none"))
+	if err == nil || !strings.Contains(err.Error(), "no nodesim serving root") || exitCode(err, &bytes.Buffer{}) != 1 {
+		t.Fatalf("pods without serve: %v", err)
+	}
+}
+
+func TestParseContainer(t *testing.T) {
+	c, err := parseContainer("app=example.com/vf:2,example.com/pf:1")
+	if err != nil || c.Name != "app" || len(c.Requests) != 2 || c.Requests[1] != (kubeletsim.ResourceRequest{Resource: "example.com/pf", Count: 1}) {
+		t.Fatalf("parseContainer = %+v, %v", c, err)
+	}
+	if c, err := parseContainer("bare"); err != nil || c.Name != "bare" || len(c.Requests) != 0 {
+		t.Fatalf("bare container = %+v, %v", c, err)
+	}
+}
