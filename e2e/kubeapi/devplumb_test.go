@@ -59,6 +59,18 @@ func TestDevplumbBinaryNetworkStatus(t *testing.T) {
 	if _, err := netlink.LinkByName(n.dev); err != nil {
 		t.Fatalf("device not back on the host after DEL: %v", err)
 	}
+
+	// The pod object is deleted before the runtime's DEL: DEL still succeeds.
+	if res := n.devplumb(t, "ADD", n.conf(nil), netns, args); res.Code != 0 {
+		t.Fatalf("second ADD: %+v", res)
+	}
+	must(t, srv.DeletePod(ctx(t), "default", pod.Name))
+	if res := n.devplumb(t, "DEL", n.conf(nil), netns, args); res.Code != 0 {
+		t.Fatalf("DEL after the pod object is gone: %+v", res)
+	}
+	if _, err := netlink.LinkByName(n.dev); err != nil {
+		t.Fatalf("device not back on the host after DEL: %v", err)
+	}
 }
 
 // With the API server down, ADD fails under "required" (the default) with an error that
@@ -99,8 +111,12 @@ func TestDevplumbBinaryAPIServerDown(t *testing.T) {
 	if res := n.devplumb(t, "ADD", conf, netns, args); res.Code != 0 {
 		t.Fatalf("best-effort ADD with the API server down: %+v", res)
 	}
+	delete(conf, "networkStatus") // DEL succeeds even under "required"
 	if res := n.devplumb(t, "DEL", conf, netns, args); res.Code != 0 {
 		t.Fatalf("DEL with the API server down: %+v", res)
+	}
+	if _, err := netlink.LinkByName(n.dev); err != nil {
+		t.Errorf("device not back on the host after DEL: %v", err)
 	}
 }
 
