@@ -18,6 +18,9 @@ var (
 	ErrPodExists = errors.New("pod already exists")
 	// ErrInvalidPod: the PodSpec is malformed.
 	ErrInvalidPod = errors.New("invalid pod")
+	// ErrAdmission: the node could not give the pod its devices (none free,
+	// plugin not registered, a plugin call failed), as a kubelet fails admission.
+	ErrAdmission = errors.New("pod admission failed")
 )
 
 // rpcTimeout bounds each call to a plugin during admission; PreStartContainer
@@ -52,7 +55,7 @@ func (n *Node) AddPod(ctx context.Context, spec PodSpec) (*PodAllocation, error)
 		for _, r := range c.Requests {
 			ra, ep, err := n.allocate(ctx, r, taken)
 			if err != nil {
-				return nil, fmt.Errorf("pod %s/%s container %s: %w", spec.Namespace, spec.Name, c.Name, err)
+				return nil, fmt.Errorf("%w: pod %s/%s container %s: %w", ErrAdmission, spec.Namespace, spec.Name, c.Name, err)
 			}
 			for _, id := range ra.DeviceIDs {
 				taken[r.Resource+"\x00"+id] = true
@@ -67,7 +70,7 @@ func (n *Node) AddPod(ctx context.Context, spec PodSpec) (*PodAllocation, error)
 	// Containers start after admission; PreStartContainer comes then.
 	for _, f := range prestart {
 		if err := f(); err != nil {
-			return nil, fmt.Errorf("pod %s/%s: %w", spec.Namespace, spec.Name, err)
+			return nil, fmt.Errorf("%w: pod %s/%s: %w", ErrAdmission, spec.Namespace, spec.Name, err)
 		}
 	}
 	if err := n.record(alloc); err != nil {

@@ -25,7 +25,8 @@ import (
 //	GET    /v1/resources                               -> 200 {resource: [Device]}
 //
 // Errors are {"error": "..."} with 400 (invalid pod), 404 (no such pod),
-// 409 (pod exists) or 500.
+// 409 (pod exists), 422 (admission failed: no free device, plugin missing or
+// failing) or 500.
 
 // ControlSocket is the control socket of a node under root.
 func ControlSocket(root string) string { return filepath.Join(StateDir(root), "control.sock") }
@@ -101,6 +102,8 @@ func replyErr(w http.ResponseWriter, err error) {
 		code = http.StatusNotFound
 	case errors.Is(err, ErrPodExists):
 		code = http.StatusConflict
+	case errors.Is(err, ErrAdmission):
+		code = http.StatusUnprocessableEntity
 	}
 	reply(w, code, map[string]string{"error": err.Error()})
 }
@@ -198,8 +201,10 @@ func statusError(code int, msg string) error {
 		sentinel = ErrPodNotFound
 	case http.StatusConflict:
 		sentinel = ErrPodExists
+	case http.StatusUnprocessableEntity:
+		sentinel = ErrAdmission
 	default:
-		return fmt.Errorf("nodesim: %s (HTTP %d)", msg, code)
+		return fmt.Errorf("%s (HTTP %d)", msg, code)
 	}
 	return &remoteError{msg: msg, sentinel: sentinel}
 }

@@ -209,7 +209,7 @@ func TestBrokenStreamMarksUnhealthy(t *testing.T) {
 		t.Error("still registered after its stream broke")
 	}
 	_, err := n.AddPod(t.Context(), pod("p", ctr("x", 1)))
-	if err == nil || !strings.Contains(err.Error(), "cannot allocate unregistered device example.com/vf") {
+	if !errors.Is(err, kubeletsim.ErrAdmission) || !strings.Contains(err.Error(), "cannot allocate unregistered device example.com/vf") {
 		t.Fatalf("AddPod after broken stream: %v", err)
 	}
 }

@@ -94,6 +94,10 @@ func TestControlClient(t *testing.T) {
 	if _, err := c.AddPod(t.Context(), pod("Bad_Name")); !errors.Is(err, kubeletsim.ErrInvalidPod) {
 		t.Errorf("invalid AddPod: %v", err)
 	}
+	if _, err := c.AddPod(t.Context(), pod("q", ctr("x", 1))); !errors.Is(err, kubeletsim.ErrAdmission) ||
+		!strings.Contains(err.Error(), "Available: 0") {
+		t.Errorf("AddPod with no free device: %v", err)
+	}
 	pods, err := c.Pods(t.Context())
 	if err != nil || len(pods) != 1 || pods[0].Name != "p" {
 		t.Fatalf("Pods = %+v, %v", pods, err)
