@@ -36,7 +36,7 @@ func TestMultusDelegatesToDevplumb(t *testing.T) {
 		Pci: &nadv1.PciDevice{PciAddress: "0000:65:00.2", PfPciAddress: "0000:65:00.0"}}
 	e.writeDP(dev, info)
 
-	nad := e.createNAD()
+	nad := e.createNAD("default")
 	pod, err := srv.CreatePod(ctx(t), "default", "multus-pod", "node-a",
 		map[string]string{nadv1.NetworkAttachmentAnnot: nad.Name})
 	if err != nil {
@@ -83,7 +83,8 @@ func TestMultusDelegatesToDevplumb(t *testing.T) {
 		if err != nil {
 			return fmt.Errorf("net1 in the pod: %w", err)
 		}
-		if l.Attrs().Alias != "" && l.Attrs().Alias != dev {
+		// host-device keeps the host name of the device it moved as the link's alias.
+		if l.Attrs().Alias != dev {
 			return fmt.Errorf("net1 is %q, not the device %s", l.Attrs().Alias, dev)
 		}
 		return nil
@@ -119,7 +120,12 @@ func TestMultusDelegatesToDevplumb(t *testing.T) {
 
 func networkStatus(t *testing.T, pod string) []nadv1.NetworkStatus {
 	t.Helper()
-	p, err := srv.Client.CoreV1().Pods("default").Get(ctx(t), pod, metav1.GetOptions{})
+	return networkStatusIn(t, "default", pod)
+}
+
+func networkStatusIn(t *testing.T, namespace, pod string) []nadv1.NetworkStatus {
+	t.Helper()
+	p, err := srv.Client.CoreV1().Pods(namespace).Get(ctx(t), pod, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,9 +144,9 @@ func podArgs(namespace, name, uid string) string {
 
 const containerID = "e2e0multus0sandbox"
 
-// createNAD creates the NAD of deployments/nads/multus-delegation.yaml, with only the
-// paths of this test's temp dirs added to its config.
-func (e *env) createNAD() *nadv1.NetworkAttachmentDefinition {
+// createNAD creates the NAD of deployments/nads/multus-delegation.yaml in namespace, with
+// only the paths of this test's temp dirs added to its config.
+func (e *env) createNAD(namespace string) *nadv1.NetworkAttachmentDefinition {
 	t := e.t
 	data, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(), "deployments", "nads", "multus-delegation.yaml"))
 	if err != nil {
@@ -160,7 +166,7 @@ func (e *env) createNAD() *nadv1.NetworkAttachmentDefinition {
 	if nad.Annotations["k8s.v1.cni.cncf.io/resourceName"] != resourceName {
 		t.Fatalf("multus-delegation.yaml: resourceName annotation %q, test serves %s", nad.Annotations["k8s.v1.cni.cncf.io/resourceName"], resourceName)
 	}
-	out, err := srv.CreateNAD(ctx(t), nad.Namespace, nad.Name, string(b), nad.Annotations)
+	out, err := srv.CreateNAD(ctx(t), namespace, nad.Name, string(b), nad.Annotations)
 	if err != nil {
 		t.Fatal(err)
 	}
