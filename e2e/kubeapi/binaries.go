@@ -39,7 +39,7 @@ func findAPIServer() (string, error) {
 	}
 	p := filepath.Join(cache, "bin", "kube-apiserver-"+K8sVersion)
 	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("kube-apiserver: %s not set and %s missing; build it with scripts/build-kube-apiserver.sh (make kube-apiserver)", EnvKubeAPIServer, p)
+		return "", fmt.Errorf("kube-apiserver: %s not set and %s missing; build it with scripts/build-kube-apiserver.sh (make test and make e2e run it)", EnvKubeAPIServer, p)
 	}
 	return checkExec("kube-apiserver", p)
 }

@@ -65,7 +65,7 @@ func multusBin() (string, error) {
 	}
 	st, err := os.Stat(p)
 	if err != nil {
-		return "", fmt.Errorf("multus: %w; build it with scripts/build-multus.sh (make multus) or set %s", err, EnvMultus)
+		return "", fmt.Errorf("multus: %w; build it with scripts/build-multus.sh (make test and make e2e run it) or set %s", err, EnvMultus)
 	}
 	if st.IsDir() || st.Mode()&0o111 == 0 {
 		return "", fmt.Errorf("multus: %s is not an executable file", p)

@@ -76,6 +76,3 @@ func newFromConfig(cfg *rest.Config, timeout time.Duration) (*Client, error) {
 	}
 	return &Client{kube: kc, nad: nc, host: cfg.Host, timeout: timeout}, nil
 }
-
-// Timeout is the bound of every call of c.
-func (c *Client) Timeout() time.Duration { return c.timeout }
