@@ -204,7 +204,7 @@ func TestRateLimiterRejects(t *testing.T) {
 
 // Many clients at once exceed the burst; each rides it out within its deadline.
 func TestClientRidesOutRateLimit(t *testing.T) {
-	srv := podresourcestest.NewServer(t, podresourcestest.WithRateLimit(50, 2))
+	srv := podresourcestest.NewServer(t, podresourcestest.WithRateLimit(20, 1))
 	srv.SetPod(pod("ns", "p"))
 	const n = 30
 	var wg sync.WaitGroup

@@ -24,14 +24,20 @@ const (
 // clients refused together do not come back together.
 func (c *Client) retry(ctx context.Context, method string, call func(context.Context) error) error {
 	backoff := minBackoff
+	var limited error // the last ResourceExhausted answer
 	for attempt := 1; ; attempt++ {
 		err := call(ctx)
 		if err == nil {
 			return nil
 		}
+		if limited != nil && ctx.Err() != nil {
+			// The deadline passed during a retry: the cause is the limiter.
+			return c.limitedErr(method, attempt, limited)
+		}
 		if status.Code(err) != codes.ResourceExhausted {
 			return c.describe(method, err)
 		}
+		limited = err
 		wait := backoff/2 + rand.N(backoff/2+1)
 		c.opts.log.Debug("PodResources call rate limited, retrying",
 			"method", method, "attempt", attempt, "wait", wait)
@@ -39,12 +45,16 @@ func (c *Client) retry(ctx context.Context, method string, call func(context.Con
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("PodResources %s on %s: still rate limited after %d attempts when the deadline passed: %w",
-				method, c.socket, attempt, err)
+			return c.limitedErr(method, attempt, limited)
 		case <-t.C:
 		}
 		backoff = min(backoff*2, maxBackoff)
 	}
+}
+
+func (c *Client) limitedErr(method string, attempts int, err error) error {
+	return fmt.Errorf("PodResources %s on %s: still rate limited after %d attempts when the deadline passed: %w",
+		method, c.socket, attempts, err)
 }
 
 // describe names the socket and the method, and turns "nobody listens" into

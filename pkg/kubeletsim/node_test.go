@@ -284,3 +284,25 @@ func TestInvalidPods(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A failing Allocate fails admission and leaves nothing allocated.
+func TestAllocateFailureRecordsNothing(t *testing.T) {
+	n := startNode(t, root(t))
+	p := kubeletsimtest.NewPlugin(t, n.PluginDir(), vf, "vf.sock", kubeletsimtest.Dev("d1"), kubeletsimtest.Dev("d2"))
+	p.Start(t.Context(), false)
+	if err := n.WaitRegistered(t.Context(), vf); err != nil {
+		t.Fatal(err)
+	}
+	p.FailAllocate(errors.New("VF reset failed"))
+	_, err := n.AddPod(t.Context(), pod("p", ctr("a", 1), ctr("b", 1)))
+	if !errors.Is(err, kubeletsim.ErrAdmission) || !strings.Contains(err.Error(), "VF reset failed") {
+		t.Fatalf("AddPod with failing plugin: %v", err)
+	}
+	if len(n.Pods()) != 0 {
+		t.Fatalf("failed admission recorded a pod: %+v", n.Pods())
+	}
+	p.FailAllocate(nil)
+	if a, err := n.AddPod(t.Context(), pod("p", ctr("a", 2))); err != nil || len(a.Devices(vf)) != 2 {
+		t.Fatalf("AddPod after failure: %+v, %v", a, err)
+	}
+}

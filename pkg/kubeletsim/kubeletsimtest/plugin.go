@@ -36,6 +36,8 @@ type Plugin struct {
 	Options *pluginapi.DevicePluginOptions
 	// Preferred, when set, answers GetPreferredAllocation; set before Start.
 	Preferred func(available []string, size int) []string
+	// AllocateErr, when set, is what Allocate answers.
+	AllocateErr error
 
 	mu        sync.Mutex
 	devs      []*pluginapi.Device
@@ -152,6 +154,13 @@ func (p *Plugin) Stop() {
 	}
 }
 
+// FailAllocate makes Allocate answer err (nil: succeed again).
+func (p *Plugin) FailAllocate(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.AllocateErr = err
+}
+
 // SetHealth changes a device's health and streams the new list.
 func (p *Plugin) SetHealth(id, health string) {
 	p.mu.Lock()
@@ -234,6 +243,12 @@ func (p *Plugin) GetPreferredAllocation(_ context.Context, req *pluginapi.Prefer
 
 // Allocate implements the DevicePlugin service.
 func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	p.mu.Lock()
+	fail := p.AllocateErr
+	p.mu.Unlock()
+	if fail != nil {
+		return nil, fail
+	}
 	resp := &pluginapi.AllocateResponse{}
 	for _, cr := range req.GetContainerRequests() {
 		ids := cr.GetDevicesIds()
