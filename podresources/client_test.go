@@ -204,7 +204,7 @@ func TestRateLimiterRejects(t *testing.T) {
 
 // Many clients at once exceed the burst; each rides it out within its deadline.
 func TestClientRidesOutRateLimit(t *testing.T) {
-	srv := podresourcestest.NewServer(t, podresourcestest.WithRateLimit(20, 1))
+	srv := podresourcestest.NewServer(t, podresourcestest.WithRateLimit(40, 1))
 	srv.SetPod(pod("ns", "p"))
 	const n = 30
 	var wg sync.WaitGroup
@@ -260,4 +260,14 @@ func TestDevicesOf(t *testing.T) {
 	if got := podresources.DevicesOf(nil, res); got != nil {
 		t.Fatalf("DevicesOf(nil) = %v", got)
 	}
+}
+
+func TestLongTestNameStillGetsASocket(t *testing.T) {
+	t.Run(strings.Repeat("very-long-subtest-name-", 6), func(t *testing.T) {
+		srv := podresourcestest.NewServer(t)
+		srv.SetPod(pod("ns", "p"))
+		if _, err := newClient(t, srv.Socket).Get(t.Context(), "ns", "p"); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

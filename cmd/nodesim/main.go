@@ -27,6 +27,7 @@ Usage:
                                           (HTTP+JSON on a unix socket: POST /v1/pods,
                                           DELETE /v1/pods/NS/NAME, GET /v1/pods, GET /v1/resources)
         DIR/nodesim/checkpoint.json       assignments, kept across restarts
+      kubelet.sock is created last: once it exists, the node is ready.
       Starting again on the same DIR is a kubelet restart: assignments survive, every socket
       in DIR/device-plugins is removed and kubelet.sock recreated, so plugins register again.
 

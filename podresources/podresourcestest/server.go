@@ -4,6 +4,7 @@
 package podresourcestest
 
 import (
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -50,7 +51,8 @@ type Server struct {
 	allocatable *v1.AllocatableResourcesResponse
 }
 
-// NewServer starts a server on a socket in t.TempDir() and stops it in t.Cleanup.
+// NewServer starts a server on a socket in t.TempDir() (or a shorter temp dir
+// when that path is too long for a socket) and stops it in t.Cleanup.
 func NewServer(t testing.TB, opts ...ServerOption) *Server {
 	t.Helper()
 	var cfg prserver.Config
@@ -58,7 +60,7 @@ func NewServer(t testing.TB, opts ...ServerOption) *Server {
 		o(&cfg)
 	}
 	s := &Server{
-		Socket:      filepath.Join(t.TempDir(), "kubelet.sock"),
+		Socket:      socketPath(t),
 		pods:        map[string]*v1.PodResources{},
 		allocatable: &v1.AllocatableResourcesResponse{},
 		calls:       map[string]int{},
@@ -70,6 +72,21 @@ func NewServer(t testing.TB, opts ...ServerOption) *Server {
 	}
 	t.Cleanup(srv.Stop)
 	return s
+}
+
+// socketPath is in t.TempDir() unless that path is too long for a unix
+// socket (108 bytes on Linux), as with long test names or TMPDIR.
+func socketPath(t testing.TB) string {
+	p := filepath.Join(t.TempDir(), "kubelet.sock")
+	if len(p) < 100 {
+		return p
+	}
+	dir, err := os.MkdirTemp("", "podres")
+	if err != nil {
+		t.Fatalf("temp dir for PodResources socket: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return filepath.Join(dir, "kubelet.sock")
 }
 
 func (s *Server) count(method string) {
