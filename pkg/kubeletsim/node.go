@@ -42,6 +42,9 @@ import (
 	"github.com/devplumb/devplumb/pkg/kubeletsim/prserver"
 )
 
+// maxSocketPath is the size of sun_path in a Linux sockaddr_un.
+const maxSocketPath = 108
+
 // Node is a running emulated kubelet. Its methods are safe for concurrent use.
 type Node struct {
 	root string
@@ -87,6 +90,11 @@ func StartWithOptions(ctx context.Context, root string, log *slog.Logger, opts O
 	abs, err := filepath.Abs(root)
 	if err != nil {
 		return nil, fmt.Errorf("kubeletsim root %s: %w", root, err)
+	}
+	// sun_path holds 108 bytes; leave room for plugin socket names too.
+	if longest := filepath.Join(abs, "device-plugins", "kubelet.sock"); len(longest) > maxSocketPath-16 {
+		return nil, fmt.Errorf("kubeletsim root %s is too long: socket paths under it must stay under %d bytes (use a shorter directory, e.g. os.MkdirTemp(\"\", \"node\"))",
+			abs, maxSocketPath)
 	}
 	n := &Node{root: abs, log: log, endpoints: map[string]*endpoint{},
 		devices: map[string][]Device{}, changed: make(chan struct{})}

@@ -306,3 +306,11 @@ func TestAllocateFailureRecordsNothing(t *testing.T) {
 		t.Fatalf("AddPod after failure: %+v, %v", a, err)
 	}
 }
+
+func TestRootTooLongForSockets(t *testing.T) {
+	long := filepath.Join(root(t), strings.Repeat("d", 90))
+	_, err := kubeletsim.Start(t.Context(), long, quiet())
+	if err == nil || !strings.Contains(err.Error(), "too long") {
+		t.Fatalf("Start with a long root: %v", err)
+	}
+}
