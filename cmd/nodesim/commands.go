@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/pkg/kubeletsim/prserver"
@@ -189,6 +190,29 @@ func listResources(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	return printJSON(stdout, res)
+}
+
+func wait(ctx context.Context, args []string) error {
+	fs := newFlags("wait")
+	root := fs.String("root", "", "kubelet root directory of a running nodesim serve")
+	res := fs.String("resource", "", "extended resource name, e.g. example.com/vf")
+	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := required(fs, "root", "resource"); err != nil {
+		return err
+	}
+	c, err := kubeletsim.NewControlClient(*root)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	if err := c.WaitRegistered(ctx, *res); err != nil {
+		return fmt.Errorf("device plugin %s not registered: %w", *res, err)
+	}
+	return nil
 }
 
 func controlFromRoot(cmd string, args []string) (*kubeletsim.ControlClient, error) {

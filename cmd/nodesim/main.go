@@ -43,10 +43,14 @@ Usage:
   nodesim pods --root DIR
       Print the pods and their devices as JSON.
 
+  nodesim wait --root DIR --resource RES [--timeout 30s]
+      Wait until a device plugin for RES has registered and advertised its devices
+      (exit 1 when the timeout passes first).
+
   nodesim resources --root DIR
       Print what plugins advertise (health, NUMA nodes) as JSON.
 
-pod/pods/resources talk to a running "nodesim serve --root DIR".
+pod/pods/wait/resources talk to a running "nodesim serve --root DIR".
 `
 
 // errUsage marks command line mistakes (exit 2).
@@ -94,6 +98,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return listPods(ctx, args[1:], stdout)
 	case "resources":
 		return listResources(ctx, args[1:], stdout)
+	case "wait":
+		return wait(ctx, args[1:])
 	case "help", "-h", "--help":
 		_, err := io.WriteString(stdout, usage)
 		return err

@@ -87,6 +87,10 @@ func TestServePodAddRestartDel(t *testing.T) {
 	plugin := kubeletsimtest.NewPlugin(t, kubeletsim.PluginDir(root), vf, "vf.sock",
 		kubeletsimtest.Dev("0000:03:00.2", 0), kubeletsimtest.Dev("0000:03:00.1", 0), kubeletsimtest.Dev("0000:81:00.1", 1))
 	plugin.Start(t.Context(), true)
+	// Registered is not yet advertised: wait for the device list, as scripts do.
+	if _, err := nodesim(t, "wait", "--root", root, "--resource", vf); err != nil {
+		t.Fatalf("wait: %v", err)
+	}
 
 	out, err := nodesim(t, "pod", "add", "--root", root, "--namespace", "default", "--name", "web",
 		"--container", "app="+vf+":2", "--container", "side")
@@ -149,10 +153,14 @@ func TestUsageErrors(t *testing.T) {
 		{"serve"},
 		{"serve", "--root", root, "--podresources-get", "maybe"},
 		{"pods", "extra"},
+		{"wait", "--root", root},
 	} {
 		if _, err := nodesim(t, args...); exitCode(err, &bytes.Buffer{}) != 2 {
 			t.Errorf("nodesim %v: %v, want a usage error", args, err)
 		}
+	}
+	if _, err := nodesim(t, "wait", "--root", root, "--resource", vf); exitCode(err, &bytes.Buffer{}) != 1 {
+		t.Errorf("wait without serve: %v", err)
 	}
 	_, err := nodesim(t, "pods", "--root", filepath.Join(root, "none"))
 	if err == nil || !strings.Contains(err.Error(), "no nodesim serving root") || exitCode(err, &bytes.Buffer{}) != 1 {
@@ -167,5 +175,14 @@ func TestParseContainer(t *testing.T) {
 	}
 	if c, err := parseContainer("bare"); err != nil || c.Name != "bare" || len(c.Requests) != 0 {
 		t.Fatalf("bare container = %+v, %v", c, err)
+	}
+}
+
+func TestWaitTimesOut(t *testing.T) {
+	root := shortRoot(t)
+	startServe(t, root)
+	_, err := nodesim(t, "wait", "--root", root, "--resource", vf, "--timeout", "100ms")
+	if err == nil || !strings.Contains(err.Error(), "device plugin example.com/vf not registered") {
+		t.Fatalf("wait with no plugin: %v", err)
 	}
 }

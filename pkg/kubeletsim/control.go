@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,6 +24,8 @@ import (
 //	DELETE /v1/pods/{namespace}/{name}                 -> 204
 //	GET    /v1/pods                                    -> 200 [PodAllocation]
 //	GET    /v1/resources                               -> 200 {resource: [Device]}
+//	GET    /v1/wait?resource=RES                       -> 204 once a plugin for RES is registered
+//	                                                      and has advertised its devices
 //
 // Errors are {"error": "..."} with 400 (invalid pod), 404 (no such pod),
 // 409 (pod exists), 422 (admission failed: no free device, plugin missing or
@@ -50,6 +53,7 @@ func startControl(n *Node) (*controlServer, error) {
 	mux.HandleFunc("DELETE /v1/pods/{namespace}/{name}", n.handleDel)
 	mux.HandleFunc("GET /v1/pods", func(w http.ResponseWriter, _ *http.Request) { reply(w, http.StatusOK, n.Pods()) })
 	mux.HandleFunc("GET /v1/resources", func(w http.ResponseWriter, _ *http.Request) { reply(w, http.StatusOK, n.Resources()) })
+	mux.HandleFunc("GET /v1/wait", n.handleWait)
 	c := &controlServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
@@ -81,6 +85,21 @@ func (n *Node) handleAdd(w http.ResponseWriter, r *http.Request) {
 
 func (n *Node) handleDel(w http.ResponseWriter, r *http.Request) {
 	if err := n.DelPod(r.PathValue("namespace"), r.PathValue("name")); err != nil {
+		replyErr(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// handleWait blocks until the resource's plugin is registered; the caller's
+// request context (its timeout) bounds the wait.
+func (n *Node) handleWait(w http.ResponseWriter, r *http.Request) {
+	res := r.URL.Query().Get("resource")
+	if err := ValidateResourceName(res); err != nil {
+		replyErr(w, fmt.Errorf("%w: %w", ErrInvalidPod, err))
+		return
+	}
+	if err := n.WaitRegistered(r.Context(), res); err != nil {
 		replyErr(w, err)
 		return
 	}
@@ -155,6 +174,12 @@ func (c *ControlClient) Pods(ctx context.Context) ([]PodAllocation, error) {
 	var out []PodAllocation
 	err := c.do(ctx, http.MethodGet, "/v1/pods", nil, &out)
 	return out, err
+}
+
+// WaitRegistered waits until a plugin for res is registered on the node and
+// has advertised its devices; ctx bounds the wait.
+func (c *ControlClient) WaitRegistered(ctx context.Context, res string) error {
+	return c.do(ctx, http.MethodGet, "/v1/wait?resource="+url.QueryEscape(res), nil, nil)
 }
 
 // Resources lists what plugins advertise.
