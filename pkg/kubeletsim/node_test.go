@@ -3,11 +3,13 @@ package kubeletsim_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -312,5 +314,40 @@ func TestRootTooLongForSockets(t *testing.T) {
 	_, err := kubeletsim.Start(t.Context(), long, quiet())
 	if err == nil || !strings.Contains(err.Error(), "too long") {
 		t.Fatalf("Start with a long root: %v", err)
+	}
+}
+
+// Concurrent admissions never hand out one device twice.
+func TestConcurrentAddPodDistinctDevices(t *testing.T) {
+	n := startNode(t, root(t))
+	var devs []*pluginapi.Device
+	for i := range 6 {
+		devs = append(devs, kubeletsimtest.Dev(fmt.Sprintf("d%d", i)))
+	}
+	p := kubeletsimtest.NewPlugin(t, n.PluginDir(), vf, "vf.sock", devs...)
+	p.Start(t.Context(), false)
+	if err := n.WaitRegistered(t.Context(), vf); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = n.AddPod(context.Background(), pod(fmt.Sprintf("p%d", i), ctr("c", 1)))
+		}()
+	}
+	wg.Wait()
+	seen := map[string]bool{}
+	for _, a := range n.Pods() {
+		for _, id := range a.Devices(vf) {
+			if seen[id] {
+				t.Fatalf("device %s given twice", id)
+			}
+			seen[id] = true
+		}
+	}
+	if len(seen) != 6 || len(n.Pods()) != 6 {
+		t.Fatalf("%d devices to %d pods, want 6 and 6", len(seen), len(n.Pods()))
 	}
 }
