@@ -69,7 +69,7 @@ wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
 say "1. the node: veth ends, vhost-user sockets, nodesim (the kubelet), netdev-dp (the device plugin)"
 for v in "${VETHS[@]}"; do ip link add "$v" type veth peer name "${v}p"; ip link set "${v}p" up; done
 ip link add dpdemomv type veth peer name dpdemomvp   # master of the vhost network's macvlan
-ip link set dpdemomv up
+ip link set dpdemomv up; ip link set dpdemomvp up
 echo "veth pool: ${VETHS[*]}"
 "$BIN/vswitch" "$ROOT/vhost/port0.sock" "$ROOT/vhost/port1.sock" "$ROOT/vhost/port2.sock" \
 	2>"$ROOT/logs/vswitch.log" & PIDS+=($!)
@@ -88,33 +88,36 @@ JSON
 	--devinfo-dir "$ROOT/devinfo" --cdi-dir "$ROOT/cdi" 2>"$ROOT/logs/netdev-dp.log" & PIDS+=($!)
 
 say "2. a pod asks for two veths and one vhost-user socket (nodesim pod add, as the kubelet admits it)"
-# Until netdev-dp has registered both resources, admission fails as the kubelet's would.
-for try in $(seq 75); do
-	if out=$("$BIN/nodesim" pod add --root "$ROOT" --namespace "$POD_NS" --name "$POD_NAME" --uid "$POD_UID" \
-		--container app=example.com/veth:2,example.com/vhost:1 2>&1); then break; fi
-	[ "$try" -lt 75 ] || fail "pod add: $out"
-	sleep 0.2
+for res in example.com/veth example.com/vhost; do
+	"$BIN/nodesim" wait --root "$ROOT" --resource "$res" --timeout 15s >/dev/null ||
+		fail "netdev-dp did not register $res (logs in $ROOT/logs)"
 done
-echo "$out"
+"$BIN/nodesim" resources --root "$ROOT"
+"$BIN/nodesim" pod add --root "$ROOT" --namespace "$POD_NS" --name "$POD_NAME" --uid "$POD_UID" \
+	--container app=example.com/veth:2,example.com/vhost:1
 "$BIN/nodesim" pods --root "$ROOT"
 
 say "3. the pod's network namespace, and devplumb through cnitool three times"
 ip netns add "$NETNS"
-netconf() { # netconf NAME RESOURCE DELEGATE-JSON
+netconf() { # netconf NAME RESOURCE INJECT-KEYS DELEGATE-JSON
 	cat >"$ROOT/net.d/$1.conflist" <<JSON
 {"cniVersion": "1.0.0", "name": "$1", "plugins": [{
-  "type": "devplumb", "resourceName": "$2",
+  "type": "devplumb", "resourceName": "$2", "injectDeviceID": $3,
   "podResourcesSocket": "$ROOT/pod-resources/kubelet.sock",
   "deviceInfoDir": "$ROOT/devinfo", "stateDir": "$ROOT/devplumb",
-  "delegate": $3}]}
+  "delegate": $4}]}
 JSON
 }
-netconf fast-a example.com/veth '{"type": "host-device", "ipam": {"type": "static", "addresses": [{"address": "10.77.1.2/24"}]}}'
-netconf fast-b example.com/veth '{"type": "host-device", "ipam": {"type": "static", "addresses": [{"address": "10.77.2.2/24"}]}}'
-netconf vhost-net example.com/vhost '{"type": "macvlan", "master": "dpdemomv", "mode": "bridge", "ipam": {"type": "static", "addresses": [{"address": "10.77.3.2/24"}]}}'
+# host-device takes a netdev by name in "device": devplumb injects the device ID there.
+netconf fast-a example.com/veth '["device"]' '{"type": "host-device", "ipam": {"type": "static", "addresses": [{"address": "10.77.1.2/24"}]}}'
+netconf fast-b example.com/veth '["device"]' '{"type": "host-device", "ipam": {"type": "static", "addresses": [{"address": "10.77.2.2/24"}]}}'
+# The socket is the device here; macvlan stands in for a userspace CNI plugin, and
+# the vhost-user device-info still flows to the CNI file and the network-status entry.
+netconf vhost-net example.com/vhost '["deviceID"]' '{"type": "macvlan", "master": "dpdemomv", "mode": "bridge", "ipam": {"type": "static", "addresses": [{"address": "10.77.3.2/24"}]}}'
 for net in fast-a fast-b vhost-net; do
 	echo "--- cnitool add $net (ifname net-$net)"
 	cni add "$net" "net-$net"
+	echo
 done
 
 say "4. what the pod got"
@@ -137,7 +140,7 @@ say "6. nothing is left"
 left=0
 check() { if "$@"; then echo "ok: $what"; else echo "LEFT: $what"; left=1; fi; }
 what="no pod netns";                       check bash -c "! ip netns list | grep -qw $NETNS"
-for v in "${VETHS[@]}"; do what="$v back on the host"; check ip link show "$v" >/dev/null; done
+for v in "${VETHS[@]}"; do what="$v back on the host"; check bash -c "ip link show $v >/dev/null"; done
 what="no device-info file";                check bash -c "[ -z \"\$(find '$ROOT/devinfo' -type f 2>/dev/null)\" ]"
 what="no claim";                           check bash -c "[ -z \"\$(find '$ROOT/devplumb' -name '*.json' 2>/dev/null)\" ]"
 what="no CDI spec";                        check bash -c "[ -z \"\$(find '$ROOT/cdi' -type f 2>/dev/null)\" ]"
