@@ -2,10 +2,14 @@ package kubeapi_test
 
 import (
 	"errors"
+	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -92,4 +96,39 @@ func assertUnreachable(t *testing.T, what string, err error, start time.Time, bo
 		t.Errorf("%s took %s, bound is %s", what, took, bound)
 	}
 	t.Logf("%s: %v", what, err)
+}
+
+// TestAPIServerOverloaded: a server that keeps answering 503 is retried within the bound,
+// then reported with its last answer (not as unreachable: it did answer).
+func TestAPIServerOverloaded(t *testing.T) {
+	var calls atomic.Int32
+	hs := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"overloaded","reason":"ServiceUnavailable","code":503}`)
+	}))
+	defer hs.Close()
+	cfg := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(cfg, []byte(kubeapi.Kubeconfig(hs.URL, "x")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const bound = 2 * time.Second
+	c, err := kube.New(cfg, bound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = c.SetNetworkStatus(ctx(t), "default", "p", "", pciEntry("default/x", "net1", "0000:00:01.0"))
+	took := time.Since(start)
+	if err == nil || errors.Is(err, kube.ErrUnreachable) || !strings.Contains(err.Error(), "kept failing") ||
+		!strings.Contains(err.Error(), "overloaded") {
+		t.Fatalf("got %v, want a 'kept failing' error carrying the server's message", err)
+	}
+	if calls.Load() < 2 {
+		t.Errorf("503 was not retried (%d calls)", calls.Load())
+	}
+	if took > bound+slack {
+		t.Errorf("took %s, bound is %s", took, bound)
+	}
 }

@@ -39,7 +39,7 @@ func (c *Client) retry(ctx context.Context, op func(context.Context) (bool, erro
 		sleep := backoff/2 + rand.N(backoff/2+1)
 		select {
 		case <-ctx.Done():
-			return c.boundError(ctx, attempt, last)
+			return c.boundError(attempt, last)
 		case <-time.After(sleep):
 		}
 		backoff = min(2*backoff, maxBackoff)
@@ -47,11 +47,11 @@ func (c *Client) retry(ctx context.Context, op func(context.Context) (bool, erro
 }
 
 // boundError explains why the bound ran out: still conflicting, or never reached.
-func (c *Client) boundError(ctx context.Context, attempts int, last error) error {
+func (c *Client) boundError(attempts int, last error) error {
 	if apierrors.IsConflict(last) {
 		return fmt.Errorf("still conflicting after %d attempts within %s: %w", attempts, c.timeout, last)
 	}
-	if _, ok := last.(apierrors.APIStatus); ok {
+	if status := apierrors.APIStatus(nil); errors.As(last, &status) {
 		return fmt.Errorf("API server %s kept failing for %s (%d attempts): %w", c.host, c.timeout, attempts, last)
 	}
 	return fmt.Errorf("%w: %s did not answer within %s (%d attempts), last error: %w", ErrUnreachable, c.host, c.timeout, attempts, last)
