@@ -22,6 +22,9 @@ type fakeKubelet struct {
 	dir  string
 	srv  *grpc.Server
 	regs chan *pluginapi.RegisterRequest
+	// reject, when set, is the answer to every registration, as the kubelet
+	// answers a bad version or resource name.
+	reject error
 }
 
 func startFakeKubelet(t *testing.T, dir string) *fakeKubelet {
@@ -30,6 +33,11 @@ func startFakeKubelet(t *testing.T, dir string) *fakeKubelet {
 }
 
 func startFake(t *testing.T, dir string, cleanDir bool) *fakeKubelet {
+	t.Helper()
+	return startFakeRejecting(t, dir, cleanDir, nil)
+}
+
+func startFakeRejecting(t *testing.T, dir string, cleanDir bool, reject error) *fakeKubelet {
 	t.Helper()
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
@@ -41,7 +49,7 @@ func startFake(t *testing.T, dir string, cleanDir bool) *fakeKubelet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := &fakeKubelet{dir: dir, srv: grpc.NewServer(), regs: make(chan *pluginapi.RegisterRequest, 16)}
+	k := &fakeKubelet{dir: dir, srv: grpc.NewServer(), regs: make(chan *pluginapi.RegisterRequest, 16), reject: reject}
 	pluginapi.RegisterRegistrationServer(k.srv, k)
 	go k.srv.Serve(lis)
 	t.Cleanup(k.stop)
@@ -50,6 +58,9 @@ func startFake(t *testing.T, dir string, cleanDir bool) *fakeKubelet {
 
 func (k *fakeKubelet) Register(_ context.Context, r *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
 	k.regs <- r
+	if k.reject != nil {
+		return &pluginapi.Empty{}, k.reject
+	}
 	return &pluginapi.Empty{}, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -60,6 +61,7 @@ type Server struct {
 	regs    int           // successful registrations, for Registrations
 
 	registeredIno uint64 // kubelet.sock we last registered with; Run's goroutine only
+	running       atomic.Bool
 }
 
 // New checks cfg and returns a server that is not yet serving.

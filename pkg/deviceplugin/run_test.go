@@ -1,0 +1,95 @@
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/fsnotify/fsnotify"
+	"google.golang.org/grpc"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// TestRejectedRegistrationEndsRun: a kubelet that refuses the registration
+// makes Run return ErrRegistrationRejected with the kubelet's reason, and the
+// socket is removed, instead of a plugin waiting forever unregistered.
+func TestRejectedRegistrationEndsRun(t *testing.T) {
+	dir := t.TempDir()
+	k := startFakeRejecting(t, dir, true, fmt.Errorf("invalid resource name"))
+	s := newTestServer(t, dir)
+	err := s.Run(context.Background())
+	if !errors.Is(err, ErrRegistrationRejected) || !strings.Contains(err.Error(), "invalid resource name") {
+		t.Fatalf("Run: got %v, want ErrRegistrationRejected with the kubelet's reason", err)
+	}
+	if n := len(k.regs); n != rejectAttempts {
+		t.Errorf("%d registration attempts, want %d", n, rejectAttempts)
+	}
+	if _, err := os.Stat(s.SocketPath()); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("socket left after a rejected registration: %v", err)
+	}
+	if err := s.Run(context.Background()); err == nil {
+		t.Fatal("second Run accepted")
+	}
+}
+
+// TestServesAgainAfterPluginDirRecreated: removing the whole device plugin
+// directory (a kubelet root wiped and recreated) must not leave the plugin
+// deaf: it serves and registers again once the directory and kubelet.sock
+// are back.
+func TestServesAgainAfterPluginDirRecreated(t *testing.T) {
+	dir := t.TempDir() + "/device-plugins"
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	k := startFakeKubelet(t, dir)
+	s := newTestServer(t, dir)
+	runServer(t, s)
+	k.waitRegistration(t)
+	k.stop()
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	k2 := startFakeKubelet(t, dir)
+	// The plugin may register once more while it follows the events of the
+	// recreation (its socket replaced under a call): the last registration
+	// must lead to a serving plugin.
+	for {
+		r := k2.waitRegistration(t)
+		c := dialPlugin(t, dir, r.Endpoint)
+		_, err := c.GetDevicePluginOptions(context.Background(), &pluginapi.Empty{}, grpc.WaitForReady(true))
+		if err == nil {
+			return
+		}
+		t.Logf("plugin not serving after registration (another should follow): %v", err)
+	}
+}
+
+// TestKubeletSockInodeReused: a new kubelet.sock may get the inode number of
+// the removed one; its creation must still lead to a registration. The reuse
+// cannot be forced on a real file system, so the events are handed in.
+func TestKubeletSockInodeReused(t *testing.T) {
+	dir := t.TempDir()
+	k := startFakeKubelet(t, dir)
+	s := newTestServer(t, dir)
+	l := &loop{s: s}
+	defer l.shutdown()
+	ctx := context.Background()
+	if err := l.restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	k.waitRegistration(t)
+	for _, op := range []fsnotify.Op{fsnotify.Create, fsnotify.Remove, fsnotify.Create} {
+		if err := l.inDir(ctx, fsnotify.Event{Name: s.kubeletSock, Op: op}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := s.Registrations(); n != 2 {
+		t.Fatalf("%d registrations, want 2: one at start, one for the new kubelet.sock", n)
+	}
+}
