@@ -105,6 +105,10 @@ func TestNewSandboxDropsOlderClaims(t *testing.T) {
 	if _, err := os.Stat(e.cniFile("fast-net", cnitoolID(old.Path()), "net1")); !os.IsNotExist(err) {
 		t.Errorf("old sandbox's CNI file kept: %v", err)
 	}
+	// Its delegate was told to let go (IPAM, the device) with what its ADD used.
+	if _, stdin := e.record("DEL", cnitoolID(old.Path()), "net1"); stdin["deviceID"] != "0000:01:02.3" {
+		t.Errorf("old sandbox's delegate DEL got %v", stdin["deviceID"])
+	}
 	// The old sandbox's late DEL must not disturb the new one.
 	e.mustCnitool("del", "fast-net", old.Path(), "net1", args, "")
 	if st := e.state(); len(st) != 1 {

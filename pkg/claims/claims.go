@@ -17,6 +17,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/utils"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	"golang.org/x/sys/unix"
 
@@ -78,15 +80,26 @@ var ErrNoFreeDevice = errors.New("no free device")
 
 func (s *Store) attachDir() string { return filepath.Join(s.Dir, "attachments") }
 
-// path of the record of k; each part must be one plain name component (the
-// runtime validated them already; this keeps a bad caller inside the dir).
+// path of the record of k. Each part must pass the CNI specification's own
+// check (skel applies it; this keeps a direct caller inside the dir), and
+// ':', which none of them may contain, separates them, so two different
+// attachments never share a file ("a-b","c" and "a","b-c" would with '-').
 func (s *Store) path(k Key) (string, error) {
-	for _, part := range []string{k.Network, k.ContainerID, k.IfName} {
-		if part == "" || part == "." || part == ".." || strings.ContainsAny(part, "/\x00") {
-			return "", fmt.Errorf("attachment %q/%q/%q: %q cannot be part of a state file name", k.Network, k.ContainerID, k.IfName, part)
+	checks := []struct {
+		what, val string
+		check     func(string) *types.Error
+	}{
+		{"network name", k.Network, utils.ValidateNetworkName},
+		{"container ID", k.ContainerID, utils.ValidateContainerID},
+		{"interface name", k.IfName, utils.ValidateInterfaceName},
+	}
+	for _, c := range checks {
+		if err := c.check(c.val); err != nil {
+			return "", fmt.Errorf("attachment %q/%q/%q: %s %q cannot be part of a state file name: %s",
+				k.Network, k.ContainerID, k.IfName, c.what, c.val, err.Msg)
 		}
 	}
-	name := k.Network + "-" + k.ContainerID + "_" + k.IfName + ".json"
+	name := k.Network + ":" + k.ContainerID + ":" + k.IfName + ".json"
 	if len(name) > 255 {
 		return "", fmt.Errorf("attachment %s/%s/%s: state file name is longer than 255 bytes", k.Network, k.ContainerID, k.IfName)
 	}
@@ -172,15 +185,24 @@ func (s *Store) Remove(k Key) error {
 // List returns all records, sorted by file name. Corrupt records are
 // skipped and reported in the error, so one bad file does not block GC.
 func (s *Store) List() ([]*Attachment, error) {
+	out, corrupt, err := s.list()
+	if err != nil {
+		return nil, err
+	}
+	return out, corrupt
+}
+
+// list returns the readable records, the errors of corrupt ones apart, and
+// err when the directory itself cannot be read.
+func (s *Store) list() (out []*Attachment, corrupt, err error) {
 	entries, err := os.ReadDir(s.attachDir())
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("list state: %w", err)
+		return nil, nil, fmt.Errorf("list state: %w", err)
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].Name() < entries[j].Name() })
-	var out []*Attachment
 	var errs []error
 	for _, e := range entries {
 		if !strings.HasSuffix(e.Name(), ".json") {
@@ -195,7 +217,7 @@ func (s *Store) List() ([]*Attachment, error) {
 			out = append(out, a)
 		}
 	}
-	return out, errors.Join(errs...)
+	return out, errors.Join(errs...), nil
 }
 
 // Request asks for a device for one attachment.
@@ -218,6 +240,9 @@ type Claimed struct {
 	// Dropped are records of older sandboxes of the same pod that Claim
 	// removed; the caller cleans their CNI files.
 	Dropped []*Attachment
+	// Unreadable reports corrupt records Claim passed over (for the log):
+	// one bad file must not stop every ADD on the node.
+	Unreadable error
 }
 
 // Claim picks a device for the attachment under the lock and records it.
@@ -233,11 +258,11 @@ func (s *Store) Claim(req Request) (*Claimed, error) {
 }
 
 func (s *Store) claimLocked(req Request) (*Claimed, error) {
-	all, err := s.List()
+	all, unreadable, err := s.list()
 	if err != nil {
 		return nil, err
 	}
-	out := &Claimed{}
+	out := &Claimed{Unreadable: unreadable}
 	held := map[string]*Attachment{}
 	for _, a := range all {
 		switch {
@@ -301,7 +326,36 @@ func (s *Store) Release(k Key) error {
 	return s.Locked(func() error { return s.Remove(k) })
 }
 
-// Update rewrites a record under the lock.
+// ReleaseHeld removes a's record only while it still holds a's device, so a
+// failed ADD rolling back never frees a claim someone else made since.
+func (s *Store) ReleaseHeld(a *Attachment) error {
+	return s.Locked(func() error {
+		cur, err := s.Get(a.Key)
+		if err == nil && (cur == nil || cur.DeviceID != a.DeviceID || cur.ResourceName != a.ResourceName) {
+			return nil
+		}
+		return s.Remove(a.Key) // ours, or corrupt: either way not a live claim of another
+	})
+}
+
+// ErrClaimLost is returned by Update when the record it would rewrite is
+// gone or holds another device: a newer sandbox of the pod, or a takeover of
+// a stale claim, took the device while this ADD ran.
+var ErrClaimLost = errors.New("the device claim was taken over")
+
+// Update rewrites a record under the lock, only while the attachment still
+// holds the device it claimed: writing it back unconditionally would
+// resurrect a dropped claim and hand one device out twice.
 func (s *Store) Update(a *Attachment) error {
-	return s.Locked(func() error { return s.Put(a) })
+	return s.Locked(func() error {
+		cur, err := s.Get(a.Key)
+		if err != nil {
+			return err
+		}
+		if cur == nil || cur.DeviceID != a.DeviceID || cur.ResourceName != a.ResourceName {
+			return fmt.Errorf("%w: attachment %s/%s/%s no longer holds device %s; run ADD again",
+				ErrClaimLost, a.Network, a.ContainerID, a.IfName, a.DeviceID)
+		}
+		return s.Put(a)
+	})
 }

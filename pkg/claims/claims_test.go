@@ -125,12 +125,84 @@ func TestUnsafeKeyAndCorruptState(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(s.Dir, "attachments"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	bad := filepath.Join(s.Dir, "attachments", "net-c1_net1.json")
+	bad, err := s.path(Key{"net", "c1", "net1"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(bad, []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Get(Key{"net", "c1", "net1"}); err == nil || !strings.Contains(err.Error(), "corrupt") {
 		t.Errorf("corrupt record: %v", err)
+	}
+}
+
+// One corrupt record (of another attachment) must not stop every ADD on the
+// node: Claim passes over it and reports it.
+func TestCorruptRecordDoesNotWedgeClaims(t *testing.T) {
+	s := New(t.TempDir())
+	if _, err := s.Claim(req("p", "c0", "net1", "d0")); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := s.path(Key{"net", "c0", "net1"})
+	if err := os.WriteFile(p, []byte("{trunc"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Claim(req("q", "c1", "net1", "d1"))
+	if err != nil || c.Attachment.DeviceID != "d1" {
+		t.Fatalf("claim beside a corrupt record: %+v %v", c, err)
+	}
+	if c.Unreadable == nil || !strings.Contains(c.Unreadable.Error(), p) {
+		t.Errorf("the corrupt record is not reported: %v", c.Unreadable)
+	}
+	if err := s.Release(Key{"net", "c0", "net1"}); err != nil {
+		t.Fatalf("release of a corrupt record: %v", err)
+	}
+	if all, err := s.List(); err != nil || len(all) != 1 {
+		t.Errorf("after release: %v %v", all, err)
+	}
+}
+
+// Attachments whose names would join to the same string with '-' and '_'
+// keep separate records.
+func TestLookalikeKeysDoNotCollide(t *testing.T) {
+	s := New(t.TempDir())
+	a, b := req("p", "c", "net1", "d0", "d1"), req("p", "c", "net1", "d0", "d1")
+	a.Network, b.Network, b.ContainerID = "a-b", "a", "b-c"
+	a.ContainerID = "c"
+	b.Pod = Pod{Namespace: "ns", Name: "other"}
+	for _, r := range []Request{a, b} {
+		if _, err := s.Claim(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, err := s.List()
+	if err != nil || len(all) != 2 || all[0].DeviceID == all[1].DeviceID {
+		t.Fatalf("records %+v %v: want two with different devices", all, err)
+	}
+	if _, err := s.Claim(req("p", "c1", "a b", "d0")); err == nil {
+		t.Error("an interface name with a space must be refused")
+	}
+}
+
+// An ADD whose claim was dropped while it ran (a newer sandbox of the pod took
+// the device) cannot write it back: that would hand the device out twice.
+func TestUpdateAfterDropIsRefused(t *testing.T) {
+	s := New(t.TempDir())
+	old, err := s.Claim(req("p", "c1", "net1", "d0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(req("p", "c2", "net1", "d0")); err != nil {
+		t.Fatal(err)
+	}
+	old.Attachment.Complete = true
+	if err := s.Update(old.Attachment); !errors.Is(err, ErrClaimLost) {
+		t.Fatalf("update of a dropped claim: %v", err)
+	}
+	all, _ := s.List()
+	if len(all) != 1 || all[0].ContainerID != "c2" {
+		t.Errorf("records %+v: want only the new sandbox's", all)
 	}
 }
 

@@ -79,6 +79,11 @@ func TestParseErrors(t *testing.T) {
 		{"relative stateDir", base(`,"stateDir":"state"`), `"stateDir" "state" must be an absolute path`, false},
 		{"dotdot devinfo", base(`,"deviceInfoDir":"/var/../etc"`), `"deviceInfoDir"`, false},
 		{"cni file dotdot", base(`,"runtimeConfig":{"CNIDeviceInfoFile":"/a/../b"}`), `CNIDeviceInfoFile`, false},
+		{"cni file elsewhere", base(`,"runtimeConfig":{"CNIDeviceInfoFile":"/etc/passwd"}`),
+			`"runtimeConfig.CNIDeviceInfoFile" "/etc/passwd" must be a file directly in /var/run/k8s.cni.cncf.io/devinfo/cni`, false},
+		{"cni file in a subdir", base(`,"runtimeConfig":{"CNIDeviceInfoFile":"/var/run/k8s.cni.cncf.io/devinfo/cni/x/y"}`), `must be a file directly in`, false},
+		{"cni file is the dir", base(`,"runtimeConfig":{"CNIDeviceInfoFile":"/var/run/k8s.cni.cncf.io/devinfo/cni/"}`), `must be a file directly in`, false},
+		{"cni file in dp", base(`,"deviceInfoDir":"/d","runtimeConfig":{"CNIDeviceInfoFile":"/d/dp/x"}`), `directly in /d/cni or /var/run`, false},
 		{"both delegates", base(`,"delegates":[{"type":"x"}]`), `both "delegate" and "delegates"`, false},
 		{"no delegate", `{"cniVersion":"1.0.0","name":"n","type":"devplumb"}`, `no delegate`, false},
 		{"delegate not object", `{"cniVersion":"1.0.0","name":"n","type":"devplumb","delegate":"x"}`, `"delegate" must be a JSON object`, true},
@@ -102,6 +107,18 @@ func TestParseErrors(t *testing.T) {
 				t.Errorf("errors.Is(ErrDecode) = %v, want %v (%v)", !tc.decode, tc.decode, err)
 			}
 		})
+	}
+}
+
+// A caller-given CNIDeviceInfoFile is accepted in this config's cni dir and
+// in the default one Multus hard-codes.
+func TestCNIDeviceInfoFileAllowed(t *testing.T) {
+	for _, f := range []string{"/d/cni/net-c1_net1", "/var/run/k8s.cni.cncf.io/devinfo/cni/ns-nad-c1_net1"} {
+		c, err := Parse([]byte(`{"cniVersion":"1.0.0","name":"n","type":"devplumb","deviceInfoDir":"/d",` +
+			`"runtimeConfig":{"CNIDeviceInfoFile":"` + f + `"},"delegate":{"type":"host-device"}}`))
+		if err != nil || c.RuntimeConfig.CNIDeviceInfoFile != f {
+			t.Errorf("%s: %v", f, err)
+		}
 	}
 }
 

@@ -51,17 +51,49 @@ func (c *NetConf) validatePaths() error {
 		{"deviceInfoDir", c.DeviceInfoDir},
 		{"stateDir", c.StateDir},
 		{"kubeconfig", c.Kubeconfig},
-		{"runtimeConfig.CNIDeviceInfoFile", c.RuntimeConfig.CNIDeviceInfoFile},
 	}
 	for _, p := range paths {
 		if err := checkPath(p.key, p.val); err != nil {
 			return err
 		}
 	}
-	if c.RuntimeConfig.CNIDeviceInfoFile != "" && strings.HasSuffix(c.RuntimeConfig.CNIDeviceInfoFile, "/") {
-		return fmt.Errorf(`"runtimeConfig.CNIDeviceInfoFile" %q names a directory: give a file path`, c.RuntimeConfig.CNIDeviceInfoFile)
+	return c.checkCNIDeviceInfoFile()
+}
+
+// CNIDeviceInfoDirs are the directories a caller-given CNIDeviceInfoFile may
+// be in: this config's "<deviceInfoDir>/cni", and the spec's default
+// "/var/run/k8s.cni.cncf.io/devinfo/cni", which Multus hard-codes even when
+// devplumb's deviceInfoDir differs.
+func (c *NetConf) CNIDeviceInfoDirs() []string {
+	dirs := []string{filepath.Join(c.DeviceInfoDir, "cni")}
+	if def := filepath.Join(DefaultDeviceInfoDir, "cni"); def != dirs[0] {
+		dirs = append(dirs, def)
 	}
-	return nil
+	return dirs
+}
+
+// checkCNIDeviceInfoFile keeps a caller-given CNIDeviceInfoFile, which
+// devplumb overwrites on ADD and removes on DEL, to a plain file name directly
+// in one of CNIDeviceInfoDirs: anything else would let a caller make devplumb
+// write or delete an arbitrary file.
+func (c *NetConf) checkCNIDeviceInfoFile() error {
+	return CheckCNIDeviceInfoFile("runtimeConfig.CNIDeviceInfoFile", c.RuntimeConfig.CNIDeviceInfoFile, c.CNIDeviceInfoDirs())
+}
+
+// CheckCNIDeviceInfoFile rejects a CNI device-info file path that is not a
+// plain file name directly inside one of dirs. An empty path is fine.
+func CheckCNIDeviceInfoFile(key, path string, dirs []string) error {
+	if path == "" {
+		return nil
+	}
+	if err := checkPath(key, path); err != nil {
+		return err
+	}
+	if !strings.HasSuffix(path, "/") && slices.Contains(dirs, filepath.Dir(path)) {
+		return nil
+	}
+	return fmt.Errorf("%q %q must be a file directly in %s (where device-info files live; Multus uses the latter)",
+		key, path, strings.Join(dirs, " or "))
 }
 
 // checkPath accepts only absolute, clean paths, so a config can never point

@@ -40,6 +40,9 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	if err != nil {
 		return cniError(ErrState, "cannot record the device claim in \"stateDir\" "+c.conf.StateDir, err)
 	}
+	if claimed.Unreadable != nil {
+		p.Log.Warn("passing over corrupt state records; remove them or run DEL of their attachments", "error", claimed.Unreadable)
+	}
 	c.dropOlderSandboxes(claimed.Dropped)
 	rec := claimed.Attachment
 	result, cerr := c.attach(rec)
@@ -49,40 +52,35 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	return types.PrintResult(result, c.conf.CNIVersion)
 }
 
-// dropOlderSandboxes removes the CNI files of a pod's replaced sandboxes.
+// dropOlderSandboxes undoes the attachments whose claims Claim dropped (a
+// pod's replaced sandbox, or a holder the kubelet no longer knows), so their
+// delegates release what they hold (IPAM leases, the device) now rather
+// than never: the late DEL of such a sandbox finds no state.
 func (c *call) dropOlderSandboxes(dropped []*claims.Attachment) {
 	for _, a := range dropped {
-		c.p.Log.Info("dropping claim of an older sandbox of the pod", "pod", a.Pod.String(), "container", a.ContainerID, "device", a.DeviceID)
-		if a.CNIFile != "" {
-			if err := devinfo.RemoveFile(a.CNIFile); err != nil {
-				c.p.Log.Warn("cannot remove CNI device-info file of an older sandbox", "error", err)
-			}
+		c.p.Log.Info("dropping an older claim of the device", "pod", a.Pod.String(), "container", a.ContainerID, "device", a.DeviceID)
+		if err := c.undo(a); err != nil {
+			c.p.Log.Warn("cannot undo the attachment of a dropped claim", "container", a.ContainerID, "error", err)
 		}
 	}
 }
 
-// attach runs everything after the claim; any failure rolls back.
+// attach runs everything after the claim; any failure rolls back. The
+// record names the CNI file and the delegate config before either is used,
+// so a DEL or GC after a crash at any point finds what to undo.
 func (c *call) attach(rec *claims.Attachment) (types.Result, *types.Error) {
-	cniFile, err := c.cniFile()
-	if err != nil {
-		c.release()
-		return nil, cniError(types.ErrInvalidNetworkConfig, "cannot name the CNI device-info file", err)
+	list, rt, cerr := c.prepare(rec)
+	if cerr != nil {
+		c.release(rec)
+		return nil, cerr
 	}
-	rec.CNIFile = cniFile
+	if err := c.claims.Update(rec); err != nil {
+		c.release(rec)
+		return nil, stateError(c.conf.StateDir, err)
+	}
 	if cerr := c.copyDeviceInfo(rec); cerr != nil {
 		c.rollbackFiles(rec)
 		return nil, cerr
-	}
-	list, err := delegate.BuildList(c.conf, rec.DeviceID)
-	if err != nil {
-		c.rollbackFiles(rec)
-		return nil, cniError(types.ErrInvalidNetworkConfig, "invalid delegate config", err)
-	}
-	rt := c.runtime(rec.DeviceID, cniFile)
-	rec.Delegate, rec.NetNS, rec.CNIArgs, rec.CapabilityArgs, rec.Complete = list.Bytes, c.args.Netns, rt.Args, rt.CapabilityArgs, false
-	if err := c.claims.Update(rec); err != nil {
-		c.rollbackFiles(rec)
-		return nil, cniError(ErrState, "cannot write state in \"stateDir\" "+c.conf.StateDir, err)
 	}
 	result, err := c.inv.Add(context.Background(), list, rt)
 	if err != nil {
@@ -94,6 +92,31 @@ func (c *call) attach(rec *claims.Attachment) (types.Result, *types.Error) {
 		return nil, cerr
 	}
 	return result, nil
+}
+
+// prepare fills rec with the CNI file and the delegate run, not yet done.
+func (c *call) prepare(rec *claims.Attachment) (*libcni.NetworkConfigList, *libcni.RuntimeConf, *types.Error) {
+	cniFile, err := c.cniFile()
+	if err != nil {
+		return nil, nil, cniError(types.ErrInvalidNetworkConfig, "cannot name the CNI device-info file", err)
+	}
+	list, err := delegate.BuildList(c.conf, rec.DeviceID)
+	if err != nil {
+		return nil, nil, cniError(types.ErrInvalidNetworkConfig, "invalid delegate config", err)
+	}
+	rt := c.runtime(rec.DeviceID, cniFile)
+	rec.CNIFile, rec.Delegate, rec.NetNS, rec.CNIArgs, rec.CapabilityArgs = cniFile, list.Bytes, c.args.Netns, rt.Args, rt.CapabilityArgs
+	rec.Complete, rec.Result, rec.NetworkStatus = false, nil, nil
+	return list, rt, nil
+}
+
+// stateError reports a failed state write; a claim lost to a newer sandbox
+// or a takeover says so, since retrying ADD is then the fix.
+func stateError(stateDir string, err error) *types.Error {
+	if errors.Is(err, claims.ErrClaimLost) {
+		return cniError(ErrNoFreeDevice, err.Error(), nil)
+	}
+	return cniError(ErrState, "cannot write state in \"stateDir\" "+stateDir, err)
 }
 
 // copyDeviceInfo copies the device plugin's file, if it wrote one, to the
@@ -153,7 +176,7 @@ func (c *call) finish(rec *claims.Attachment, result types.Result) *types.Error 
 	}
 	rec.Result, rec.NetworkStatus, rec.Complete = raw, entry, true
 	if err := c.claims.Update(rec); err != nil {
-		return cniError(ErrState, "cannot write state in \"stateDir\" "+c.conf.StateDir, err)
+		return stateError(c.conf.StateDir, err)
 	}
 	// Last, so that no failure after it leaves an entry on the pod.
 	return c.setStatus(entry)
@@ -213,11 +236,11 @@ func (c *call) rollbackFiles(rec *claims.Attachment) {
 			c.p.Log.Error("rollback: cannot remove CNI device-info file", "error", err)
 		}
 	}
-	c.release()
+	c.release(rec)
 }
 
-func (c *call) release() {
-	if err := c.claims.Release(c.key); err != nil {
+func (c *call) release(rec *claims.Attachment) {
+	if err := c.claims.ReleaseHeld(rec); err != nil {
 		c.p.Log.Error("rollback: cannot release claim", "error", err)
 	}
 }

@@ -68,7 +68,7 @@ func (c *call) delInputs(rec *claims.Attachment) (*libcni.NetworkConfigList, *li
 		if err == nil {
 			rt := c.runtime(rec.DeviceID, rec.CNIFile)
 			rt.CapabilityArgs = rec.CapabilityArgs
-			return list, rt, rec.CNIFile, nil
+			return list, rt, c.ownedCNIFile(rec.CNIFile), nil
 		}
 		c.p.Log.Warn("cached delegate config unusable; using the stdin config", "error", err)
 	}

@@ -82,13 +82,19 @@ func cniError(code uint, msg string, err error) *types.Error {
 	return types.NewError(code, msg, details)
 }
 
-// delegateError keeps a delegate's own CNI code, so the runtime sees why.
+// delegateError keeps a delegate's CNI spec code (1-99), so the runtime sees
+// why. A delegate's own code (100+) means something only in that plugin's
+// numbering and would read as one of devplumb's: it becomes 103, with the
+// delegate's code in the message.
 func delegateError(what string, err error) *types.Error {
 	var te *types.Error
-	if errors.As(err, &te) && te.Code != 0 {
-		return types.NewError(te.Code, fmt.Sprintf("%s: %s", what, te.Msg), err.Error())
+	if !errors.As(err, &te) || te.Code == 0 {
+		return cniError(ErrDelegate, what, err)
 	}
-	return cniError(ErrDelegate, what, err)
+	if te.Code >= 100 {
+		return types.NewError(ErrDelegate, fmt.Sprintf("%s: delegate error code %d: %s", what, te.Code, te.Msg), err.Error())
+	}
+	return types.NewError(te.Code, fmt.Sprintf("%s: %s", what, te.Msg), err.Error())
 }
 
 // call is one CNI invocation with its parsed inputs.
@@ -129,10 +135,15 @@ func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Err
 		cni:    delegate.ParseArgs(args.Args),
 		files:  devinfo.NewStore(conf.DeviceInfoDir),
 		claims: claims.New(conf.StateDir),
-		// One libcni cache per devplumb network: GC of one network must never
-		// see (and DEL) another network's delegates, even if they share a name.
-		inv: delegate.New(args.Path, filepath.Join(conf.StateDir, "libcni", conf.Name)),
+		inv:    invoker(args.Path, conf.StateDir, conf.Name),
 	}, nil
+}
+
+// invoker runs delegates with one libcni cache per devplumb network: GC of
+// one network must never see (and DEL) another network's delegates, even if
+// they share a name.
+func invoker(cniPath, stateDir, network string) *delegate.Invoker {
+	return delegate.New(cniPath, filepath.Join(stateDir, "libcni", network))
 }
 
 // k8sArgs are the pod identity keys runtimes put in CNI_ARGS.
@@ -159,6 +170,20 @@ func (c *call) cniFile() (string, error) {
 		return f, nil
 	}
 	return c.files.CNIPath(devinfo.CNIFileName(c.conf.Name, c.args.ContainerID, c.args.IfName))
+}
+
+// ownedCNIFile returns path when devplumb may remove it: a file directly in
+// one of the device-info directories. A path from state that is not (edited
+// by hand, or from a config with another deviceInfoDir) is left alone.
+func (c *call) ownedCNIFile(path string) string {
+	if path == "" {
+		return ""
+	}
+	if err := config.CheckCNIDeviceInfoFile("recorded CNI device-info file", path, c.conf.CNIDeviceInfoDirs()); err != nil {
+		c.p.Log.Warn("leaving a file devplumb does not own", "error", err)
+		return ""
+	}
+	return path
 }
 
 func (c *call) ctx() (context.Context, context.CancelFunc) {

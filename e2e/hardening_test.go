@@ -1,0 +1,102 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/devplumb/devplumb/pkg/claims"
+)
+
+// A caller-given CNIDeviceInfoFile outside the device-info directories is
+// refused by ADD and DEL alike: devplumb would overwrite it on ADD and remove
+// it on DEL.
+func TestCNIDeviceInfoFileOutsideIsRefused(t *testing.T) {
+	e := newEnv(t)
+	pod := newNS(t)
+	e.writeDP("0000:05:00.1", pciInfo("0000:05:00.1"))
+	victim := filepath.Join(e.root, "victim")
+	if err := os.WriteFile(victim, []byte("keep me"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conf := e.conf("fast-net", e.recorder(nil))
+	conf["runtimeConfig"] = map[string]string{"deviceID": "0000:05:00.1", "CNIDeviceInfoFile": victim}
+	for _, cmd := range []string{"ADD", "DEL"} {
+		_, ce := e.run(cmd, mustJSON(t, conf), "c1", pod.Path(), "net1", podArgs("default", "p1"))
+		if ce == nil || ce.Code != types.ErrInvalidNetworkConfig || !contains(ce.Msg, "must be a file directly in "+e.devinfoDir+"/cni") {
+			t.Errorf("%s with CNIDeviceInfoFile %s: %+v", cmd, victim, ce)
+		}
+		if data, err := os.ReadFile(victim); err != nil || string(data) != "keep me" {
+			t.Fatalf("%s touched %s: %q %v", cmd, victim, data, err)
+		}
+	}
+	if _, err := os.Stat(e.recordDir); err == nil {
+		t.Error("the delegate ran")
+	}
+}
+
+// A delegate pinned to cniVersion 0.3.1 has no CHECK: devplumb's CHECK checks
+// its own part and passes instead of failing on the delegate's version.
+func TestCheckWithPre040Delegate(t *testing.T) {
+	e := newEnv(t)
+	pod := newNS(t)
+	e.setPod("default", "p1", "dev-1")
+	e.install(e.conf("fast-net", e.recorder(map[string]any{"cniVersion": "0.3.1"})))
+	args := podArgs("default", "p1")
+	e.mustCnitool("add", "fast-net", pod.Path(), "net1", args, "")
+	e.mustCnitool("check", "fast-net", pod.Path(), "net1", args, "")
+	if _, err := os.Stat(filepath.Join(e.recordDir, "CHECK-"+cnitoolID(pod.Path())+"_net1.json")); !os.IsNotExist(err) {
+		t.Errorf("a 0.3.1 delegate got CHECK: %v", err)
+	}
+}
+
+// DEL after a crash right after the claim (no delegate config recorded yet)
+// runs the delegate DEL with the claimed device and frees the claim.
+func TestDelAfterCrashAfterClaim(t *testing.T) {
+	e := newEnv(t)
+	pod := newNS(t)
+	e.setPod("default", "p1", "dev-1", "dev-2")
+	e.install(e.conf("fast-net", e.recorder(nil)))
+	cid := cnitoolID(pod.Path())
+	crashed := claims.Request{Key: claims.Key{Network: "fast-net", ContainerID: cid, IfName: "net1"},
+		Pod: claims.Pod{Namespace: "default", Name: "p1"}, ResourceName: resource, Candidates: []string{"dev-2"}}
+	if _, err := claims.New(e.stateDir).Claim(crashed); err != nil {
+		t.Fatal(err)
+	}
+	e.mustCnitool("del", "fast-net", pod.Path(), "net1", podArgs("default", "p1"), "")
+	if _, stdin := e.record("DEL", cid, "net1"); stdin["deviceID"] != "dev-2" {
+		t.Errorf("delegate DEL got device %v, want dev-2", stdin["deviceID"])
+	}
+	e.mustCnitool("del", "fast-net", pod.Path(), "net1", podArgs("default", "p1"), "")
+	if st := e.state(); len(st) != 0 {
+		t.Errorf("claims left: %+v", st)
+	}
+}
+
+// A corrupt state record of one attachment neither blocks other pods' ADDs
+// nor its own DEL.
+func TestCorruptStateRecord(t *testing.T) {
+	e := newEnv(t)
+	a, b := newNS(t), newNS(t)
+	e.setPod("default", "a", "dev-a")
+	e.setPod("default", "b", "dev-b")
+	e.install(e.conf("fast-net", e.recorder(nil)))
+	e.mustCnitool("add", "fast-net", a.Path(), "net1", podArgs("default", "a"), "")
+	recs, err := filepath.Glob(filepath.Join(e.stateDir, "attachments", "*.json"))
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("state files %v %v", recs, err)
+	}
+	if err := os.WriteFile(recs[0], []byte(`{"network":`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.mustCnitool("add", "fast-net", b.Path(), "net1", podArgs("default", "b"), "")
+	e.mustCnitool("del", "fast-net", a.Path(), "net1", podArgs("default", "a"), "")
+	if _, err := os.Stat(recs[0]); !os.IsNotExist(err) {
+		t.Errorf("corrupt record kept after its DEL: %v", err)
+	}
+	if st := e.state(); len(st) != 1 || st[0].Pod.Name != "b" {
+		t.Errorf("state %+v", st)
+	}
+}
