@@ -33,6 +33,9 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		return err
 	}
 	defer cleanup(resources, log)
+	if err := adopt(resources, devinfo.NewStore(cfg.DevInfoDir)); err != nil {
+		return err
+	}
 	// Everything is described before any plugin registers.
 	for _, r := range resources {
 		if err := r.sync(); err != nil {

@@ -95,7 +95,8 @@ func (r *resource) sync() error {
 
 // syncFiles writes the file of every describable device that is new or
 // changed, and removes the files of devices that left. A device that is
-// still there keeps its file, healthy or not.
+// still there keeps its file, healthy or not, and also when it can no longer
+// be described (a netdev moved into a pod has its sysfs entry there).
 func (r *resource) syncFiles(next map[string]devpool.Device) []error {
 	var errs []error
 	for id, d := range next {
@@ -109,7 +110,7 @@ func (r *resource) syncFiles(next map[string]devpool.Device) []error {
 		r.files[id] = d.Info
 	}
 	for id := range r.files {
-		if d, ok := next[id]; ok && d.Info != nil {
+		if _, ok := next[id]; ok {
 			continue
 		}
 		if err := r.store.RemoveDP(r.name, id); err != nil {

@@ -22,12 +22,14 @@ package sockpool
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/devpool"
+	"github.com/devplumb/devplumb/pkg/dirwatch"
 	"github.com/fsnotify/fsnotify"
 )
 
@@ -122,6 +124,11 @@ func (p *Pool) Kind() string { return p.kind }
 // Scan lists the sockets (host-created) or subdirectories (container-created).
 func (p *Pool) Scan() ([]devpool.Device, error) {
 	entries, err := os.ReadDir(p.dir)
+	if errors.Is(err, os.ErrNotExist) {
+		// The vswitch removed its socket dir (restarting): its sockets are
+		// gone with it; Watch notices when the dir is back.
+		return nil, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s pool: %w", p.kind, err)
 	}
@@ -153,16 +160,14 @@ func (p *Pool) device(id, mount, socket string) devpool.Device {
 	}
 }
 
-// Watch calls changed after each change in the socket directory.
+// Watch calls changed after each change in the socket directory, also when
+// the directory itself is removed or created again.
 func (p *Pool) Watch(ctx context.Context, changed func()) error {
-	w, err := fsnotify.NewWatcher()
+	w, err := dirwatch.New(p.dir)
 	if err != nil {
-		return fmt.Errorf("%s pool: fsnotify: %w", p.kind, err)
+		return fmt.Errorf("%s pool: %w", p.kind, err)
 	}
 	defer w.Close()
-	if err := w.Add(p.dir); err != nil {
-		return fmt.Errorf("%s pool: watch %s: %w", p.kind, p.dir, err)
-	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -171,7 +176,11 @@ func (p *Pool) Watch(ctx context.Context, changed func()) error {
 			if !ok {
 				return fmt.Errorf("%s pool: watcher closed", p.kind)
 			}
-			if !ev.Has(fsnotify.Chmod) {
+			c, err := w.Handle(ev)
+			if err != nil {
+				return fmt.Errorf("%s pool: %w", p.kind, err)
+			}
+			if c != dirwatch.Ignored && !ev.Has(fsnotify.Chmod) {
 				changed()
 			}
 		case _, ok := <-w.Errors:

@@ -132,3 +132,77 @@ func TestWatchSeesRemoval(t *testing.T) {
 		t.Fatalf("after removal: %+v", devs)
 	}
 }
+
+// TestWatchFollowsRecreatedDir: a vswitch that removes its socket directory
+// and creates it again (a restart) must not leave the pool deaf: the devices
+// leave with the directory, and sockets in the new directory are seen coming
+// and going.
+func TestWatchFollowsRecreatedDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "socks")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewVhostUser(VhostUser{SocketDir: dir, Mode: "client"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every notification carries the scan it leads to.
+	scans := make(chan int, 1024)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- p.Watch(ctx, func() {
+			devs, err := p.Scan()
+			if err != nil {
+				t.Errorf("scan: %v", err)
+			}
+			scans <- len(devs)
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	waitScan := func(what string, n int) {
+		t.Helper()
+		for {
+			select {
+			case got := <-scans:
+				if got == n {
+					return
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s: no notification leading to %d devices", what, n)
+			}
+		}
+	}
+	// The watcher starts asynchronously: create sockets until it reports one.
+	var ls []net.Listener
+	for i := 0; len(ls) == 0 || len(scans) == 0; i++ {
+		ls = append(ls, listen(t, filepath.Join(dir, fmt.Sprintf("first%d.sock", i))))
+		select {
+		case n := <-scans:
+			scans <- n
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	// The vswitch stops (closing its sockets: a directory with a bound
+	// socket in it is only deleted when the socket closes) and removes its
+	// directory.
+	for _, l := range ls {
+		l.Close()
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	waitScan("directory removed", 0)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l := listen(t, filepath.Join(dir, "again.sock"))
+	waitScan("socket in the recreated directory", 1)
+	l.Close()
+	waitScan("socket removed from the recreated directory", 0)
+}

@@ -1,0 +1,112 @@
+package netdevdp
+
+import (
+	"log/slog"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/devpool"
+)
+
+func pciInfo(addr string) *devinfo.DeviceInfo {
+	return &devinfo.DeviceInfo{Type: devinfo.TypePCI, Version: devinfo.Version, Pci: &devinfo.PciDevice{PciAddress: addr}}
+}
+
+// TestAdoptsFilesOfAKilledRun: a plugin killed with SIGKILL leaves its
+// device-info files. The next run removes those of devices that are gone,
+// keeps (and refreshes) those of devices that still exist, and does not
+// touch files that are not its own even when their names look alike.
+func TestAdoptsFilesOfAKilledRun(t *testing.T) {
+	f := newFixture(t)
+	store := devinfo.NewStore(f.devinfoDir)
+	write := func(res, id string, info *devinfo.DeviceInfo) {
+		t.Helper()
+		if err := store.WriteDP(res, id, info); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(resVF, "0000:01:01.7", pciInfo("0000:01:01.7")) // VF gone since
+	write(resVF, "0000:01:01.0", pciInfo("0000:01:01.0")) // still there, stale content
+	write(resVhost, "gone.sock", &devinfo.DeviceInfo{Type: devinfo.TypeVhostUser, Version: devinfo.Version,
+		VhostUser: &devinfo.VhostDevice{Mode: "client", Path: filepath.Join(f.sockDir, "gone.sock")}})
+	// Another plugin's resources: "example.com/vf-extra" shares the prefix
+	// "example.com-vf-"; "other.com/vf" shares nothing.
+	write("example.com/vf-extra", "0000:01:01.7", pciInfo("0000:01:01.7"))
+	write("other.com/vf", "0000:01:01.7", pciInfo("0000:01:01.7"))
+
+	stop := f.run()
+	for _, gone := range [][2]string{{resVF, "0000:01:01.7"}, {resVhost, "gone.sock"}} {
+		if _, err := store.ReadDP(gone[0], gone[1]); err == nil {
+			t.Errorf("file of vanished device %s %s kept", gone[0], gone[1])
+		}
+	}
+	info, err := store.ReadDP(resVF, "0000:01:01.0")
+	if err != nil || info.Pci.PfPciAddress != "0000:01:00.0" {
+		t.Errorf("file of an existing VF: %+v %v; want it kept and refreshed", info, err)
+	}
+	for _, res := range []string{"example.com/vf-extra", "other.com/vf"} {
+		if _, err := store.ReadDP(res, "0000:01:01.7"); err != nil {
+			t.Errorf("another plugin's file removed: %s: %v", res, err)
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	// The adopted file of the existing VF is ours now: removed on stop.
+	if _, err := store.ReadDP(resVF, "0000:01:01.0"); err == nil {
+		t.Error("adopted file left after stop")
+	}
+	for _, res := range []string{"example.com/vf-extra", "other.com/vf"} {
+		if _, err := store.ReadDP(res, "0000:01:01.7"); err != nil {
+			t.Errorf("another plugin's file removed on stop: %s: %v", res, err)
+		}
+	}
+}
+
+// TestListedDeviceKeepsFileWithoutInfo: a device that is still listed but
+// can no longer be described (a netdev moved into a pod: its sysfs entry is
+// in the pod's namespace) keeps its file while the plugin runs.
+func TestListedDeviceKeepsFileWithoutInfo(t *testing.T) {
+	r := &resource{name: resVF, store: devinfo.NewStore(t.TempDir()), log: slog.Default(),
+		files: map[string]*devinfo.DeviceInfo{}}
+	dev := devpool.Device{ID: "0000:01:01.0", Healthy: true, Info: pciInfo("0000:01:01.0")}
+	if errs := r.syncFiles(devpool.Index([]devpool.Device{dev})); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	dev.Info = nil
+	if errs := r.syncFiles(devpool.Index([]devpool.Device{dev})); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	info, err := r.store.ReadDP(resVF, dev.ID)
+	if err != nil || !reflect.DeepEqual(info, pciInfo(dev.ID)) {
+		t.Fatalf("file of a listed device: %+v %v", info, err)
+	}
+	if errs := r.syncFiles(nil); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	if _, err := r.store.ReadDP(resVF, dev.ID); err == nil {
+		t.Fatal("file of a device that left is still there")
+	}
+}
+
+func TestOwner(t *testing.T) {
+	vf := &resource{name: "example.com/vf"}
+	vfx := &resource{name: "example.com/vf-x"}
+	rs := []*resource{vf, vfx}
+	for name, want := range map[string]struct {
+		r  *resource
+		id string
+	}{
+		"example.com-vf-0000:01:01.0-device.json": {vf, "0000:01:01.0"},
+		"example.com-vf-x-eth0-device.json":       {vfx, "eth0"},
+		"example.com-vf--device.json":             {nil, ""},
+		"example.com-vf-eth0.json":                {nil, ""},
+		"other.com-vf-eth0-device.json":           {nil, ""},
+	} {
+		if r, id := owner(rs, name); r != want.r || id != want.id {
+			t.Errorf("owner(%s) = %v %q, want %v %q", name, r, id, want.r, want.id)
+		}
+	}
+}
