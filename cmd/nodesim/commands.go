@@ -47,6 +47,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	get := fs.String("podresources-get", "enabled", "how PodResources Get answers: enabled, disabled (gate off) or unimplemented")
 	qps := fs.Float64("podresources-qps", prserver.DefaultQPS, "PodResources rate limit, calls per second for all clients")
 	burst := fs.Int("podresources-burst", prserver.DefaultBurst, "PodResources rate limit burst")
+	grace := fs.Duration("plugin-grace-period", kubeletsim.DefaultPluginGracePeriod,
+		"how long a dead plugin's devices stay listed (unhealthy) before they are dropped")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -70,8 +72,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if *qps <= 0 || *burst <= 0 {
 		return fmt.Errorf("%w: serve: --podresources-qps and --podresources-burst must be positive", errUsage)
 	}
+	if *grace <= 0 {
+		return fmt.Errorf("%w: serve: --plugin-grace-period %v must be positive", errUsage, *grace)
+	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
-	node, err := kubeletsim.StartWithOptions(ctx, *root, log, kubeletsim.Options{PodResources: cfg})
+	node, err := kubeletsim.StartWithOptions(ctx, *root, log, kubeletsim.Options{PodResources: cfg, PluginGracePeriod: *grace})
 	if err != nil {
 		return err
 	}

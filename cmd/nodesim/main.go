@@ -18,7 +18,7 @@ const usage = `nodesim: a one-node kubelet emulator speaking the kubelet's real 
 Usage:
   nodesim serve --root DIR [--log-level debug|info|warn|error]
                 [--podresources-get enabled|disabled|unimplemented]
-                [--podresources-qps N] [--podresources-burst N]
+                [--podresources-qps N] [--podresources-burst N] [--plugin-grace-period 5m]
       Serve until SIGINT/SIGTERM:
         DIR/device-plugins/kubelet.sock   device plugin Registration (deviceplugin v1beta1)
         DIR/pod-resources/kubelet.sock    PodResources v1 (List, Get, GetAllocatableResources),
@@ -28,6 +28,8 @@ Usage:
                                           DELETE /v1/pods/NS/NAME, GET /v1/pods, GET /v1/resources)
         DIR/nodesim/checkpoint.json       assignments, kept across restarts
       kubelet.sock is created last: once it exists, the node is ready.
+      A plugin whose ListAndWatch stream breaks has its devices marked unhealthy; unless it
+      registers again within --plugin-grace-period (the kubelet's 5m), they are dropped.
       Starting again on the same DIR is a kubelet restart: assignments survive, every socket
       in DIR/device-plugins is removed and kubelet.sock recreated, so plugins register again.
 

@@ -152,6 +152,7 @@ func TestUsageErrors(t *testing.T) {
 		{"pod", "add", "--root", root, "--namespace", "n", "--name", "p", "--container", "=" + vf + ":1"},
 		{"serve"},
 		{"serve", "--root", root, "--podresources-get", "maybe"},
+		{"serve", "--root", root, "--plugin-grace-period", "0s"},
 		{"pods", "extra"},
 		{"wait", "--root", root},
 	} {

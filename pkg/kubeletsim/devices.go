@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
@@ -12,7 +13,8 @@ import (
 type Device struct {
 	ID string `json:"id"`
 	// Health is pluginapi.Healthy or pluginapi.Unhealthy. A broken stream
-	// makes every device of the resource Unhealthy until the plugin registers again.
+	// makes every device of the resource Unhealthy until the plugin registers
+	// again, or until the grace period drops them.
 	Health    string  `json:"health"`
 	NUMANodes []int64 `json:"numaNodes,omitempty"`
 }
@@ -41,14 +43,53 @@ func (n *Node) watch(ep *endpoint) {
 		for i := range devs {
 			devs[i].Health = pluginapi.Unhealthy
 		}
+		n.scheduleExpiryLocked(ep.resource)
 		n.notifyLocked()
 	}
 	n.mu.Unlock()
 	ep.stop()
 	if current {
 		n.log.Error("Device plugin ListAndWatch stream broken, marking its devices unhealthy until it registers again",
-			"resource", ep.resource, "socket", ep.socket, "err", err)
+			"resource", ep.resource, "socket", ep.socket, "gracePeriod", n.grace, "err", err)
 	}
+}
+
+// scheduleExpiryLocked drops the devices of res after the grace period unless
+// a plugin registers for res before; n.mu must be held.
+func (n *Node) scheduleExpiryLocked(res string) {
+	n.cancelExpiryLocked(res)
+	e := &expiry{}
+	e.timer = time.AfterFunc(n.grace, func() { n.expire(res, e) })
+	n.expiry[res] = e
+}
+
+// expiry is one pending removal of a dead plugin's devices; the timer field
+// is set under n.mu before the callback can look at it.
+type expiry struct{ timer *time.Timer }
+
+// cancelExpiryLocked stops a pending expiry of res; n.mu must be held.
+func (n *Node) cancelExpiryLocked(res string) {
+	if e := n.expiry[res]; e != nil {
+		e.timer.Stop()
+		delete(n.expiry, res)
+	}
+}
+
+// expire removes the resource of a plugin that did not come back within the
+// grace period, as the kubelet removes it from the node's capacity.
+func (n *Node) expire(res string, e *expiry) {
+	n.mu.Lock()
+	if n.expiry[res] != e || n.endpoints[res] != nil || n.ctx.Err() != nil {
+		n.mu.Unlock()
+		return // cancelled, re-registered or stopping
+	}
+	delete(n.expiry, res)
+	dropped := len(n.devices[res])
+	delete(n.devices, res)
+	n.notifyLocked()
+	n.mu.Unlock()
+	n.log.Warn("Device plugin did not come back within the grace period, removing its devices",
+		"resource", res, "devices", dropped, "gracePeriod", n.grace)
 }
 
 // updateDevices records a ListAndWatch answer, in the plugin's order, and logs

@@ -11,7 +11,8 @@
 // extended resource name); a new registration for a resource replaces the old
 // endpoint. The Node dials the plugin in ROOT/device-plugins, calls
 // GetDevicePluginOptions and follows ListAndWatch; a broken stream marks the
-// resource's devices unhealthy. AddPod allocates like the kubelet: healthy
+// resource's devices unhealthy, and unless the plugin registers again within
+// the grace period (the kubelet's 5 minutes) they are dropped. AddPod allocates like the kubelet: healthy
 // free devices only, GetPreferredAllocation when offered, Allocate once per
 // container and resource, PreStartContainer when the plugin asks for it.
 //
@@ -36,6 +37,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -65,13 +67,23 @@ type Node struct {
 	devices   map[string][]Device  // last ListAndWatch answer per resource, plugin's order
 	pods      []*PodAllocation     // in the order added
 	changed   chan struct{}        // closed and replaced on every change
+	grace     time.Duration        // how long a dead plugin's devices stay
+	expiry    map[string]*expiry   // by resource: drops a dead plugin's devices
 }
 
 // Options tune Start beyond the kubelet defaults.
 type Options struct {
 	// PodResources configures the PodResources server (Get mode, rate limit).
 	PodResources prserver.Config
+	// PluginGracePeriod is how long the devices of a plugin whose stream
+	// broke stay listed (unhealthy) before they are dropped, unless it
+	// registers again; default DefaultPluginGracePeriod.
+	PluginGracePeriod time.Duration
 }
+
+// DefaultPluginGracePeriod is the kubelet's endpointStopGracePeriod: after it,
+// a dead plugin's resource leaves the node's capacity.
+const DefaultPluginGracePeriod = 5 * time.Minute
 
 // Start is StartWithOptions with the kubelet defaults.
 func Start(ctx context.Context, root string, log *slog.Logger) (*Node, error) {
@@ -96,8 +108,15 @@ func StartWithOptions(ctx context.Context, root string, log *slog.Logger, opts O
 		return nil, fmt.Errorf("kubeletsim root %s is too long: socket paths under it must stay under %d bytes (use a shorter directory, e.g. os.MkdirTemp(\"\", \"node\"))",
 			abs, maxSocketPath)
 	}
+	if opts.PluginGracePeriod < 0 {
+		return nil, fmt.Errorf("kubeletsim: plugin grace period %v is negative", opts.PluginGracePeriod)
+	}
+	if opts.PluginGracePeriod == 0 {
+		opts.PluginGracePeriod = DefaultPluginGracePeriod
+	}
 	n := &Node{root: abs, log: log, endpoints: map[string]*endpoint{},
-		devices: map[string][]Device{}, changed: make(chan struct{})}
+		devices: map[string][]Device{}, changed: make(chan struct{}),
+		grace: opts.PluginGracePeriod, expiry: map[string]*expiry{}}
 	if err := n.loadCheckpoint(); err != nil {
 		return nil, err
 	}
@@ -154,6 +173,9 @@ func (n *Node) Stop() {
 		for res, ep := range n.endpoints {
 			ep.stop()
 			delete(n.endpoints, res)
+		}
+		for res := range n.expiry {
+			n.cancelExpiryLocked(res)
 		}
 		n.mu.Unlock()
 		n.wg.Wait()

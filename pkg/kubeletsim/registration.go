@@ -99,6 +99,7 @@ func (r *registration) Register(ctx context.Context, req *pluginapi.RegisterRequ
 	}
 	old := n.endpoints[res]
 	n.endpoints[res] = ep
+	n.cancelExpiryLocked(res)
 	n.wg.Add(1)
 	n.notifyLocked()
 	n.mu.Unlock()
