@@ -34,6 +34,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -114,6 +115,9 @@ func StartWithOptions(ctx context.Context, root string, log *slog.Logger, opts O
 	if opts.PluginGracePeriod == 0 {
 		opts.PluginGracePeriod = DefaultPluginGracePeriod
 	}
+	if err := checkNotServing(abs); err != nil {
+		return nil, err
+	}
 	n := &Node{root: abs, log: log, endpoints: map[string]*endpoint{},
 		devices: map[string][]Device{}, changed: make(chan struct{}),
 		grace: opts.PluginGracePeriod, expiry: map[string]*expiry{}}
@@ -135,6 +139,19 @@ func StartWithOptions(ctx context.Context, root string, log *slog.Logger, opts O
 	n.log.Info("Kubelet emulator started", "root", n.root, "pods", len(n.pods),
 		"registrationSocket", n.RegistrationSocket(), "podResourcesSocket", n.PodResourcesSocket())
 	return n, nil
+}
+
+// checkNotServing refuses a root that a running node serves: starting would
+// take its sockets away and leave it running deaf. A socket left by a killed
+// node does not answer and is replaced as usual.
+func checkNotServing(root string) error {
+	sock := ControlSocket(root)
+	conn, err := net.DialTimeout("unix", sock, time.Second)
+	if err != nil {
+		return nil
+	}
+	conn.Close()
+	return fmt.Errorf("kubeletsim root %s: another nodesim is serving it (%s answers); stop it first", root, sock)
 }
 
 func (n *Node) startAll(opts Options) error {

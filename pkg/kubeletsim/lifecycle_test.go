@@ -1,6 +1,7 @@
 package kubeletsim_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -45,4 +46,25 @@ func TestNegativeGracePeriodRefused(t *testing.T) {
 		kubeletsim.Options{PluginGracePeriod: -time.Second}); err == nil {
 		t.Fatal("negative grace period accepted")
 	}
+}
+
+// TestSecondNodeOnServedRootRefused: a second node on a root that a running
+// node serves must fail clearly instead of taking its sockets away.
+func TestSecondNodeOnServedRootRefused(t *testing.T) {
+	dir := root(t)
+	n := startNode(t, dir)
+	_, err := kubeletsim.Start(t.Context(), dir, quiet())
+	if err == nil || !strings.Contains(err.Error(), "another nodesim is serving it") {
+		t.Fatalf("second Start on a served root: %v", err)
+	}
+	c, err := kubeletsim.NewControlClient(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Pods(t.Context()); err != nil {
+		t.Fatalf("first node no longer answers: %v", err)
+	}
+	n.Stop()
+	again := startNode(t, dir) // a stopped node's root is free again
+	again.Stop()
 }
