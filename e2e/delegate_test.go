@@ -13,8 +13,7 @@ import (
 func TestDelegateReceivesDeviceAndDeviceInfo(t *testing.T) {
 	e := newEnv(t)
 	pod := newNS(t)
-	e.setPod("default", "p1", "0000:01:02.3")
-	e.writeDP("0000:01:02.3", pciInfo("0000:01:02.3"))
+	e.pciPod("p1", "0000:01:02.3")
 	conf := e.conf("fast-net", e.recorder(map[string]any{
 		"capabilities": map[string]bool{"deviceID": true, "CNIDeviceInfoFile": true}}))
 	conf["injectDeviceID"] = []string{"deviceID", "device"}
@@ -105,8 +104,7 @@ func TestDeviceFromCapabilityArgs(t *testing.T) {
 func TestDelegateUpdatesDeviceInfo(t *testing.T) {
 	e := newEnv(t)
 	pod := newNS(t)
-	e.setPod("default", "p1", "0000:01:02.3")
-	e.writeDP("0000:01:02.3", pciInfo("0000:01:02.3"))
+	e.pciPod("p1", "0000:01:02.3")
 	updated := map[string]any{"type": "pci", "version": "1.1.0",
 		"pci": map[string]string{"pci-address": "0000:01:02.3", "rdma-device": "mlx5_3"}}
 	e.install(e.conf("fast-net", e.recorder(map[string]any{"writeDeviceInfo": updated,

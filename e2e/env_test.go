@@ -142,6 +142,39 @@ func (e *env) setPod(namespace, name string, devs ...string) {
 	}}})
 }
 
+// pciPod gives pod default/name the PCI device addr, with its DP file.
+func (e *env) pciPod(name, addr string) {
+	e.setPod("default", name, addr)
+	e.writeDP(addr, pciInfo(addr))
+}
+
+// hostDevicePod gives pod default/p1 a veth end as its device, with a DP file
+// saying pci, and installs fast-net delegating to host-device. It returns the
+// device, the pod's netns, the config and the pod's CNI_ARGS.
+func (e *env) hostDevicePod(pci string) (string, ns.NetNS, map[string]any, string) {
+	dev := veth(e.t)
+	pod := newNS(e.t)
+	e.setPod("default", "p1", dev)
+	e.writeDP(dev, pciInfo(pci))
+	conf := e.conf("fast-net", map[string]any{"type": "host-device"})
+	conf["injectDeviceID"] = []string{"device"}
+	e.install(conf)
+	return dev, pod, conf, podArgs("default", "p1")
+}
+
+// crashAfterClaim leaves state as an ADD of pod default/p1 in fast-net
+// crashed right after claiming dev; it returns the container ID cnitool uses.
+func (e *env) crashAfterClaim(pod ns.NetNS, dev string) string {
+	e.t.Helper()
+	cid := cnitoolID(pod.Path())
+	crashed := claims.Request{Key: claims.Key{Network: "fast-net", ContainerID: cid, IfName: "net1"},
+		Pod: claims.Pod{Namespace: "default", Name: "p1"}, ResourceName: resource, Candidates: []string{dev}}
+	if _, err := claims.New(e.stateDir).Claim(crashed); err != nil {
+		e.t.Fatal(err)
+	}
+	return cid
+}
+
 // writeDP writes a device plugin device-info file for a device.
 func (e *env) writeDP(dev string, info *devinfo.DeviceInfo) {
 	e.t.Helper()

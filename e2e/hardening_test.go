@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
-
-	"github.com/devplumb/devplumb/pkg/claims"
 )
 
 // A caller-given CNIDeviceInfoFile outside the device-info directories is
@@ -52,29 +50,6 @@ func TestCheckWithPre040Delegate(t *testing.T) {
 	}
 }
 
-// DEL after a crash right after the claim (no delegate config recorded yet)
-// runs the delegate DEL with the claimed device and frees the claim.
-func TestDelAfterCrashAfterClaim(t *testing.T) {
-	e := newEnv(t)
-	pod := newNS(t)
-	e.setPod("default", "p1", "dev-1", "dev-2")
-	e.install(e.conf("fast-net", e.recorder(nil)))
-	cid := cnitoolID(pod.Path())
-	crashed := claims.Request{Key: claims.Key{Network: "fast-net", ContainerID: cid, IfName: "net1"},
-		Pod: claims.Pod{Namespace: "default", Name: "p1"}, ResourceName: resource, Candidates: []string{"dev-2"}}
-	if _, err := claims.New(e.stateDir).Claim(crashed); err != nil {
-		t.Fatal(err)
-	}
-	e.mustCnitool("del", "fast-net", pod.Path(), "net1", podArgs("default", "p1"), "")
-	if _, stdin := e.record("DEL", cid, "net1"); stdin["deviceID"] != "dev-2" {
-		t.Errorf("delegate DEL got device %v, want dev-2", stdin["deviceID"])
-	}
-	e.mustCnitool("del", "fast-net", pod.Path(), "net1", podArgs("default", "p1"), "")
-	if st := e.state(); len(st) != 0 {
-		t.Errorf("claims left: %+v", st)
-	}
-}
-
 // A corrupt state record of one attachment neither blocks other pods' ADDs
 // nor its own DEL.
 func TestCorruptStateRecord(t *testing.T) {
@@ -98,5 +73,28 @@ func TestCorruptStateRecord(t *testing.T) {
 	}
 	if st := e.state(); len(st) != 1 || st[0].Pod.Name != "b" {
 		t.Errorf("state %+v", st)
+	}
+}
+
+// ADD repeated without DEL for a completed attachment returns its result and
+// leaves the attachment working: running host-device again would fail (the
+// device is in the pod already) and its rollback would pull the device out.
+func TestRepeatedAddKeepsWorkingAttachment(t *testing.T) {
+	e := newEnv(t)
+	dev, pod, _, args := e.hostDevicePod("0000:01:02.6")
+	first := e.mustCnitool("add", "fast-net", pod.Path(), "net1", args, "")
+	again := e.mustCnitool("add", "fast-net", pod.Path(), "net1", args, "")
+	if first != again {
+		t.Errorf("repeated ADD result %s, first %s", again, first)
+	}
+	if !linkIn(t, pod, "net1") || hostLink(dev) {
+		t.Fatal("the device left the pod on the repeated ADD")
+	}
+	if st := e.state(); len(st) != 1 || !st[0].Complete || st[0].DeviceID != dev {
+		t.Fatalf("state %+v", st)
+	}
+	e.mustCnitool("del", "fast-net", pod.Path(), "net1", args, "")
+	if linkIn(t, pod, "net1") || !hostLink(dev) {
+		t.Error("DEL did not move the device back")
 	}
 }

@@ -13,14 +13,7 @@ import (
 // host-device, with its device-info copied, recorded and cleaned on DEL.
 func TestHostDeviceAddCheckDel(t *testing.T) {
 	e := newEnv(t)
-	dev := veth(t)
-	pod := newNS(t)
-	e.setPod("default", "p1", dev)
-	e.writeDP(dev, pciInfo("0000:01:02.3"))
-	conf := e.conf("fast-net", map[string]any{"type": "host-device"})
-	conf["injectDeviceID"] = []string{"device"}
-	e.install(conf)
-	args := podArgs("default", "p1")
+	dev, pod, _, args := e.hostDevicePod("0000:01:02.3")
 
 	out := e.mustCnitool("add", "fast-net", pod.Path(), "net1", args, "")
 	var res struct {
@@ -70,14 +63,7 @@ func TestHostDeviceAddCheckDel(t *testing.T) {
 // DEL after the sandbox's netns is gone still cleans devplumb's side.
 func TestDelAfterNetnsGone(t *testing.T) {
 	e := newEnv(t)
-	dev := veth(t)
-	pod := newNS(t)
-	e.setPod("default", "p1", dev)
-	e.writeDP(dev, pciInfo("0000:01:02.5"))
-	conf := e.conf("fast-net", map[string]any{"type": "host-device"})
-	conf["injectDeviceID"] = []string{"device"}
-	e.install(conf)
-	args := podArgs("default", "p1")
+	_, pod, conf, args := e.hostDevicePod("0000:01:02.5")
 	e.mustCnitool("add", "fast-net", pod.Path(), "net1", args, "")
 	path, cid := pod.Path(), cnitoolID(pod.Path())
 	_ = pod.Close()

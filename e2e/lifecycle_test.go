@@ -10,8 +10,6 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
-
-	"github.com/devplumb/devplumb/pkg/claims"
 )
 
 // 32 pods with two attachments each, all added at once through cnitool:
@@ -92,8 +90,7 @@ func TestResultInConfigVersion(t *testing.T) {
 func TestNewSandboxDropsOlderClaims(t *testing.T) {
 	e := newEnv(t)
 	old, cur := newNS(t), newNS(t)
-	e.setPod("default", "p1", "0000:01:02.3")
-	e.writeDP("0000:01:02.3", pciInfo("0000:01:02.3"))
+	e.pciPod("p1", "0000:01:02.3")
 	e.install(e.conf("fast-net", e.recorder(nil)))
 	args := podArgs("default", "p1")
 	e.mustCnitool("add", "fast-net", old.Path(), "net1", args, "")
@@ -123,8 +120,7 @@ func TestNewSandboxDropsOlderClaims(t *testing.T) {
 func TestCheckDetectsMissingDeviceInfo(t *testing.T) {
 	e := newEnv(t)
 	pod := newNS(t)
-	e.setPod("default", "p1", "0000:01:02.3")
-	e.writeDP("0000:01:02.3", pciInfo("0000:01:02.3"))
+	e.pciPod("p1", "0000:01:02.3")
 	e.install(e.conf("fast-net", e.recorder(nil)))
 	args := podArgs("default", "p1")
 	e.mustCnitool("add", "fast-net", pod.Path(), "net1", args, "")
@@ -224,18 +220,21 @@ func TestGCStaysInItsNetwork(t *testing.T) {
 	}
 }
 
-// An ADD retried after a crash half way gets the device it had claimed,
-// not the first free one.
-func TestRetriedAddGetsSameDevice(t *testing.T) {
+// After a crash right after the claim (no delegate config recorded yet), DEL
+// runs the delegate DEL with the claimed device and frees it, and a retried
+// ADD gets the device it had claimed, not the first free one.
+func TestCrashAfterClaim(t *testing.T) {
 	e := newEnv(t)
 	pod := newNS(t)
 	e.setPod("default", "p1", "dev-1", "dev-2")
 	e.install(e.conf("fast-net", e.recorder(nil)))
-	cid := cnitoolID(pod.Path())
-	crashed := claims.Request{Key: claims.Key{Network: "fast-net", ContainerID: cid, IfName: "net1"},
-		Pod: claims.Pod{Namespace: "default", Name: "p1"}, ResourceName: resource, Candidates: []string{"dev-2"}}
-	if _, err := claims.New(e.stateDir).Claim(crashed); err != nil {
-		t.Fatal(err)
+	cid := e.crashAfterClaim(pod, "dev-2")
+	for range 2 {
+		e.mustCnitool("del", "fast-net", pod.Path(), "net1", podArgs("default", "p1"), "")
+		if _, stdin := e.record("DEL", cid, "net1"); len(e.state()) != 0 || stdin["deviceID"] != "dev-2" {
+			t.Errorf("DEL after the crash: delegate got device %v, claims %+v", stdin["deviceID"], e.state())
+		}
+		e.crashAfterClaim(pod, "dev-2")
 	}
 	e.mustCnitool("add", "fast-net", pod.Path(), "net1", podArgs("default", "p1"), "")
 	if _, stdin := e.record("ADD", cid, "net1"); stdin["deviceID"] != "dev-2" {

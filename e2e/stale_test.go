@@ -12,8 +12,7 @@ import (
 func TestStaleClaimTakenOverAndCheckedAgainstKubelet(t *testing.T) {
 	e := newEnv(t)
 	oldPod, newPod := newNS(t), newNS(t)
-	e.setPod("default", "old", "0000:01:02.3")
-	e.writeDP("0000:01:02.3", pciInfo("0000:01:02.3"))
+	e.pciPod("old", "0000:01:02.3")
 	e.install(e.conf("fast-net", e.recorder(nil)))
 	e.mustCnitool("add", "fast-net", oldPod.Path(), "net1", podArgs("default", "old"), "")
 

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/types/create"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	nadutils "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/utils"
 
@@ -45,11 +47,65 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	}
 	c.dropOlderSandboxes(claimed.Dropped)
 	rec := claimed.Attachment
+	if result, ok := c.replay(rec); ok {
+		return types.PrintResult(result, c.conf.CNIVersion)
+	}
 	result, cerr := c.attach(rec)
 	if cerr != nil {
 		return cerr
 	}
 	return types.PrintResult(result, c.conf.CNIVersion)
+}
+
+// replay answers an ADD repeated (without DEL) for an attachment completed
+// with the same inputs with the result it had, instead of running the
+// delegates again: a second host-device ADD fails, as the device is in the
+// pod already, and its rollback would tear down the working attachment.
+func (c *call) replay(rec *claims.Attachment) (types.Result, bool) {
+	if !rec.Complete || len(rec.Result) == 0 || rec.NetNS != c.args.Netns {
+		return nil, false
+	}
+	list, err := delegate.BuildList(c.conf, rec.DeviceID)
+	if err != nil || !sameCompact(list.Bytes, rec.Delegate) {
+		return nil, false
+	}
+	cniFile, err := c.cniFile()
+	if err != nil || cniFile != rec.CNIFile || !sameJSON(c.runtime(rec.DeviceID, cniFile), rec) {
+		return nil, false
+	}
+	result, err := create.CreateFromBytes(rec.Result)
+	if err != nil {
+		return nil, false
+	}
+	c.p.Log.Info("ADD repeated for a completed attachment: returning its result", "container", rec.ContainerID, "ifname", rec.IfName)
+	return result, true
+}
+
+// sameCompact compares JSON texts ignoring white space (state is indented).
+func sameCompact(a, b []byte) bool {
+	var ca, cb bytes.Buffer
+	return json.Compact(&ca, a) == nil && json.Compact(&cb, b) == nil && bytes.Equal(ca.Bytes(), cb.Bytes())
+}
+
+// sameJSON reports whether the runtime arguments equal those recorded, as
+// they were stored: in JSON, where an empty list or map is left out.
+func sameJSON(rt *libcni.RuntimeConf, rec *claims.Attachment) bool {
+	enc := func(args [][2]string, caps map[string]any) []byte {
+		var v [2]any
+		if len(args) > 0 {
+			v[0] = args
+		}
+		if len(caps) > 0 {
+			v[1] = caps
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil
+		}
+		return b
+	}
+	a := enc(rt.Args, rt.CapabilityArgs)
+	return a != nil && bytes.Equal(a, enc(rec.CNIArgs, rec.CapabilityArgs))
 }
 
 // dropOlderSandboxes undoes the attachments whose claims Claim dropped (a

@@ -13,7 +13,6 @@ import (
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/claims"
 	"github.com/devplumb/devplumb/pkg/delegate"
-	"github.com/devplumb/devplumb/podresources"
 )
 
 // Check is CNI CHECK: the claim and the CNI file are present and valid, and
@@ -83,14 +82,14 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 }
 
 func (c *call) podResourcesAnswers() error {
-	pr, err := podresources.New(c.conf.PodResourcesSocket, podresources.WithTimeout(c.p.Timeout), podresources.WithLogger(c.p.Log))
-	if err != nil {
-		return err
+	pr, cerr := c.podResources()
+	if cerr != nil {
+		return cerr
 	}
-	defer pr.Close()
+	defer c.close()
 	ctx, cancel := c.ctx()
 	defer cancel()
-	_, err = pr.Allocatable(ctx)
+	_, err := pr.Allocatable(ctx)
 	return err
 }
 
