@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"time"
 
@@ -25,6 +26,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	if err := os.MkdirAll(s.cfg.PluginDir, 0o755); err != nil {
 		return fmt.Errorf("device plugin %s: create plugin dir: %w", s.cfg.ResourceName, err)
+	}
+	if err := s.CheckSocketFree(); err != nil {
+		return err
 	}
 	// Watch before serving so that no kubelet restart falls between the two.
 	w, err := dirwatch.New(s.cfg.PluginDir)
@@ -63,6 +67,20 @@ func (s *Server) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// CheckSocketFree fails when another process serves the plugin's socket.
+// Replacing a live plugin's socket would make the two fight (each serves
+// again when its socket is removed, removing the other's), so Run refuses
+// to; a daemon can call it before it touches anything else the live plugin
+// owns. A socket file nobody answers on is stale and fine.
+func (s *Server) CheckSocketFree() error {
+	conn, err := net.DialTimeout("unix", s.socketPath, time.Second)
+	if err != nil {
+		return nil
+	}
+	conn.Close()
+	return fmt.Errorf("device plugin %s: another plugin is serving %s; stop it first", s.cfg.ResourceName, s.socketPath)
 }
 
 // loop is Run's state; only Run's goroutine touches it.

@@ -93,3 +93,23 @@ func TestKubeletSockInodeReused(t *testing.T) {
 		t.Fatalf("%d registrations, want 2: one at start, one for the new kubelet.sock", n)
 	}
 }
+
+// TestSecondPluginOnLiveSocketRefused: a second instance for the same
+// socket must not remove the live one's socket (they would take turns
+// removing each other's forever); it fails with a clear error.
+func TestSecondPluginOnLiveSocketRefused(t *testing.T) {
+	dir := t.TempDir()
+	k := startFakeKubelet(t, dir)
+	first := newTestServer(t, dir)
+	runServer(t, first)
+	r := k.waitRegistration(t)
+	second := newTestServer(t, dir)
+	err := second.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "another plugin is serving") {
+		t.Fatalf("second Run: %v", err)
+	}
+	c := dialPlugin(t, dir, r.Endpoint)
+	if _, err := c.GetDevicePluginOptions(context.Background(), &pluginapi.Empty{}); err != nil {
+		t.Fatalf("first plugin no longer serving: %v", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/devplumb/devplumb/devinfo"
@@ -108,5 +109,22 @@ func TestOwner(t *testing.T) {
 		if r, id := owner(rs, name); r != want.r || id != want.id {
 			t.Errorf("owner(%s) = %v %q, want %v %q", name, r, id, want.r, want.id)
 		}
+	}
+}
+
+// TestSecondInstanceLeavesTheFirstAlone: a second netdev-dp with the same
+// resources fails at start without removing the running one's files.
+func TestSecondInstanceLeavesTheFirstAlone(t *testing.T) {
+	f := newFixture(t)
+	f.run()
+	err := Run(t.Context(), f.cfg, slog.Default())
+	if err == nil || !strings.Contains(err.Error(), "another plugin is serving") {
+		t.Fatalf("second instance: %v", err)
+	}
+	if _, err := devinfo.NewStore(f.devinfoDir).ReadDP(resVF, "0000:01:01.0"); err != nil {
+		t.Errorf("the running instance's device-info file is gone: %v", err)
+	}
+	if left := dirEntries(t, f.cdiDir); len(left) != 4 {
+		t.Errorf("CDI specs of the running instance: %v", left)
 	}
 }

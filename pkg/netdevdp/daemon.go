@@ -32,6 +32,13 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// A second instance must not touch the files of a running one: its
+	// cleanup would remove them.
+	for _, r := range resources {
+		if err := r.dp.CheckSocketFree(); err != nil {
+			return err
+		}
+	}
 	defer cleanup(resources, log)
 	if err := adopt(resources, devinfo.NewStore(cfg.DevInfoDir)); err != nil {
 		return err
