@@ -30,18 +30,7 @@ func TestSIGTERMLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer node.Stop()
-	for _, s := range []string{"a.sock", "b.sock"} {
-		l, err := net.Listen("unix", filepath.Join(sockDir, s))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-	}
-	cfg, _ := json.Marshal(map[string]any{"resources": []map[string]any{
-		{"resourceName": "example.com/vhu", "vhostUser": map[string]string{"socketDir": sockDir, "mode": "client"}},
-	}})
-	config := filepath.Join(work, "config.json")
-	os.WriteFile(config, cfg, 0o644)
+	config := vhostUserSetup(t, sockDir, work, "a.sock", "b.sock")
 	devinfoDir, cdiDir := filepath.Join(work, "devinfo"), filepath.Join(work, "cdi")
 
 	var stderr bytes.Buffer
@@ -93,4 +82,29 @@ func TestUsageErrors(t *testing.T) {
 	if code := run([]string{"--config", bad}, &out); code != 1 || !strings.Contains(out.String(), "resources[0]") {
 		t.Errorf("bad config: code %d, %s", code, out.String())
 	}
+}
+
+// vhostUserSetup listens on the sockets (closed when the test ends) in
+// sockDir and writes a config for a client-mode vhost-user pool of them,
+// resource example.com/vhu, into work. It returns the config path.
+func vhostUserSetup(t *testing.T, sockDir, work string, sockets ...string) string {
+	t.Helper()
+	for _, s := range sockets {
+		l, err := net.Listen("unix", filepath.Join(sockDir, s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+	}
+	cfg, err := json.Marshal(map[string]any{"resources": []map[string]any{
+		{"resourceName": "example.com/vhu", "vhostUser": map[string]string{"socketDir": sockDir, "mode": "client"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(work, "config.json")
+	if err := os.WriteFile(config, cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return config
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"net"
 	"os"
@@ -37,18 +36,7 @@ func TestRegistrationRejectedExitsNonZero(t *testing.T) {
 	pluginapi.RegisterRegistrationServer(srv, rejectingKubelet{})
 	go srv.Serve(lis)
 	defer srv.Stop()
-	l, err := net.Listen("unix", filepath.Join(sockDir, "a.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	cfg, _ := json.Marshal(map[string]any{"resources": []map[string]any{
-		{"resourceName": "example.com/vhu", "vhostUser": map[string]string{"socketDir": sockDir, "mode": "client"}},
-	}})
-	config := filepath.Join(work, "config.json")
-	if err := os.WriteFile(config, cfg, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	config := vhostUserSetup(t, sockDir, work, "a.sock")
 	devinfoDir, cdiDir := filepath.Join(work, "devinfo"), filepath.Join(work, "cdi")
 	var stderr bytes.Buffer
 	code := run([]string{"--config", config, "--plugin-dir", pluginDir, "--devinfo-dir", devinfoDir, "--cdi-dir", cdiDir}, &stderr)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -97,15 +96,7 @@ func waitAdvertised(t *testing.T, root, res string, n int, within time.Duration)
 func TestReRegistersAfterKubeletProcessCrash(t *testing.T) {
 	bin := filepath.Join(testenv.Build(t, "./cmd/netdev-dp"), "netdev-dp")
 	root, sockDir, work := t.TempDir(), t.TempDir(), t.TempDir()
-	for _, s := range []string{"a.sock", "b.sock"} {
-		l, err := net.Listen("unix", filepath.Join(sockDir, s))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-	}
-	config := filepath.Join(work, "config.json")
-	os.WriteFile(config, []byte(fmt.Sprintf(`{"resources": [{"resourceName": "example.com/vhu", "vhostUser": {"socketDir": %q, "mode": "client"}}]}`, sockDir)), 0o644)
+	config := vhostUserSetup(t, sockDir, work, "a.sock", "b.sock")
 
 	kubelet, _ := startKubelet(t, root)
 	dp := exec.Command(bin, "--config", config, "--plugin-dir", kubeletsim.PluginDir(root),

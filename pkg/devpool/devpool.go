@@ -69,3 +69,23 @@ type Notifier interface {
 	// Watch runs until ctx ends, calling changed after each change.
 	Watch(ctx context.Context, changed func()) error
 }
+
+// KeepVanished adds to found, as unhealthy, every device of known that the
+// scan did not find and that vanished(id) says is gone from the host (and
+// not merely deselected): the kubelet must see a device it may have given to
+// a pod turn unhealthy rather than disappear. It returns found as a sorted
+// list; found becomes the next known.
+func KeepVanished(known, found map[string]Device, vanished func(id string) bool) []Device {
+	for id, d := range known {
+		if _, ok := found[id]; !ok && vanished(id) {
+			d.Healthy = false
+			found[id] = d
+		}
+	}
+	out := make([]Device, 0, len(found))
+	for _, d := range found {
+		out = append(out, d)
+	}
+	Sort(out)
+	return out
+}

@@ -73,18 +73,8 @@ func (p *Pool) Scan() ([]devpool.Device, error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for addr, d := range p.known {
-		if _, ok := found[addr]; !ok && !pcisysfs.Exists(p.root, addr) {
-			d.Healthy = false
-			found[addr] = d
-		}
-	}
+	out := devpool.KeepVanished(p.known, found, func(addr string) bool { return !pcisysfs.Exists(p.root, addr) })
 	p.known = found
-	out := make([]devpool.Device, 0, len(found))
-	for _, d := range found {
-		out = append(out, d)
-	}
-	devpool.Sort(out)
 	return out, nil
 }
 

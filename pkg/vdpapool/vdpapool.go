@@ -73,20 +73,11 @@ func (p *Pool) Scan() ([]devpool.Device, error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for name, d := range p.known {
-		if _, ok := found[name]; !ok {
-			if _, err := os.Stat(filepath.Join(p.devicesDir(), name)); err != nil {
-				d.Healthy = false
-				found[name] = d
-			}
-		}
-	}
+	out := devpool.KeepVanished(p.known, found, func(name string) bool {
+		_, err := os.Stat(filepath.Join(p.devicesDir(), name))
+		return err != nil
+	})
 	p.known = found
-	out := make([]devpool.Device, 0, len(found))
-	for _, d := range found {
-		out = append(out, d)
-	}
-	devpool.Sort(out)
 	return out, nil
 }
 
