@@ -54,6 +54,7 @@ func TestBadInput(t *testing.T) {
 		{name: "unknown CNI_ARGS", stdin: good(nil), args: "FOO=bar;K8S_POD_NAMESPACE=default;K8S_POD_NAME=p1",
 			code: types.ErrInvalidEnvironmentVariables, msg: "IgnoreUnknown"},
 		{name: "no device source", stdin: good(set("resourceName", "")), code: 107, msg: "no device source"},
+		{name: "prevResult not a result", stdin: good(set("prevResult", 5)), code: types.ErrDecodingFailure, msg: `"prevResult"`},
 		{name: "unsupported version", stdin: good(set("cniVersion", "0.2.0")), msg: "0.2.0"},
 	}
 	for _, tc := range cases {

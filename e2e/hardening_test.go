@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -96,5 +97,41 @@ func TestRepeatedAddKeepsWorkingAttachment(t *testing.T) {
 	e.mustCnitool("del", "fast-net", pod.Path(), "net1", args, "")
 	if linkIn(t, pod, "net1") || !hostLink(dev) {
 		t.Error("DEL did not move the device back")
+	}
+}
+
+// devplumb after another plugin in the runtime's chain: its output keeps the
+// prevResult's interface and IP and adds the delegate's, in the config's
+// version (0.3.1 here, with interface indexes).
+func TestPrevResultKeptInChain(t *testing.T) {
+	e := newEnv(t)
+	pod := newNS(t)
+	e.setPod("default", "p1", "dev-1")
+	conf := e.conf("fast-net", e.recorder(map[string]any{"ip": "192.0.2.7/24"}))
+	conf["cniVersion"] = "0.3.1"
+	conf["prevResult"] = map[string]any{"cniVersion": "0.3.1",
+		"interfaces": []any{map[string]any{"name": "eth0", "sandbox": pod.Path()}},
+		"ips":        []any{map[string]any{"version": "4", "address": "10.1.0.2/24", "interface": 0}}}
+	out, ce := e.run("ADD", mustJSON(t, conf), "c1", pod.Path(), "net1", podArgs("default", "p1"))
+	if ce != nil {
+		t.Fatalf("ADD: %+v", ce)
+	}
+	var res struct {
+		CNIVersion string
+		Interfaces []struct{ Name string }
+		IPs        []struct {
+			Address   string
+			Interface int
+		}
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.CNIVersion != "0.3.1" || len(res.Interfaces) != 2 || res.Interfaces[0].Name != "eth0" || res.Interfaces[1].Name != "net1" ||
+		len(res.IPs) != 2 || res.IPs[0].Address != "10.1.0.2/24" || res.IPs[1].Interface != 1 {
+		t.Errorf("result %s", out)
+	}
+	if st := e.state(); len(st) != 1 || st[0].NetworkStatus == nil || len(st[0].NetworkStatus.IPs) != 1 {
+		t.Errorf("network-status must describe the delegate's interface only: %+v", st)
 	}
 }

@@ -26,35 +26,48 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		return cerr
 	}
 	defer c.close()
-	res, cerr := c.resourceName()
+	rec, cerr := c.claim()
 	if cerr != nil {
 		return cerr
 	}
+	result, replayed := c.replay(rec)
+	if !replayed {
+		if result, cerr = c.attach(rec); cerr != nil {
+			return cerr
+		}
+	}
+	return types.PrintResult(result, c.conf.CNIVersion)
+}
+
+// claim checks the chain's prevResult, finds the candidate devices and
+// claims one for this attachment, dropping the claims it supersedes.
+func (c *call) claim() (*claims.Attachment, *types.Error) {
+	prev, err := prevResult(c.args.StdinData, c.conf.CNIVersion)
+	if err != nil {
+		return nil, cniError(types.ErrDecodingFailure, err.Error(), nil)
+	}
+	c.prev = prev
+	res, cerr := c.resourceName()
+	if cerr != nil {
+		return nil, cerr
+	}
 	cands, cerr := c.candidates(res)
 	if cerr != nil {
-		return cerr
+		return nil, cerr
 	}
 	claimed, err := c.claims.Claim(claims.Request{Key: c.key, Pod: c.pod, ResourceName: res, Candidates: cands,
 		Stale: c.staleClaim})
 	if errors.Is(err, claims.ErrNoFreeDevice) {
-		return cniError(ErrNoFreeDevice, err.Error(), nil)
+		return nil, cniError(ErrNoFreeDevice, err.Error(), nil)
 	}
 	if err != nil {
-		return cniError(ErrState, "cannot record the device claim in \"stateDir\" "+c.conf.StateDir, err)
+		return nil, cniError(ErrState, "cannot record the device claim in \"stateDir\" "+c.conf.StateDir, err)
 	}
 	if claimed.Unreadable != nil {
-		p.Log.Warn("passing over corrupt state records; remove them or run DEL of their attachments", "error", claimed.Unreadable)
+		c.p.Log.Warn("passing over corrupt state records; remove them or run DEL of their attachments", "error", claimed.Unreadable)
 	}
 	c.dropOlderSandboxes(claimed.Dropped)
-	rec := claimed.Attachment
-	if result, ok := c.replay(rec); ok {
-		return types.PrintResult(result, c.conf.CNIVersion)
-	}
-	result, cerr := c.attach(rec)
-	if cerr != nil {
-		return cerr
-	}
-	return types.PrintResult(result, c.conf.CNIVersion)
+	return claimed.Attachment, nil
 }
 
 // replay answers an ADD repeated (without DEL) for an attachment completed
@@ -143,11 +156,12 @@ func (c *call) attach(rec *claims.Attachment) (types.Result, *types.Error) {
 		c.rollback(list, rt, rec)
 		return nil, delegateError(fmt.Sprintf("delegate ADD failed for device %s", rec.DeviceID), err)
 	}
-	if cerr := c.finish(rec, result); cerr != nil {
+	out, cerr := c.finish(rec, result)
+	if cerr != nil {
 		c.rollback(list, rt, rec)
 		return nil, cerr
 	}
-	return result, nil
+	return out, nil
 }
 
 // prepare fills rec with the CNI file and the delegate run, not yet done.
@@ -208,34 +222,49 @@ func (c *call) runtime(deviceID, cniFile string) *libcni.RuntimeConf {
 }
 
 // finish re-reads the CNI file, builds the network-status entry, records
-// the completed attachment and tells the API server.
-func (c *call) finish(rec *claims.Attachment, result types.Result) *types.Error {
+// the completed attachment and tells the API server. It returns the result
+// to print: the delegates' after the chain's prevResult, in the config's
+// cniVersion.
+func (c *call) finish(rec *claims.Attachment, result types.Result) (types.Result, *types.Error) {
 	info, err := devinfo.ReadFile(rec.CNIFile)
 	if errors.Is(err, devinfo.ErrNotFound) {
 		info, err = nil, nil
 	}
 	if err != nil {
-		return cniError(ErrDeviceInfo, "the CNI device-info file is invalid after the delegate ran: "+
+		return nil, cniError(ErrDeviceInfo, "the CNI device-info file is invalid after the delegate ran: "+
 			"the delegate must write the spec's format", err)
 	}
 	entry, err := networkStatus(result, c.conf.Name, c.args.IfName, info)
 	if err != nil {
-		return cniError(ErrDelegate, "cannot read the delegate's result", err)
+		return nil, cniError(ErrDelegate, "cannot read the delegate's result", err)
 	}
-	converted, err := result.GetAsVersion(c.conf.CNIVersion)
-	if err != nil {
-		return cniError(types.ErrIncompatibleCNIVersion, "cannot convert the delegate result to cniVersion "+c.conf.CNIVersion, err)
-	}
-	raw, err := json.Marshal(converted)
-	if err != nil {
-		return cniError(types.ErrInternal, "cannot encode the result", err)
+	out, raw, cerr := c.output(result)
+	if cerr != nil {
+		return nil, cerr
 	}
 	rec.Result, rec.NetworkStatus, rec.Complete = raw, entry, true
 	if err := c.claims.Update(rec); err != nil {
-		return stateError(c.conf.StateDir, err)
+		return nil, stateError(c.conf.StateDir, err)
 	}
 	// Last, so that no failure after it leaves an entry on the pod.
-	return c.setStatus(entry)
+	return out, c.setStatus(entry)
+}
+
+// output is the result devplumb prints, and its JSON for the state.
+func (c *call) output(result types.Result) (types.Result, []byte, *types.Error) {
+	merged, err := withPrev(c.prev, result)
+	if err != nil {
+		return nil, nil, cniError(ErrDelegate, "cannot add the delegate result to prevResult", err)
+	}
+	out, err := merged.GetAsVersion(c.conf.CNIVersion)
+	if err != nil {
+		return nil, nil, cniError(types.ErrIncompatibleCNIVersion, "cannot convert the delegate result to cniVersion "+c.conf.CNIVersion, err)
+	}
+	raw, err := json.Marshal(out)
+	if err != nil {
+		return nil, nil, cniError(types.ErrInternal, "cannot encode the result", err)
+	}
+	return out, raw, nil
 }
 
 // networkStatus builds the entry for this attachment with the NAD client:

@@ -14,6 +14,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 
 	"github.com/devplumb/devplumb/devinfo"
@@ -109,6 +110,7 @@ type call struct {
 	claims *claims.Store
 	inv    *delegate.Invoker
 	pr     *podresources.Client // opened on first use
+	prev   *current.Result      // ADD: the chain's prevResult, if any
 }
 
 func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Error) {
