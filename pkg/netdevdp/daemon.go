@@ -82,7 +82,7 @@ func build(cfg *Config, log *slog.Logger) ([]*resource, error) {
 func newPool(rc Resource, sysfs string, log *slog.Logger) (devpool.Pool, error) {
 	switch {
 	case rc.PCI != nil:
-		return pcipool.New(sysfs, *rc.PCI), nil
+		return pcipool.New(sysfs, *rc.PCI)
 	case rc.NetDevs != nil:
 		p, err := netdevpool.New(*rc.NetDevs, sysfs, log.With("resource", rc.ResourceName))
 		if err != nil {

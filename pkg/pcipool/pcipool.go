@@ -14,6 +14,7 @@ package pcipool
 import (
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sync"
 
@@ -41,12 +42,37 @@ type Pool struct {
 	known map[string]devpool.Device // devices seen, kept when they leave sysfs
 }
 
-// New returns a pool reading sysfs under root ("" means /sys).
-func New(root string, sel Selectors) *Pool {
+// New checks sel and returns a pool reading sysfs under root ("" means /sys).
+func New(root string, sel Selectors) (*Pool, error) {
+	if err := sel.Validate(); err != nil {
+		return nil, err
+	}
 	if root == "" {
 		root = pcisysfs.DefaultRoot
 	}
-	return &Pool{root: root, sel: sel, known: map[string]devpool.Device{}}
+	return &Pool{root: root, sel: sel, known: map[string]devpool.Device{}}, nil
+}
+
+// hexID is how sysfs IDs are compared: four lower-case hex digits, no "0x".
+var hexID = regexp.MustCompile(`^[0-9a-f]{4}$`)
+
+// Validate refuses IDs written in a form that can never match (sysfs shows
+// "0x8086"; selectors take "8086"), which would leave the pool silently
+// empty, and empty names.
+func (sel Selectors) Validate() error {
+	for what, ids := range map[string][]string{"vendors": sel.Vendors, "devices": sel.Devices} {
+		for _, id := range ids {
+			if !hexID.MatchString(id) {
+				return fmt.Errorf("pci pool: %s: %q is not a PCI ID of four lower-case hex digits without 0x, like \"8086\"", what, id)
+			}
+		}
+	}
+	for what, names := range map[string][]string{"drivers": sel.Drivers, "pfNames": sel.PFNames, "linkTypes": sel.LinkTypes} {
+		if slices.Contains(names, "") {
+			return fmt.Errorf("pci pool: %s: empty name", what)
+		}
+	}
+	return nil
 }
 
 // Kind is "pci".

@@ -2,6 +2,7 @@ package pcipool
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/devplumb/devplumb/devinfo"
@@ -44,7 +45,7 @@ func TestSelectors(t *testing.T) {
 		{Selectors{LinkTypes: []string{"infiniband"}}, nil},
 	}
 	for _, c := range cases {
-		devs, err := New(root, c.sel).Scan()
+		devs, err := mustNew(t, root, c.sel).Scan()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,7 +57,7 @@ func TestSelectors(t *testing.T) {
 
 func TestDeviceDetails(t *testing.T) {
 	root := fakeNIC(t)
-	devs, err := New(root, Selectors{PFNames: []string{"ens1f0"}}).Scan()
+	devs, err := mustNew(t, root, Selectors{PFNames: []string{"ens1f0"}}).Scan()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func TestDeviceDetails(t *testing.T) {
 
 func TestRemovedDeviceTurnsUnhealthyAndRecovers(t *testing.T) {
 	root := fakeNIC(t)
-	p := New(root, Selectors{Drivers: []string{"iavf"}})
+	p := mustNew(t, root, Selectors{Drivers: []string{"iavf"}})
 	if devs, _ := p.Scan(); len(devs) != 1 || !devs[0].Healthy {
 		t.Fatalf("before: %+v", devs)
 	}
@@ -95,7 +96,35 @@ func TestRemovedDeviceTurnsUnhealthyAndRecovers(t *testing.T) {
 }
 
 func TestMissingSysfs(t *testing.T) {
-	if _, err := New(t.TempDir(), Selectors{}).Scan(); err == nil {
+	if _, err := mustNew(t, t.TempDir(), Selectors{}).Scan(); err == nil {
 		t.Fatal("scan of a tree without bus/pci/devices succeeded")
+	}
+}
+
+func mustNew(t *testing.T, root string, sel Selectors) *Pool {
+	t.Helper()
+	p, err := New(root, sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestSelectorsRejectIDsThatNeverMatch: "0x8086" or "8086 " would leave the
+// pool silently empty; the config error says what form is expected.
+func TestSelectorsRejectIDsThatNeverMatch(t *testing.T) {
+	for _, sel := range []Selectors{
+		{Vendors: []string{"0x8086"}},
+		{Devices: []string{"154C"}},
+		{Devices: []string{"154"}},
+		{Drivers: []string{""}},
+	} {
+		_, err := New("", sel)
+		if err == nil || !strings.Contains(err.Error(), "pci pool") {
+			t.Errorf("New(%+v): %v, want a pci pool config error", sel, err)
+		}
+	}
+	if _, err := New("", Selectors{Vendors: []string{"8086"}, Devices: []string{"154c"}}); err != nil {
+		t.Errorf("valid selectors refused: %v", err)
 	}
 }
