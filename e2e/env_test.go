@@ -175,6 +175,22 @@ func (e *env) crashAfterClaim(pod ns.NetNS, dev string) string {
 	return cid
 }
 
+// corruptRecord writes an unreadable state record (and a CNI file) for an
+// attachment, as a disk error or a hand edit would leave; it returns the record.
+func (e *env) corruptRecord(network, containerID, ifName string) string {
+	e.t.Helper()
+	rec := filepath.Join(e.stateDir, "attachments", network+":"+containerID+":"+ifName+".json")
+	for f, data := range map[string]string{rec: `{"network":`, e.cniFile(network, containerID, ifName): "{}"} {
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			e.t.Fatal(err)
+		}
+		if err := os.WriteFile(f, []byte(data), 0o600); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	return rec
+}
+
 // writeDP writes a device plugin device-info file for a device.
 func (e *env) writeDP(dev string, info *devinfo.DeviceInfo) {
 	e.t.Helper()

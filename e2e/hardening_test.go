@@ -60,16 +60,10 @@ func TestCorruptStateRecord(t *testing.T) {
 	e.setPod("default", "b", "dev-b")
 	e.install(e.conf("fast-net", e.recorder(nil)))
 	e.mustCnitool("add", "fast-net", a.Path(), "net1", podArgs("default", "a"), "")
-	recs, err := filepath.Glob(filepath.Join(e.stateDir, "attachments", "*.json"))
-	if err != nil || len(recs) != 1 {
-		t.Fatalf("state files %v %v", recs, err)
-	}
-	if err := os.WriteFile(recs[0], []byte(`{"network":`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	rec := e.corruptRecord("fast-net", cnitoolID(a.Path()), "net1")
 	e.mustCnitool("add", "fast-net", b.Path(), "net1", podArgs("default", "b"), "")
 	e.mustCnitool("del", "fast-net", a.Path(), "net1", podArgs("default", "a"), "")
-	if _, err := os.Stat(recs[0]); !os.IsNotExist(err) {
+	if _, err := os.Stat(rec); !os.IsNotExist(err) {
 		t.Errorf("corrupt record kept after its DEL: %v", err)
 	}
 	if st := e.state(); len(st) != 1 || st[0].Pod.Name != "b" {

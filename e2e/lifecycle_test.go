@@ -175,8 +175,14 @@ func TestGC(t *testing.T) {
 	e.mustCnitool("add", "fast-net", keep.Path(), "net1", podArgs("default", "keep"), "")
 	e.mustCnitool("add", "fast-net", drop.Path(), "net1", podArgs("default", "drop"), "")
 	conf["cni.dev/valid-attachments"] = []map[string]string{{"containerID": cnitoolID(keep.Path()), "ifname": "net1"}}
+	corrupt := e.corruptRecord("fast-net", "crashed", "net1")
 	if _, ce := e.run("GC", mustJSON(t, conf), "", "", "", ""); ce != nil {
 		t.Fatalf("GC: %+v", ce)
+	}
+	for _, f := range []string{corrupt, e.cniFile("fast-net", "crashed", "net1")} {
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Errorf("GC left %s of a corrupt record: %v", f, err)
+		}
 	}
 	st := e.state()
 	if len(st) != 1 || st[0].Pod.Name != "keep" {

@@ -220,6 +220,51 @@ func (s *Store) list() (out []*Attachment, corrupt, err error) {
 	return out, errors.Join(errs...), nil
 }
 
+// keyOf parses a record's file name back into its key: the names are
+// unambiguous, so even a record too corrupt to read can be told apart.
+func keyOf(name string) (Key, bool) {
+	base, ok := strings.CutSuffix(name, ".json")
+	parts := strings.Split(base, ":")
+	if !ok || len(parts) != 3 {
+		return Key{}, false
+	}
+	return Key{Network: parts[0], ContainerID: parts[1], IfName: parts[2]}, true
+}
+
+// RemoveCorrupt removes, under the lock, the unreadable records of network
+// that keep does not want, and returns their keys, so GC clears them too.
+func (s *Store) RemoveCorrupt(network string, keep func(Key) bool) ([]Key, error) {
+	var removed []Key
+	err := s.Locked(func() error {
+		entries, err := os.ReadDir(s.attachDir())
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("list state: %w", err)
+		}
+		for _, e := range entries {
+			k, ok := keyOf(e.Name())
+			if !ok || k.Network != network || keep(k) {
+				continue
+			}
+			p, err := s.path(k)
+			if err != nil {
+				continue // not a name devplumb writes
+			}
+			if _, err := readRecord(p); err == nil {
+				continue // readable, or gone: List's business
+			}
+			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("remove state: %w", err)
+			}
+			removed = append(removed, k)
+		}
+		return nil
+	})
+	return removed, err
+}
+
 // Request asks for a device for one attachment.
 type Request struct {
 	Key

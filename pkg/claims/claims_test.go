@@ -221,3 +221,30 @@ func TestStaleClaimOfAnotherPodIsDropped(t *testing.T) {
 		t.Fatalf("claim %+v %v", c, err)
 	}
 }
+
+// GC can clear unreadable records: only the network's, only unwanted ones.
+func TestRemoveCorrupt(t *testing.T) {
+	s := New(t.TempDir())
+	for _, cid := range []string{"keep", "drop", "fine"} {
+		if _, err := s.Claim(req("p"+cid, cid, "net1", "d-"+cid)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, cid := range []string{"keep", "drop"} {
+		p, _ := s.path(Key{"net", cid, "net1"})
+		if err := os.WriteFile(p, []byte("{"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other, _ := s.path(Key{"other", "drop", "net1"})
+	if err := os.WriteFile(other, []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.RemoveCorrupt("net", func(k Key) bool { return k.ContainerID == "keep" })
+	if err != nil || len(got) != 1 || got[0] != (Key{"net", "drop", "net1"}) {
+		t.Fatalf("removed %v %v", got, err)
+	}
+	if all, err := s.List(); len(all) != 1 || all[0].ContainerID != "fine" || err == nil {
+		t.Errorf("left %+v %v: want the readable record and two corrupt ones reported", all, err)
+	}
+}

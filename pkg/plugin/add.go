@@ -170,9 +170,9 @@ func (c *call) prepare(rec *claims.Attachment) (*libcni.NetworkConfigList, *libc
 	if err != nil {
 		return nil, nil, cniError(types.ErrInvalidNetworkConfig, "cannot name the CNI device-info file", err)
 	}
-	list, err := delegate.BuildList(c.conf, rec.DeviceID)
-	if err != nil {
-		return nil, nil, cniError(types.ErrInvalidNetworkConfig, "invalid delegate config", err)
+	list, cerr := c.buildList(rec.DeviceID)
+	if cerr != nil {
+		return nil, nil, cerr
 	}
 	rt := c.runtime(rec.DeviceID, cniFile)
 	rec.CNIFile, rec.Delegate, rec.NetNS, rec.CNIArgs, rec.CapabilityArgs = cniFile, list.Bytes, c.args.Netns, rt.Args, rt.CapabilityArgs

@@ -82,9 +82,9 @@ func (c *call) delInputs(rec *claims.Attachment) (*libcni.NetworkConfigList, *li
 		c.p.Log.Warn("no CNI device-info file name for this attachment", "error", err)
 		cniFile = ""
 	}
-	list, err := delegate.BuildList(c.conf, dev)
-	if err != nil {
-		return nil, nil, "", cniError(types.ErrInvalidNetworkConfig, "invalid delegate config", err)
+	list, cerr := c.buildList(dev)
+	if cerr != nil {
+		return nil, nil, "", cerr
 	}
 	return list, c.runtime(dev, cniFile), cniFile, nil
 }

@@ -67,9 +67,9 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 		return cniError(types.ErrPluginNotAvailable, "the kubelet PodResources API at "+c.conf.PodResourcesSocket+
 			" does not answer: is the kubelet running, and is \"podResourcesSocket\" right?", err)
 	}
-	list, err := delegate.BuildList(c.conf, "")
-	if err != nil {
-		return cniError(types.ErrInvalidNetworkConfig, "invalid delegate config", err)
+	list, cerr := c.buildList("")
+	if cerr != nil {
+		return cerr
 	}
 	if err := c.inv.Status(context.Background(), list); err != nil {
 		var te *types.Error
@@ -105,22 +105,13 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 	for _, a := range c.conf.ValidAttachments {
 		valid[a] = true
 	}
-	recs, err := c.claims.List()
-	if err != nil {
-		p.Log.Warn("some state is unreadable; GC continues with the rest", "error", err)
+	isValid := func(k claims.Key) bool {
+		return valid[types.GCAttachment{ContainerID: k.ContainerID, IfName: k.IfName}]
 	}
-	var errs []error
-	for _, rec := range recs {
-		if rec.Network != c.conf.Name || valid[types.GCAttachment{ContainerID: rec.ContainerID, IfName: rec.IfName}] {
-			continue
-		}
-		if err := c.collect(rec); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	list, err := delegate.BuildList(c.conf, "")
-	if err != nil {
-		return cniError(types.ErrInvalidNetworkConfig, "invalid delegate config", err)
+	errs := c.collectStale(isValid)
+	list, cerr := c.buildList("")
+	if cerr != nil {
+		return cerr
 	}
 	if err := c.inv.GC(context.Background(), list, c.conf.ValidAttachments); err != nil {
 		errs = append(errs, err)
@@ -129,6 +120,31 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 		return cniError(ErrDelegate, "GC could not clean every stale attachment; it can be run again", err)
 	}
 	return nil
+}
+
+// collectStale removes this network's attachments that are not valid,
+// including records too corrupt to read (their delegates are left to
+// libcni's GC, which has its own cache of what ADD ran).
+func (c *call) collectStale(valid func(claims.Key) bool) []error {
+	recs, err := c.claims.List()
+	if err != nil {
+		c.p.Log.Warn("some state is unreadable; GC continues with the rest", "error", err)
+	}
+	var errs []error
+	for _, rec := range recs {
+		if rec.Network == c.conf.Name && !valid(rec.Key) {
+			errs = append(errs, c.collect(rec))
+		}
+	}
+	corrupt, err := c.claims.RemoveCorrupt(c.conf.Name, valid)
+	errs = append(errs, err)
+	for _, k := range corrupt {
+		c.p.Log.Warn("removed a corrupt state record", "container", k.ContainerID, "ifname", k.IfName)
+		if f, err := c.files.CNIPath(devinfo.CNIFileName(k.Network, k.ContainerID, k.IfName)); err == nil {
+			errs = append(errs, devinfo.RemoveFile(f))
+		}
+	}
+	return errs
 }
 
 // collect removes one stale attachment: what it set up, then its claim.

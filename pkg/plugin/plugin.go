@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
@@ -172,6 +173,15 @@ func (c *call) cniFile() (string, error) {
 		return f, nil
 	}
 	return c.files.CNIPath(devinfo.CNIFileName(c.conf.Name, c.args.ContainerID, c.args.IfName))
+}
+
+// buildList is the delegate conflist with dev injected ("" injects nothing).
+func (c *call) buildList(dev string) (*libcni.NetworkConfigList, *types.Error) {
+	list, err := delegate.BuildList(c.conf, dev)
+	if err != nil {
+		return nil, cniError(types.ErrInvalidNetworkConfig, `invalid delegate config: fix "delegate" (or "delegates")`, err)
+	}
+	return list, nil
 }
 
 // ownedCNIFile returns path when devplumb may remove it: a file directly in
