@@ -104,6 +104,9 @@ func Parse(data []byte) (*NetConf, error) {
 	if err := checkKeys(raw); err != nil {
 		return nil, err
 	}
+	if err := checkTopIPAM(raw["ipam"]); err != nil {
+		return nil, err
+	}
 	c := &NetConf{}
 	if err := decodeFields(data, raw, c); err != nil {
 		return nil, err
@@ -132,6 +135,17 @@ func checkKeys(raw map[string]json.RawMessage) error {
 	sort.Strings(unknown)
 	return fmt.Errorf("unknown top-level key %s in network config: remove it or fix its spelling (devplumb keys: %s)",
 		strings.Join(unknown, ", "), strings.Join(devplumbKeys, ", "))
+}
+
+// checkTopIPAM refuses an "ipam" at devplumb's own level: devplumb assigns
+// no addresses, so one there would be silently ignored. An empty one (or
+// null) is harmless and allowed.
+func checkTopIPAM(ipam json.RawMessage) error {
+	var m map[string]any
+	if len(ipam) == 0 || (json.Unmarshal(ipam, &m) == nil && len(m) == 0) {
+		return nil
+	}
+	return errors.New(`"ipam" at the top level is not used by devplumb: move it into "delegate" (or the delegate in "delegates" that assigns addresses)`)
 }
 
 func decodeFields(data []byte, raw map[string]json.RawMessage, c *NetConf) error {

@@ -84,6 +84,7 @@ func TestParseErrors(t *testing.T) {
 		{"cni file in a subdir", base(`,"runtimeConfig":{"CNIDeviceInfoFile":"/var/run/k8s.cni.cncf.io/devinfo/cni/x/y"}`), `must be a file directly in`, false},
 		{"cni file is the dir", base(`,"runtimeConfig":{"CNIDeviceInfoFile":"/var/run/k8s.cni.cncf.io/devinfo/cni/"}`), `must be a file directly in`, false},
 		{"cni file in dp", base(`,"deviceInfoDir":"/d","runtimeConfig":{"CNIDeviceInfoFile":"/d/dp/x"}`), `directly in /d/cni or /var/run`, false},
+		{"top-level ipam", base(`,"ipam":{"type":"host-local"}`), `"ipam" at the top level is not used by devplumb: move it into "delegate"`, false},
 		{"both delegates", base(`,"delegates":[{"type":"x"}]`), `both "delegate" and "delegates"`, false},
 		{"no delegate", `{"cniVersion":"1.0.0","name":"n","type":"devplumb"}`, `no delegate`, false},
 		{"delegate not object", `{"cniVersion":"1.0.0","name":"n","type":"devplumb","delegate":"x"}`, `"delegate" must be a JSON object`, true},

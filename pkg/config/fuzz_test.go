@@ -2,6 +2,7 @@ package config
 
 import (
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -12,6 +13,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(good))
 	f.Add([]byte(`{"cniVersion":"0.3.1","name":"n","type":"devplumb","deviceID":"eth0","delegates":[{"type":"macvlan"}]}`))
 	f.Add([]byte(`{"cniVersion":"1.0.0","name":"../x","type":"devplumb","delegate":{"type":"x"}}`))
+	f.Add([]byte(`{"cniVersion":"1.0.0","name":"n","type":"devplumb","deviceInfoDir":"/d",` +
+		`"runtimeConfig":{"CNIDeviceInfoFile":"/d/cni/x"},"delegate":{"type":"x"}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse(data)
 		if err != nil {
@@ -29,6 +32,9 @@ func FuzzParse(f *testing.F) {
 			if !filepath.IsAbs(p) || strings.Contains(p+"/", "/../") || strings.Contains(p+"/", "/./") {
 				t.Fatalf("accepted path %q", p)
 			}
+		}
+		if f := c.RuntimeConfig.CNIDeviceInfoFile; f != "" && !slices.Contains(c.CNIDeviceInfoDirs(), filepath.Dir(f)) {
+			t.Fatalf("accepted CNIDeviceInfoFile %q outside %v", f, c.CNIDeviceInfoDirs())
 		}
 		if len(c.Delegates) == 0 {
 			t.Fatal("accepted a config without delegates")

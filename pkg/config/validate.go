@@ -114,8 +114,8 @@ func checkPath(key, val string) error {
 }
 
 func (c *NetConf) validateDevice() error {
-	if c.ResourceName != "" && (!resourceNameRE.MatchString(c.ResourceName) || strings.Contains(c.ResourceName, "..")) {
-		return fmt.Errorf(`"resourceName" %q is not a Kubernetes extended resource name like "example.com/netdev"`, c.ResourceName)
+	if err := CheckResourceName(`"resourceName"`, c.ResourceName); err != nil {
+		return err
 	}
 	ids := []struct{ key, val string }{
 		{"deviceID", c.DeviceID}, {"pciBusID", c.PCIBusID}, {"runtimeConfig.deviceID", c.RuntimeConfig.DeviceID},
@@ -124,6 +124,16 @@ func (c *NetConf) validateDevice() error {
 		if err := CheckDeviceID(id.key, id.val); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// CheckResourceName rejects a resource name (from the config, or a
+// NetworkAttachmentDefinition's annotation) that is not a Kubernetes
+// extended resource name, so it can name no file outside deviceInfoDir/dp.
+func CheckResourceName(what, res string) error {
+	if res != "" && (!resourceNameRE.MatchString(res) || strings.Contains(res, "..")) {
+		return fmt.Errorf(`%s %q is not a Kubernetes extended resource name like "example.com/netdev"`, what, res)
 	}
 	return nil
 }

@@ -39,6 +39,10 @@ func (c *call) resourceName() (string, *types.Error) {
 		return "", cniError(ErrNoDeviceSource, fmt.Sprintf("NetworkAttachmentDefinition %s/%s has no k8s.v1.cni.cncf.io/resourceName "+
 			"annotation: add it or set \"resourceName\" in the config", ns, name), nil)
 	}
+	what := fmt.Sprintf("the k8s.v1.cni.cncf.io/resourceName annotation of NetworkAttachmentDefinition %s/%s", ns, name)
+	if err := config.CheckResourceName(what, res); err != nil {
+		return "", cniError(ErrNoDeviceSource, err.Error()+": fix the annotation", nil)
+	}
 	return res, nil
 }
 

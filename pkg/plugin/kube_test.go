@@ -154,6 +154,21 @@ func TestKubeHookExplicitNAD(t *testing.T) {
 	}
 }
 
+// A NAD's resourceName annotation is checked like the config's: it names
+// files under deviceInfoDir/dp.
+func TestKubeHookInvalidNADResourceName(t *testing.T) {
+	k := newKubeEnv(t)
+	k.kube.nads["default/fast-net"] = "example.com/../../etc"
+	err := k.p.Add(k.args())
+	var te *types.Error
+	if !errors.As(err, &te) || te.Code != ErrNoDeviceSource || !strings.Contains(te.Msg, "NetworkAttachmentDefinition default/fast-net") {
+		t.Fatalf("ADD with a bad annotation: %v", err)
+	}
+	if st := k.claims(); len(st) != 0 {
+		t.Errorf("claims %+v", st)
+	}
+}
+
 // "required" fails ADD (and rolls back) when the API server fails;
 // "best-effort" carries on.
 func TestKubeHookRequiredVersusBestEffort(t *testing.T) {
