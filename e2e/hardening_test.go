@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
+	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
 // A caller-given CNIDeviceInfoFile outside the device-info directories is
@@ -127,5 +128,37 @@ func TestPrevResultKeptInChain(t *testing.T) {
 	}
 	if st := e.state(); len(st) != 1 || st[0].NetworkStatus == nil || len(st[0].NetworkStatus.IPs) != 1 {
 		t.Errorf("network-status must describe the delegate's interface only: %+v", st)
+	}
+}
+
+// Per CNI version: the delegate inherits it, CHECK exists from 0.4.0, STATUS
+// and GC from 1.1.0 (an older config gets code 2 for them), ADD and DEL
+// always.
+func TestCommandsPerVersion(t *testing.T) {
+	e := newEnv(t)
+	e.pr.SetAllocatable(&v1.AllocatableResourcesResponse{})
+	e.setPod("default", "p1", "dev-1")
+	for _, v := range []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"} {
+		t.Run(v, func(t *testing.T) {
+			pod := newNS(t)
+			conf := e.conf("fast-net", e.recorder(nil))
+			conf["cniVersion"] = v
+			stdin, args := mustJSON(t, conf), podArgs("default", "p1")
+			if _, ce := e.run("ADD", stdin, "c1", pod.Path(), "net1", args); ce != nil {
+				t.Fatalf("ADD: %+v", ce)
+			}
+			if _, got := e.record("ADD", "c1", "net1"); got["cniVersion"] != v {
+				t.Errorf("delegate got cniVersion %v", got["cniVersion"])
+			}
+			for cmd, since := range map[string]string{"CHECK": "0.4.0", "STATUS": "1.1.0", "GC": "1.1.0"} {
+				_, ce := e.run(cmd, stdin, "c1", pod.Path(), "net1", args)
+				if supported := v >= since; supported != (ce == nil) || (ce != nil && ce.Code != types.ErrIncompatibleCNIVersion) {
+					t.Errorf("%s at %s: %+v", cmd, v, ce)
+				}
+			}
+			if _, ce := e.run("DEL", stdin, "c1", pod.Path(), "net1", args); ce != nil {
+				t.Errorf("DEL: %+v", ce)
+			}
+		})
 	}
 }
