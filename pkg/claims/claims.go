@@ -248,21 +248,32 @@ func (s *Store) RemoveCorrupt(network string, keep func(Key) bool) ([]Key, error
 			if !ok || k.Network != network || keep(k) {
 				continue
 			}
-			p, err := s.path(k)
+			gone, err := s.removeIfCorrupt(k)
 			if err != nil {
-				continue // not a name devplumb writes
+				return err
 			}
-			if _, err := readRecord(p); err == nil {
-				continue // readable, or gone: List's business
+			if gone {
+				removed = append(removed, k)
 			}
-			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return fmt.Errorf("remove state: %w", err)
-			}
-			removed = append(removed, k)
 		}
 		return nil
 	})
 	return removed, err
+}
+
+// removeIfCorrupt removes k's record when it cannot be read.
+func (s *Store) removeIfCorrupt(k Key) (bool, error) {
+	p, err := s.path(k)
+	if err != nil {
+		return false, nil // not a name devplumb writes
+	}
+	if _, err := readRecord(p); err == nil {
+		return false, nil // readable, or gone: List's business
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return false, fmt.Errorf("remove state: %w", err)
+	}
+	return true, nil
 }
 
 // Request asks for a device for one attachment.

@@ -23,14 +23,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	if cerr != nil {
 		return cerr
 	}
-	if args.Netns != "" {
-		if _, err := os.Stat(args.Netns); err != nil {
-			// The sandbox is gone and took the interface with it: delegates
-			// clean the rest (IPAM, host side) given no netns, as CNI allows.
-			p.Log.Info("netns already gone; running DEL without it", "netns", args.Netns)
-			c.args.Netns = ""
-		}
-	}
+	c.forgetGoneNetns()
 	rec, err := c.claims.Get(c.key)
 	if err != nil {
 		// A corrupt record cannot guide DEL; fall back to the stateless path.
@@ -58,6 +51,24 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		return cniError(ErrState, "cannot release the device claim in \"stateDir\" "+c.conf.StateDir, err)
 	}
 	return nil
+}
+
+// forgetGoneNetns clears a netns that no longer exists: the sandbox is gone
+// and took the interface with it; delegates clean the rest (IPAM, host side)
+// given no netns, as CNI allows.
+func (c *call) forgetGoneNetns() {
+	if existingNetns(c.args.Netns) == "" && c.args.Netns != "" {
+		c.p.Log.Info("netns already gone; running DEL without it", "netns", c.args.Netns)
+		c.args.Netns = ""
+	}
+}
+
+// existingNetns is path if it still exists, else "".
+func existingNetns(path string) string {
+	if _, err := os.Stat(path); path == "" || err != nil {
+		return ""
+	}
+	return path
 }
 
 // delInputs is what DEL runs: the cached delegate config and arguments of

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/skel"
@@ -163,11 +162,8 @@ func (c *call) undo(rec *claims.Attachment) error {
 		if err != nil {
 			return err
 		}
-		netns := rec.NetNS
-		if _, err := os.Stat(netns); err != nil {
-			netns = "" // the sandbox is gone: nothing left inside it
-		}
-		rt := &libcni.RuntimeConf{ContainerID: rec.ContainerID, IfName: rec.IfName, NetNS: netns,
+		// A sandbox already gone left nothing inside it: DEL without netns.
+		rt := &libcni.RuntimeConf{ContainerID: rec.ContainerID, IfName: rec.IfName, NetNS: existingNetns(rec.NetNS),
 			Args: rec.CNIArgs, CapabilityArgs: rec.CapabilityArgs}
 		inv := invoker(c.args.Path, c.conf.StateDir, rec.Network) // rec may be of another network of the pod
 		if err := inv.Del(context.Background(), list, rt); err != nil {
