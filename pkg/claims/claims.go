@@ -303,6 +303,7 @@ type Claimed struct {
 
 // Claim picks a device for the attachment under the lock and records it.
 // A retried ADD of the same attachment gets the device it already holds.
+// On error, a non-nil Claimed still lists the claims it dropped.
 func (s *Store) Claim(req Request) (*Claimed, error) {
 	var out *Claimed
 	err := s.Locked(func() error {
@@ -320,6 +321,7 @@ func (s *Store) claimLocked(req Request) (*Claimed, error) {
 	}
 	out := &Claimed{Unreadable: unreadable}
 	held := map[string]*Attachment{}
+	var replaced *Attachment
 	for _, a := range all {
 		switch {
 		case a.Key == req.Key:
@@ -328,7 +330,9 @@ func (s *Store) claimLocked(req Request) (*Claimed, error) {
 				return out, nil
 			}
 			// The same attachment asks for a different device now: its
-			// old claim is stale.
+			// old claim is stale, and what it set up is undone once the
+			// new claim replaces it.
+			replaced = a
 		case olderSandbox(a, req):
 			if err := s.Remove(a.Key); err != nil {
 				return nil, err
@@ -349,10 +353,18 @@ func (s *Store) claimLocked(req Request) (*Claimed, error) {
 		if held[dev] != nil {
 			continue
 		}
-		out.Attachment = &Attachment{Key: req.Key, Pod: req.Pod, ResourceName: req.ResourceName, DeviceID: dev}
-		return out, s.Put(out.Attachment)
+		a := &Attachment{Key: req.Key, Pod: req.Pod, ResourceName: req.ResourceName, DeviceID: dev}
+		if err := s.Put(a); err != nil {
+			return out, err
+		}
+		if replaced != nil {
+			out.Dropped = append(out.Dropped, replaced)
+		}
+		out.Attachment = a
+		return out, nil
 	}
-	return nil, noFreeError(req, held)
+	// The older sandboxes' claims are gone even so: the caller undoes them.
+	return out, noFreeError(req, held)
 }
 
 // olderSandbox: a record of the same pod under another container ID belongs

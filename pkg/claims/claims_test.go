@@ -248,3 +248,24 @@ func TestRemoveCorrupt(t *testing.T) {
 		t.Errorf("left %+v %v: want the readable record and two corrupt ones reported", all, err)
 	}
 }
+
+// The same attachment asking for another device drops its old claim (the
+// caller undoes it); a new sandbox's claim failing still reports the older
+// sandbox's claims it dropped.
+func TestReplacedAndDroppedAreReported(t *testing.T) {
+	s := New(t.TempDir())
+	if _, err := s.Claim(req("p", "c1", "net1", "d0")); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Claim(req("p", "c1", "net1", "d1"))
+	if err != nil || c.Attachment.DeviceID != "d1" || len(c.Dropped) != 1 || c.Dropped[0].DeviceID != "d0" {
+		t.Fatalf("claim of another device: %+v %v", c, err)
+	}
+	if _, err := s.Claim(req("q", "c9", "net1", "d2")); err != nil {
+		t.Fatal(err)
+	}
+	c, err = s.Claim(req("p", "c2", "net1", "d2"))
+	if !errors.Is(err, ErrNoFreeDevice) || c == nil || len(c.Dropped) != 1 || c.Dropped[0].ContainerID != "c1" {
+		t.Fatalf("failed claim of a new sandbox: %+v %v", c, err)
+	}
+}

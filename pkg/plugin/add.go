@@ -57,16 +57,18 @@ func (c *call) claim() (*claims.Attachment, *types.Error) {
 	}
 	claimed, err := c.claims.Claim(claims.Request{Key: c.key, Pod: c.pod, ResourceName: res, Candidates: cands,
 		Stale: c.staleClaim})
+	if claimed != nil {
+		if claimed.Unreadable != nil {
+			c.p.Log.Warn("passing over corrupt state records; remove them or run DEL of their attachments", "error", claimed.Unreadable)
+		}
+		c.dropOlderSandboxes(claimed.Dropped)
+	}
 	if errors.Is(err, claims.ErrNoFreeDevice) {
 		return nil, cniError(ErrNoFreeDevice, err.Error(), nil)
 	}
 	if err != nil {
 		return nil, cniError(ErrState, "cannot record the device claim in \"stateDir\" "+c.conf.StateDir, err)
 	}
-	if claimed.Unreadable != nil {
-		c.p.Log.Warn("passing over corrupt state records; remove them or run DEL of their attachments", "error", claimed.Unreadable)
-	}
-	c.dropOlderSandboxes(claimed.Dropped)
 	return claimed.Attachment, nil
 }
 
