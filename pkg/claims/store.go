@@ -1,0 +1,218 @@
+package claims
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/utils"
+	"golang.org/x/sys/unix"
+
+	"github.com/devplumb/devplumb/pkg/atomicfile"
+)
+
+// This file is the record store: one file per attachment, the lock, and
+// reading and writing records. claims.go decides who gets which device.
+
+func (s *Store) attachDir() string { return filepath.Join(s.Dir, "attachments") }
+
+// path of the record of k. Each part must pass the CNI specification's own
+// check (skel applies it; this keeps a direct caller inside the dir), and
+// ':', which none of them may contain, separates them, so two different
+// attachments never share a file ("a-b","c" and "a","b-c" would with '-').
+func (s *Store) path(k Key) (string, error) {
+	checks := []struct {
+		what, val string
+		check     func(string) *types.Error
+	}{
+		{"network name", k.Network, utils.ValidateNetworkName},
+		{"container ID", k.ContainerID, utils.ValidateContainerID},
+		{"interface name", k.IfName, utils.ValidateInterfaceName},
+	}
+	for _, c := range checks {
+		if err := c.check(c.val); err != nil {
+			return "", fmt.Errorf("attachment %q/%q/%q: %s %q cannot be part of a state file name: %s",
+				k.Network, k.ContainerID, k.IfName, c.what, c.val, err.Msg)
+		}
+	}
+	name := k.Network + ":" + k.ContainerID + ":" + k.IfName + ".json"
+	if len(name) > 255 {
+		return "", fmt.Errorf("attachment %s/%s/%s: state file name is longer than 255 bytes", k.Network, k.ContainerID, k.IfName)
+	}
+	return filepath.Join(s.attachDir(), name), nil
+}
+
+// Locked runs fn while holding the store's exclusive lock.
+func (s *Store) Locked(fn func() error) error {
+	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
+		return fmt.Errorf("create state dir: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(s.Dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return fmt.Errorf("open state lock: %w", err)
+	}
+	defer f.Close()
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("lock state dir %s: %w", s.Dir, err)
+	}
+	defer unix.Flock(int(f.Fd()), unix.LOCK_UN) //nolint:errcheck // closing the file unlocks too
+	return fn()
+}
+
+// Get returns the record of k, or nil when there is none. Callers that
+// modify state hold the lock.
+func (s *Store) Get(k Key) (*Attachment, error) {
+	p, err := s.path(k)
+	if err != nil {
+		return nil, err
+	}
+	return readRecord(p)
+}
+
+func readRecord(p string) (*Attachment, error) {
+	data, err := os.ReadFile(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read state %s: %w", p, err)
+	}
+	a := &Attachment{}
+	if err := json.Unmarshal(data, a); err != nil {
+		return nil, fmt.Errorf("state file %s is corrupt (%v): remove it and run DEL again", p, err)
+	}
+	return a, nil
+}
+
+// Put writes a record atomically.
+func (s *Store) Put(a *Attachment) error {
+	p, err := s.path(a.Key)
+	if err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(a, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode state: %w", err)
+	}
+	if err := atomicfile.WriteFile(p, data, 0o600); err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	return nil
+}
+
+// Remove deletes the record of k; a missing record is fine.
+func (s *Store) Remove(k Key) error {
+	p, err := s.path(k)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove state: %w", err)
+	}
+	return nil
+}
+
+// List returns all records, sorted by file name. Corrupt records are
+// skipped and reported in the error, so one bad file does not block GC.
+func (s *Store) List() ([]*Attachment, error) {
+	out, corrupt, err := s.list()
+	if err != nil {
+		return nil, err
+	}
+	return out, corrupt
+}
+
+// list returns the readable records, the errors of corrupt ones apart, and
+// err when the directory itself cannot be read.
+func (s *Store) list() (out []*Attachment, corrupt, err error) {
+	entries, err := os.ReadDir(s.attachDir())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("list state: %w", err)
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Name() < entries[j].Name() })
+	var errs []error
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		a, err := readRecord(filepath.Join(s.attachDir(), e.Name()))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if a != nil {
+			out = append(out, a)
+		}
+	}
+	return out, errors.Join(errs...), nil
+}
+
+// keyOf parses a record's file name back into its key: the names are
+// unambiguous, so even a record too corrupt to read can be told apart.
+func keyOf(name string) (Key, bool) {
+	base, ok := strings.CutSuffix(name, ".json")
+	parts := strings.Split(base, ":")
+	if !ok || len(parts) != 3 {
+		return Key{}, false
+	}
+	return Key{Network: parts[0], ContainerID: parts[1], IfName: parts[2]}, true
+}
+
+// RemoveCorrupt removes, under the lock, the unreadable records of network
+// that keep does not want, and returns their keys, so GC clears them too.
+func (s *Store) RemoveCorrupt(network string, keep func(Key) bool) ([]Key, error) {
+	var removed []Key
+	err := s.Locked(func() error {
+		entries, err := os.ReadDir(s.attachDir())
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("list state: %w", err)
+		}
+		for _, e := range entries {
+			k, ok := keyOf(e.Name())
+			if !ok || k.Network != network || keep(k) {
+				continue
+			}
+			gone, err := s.removeIfCorrupt(k)
+			if err != nil {
+				return err
+			}
+			if gone {
+				removed = append(removed, k)
+			}
+		}
+		return nil
+	})
+	return removed, err
+}
+
+// removeIfCorrupt removes k's record when it cannot be read.
+func (s *Store) removeIfCorrupt(k Key) (bool, error) {
+	p, err := s.path(k)
+	if err != nil {
+		return false, nil // not a name devplumb writes
+	}
+	if _, err := readRecord(p); err == nil {
+		return false, nil // readable, or gone: List's business
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return false, fmt.Errorf("remove state: %w", err)
+	}
+	return true, nil
+}
