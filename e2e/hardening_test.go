@@ -150,10 +150,11 @@ func TestCommandsPerVersion(t *testing.T) {
 			if _, got := e.record("ADD", "c1", "net1"); got["cniVersion"] != v {
 				t.Errorf("delegate got cniVersion %v", got["cniVersion"])
 			}
-			for cmd, since := range map[string]string{"CHECK": "0.4.0", "STATUS": "1.1.0", "GC": "1.1.0"} {
-				_, ce := e.run(cmd, stdin, "c1", pod.Path(), "net1", args)
-				if supported := v >= since; supported != (ce == nil) || (ce != nil && ce.Code != types.ErrIncompatibleCNIVersion) {
-					t.Errorf("%s at %s: %+v", cmd, v, ce)
+			// In this order: GC (with no valid attachments) removes the attachment.
+			for _, c := range []struct{ cmd, since string }{{"CHECK", "0.4.0"}, {"STATUS", "1.1.0"}, {"GC", "1.1.0"}} {
+				_, ce := e.run(c.cmd, stdin, "c1", pod.Path(), "net1", args)
+				if supported := v >= c.since; supported != (ce == nil) || (ce != nil && ce.Code != types.ErrIncompatibleCNIVersion) {
+					t.Errorf("%s at %s: %+v", c.cmd, v, ce)
 				}
 			}
 			if _, ce := e.run("DEL", stdin, "c1", pod.Path(), "net1", args); ce != nil {
