@@ -8,6 +8,8 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/devplumb/devplumb/pkg/claims"
 )
 
 // A caller-given CNIDeviceInfoFile outside the device-info directories is
@@ -161,5 +163,30 @@ func TestCommandsPerVersion(t *testing.T) {
 				t.Errorf("DEL: %+v", ce)
 			}
 		})
+	}
+}
+
+// ADD retried after devplumb died while the delegate ran (state records the
+// delegate config, not completion) first undoes that delegate ADD, so
+// host-device finds its device on the host again and the retry succeeds.
+func TestAddRetriedAfterCrashInDelegate(t *testing.T) {
+	e := newEnv(t)
+	dev, pod, _, args := e.hostDevicePod("0000:01:02.7")
+	e.mustCnitool("add", "fast-net", pod.Path(), "net1", args, "")
+	store := claims.New(e.stateDir)
+	rec, err := store.Get(claims.Key{Network: "fast-net", ContainerID: cnitoolID(pod.Path()), IfName: "net1"})
+	if err != nil || rec == nil {
+		t.Fatalf("state %+v %v", rec, err)
+	}
+	rec.Complete, rec.Result, rec.NetworkStatus = false, nil, nil
+	if err := store.Put(rec); err != nil {
+		t.Fatal(err)
+	}
+	e.mustCnitool("add", "fast-net", pod.Path(), "net1", args, "")
+	if !linkIn(t, pod, "net1") || hostLink(dev) {
+		t.Fatal("the device is not in the pod after the retried ADD")
+	}
+	if st := e.state(); len(st) != 1 || !st[0].Complete {
+		t.Errorf("state %+v", st)
 	}
 }

@@ -32,11 +32,27 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	}
 	result, replayed := c.replay(rec)
 	if !replayed {
+		c.cleanCrashedAdd(rec)
 		if result, cerr = c.attach(rec); cerr != nil {
 			return cerr
 		}
 	}
 	return types.PrintResult(result, c.conf.CNIVersion)
+}
+
+// cleanCrashedAdd undoes the delegates of an earlier ADD of this attachment
+// that recorded its delegate config but never completed (devplumb was killed
+// while the delegate ran): running the delegate ADD again on top of it would
+// fail (host-device finds its device in the pod already). The CNI file stays:
+// it may be the caller's, and attach writes it again.
+func (c *call) cleanCrashedAdd(rec *claims.Attachment) {
+	if rec.Complete || len(rec.Delegate) == 0 {
+		return
+	}
+	c.p.Log.Info("undoing the delegates of an unfinished earlier ADD", "container", rec.ContainerID, "ifname", rec.IfName)
+	if err := c.undoDelegate(rec); err != nil {
+		c.p.Log.Warn("cannot undo the delegates of an unfinished earlier ADD", "error", err)
+	}
 }
 
 // claim checks the chain's prevResult, finds the candidate devices and

@@ -157,21 +157,31 @@ func (c *call) collect(rec *claims.Attachment) error {
 // undo runs the delegate DEL of a recorded attachment with what its ADD used
 // and removes its CNI file; the claim is the caller's.
 func (c *call) undo(rec *claims.Attachment) error {
-	if len(rec.Delegate) > 0 {
-		list, err := delegate.ListFromBytes(rec.Delegate)
-		if err != nil {
-			return err
-		}
-		// A sandbox already gone left nothing inside it: DEL without netns.
-		rt := &libcni.RuntimeConf{ContainerID: rec.ContainerID, IfName: rec.IfName, NetNS: existingNetns(rec.NetNS),
-			Args: rec.CNIArgs, CapabilityArgs: rec.CapabilityArgs}
-		inv := invoker(c.args.Path, c.conf.StateDir, rec.Network) // rec may be of another network of the pod
-		if err := inv.Del(context.Background(), list, rt); err != nil {
-			return fmt.Errorf("delegate DEL of container %s interface %s: %w", rec.ContainerID, rec.IfName, err)
-		}
+	if err := c.undoDelegate(rec); err != nil {
+		return err
 	}
 	if f := c.ownedCNIFile(rec.CNIFile); f != "" {
 		return devinfo.RemoveFile(f)
+	}
+	return nil
+}
+
+// undoDelegate runs the delegate DEL of a recorded attachment, if its ADD
+// got as far as recording the delegate config.
+func (c *call) undoDelegate(rec *claims.Attachment) error {
+	if len(rec.Delegate) == 0 {
+		return nil
+	}
+	list, err := delegate.ListFromBytes(rec.Delegate)
+	if err != nil {
+		return err
+	}
+	// A sandbox already gone left nothing inside it: DEL without netns.
+	rt := &libcni.RuntimeConf{ContainerID: rec.ContainerID, IfName: rec.IfName, NetNS: existingNetns(rec.NetNS),
+		Args: rec.CNIArgs, CapabilityArgs: rec.CapabilityArgs}
+	inv := invoker(c.args.Path, c.conf.StateDir, rec.Network) // rec may be of another network of the pod
+	if err := inv.Del(context.Background(), list, rt); err != nil {
+		return fmt.Errorf("delegate DEL of container %s interface %s: %w", rec.ContainerID, rec.IfName, err)
 	}
 	return nil
 }
