@@ -114,32 +114,55 @@ func (s *Store) claimLocked(req Request) (*Claimed, error) {
 		return nil, err
 	}
 	out := &Claimed{Unreadable: unreadable}
+	own, held, err := s.partition(req, all, out)
+	if err != nil {
+		return out, err
+	}
+	if own != nil && slices.Contains(req.Candidates, own.DeviceID) && own.ResourceName == req.ResourceName {
+		out.Attachment = own
+		return out, nil
+	}
+	if err := s.pick(req, held, out); err != nil {
+		// The older sandboxes' claims are gone even so: the caller undoes them.
+		return out, err
+	}
+	if own != nil {
+		// The same attachment asked for another device: what its old
+		// claim set up is the caller's to undo.
+		out.Dropped = append(out.Dropped, own)
+	}
+	return out, nil
+}
+
+// partition sorts the records: the attachment's own, the claims of older
+// sandboxes of the pod (removed, into out.Dropped), and the devices of the
+// resource other attachments hold.
+func (s *Store) partition(req Request, all []*Attachment, out *Claimed) (*Attachment, map[string]*Attachment, error) {
+	var own *Attachment
 	held := map[string]*Attachment{}
-	var replaced *Attachment
 	for _, a := range all {
 		switch {
 		case a.Key == req.Key:
-			if slices.Contains(req.Candidates, a.DeviceID) && a.ResourceName == req.ResourceName {
-				out.Attachment = a
-				return out, nil
-			}
-			// The same attachment asks for a different device now: its
-			// old claim is stale, and what it set up is undone once the
-			// new claim replaces it.
-			replaced = a
+			own = a
 		case olderSandbox(a, req):
 			if err := s.Remove(a.Key); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			out.Dropped = append(out.Dropped, a)
 		case a.ResourceName == req.ResourceName:
 			held[a.DeviceID] = a
 		}
 	}
+	return own, held, nil
+}
+
+// pick records the first candidate no one holds, taking over a holder that
+// req.Stale calls stale, into out.Attachment.
+func (s *Store) pick(req Request, held map[string]*Attachment, out *Claimed) error {
 	for _, dev := range req.Candidates {
 		if a := held[dev]; a != nil && req.Stale != nil && req.Stale(a) {
 			if err := s.Remove(a.Key); err != nil {
-				return nil, err
+				return err
 			}
 			out.Dropped = append(out.Dropped, a)
 			delete(held, dev)
@@ -149,16 +172,12 @@ func (s *Store) claimLocked(req Request) (*Claimed, error) {
 		}
 		a := &Attachment{Key: req.Key, Pod: req.Pod, ResourceName: req.ResourceName, DeviceID: dev}
 		if err := s.Put(a); err != nil {
-			return out, err
-		}
-		if replaced != nil {
-			out.Dropped = append(out.Dropped, replaced)
+			return err
 		}
 		out.Attachment = a
-		return out, nil
+		return nil
 	}
-	// The older sandboxes' claims are gone even so: the caller undoes them.
-	return out, noFreeError(req, held)
+	return noFreeError(req, held)
 }
 
 // olderSandbox: a record of the same pod under another container ID belongs
