@@ -190,3 +190,19 @@ func TestAddRetriedAfterCrashInDelegate(t *testing.T) {
 		t.Errorf("state %+v", st)
 	}
 }
+
+// ADD repeated for a completed attachment with other inputs (here another
+// CNI_ARGS) undoes the first setup and makes the new one, instead of failing
+// on top of it and rolling the working device out of the pod.
+func TestRepeatedAddWithOtherInputs(t *testing.T) {
+	e := newEnv(t)
+	dev, pod, _, args := e.hostDevicePod("0000:01:03.0")
+	e.mustCnitool("add", "fast-net", pod.Path(), "net1", args, "")
+	e.mustCnitool("add", "fast-net", pod.Path(), "net1", args+";K8S_POD_INFRA_CONTAINER_ID=other", "")
+	if !linkIn(t, pod, "net1") || hostLink(dev) {
+		t.Fatal("the device is not in the pod after the repeated ADD")
+	}
+	if st := e.state(); len(st) != 1 || !st[0].Complete {
+		t.Errorf("state %+v", st)
+	}
+}

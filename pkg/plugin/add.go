@@ -32,7 +32,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	}
 	result, replayed := c.replay(rec)
 	if !replayed {
-		c.cleanCrashedAdd(rec)
+		c.cleanEarlierAdd(rec)
 		if result, cerr = c.attach(rec); cerr != nil {
 			return cerr
 		}
@@ -40,18 +40,19 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	return types.PrintResult(result, c.conf.CNIVersion)
 }
 
-// cleanCrashedAdd undoes the delegates of an earlier ADD of this attachment
-// that recorded its delegate config but never completed (devplumb was killed
-// while the delegate ran): running the delegate ADD again on top of it would
-// fail (host-device finds its device in the pod already). The CNI file stays:
-// it may be the caller's, and attach writes it again.
-func (c *call) cleanCrashedAdd(rec *claims.Attachment) {
-	if rec.Complete || len(rec.Delegate) == 0 {
+// cleanEarlierAdd undoes the delegates of an earlier ADD of this attachment
+// that recorded its delegate config and is not being replayed: one devplumb
+// died in (the delegate ran, completion was never recorded), or a repeat with
+// other inputs. Running the delegate ADD again on top of it would fail
+// (host-device finds its device in the pod already). The CNI file stays: it
+// may be the caller's, and attach writes it again.
+func (c *call) cleanEarlierAdd(rec *claims.Attachment) {
+	if len(rec.Delegate) == 0 {
 		return
 	}
-	c.p.Log.Info("undoing the delegates of an unfinished earlier ADD", "container", rec.ContainerID, "ifname", rec.IfName)
+	c.p.Log.Info("undoing the delegates of an earlier ADD of this attachment", "container", rec.ContainerID, "ifname", rec.IfName)
 	if err := c.undoDelegate(rec); err != nil {
-		c.p.Log.Warn("cannot undo the delegates of an unfinished earlier ADD", "error", err)
+		c.p.Log.Warn("cannot undo the delegates of an earlier ADD of this attachment", "error", err)
 	}
 }
 
