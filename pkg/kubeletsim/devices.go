@@ -181,10 +181,7 @@ func (n *Node) Registered(res string) bool {
 // WaitRegistered waits until a plugin for res is registered and has sent its
 // first device list. After a node restart it waits for the re-registration.
 func (n *Node) WaitRegistered(ctx context.Context, res string) error {
-	err := n.wait(ctx, func() bool {
-		ep := n.endpoints[res]
-		return ep != nil && ep.listed
-	})
+	err := n.wait(ctx, func() bool { return n.Registered(res) })
 	if err != nil {
 		return fmt.Errorf("waiting for device plugin %s to register: %w", res, err)
 	}
@@ -192,24 +189,19 @@ func (n *Node) WaitRegistered(ctx context.Context, res string) error {
 }
 
 // WaitResources waits until cond holds for Resources(); tests use it to wait
-// for a health change to arrive.
+// for a health change to arrive. cond may call the Node's methods.
 func (n *Node) WaitResources(ctx context.Context, cond func(map[string][]Device) bool) error {
-	return n.wait(ctx, func() bool {
-		cp := make(map[string][]Device, len(n.devices))
-		for res, devs := range n.devices {
-			cp[res] = cloneDevices(devs)
-		}
-		return cond(cp)
-	})
+	return n.wait(ctx, func() bool { return cond(n.Resources()) })
 }
 
-// wait re-checks cond (called with n.mu held) after every change.
+// wait re-checks cond (called without n.mu) after every change.
 func (n *Node) wait(ctx context.Context, cond func() bool) error {
 	for {
+		// Taken before cond runs: a change while it runs closes ch.
 		n.mu.Lock()
-		ok, ch := cond(), n.changed
+		ch := n.changed
 		n.mu.Unlock()
-		if ok {
+		if cond() {
 			return nil
 		}
 		select {

@@ -68,3 +68,16 @@ func TestSecondNodeOnServedRootRefused(t *testing.T) {
 	again := startNode(t, dir) // a stopped node's root is free again
 	again.Stop()
 }
+
+// TestWaitResourcesCondMayCallNode: a condition that asks the node more
+// (Registered, Pods) must not deadlock on the node's lock.
+func TestWaitResourcesCondMayCallNode(t *testing.T) {
+	n := startNode(t, root(t))
+	p := kubeletsimtest.NewPlugin(t, n.PluginDir(), vf, "vf.sock", kubeletsimtest.Dev("d1"))
+	p.Start(t.Context(), false)
+	if err := n.WaitResources(t.Context(), func(r map[string][]kubeletsim.Device) bool {
+		return len(r[vf]) == 1 && n.Registered(vf) && len(n.Pods()) == 0
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
