@@ -128,3 +128,23 @@ func TestSecondInstanceLeavesTheFirstAlone(t *testing.T) {
 		t.Errorf("CDI specs of the running instance: %v", left)
 	}
 }
+
+// TestRemovedFileIsWrittenAgain: a listed device's file removed by someone
+// else comes back at the next sync.
+func TestRemovedFileIsWrittenAgain(t *testing.T) {
+	r := &resource{name: resVF, store: devinfo.NewStore(t.TempDir()), log: slog.Default(),
+		files: map[string]*devinfo.DeviceInfo{}}
+	devs := devpool.Index([]devpool.Device{{ID: "0000:01:01.0", Healthy: true, Info: pciInfo("0000:01:01.0")}})
+	if errs := r.syncFiles(devs); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	if err := r.store.RemoveDP(resVF, "0000:01:01.0"); err != nil {
+		t.Fatal(err)
+	}
+	if errs := r.syncFiles(devs); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	if _, err := r.store.ReadDP(resVF, "0000:01:01.0"); err != nil {
+		t.Fatalf("removed file not written again: %v", err)
+	}
+}

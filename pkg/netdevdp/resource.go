@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"reflect"
 	"strings"
 	"sync"
@@ -100,7 +101,7 @@ func (r *resource) sync() error {
 func (r *resource) syncFiles(next map[string]devpool.Device) []error {
 	var errs []error
 	for id, d := range next {
-		if d.Info == nil || reflect.DeepEqual(r.files[id], d.Info) {
+		if d.Info == nil || (reflect.DeepEqual(r.files[id], d.Info) && r.fileExists(id)) {
 			continue
 		}
 		if err := r.store.WriteDP(r.name, id, d.Info); err != nil {
@@ -120,6 +121,18 @@ func (r *resource) syncFiles(next map[string]devpool.Device) []error {
 		delete(r.files, id)
 	}
 	return errs
+}
+
+// fileExists tells whether a device's file is still on disk: one removed
+// behind our back (a cleanup script, a gc) is written again at the next sync,
+// since consumers of a listed device need it.
+func (r *resource) fileExists(id string) bool {
+	path, err := r.store.DPPath(r.name, id)
+	if err != nil {
+		return false
+	}
+	_, err = os.Stat(path)
+	return err == nil
 }
 
 func toPlugin(devs []devpool.Device) []deviceplugin.Device {
