@@ -66,8 +66,8 @@ type Server struct {
 
 // New checks cfg and returns a server that is not yet serving.
 func New(cfg Config) (*Server, error) {
-	if cfg.ResourceName == "" || strings.Count(cfg.ResourceName, "/") != 1 {
-		return nil, fmt.Errorf("device plugin: resource name %q must have the form domain/name", cfg.ResourceName)
+	if err := ValidateResourceName(cfg.ResourceName); err != nil {
+		return nil, fmt.Errorf("device plugin: %w", err)
 	}
 	if cfg.Allocate == nil {
 		return nil, fmt.Errorf("device plugin %s: Allocate function is required", cfg.ResourceName)

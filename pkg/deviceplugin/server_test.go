@@ -34,6 +34,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	for _, c := range []Config{
 		{ResourceName: "noslash", Allocate: alloc},
 		{ResourceName: "a/b/c", Allocate: alloc},
+		{ResourceName: "kubernetes.io/gpu", Allocate: alloc}, // the kubelet would refuse these
+		{ResourceName: "example.com/bad name", Allocate: alloc},
 		{ResourceName: "a/b"},
 		{ResourceName: "a/b", Allocate: alloc, Endpoint: "../x.sock"},
 		{ResourceName: "a/b", Allocate: alloc, Endpoint: "kubelet.sock"},

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/devplumb/devplumb/pkg/deviceplugin"
 	"k8s.io/apimachinery/pkg/util/validation"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
@@ -20,27 +21,9 @@ func validateVersion(v string) error {
 	return nil
 }
 
-// ValidateResourceName applies the kubelet's extended resource name rule
-// (v1helper.IsExtendedResourceName): domain-qualified, not in the
-// kubernetes.io namespace, not starting with "requests.", and "requests."+name
-// a valid qualified name.
-func ValidateResourceName(name string) error {
-	invalid := func(why string) error {
-		return fmt.Errorf("the ResourceName %q is invalid: %s", name, why)
-	}
-	switch {
-	case !strings.Contains(name, "/"):
-		return invalid("an extended resource name must be domain-qualified, like example.com/vf")
-	case strings.Contains(name, "kubernetes.io/"):
-		return invalid("the kubernetes.io/ namespace is reserved for native resources")
-	case strings.HasPrefix(name, "requests."):
-		return invalid(`the "requests." prefix is reserved for quota`)
-	}
-	if errs := validation.IsQualifiedName("requests." + name); len(errs) > 0 {
-		return invalid(strings.Join(errs, "; "))
-	}
-	return nil
-}
+// ValidateResourceName applies the kubelet's extended resource name rule,
+// with the kubelet's wording (see deviceplugin.ValidateResourceName).
+func ValidateResourceName(name string) error { return deviceplugin.ValidateResourceName(name) }
 
 // validateEndpoint keeps the plugin socket inside the plugin directory: the
 // kubelet joins the endpoint to its socket dir, so it must be a plain name.

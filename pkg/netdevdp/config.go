@@ -9,9 +9,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"regexp"
 	"time"
 
+	"github.com/devplumb/devplumb/pkg/deviceplugin"
 	"github.com/devplumb/devplumb/pkg/netdevpool"
 	"github.com/devplumb/devplumb/pkg/pcipool"
 	"github.com/devplumb/devplumb/pkg/sockpool"
@@ -93,31 +93,6 @@ func ParseConfig(data []byte) (*Config, error) {
 	return &c, nil
 }
 
-// resourceName is the kubelet's rule for extended resources: a DNS subdomain
-// prefix and a qualified name.
-var (
-	dnsSubdomain  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
-	qualifiedName = regexp.MustCompile(`^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`)
-)
-
-// ValidateResourceName checks "domain/name" as the kubelet does for device
-// plugin resources (kubernetes.io domains are reserved).
-func ValidateResourceName(name string) error {
-	var domain, n string
-	if i := bytes.IndexByte([]byte(name), '/'); i > 0 {
-		domain, n = name[:i], name[i+1:]
-	}
-	switch {
-	case domain == "" || len(domain) > 253 || !dnsSubdomain.MatchString(domain):
-		return fmt.Errorf("resource name %q needs a DNS subdomain prefix like example.com/", name)
-	case len(n) > 63 || !qualifiedName.MatchString(n):
-		return fmt.Errorf("resource name %q: %q is not a qualified name (alphanumerics, -, _, ., at most 63)", name, n)
-	case domain == "kubernetes.io" || bytes.HasSuffix([]byte(domain), []byte(".kubernetes.io")):
-		return fmt.Errorf("resource name %q uses the reserved kubernetes.io domain", name)
-	}
-	return nil
-}
-
 // Validate checks everything that can be checked without the host.
 func (c *Config) Validate() error {
 	if len(c.Resources) == 0 {
@@ -126,7 +101,7 @@ func (c *Config) Validate() error {
 	seen := map[string]bool{}
 	for i, r := range c.Resources {
 		where := fmt.Sprintf("resources[%d]", i)
-		if err := ValidateResourceName(r.ResourceName); err != nil {
+		if err := deviceplugin.ValidateResourceName(r.ResourceName); err != nil {
 			return fmt.Errorf("%s: %w", where, err)
 		}
 		if seen[r.ResourceName] {
