@@ -10,13 +10,14 @@ import (
 
 // WriteFile writes data to path atomically: a temp file in the same directory,
 // fsync, chmod to perm, rename over path, fsync of the directory. Missing parent
-// directories are created with mode 0755. An existing file is replaced.
+// directories are created with mode 0755, whatever the umask. An existing file
+// is replaced. Any name up to the 255-byte limit works.
 func WriteFile(path string, data []byte, perm os.FileMode) error {
 	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("create directory %s: %w", dir, err)
+	if err := mkdirAll(dir); err != nil {
+		return err
 	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	tmp, err := os.CreateTemp(dir, tempPattern(filepath.Base(path)))
 	if err != nil {
 		return fmt.Errorf("create temp file in %s: %w", dir, err)
 	}
@@ -46,6 +47,48 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 	}
 	ok = true
 	return syncDir(dir)
+}
+
+// maxTempBase keeps the temp name within the 255 bytes a file name may have
+// (".", ".tmp-" and CreateTemp's random number come on top), so any name
+// that may be written may also be written atomically.
+const maxTempBase = 200
+
+// tempPattern is the hidden temp name for base: readers that list the
+// directory skip names starting with ".".
+func tempPattern(base string) string {
+	if len(base) > maxTempBase {
+		base = base[:maxTempBase]
+	}
+	return "." + base + ".tmp-*"
+}
+
+// mkdirAll creates dir and its missing parents with mode 0755 whatever the
+// umask (a device plugin started with umask 077 would otherwise hide its
+// files from CNI plugins running as another user); existing directories
+// keep their mode.
+func mkdirAll(dir string) error {
+	if st, err := os.Stat(dir); err == nil {
+		if !st.IsDir() {
+			return fmt.Errorf("create directory %s: a file of that name exists", dir)
+		}
+		return nil
+	}
+	if parent := filepath.Dir(dir); parent != dir {
+		if err := mkdirAll(parent); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		if os.IsExist(err) {
+			return nil // made by a concurrent writer
+		}
+		return fmt.Errorf("create directory %s: %w", dir, err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return fmt.Errorf("chmod directory %s: %w", dir, err)
+	}
+	return nil
 }
 
 // syncDir makes the rename durable across a crash.

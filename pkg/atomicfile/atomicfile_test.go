@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -118,4 +120,53 @@ func validContent(got []byte, all [][]byte) bool {
 		}
 	}
 	return false
+}
+
+// A file name at the 255-byte limit is written too: the temp name must not
+// be longer than the file's.
+func TestWriteFileLongestName(t *testing.T) {
+	path := filepath.Join(t.TempDir(), strings.Repeat("n", 255))
+	if err := WriteFile(path, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(path); err != nil || string(got) != "x" {
+		t.Fatalf("read back %q, %v", got, err)
+	}
+}
+
+// Directories are 0755 even under a restrictive umask; existing ones keep
+// their mode.
+func TestWriteFileDirModeIgnoresUmask(t *testing.T) {
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	base := t.TempDir()
+	if err := os.Chmod(base, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(base, "dp", "sub", "f.json")
+	if err := WriteFile(path, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{filepath.Join(base, "dp"), filepath.Dir(path)} {
+		if st, _ := os.Stat(d); st.Mode().Perm() != 0o755 {
+			t.Errorf("%s mode %v, want 0755", d, st.Mode().Perm())
+		}
+	}
+	if st, _ := os.Stat(base); st.Mode().Perm() != 0o711 {
+		t.Errorf("existing dir changed to %v", st.Mode().Perm())
+	}
+	if st, _ := os.Stat(path); st.Mode().Perm() != 0o644 {
+		t.Errorf("file mode %v, want 0644", st.Mode().Perm())
+	}
+}
+
+func TestWriteFileParentIsAFile(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "dp"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := WriteFile(filepath.Join(dir, "dp", "f"), []byte("x"), 0o644)
+	if err == nil || !strings.Contains(err.Error(), "a file of that name exists") {
+		t.Fatalf("want an error naming the file in the way, got %v", err)
+	}
 }
