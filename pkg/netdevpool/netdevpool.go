@@ -22,7 +22,8 @@ type Config struct {
 // moved is an interface that a CNI plugin moved into another namespace.
 type moved struct {
 	dev       devpool.Device
-	peerIndex int // host ifindex of its veth peer, 0 when unknown
+	peerIndex int    // host ifindex of its veth peer, 0 when unknown
+	seq       uint64 // Pool.seq when the move was recorded
 }
 
 // Pool is the named-netdev pool of one resource.
@@ -35,6 +36,9 @@ type Pool struct {
 	moved map[string]moved
 	last  map[string]devpool.Device // host interfaces at the last scan
 	index map[int]bool              // their ifindexes
+	seq   uint64                    // counts recorded moves; see Scan
+
+	afterList func() // test hook: runs between listing links and using them
 }
 
 // New checks the globs and returns the pool; sysfs "" means /sys.
@@ -69,30 +73,25 @@ func (p *Pool) matches(name string) bool {
 }
 
 // Scan lists the selected host interfaces and the moved ones still in use.
+// A move recorded after the links were listed is newer than the list: the
+// interface it names is in use, not "back in the host namespace".
 func (p *Pool) Scan() ([]devpool.Device, error) {
-	links, err := netlinksafe.LinkList()
+	p.mu.Lock()
+	start := p.seq
+	p.mu.Unlock()
+	host, indexes, listed, err := p.listHost()
 	if err != nil {
-		return nil, fmt.Errorf("netdevs pool: list links: %w", err)
-	}
-	host := map[string]devpool.Device{}
-	indexes, listed := map[int]bool{}, map[int]bool{}
-	for _, l := range links {
-		a := l.Attrs()
-		indexes[a.Index] = true
-		if p.matches(a.Name) {
-			host[a.Name] = p.describe(a.Name)
-			listed[a.Index] = true
-		}
+		return nil, err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.last, p.index = host, listed
 	out := make([]devpool.Device, 0, len(host)+len(p.moved))
-	for _, d := range host {
-		out = append(out, d)
-	}
 	for name, m := range p.moved {
 		switch {
+		case m.seq > start:
+			delete(host, name) // moved since the list was taken
+			out = append(out, m.dev)
 		case host[name].ID != "":
 			delete(p.moved, name) // back in the host namespace
 		case m.peerIndex > 0 && !indexes[m.peerIndex]:
@@ -102,8 +101,34 @@ func (p *Pool) Scan() ([]devpool.Device, error) {
 			out = append(out, m.dev)
 		}
 	}
+	for _, d := range host {
+		out = append(out, d)
+	}
 	devpool.Sort(out)
 	return out, nil
+}
+
+// listHost lists the selected host interfaces by name, every host ifindex,
+// and the ifindexes of the selected ones.
+func (p *Pool) listHost() (host map[string]devpool.Device, indexes, listed map[int]bool, err error) {
+	links, err := netlinksafe.LinkList()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("netdevs pool: list links: %w", err)
+	}
+	if p.afterList != nil {
+		p.afterList()
+	}
+	host = map[string]devpool.Device{}
+	indexes, listed = map[int]bool{}, map[int]bool{}
+	for _, l := range links {
+		a := l.Attrs()
+		indexes[a.Index] = true
+		if p.matches(a.Name) {
+			host[a.Name] = p.describe(a.Name)
+			listed[a.Index] = true
+		}
+	}
+	return host, indexes, listed, nil
 }
 
 func (p *Pool) listedIndex(i int) bool {
@@ -157,7 +182,8 @@ func (p *Pool) linkGone(link netlink.Link, index int, movedTo int, wasMoved bool
 	if !ok {
 		dev = devpool.Device{ID: a.Name, Healthy: true, NUMANode: devpool.NoNUMA}
 	}
-	m := moved{dev: dev}
+	p.seq++
+	m := moved{dev: dev, seq: p.seq}
 	if _, isVeth := link.(*netlink.Veth); isVeth && a.NetNsID < 0 && a.ParentIndex > 0 {
 		m.peerIndex = a.ParentIndex
 	}

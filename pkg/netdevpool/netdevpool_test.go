@@ -214,3 +214,44 @@ func TestPCIBackedInterfaceIsDescribed(t *testing.T) {
 		t.Errorf("interface without its device is healthy: %+v", devs[0])
 	}
 }
+
+// TestMoveDuringScanIsKept: an interface moved into a pod while a scan is
+// between listing links and using them is in use: the stale list must not
+// count as "back in the host namespace", or the device would leave the
+// kubelet's list while a pod holds it.
+func TestMoveDuringScanIsKept(t *testing.T) {
+	prefix := vethPair(t)
+	name := prefix + "a"
+	p, err := New(Config{Names: []string{name}}, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	link, err := netlink.LinkByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := newNS(t)
+	p.afterList = func() {
+		p.afterList = nil
+		moveTo(t, name, pod)
+		p.linkGone(link, link.Attrs().Index, 0, true) // what the watcher does with the RTM_DELLINK
+	}
+	count := func(devs []devpool.Device) int {
+		n := 0
+		for _, d := range devs {
+			if d.ID == name && d.Healthy {
+				n++
+			}
+		}
+		return n
+	}
+	for i, what := range []string{"scan racing the move", "next scan"} {
+		devs, err := p.Scan()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := count(devs); n != 1 {
+			t.Fatalf("%s (%d): %s listed healthy %d times, want once: %+v", what, i, name, n, devs)
+		}
+	}
+}
