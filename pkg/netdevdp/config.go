@@ -7,6 +7,7 @@ package netdevdp
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -43,18 +44,18 @@ type Resource struct {
 	Memif        *sockpool.Memif     `json:"memif,omitempty"`
 }
 
-// Duration is a time.Duration written as "5s" in JSON.
+// Duration is a time.Duration written as "5s" in JSON (resyncInterval).
 type Duration struct{ time.Duration }
 
 // UnmarshalJSON parses a Go duration string.
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("duration must be a string like \"5s\": %w", err)
+		return fmt.Errorf("resyncInterval must be a string like \"5s\": %w", err)
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil || v <= 0 {
-		return fmt.Errorf("duration %q is not a positive Go duration", s)
+		return fmt.Errorf("resyncInterval %q is not a positive Go duration like \"5s\"", s)
 	}
 	d.Duration = v
 	return nil
@@ -82,7 +83,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	dec.DisallowUnknownFields()
 	var c Config
 	if err := dec.Decode(&c); err != nil {
-		return nil, fmt.Errorf("decode: %w", err)
+		return nil, fmt.Errorf("decode%s: %w", position(data, err), err)
 	}
 	if dec.More() {
 		return nil, fmt.Errorf("decode: trailing data after the config object")
@@ -91,6 +92,27 @@ func ParseConfig(data []byte) (*Config, error) {
 		return nil, err
 	}
 	return &c, nil
+}
+
+// position is " at line L, column C" of the offending byte, for JSON
+// errors that know their offset.
+func position(data []byte, err error) string {
+	var offset int64
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		offset = syn.Offset
+	case errors.As(err, &typ):
+		offset = typ.Offset
+	default:
+		return ""
+	}
+	// Offset counts the bytes read, the offending one included.
+	before := data[:max(0, min(int(offset)-1, len(data)))]
+	line := bytes.Count(before, []byte("\n")) + 1
+	col := len(before) - bytes.LastIndexByte(before, '\n')
+	return fmt.Sprintf(" at line %d, column %d", line, col)
 }
 
 // Validate checks everything that can be checked without the host.

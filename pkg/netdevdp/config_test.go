@@ -33,10 +33,12 @@ func TestParseConfigErrors(t *testing.T) {
 		`{"resources": [{"resourceName": "noslash", "netdevs": {"names": ["x"]}}]}`:                                                                       "domain-qualified",
 		`{"resources": [{"resourceName": "kubernetes.io/a", "netdevs": {"names": ["x"]}}]}`:                                                               "reserved",
 		`{"resources": [{"resourceName": "example.com/a b", "netdevs": {"names": ["x"]}}]}`:                                                               "name part must consist",
-		`{"resyncInterval": "soon", "resources": [{"resourceName": "example.com/a", "netdevs": {"names": ["x"]}}]}`:                                       "positive Go duration",
+		`{"resyncInterval": "soon", "resources": [{"resourceName": "example.com/a", "netdevs": {"names": ["x"]}}]}`:                                       "resyncInterval \"soon\" is not a positive Go duration",
 		`{"resources": [{"resourceName": "example.com/a", "netdevs": {"names": ["x"]}}, {"resourceName": "example.com/a", "netdevs": {"names": ["y"]}}]}`: "configured twice",
 		`{"resources": [{"resourceName": "example.com/a", "pci": {"vendor": ["8086"]}}]}`:                                                                 `unknown field "vendor"`,
 		`{"resources": [{"resourceName": "example.com/a", "netdevs": {"names": ["x"]}}]} {}`:                                                              "trailing data",
+		"{\"resources\": [\n  {\"resourceName\": \"example.com/a\",}\n]}":                                                                                 "at line 2, column 36",
+		"{\"resources\": [\n  {\"resourceName\": 7}]}":                                                                                                    "at line 2, column 20",
 	}
 	for in, want := range cases {
 		_, err := ParseConfig([]byte(in))
