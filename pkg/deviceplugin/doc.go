@@ -16,6 +16,12 @@
 //     removes every socket in its directory when it starts and then creates
 //     kubelet.sock, so the server re-creates its own socket when it is removed
 //     and registers again when kubelet.sock is created.
+//   - A plugin directory that is removed and created again is followed
+//     (pkg/dirwatch): the plugin serves and registers again in the new one.
 //   - A stale socket left by an earlier run is removed before listening, and
-//     Run removes the socket when its context ends (graceful stop).
+//     Run removes the socket when its context ends (graceful stop). A socket
+//     that another live plugin serves is never replaced: Run fails instead.
+//   - A kubelet that answers the registration with an error (bad version or
+//     resource name) ends Run with ErrRegistrationRejected; New already
+//     checks the resource name with the kubelet's rule.
 package deviceplugin

@@ -105,9 +105,16 @@ func TestWatchSeesRemoval(t *testing.T) {
 	dir := t.TempDir()
 	p, _ := NewVhostUser(VhostUser{SocketDir: dir, Mode: "client"})
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	changed := make(chan struct{}, 64)
-	go p.Watch(ctx, func() { changed <- struct{}{} })
+	done := make(chan struct{})
+	notify := func() {
+		select {
+		case changed <- struct{}{}:
+		default: // full: the test has been told already
+		}
+	}
+	go func() { defer close(done); p.Watch(ctx, notify) }()
+	defer func() { cancel(); <-done }()
 	// The watcher starts asynchronously: create sockets until it reports one.
 	var ls []net.Listener
 	for i := 0; len(changed) == 0; i++ {
