@@ -133,6 +133,11 @@ func (c *Config) Validate() error {
 		if n := r.poolCount(); n != 1 {
 			return fmt.Errorf("%s (%s): exactly one of pci, netdevs, vdpa, vhostUser, memif is required, found %d", where, r.ResourceName, n)
 		}
+		if r.PCI != nil {
+			if err := r.PCI.Validate(); err != nil {
+				return fmt.Errorf("%s (%s): %w", where, r.ResourceName, err)
+			}
+		}
 	}
 	return nil
 }

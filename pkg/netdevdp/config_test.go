@@ -38,6 +38,7 @@ func TestParseConfigErrors(t *testing.T) {
 		`{"resources": [{"resourceName": "example.com/a", "pci": {"vendor": ["8086"]}}]}`:                                                                 `unknown field "vendor"`,
 		`{"resources": [{"resourceName": "example.com/a", "netdevs": {"names": ["x"]}}]} {}`:                                                              "trailing data",
 		"{\"resources\": [\n  {\"resourceName\": \"example.com/a\",}\n]}":                                                                                 "at line 2, column 36",
+		`{"resources": [{"resourceName": "example.com/a", "pci": {"vendors": ["0x8086"]}}]}`:                                                              `resources[0] (example.com/a): pci pool: vendors: "0x8086"`,
 		"{\"resources\": [\n  {\"resourceName\": 7}]}":                                                                                                    "at line 2, column 20",
 	}
 	for in, want := range cases {
