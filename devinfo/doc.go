@@ -15,7 +15,9 @@
 //
 // The types are the NetworkAttachmentDefinition client's, so values and files
 // are interchangeable with every tool built on it. Validate checks what the
-// spec requires; Store reads and writes the two kinds of files atomically and
-// refuses names that would leave the directory. Files of spec version 1.0.x and
+// spec requires; Parse also refuses what Go's JSON decoding would forgive but
+// other readers would not (a key in the wrong case, a key given twice), and
+// keeps keys the spec does not name. Store reads and writes the two kinds of
+// files atomically and refuses names that would leave the directory. Files of spec version 1.0.x and
 // 1.1.x are read; files are written as 1.1.0.
 package devinfo

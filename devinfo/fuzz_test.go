@@ -19,6 +19,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"type":"memif","version":"1.1.0","memif":{"role":"master","path":"/a","mode":"ip"}}`))
 	f.Add([]byte(`{"type":"pci","version":"1.0.0","pci":{"pci-address":"0000:01:1f.7"}}`))
 	f.Add([]byte(`null`))
+	f.Add([]byte(`{"Type":"pci","version":"1.1.0","pci":{"pci-address":"0000:01:02.2","pci-address":"0000:01:02.3"}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		info, err := Parse(data)
 		if err != nil {

@@ -1,6 +1,7 @@
 package devinfo
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"reflect"
@@ -70,5 +71,48 @@ func TestWeWriteNADClientReads(t *testing.T) {
 	}
 	if back, err := ReadFile(cni); err != nil || !reflect.DeepEqual(back, in) {
 		t.Errorf("read NAD-written CNI file: %+v %v", back, err)
+	}
+}
+
+// Multus copies a DP file we wrote with the NAD client; we read its copy.
+// And a device plugin moving from the NAD client to this package rewrites
+// the read-only (0444) file the NAD client left, as a restart does.
+func TestNADClientCopiesOurDPFileAndWeReplaceItsFiles(t *testing.T) {
+	res := nadResource(t)
+	s := NewStore("")
+	in := pciInfo("0000:01:02.2")
+	if err := s.WriteDP(res, "0000:01:02.2", in); err != nil {
+		t.Fatal(err)
+	}
+	cni, err := s.CNIPath(CNIFileName("nad-net", fmt.Sprintf("c%d", os.Getpid()), "net1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(cni) })
+	if err := nadutils.CopyDeviceInfoForCNIFromDP(cni, res, "0000:01:02.2"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ReadFile(cni); err != nil || !reflect.DeepEqual(got, in) {
+		t.Errorf("read the NAD client's CNI copy: %+v %v", got, err)
+	}
+
+	if err := s.RemoveDP(res, "0000:01:02.2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := nadutils.SaveDeviceInfoForDP(res, "0000:01:02.2", in); err != nil {
+		t.Fatal(err)
+	}
+	again := pciInfo("0000:01:02.3")
+	if err := s.WriteDP(res, "0000:01:02.2", again); err != nil {
+		t.Fatalf("overwrite the NAD client's file: %v", err)
+	}
+	if got, err := nadutils.LoadDeviceInfoFromDP(res, "0000:01:02.2"); err != nil || !reflect.DeepEqual(got, again) {
+		t.Errorf("NAD client read %+v %v after our rewrite", got, err)
+	}
+	if err := nadutils.CleanDeviceInfoForDP(res, "0000:01:02.2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ReadDP(res, "0000:01:02.2"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("after the NAD client's clean: %v", err)
 	}
 }

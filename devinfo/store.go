@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/devplumb/devplumb/pkg/atomicfile"
 )
@@ -115,17 +117,23 @@ func checkName(what, s string) error {
 func quote(s string) string { return fmt.Sprintf("%q", s) }
 
 // WriteDP validates info and writes it as the device plugin file of a device,
-// atomically, mode 0644, replacing an older one. The file says version 1.1.0.
+// atomically, mode 0644, replacing an older one. The file says version 1.1.0
+// whatever info.Version is (empty is fine).
 func (s *Store) WriteDP(resourceName, deviceID string, info *DeviceInfo) error {
 	path, err := s.DPPath(resourceName, deviceID)
 	if err != nil {
 		return err
 	}
-	if err := Validate(info); err != nil {
-		return fmt.Errorf("device %s of %s: %w", deviceID, resourceName, err)
+	if info == nil {
+		return fmt.Errorf("device %s of %s: device-info missing (nil)", deviceID, resourceName)
 	}
+	// The version is this package's to set: a caller need not, and a file
+	// written now is 1.1.0 whatever an older one read in said.
 	out := *info
 	out.Version = Version
+	if err := Validate(&out); err != nil {
+		return fmt.Errorf("device %s of %s: %w", deviceID, resourceName, err)
+	}
 	data, err := json.MarshalIndent(&out, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode device-info for %s: %w", path, err)
@@ -176,7 +184,7 @@ func ReadFile(path string) (*DeviceInfo, error) {
 }
 
 func readFile(path string) ([]byte, *DeviceInfo, error) {
-	data, err := os.ReadFile(path)
+	data, err := readRegular(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, &notFoundError{path: path}
 	}
@@ -188,6 +196,39 @@ func readFile(path string) ([]byte, *DeviceInfo, error) {
 		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return data, info, nil
+}
+
+// maxFileSize bounds what a read takes in: a device-info map is a few
+// hundred bytes, and a bigger file is a mistake, not data to load.
+const maxFileSize = 1 << 20
+
+// readRegular reads a regular file of at most maxFileSize bytes. It opens
+// without blocking, so a FIFO or device someone left at the path is refused
+// instead of hanging the CNI ADD that reads it.
+func readRegular(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file (%s)", path, st.Mode().Type())
+	}
+	if st.Size() > maxFileSize {
+		return nil, fmt.Errorf("%s is %d bytes, more than a device-info file can be (%d)", path, st.Size(), maxFileSize)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(data) > maxFileSize {
+		return nil, fmt.Errorf("%s grew beyond %d bytes while read", path, maxFileSize)
+	}
+	return data, nil
 }
 
 // RemoveFile removes a device-info file; a missing file is fine.

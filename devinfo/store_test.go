@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -94,6 +95,60 @@ func TestWriteReadRemoveDP(t *testing.T) {
 	}
 }
 
+// A caller need not set the version: WriteDP writes 1.1.0.
+func TestWriteDPSetsVersion(t *testing.T) {
+	s := NewStore(t.TempDir())
+	info := pciInfo("0000:01:02.2")
+	info.Version = ""
+	if err := s.WriteDP("example.com/net", "d", info); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.ReadDP("example.com/net", "d"); err != nil || got.Version != Version {
+		t.Fatalf("read %+v, %v", got, err)
+	}
+	if info.Version != "" {
+		t.Error("WriteDP changed the caller's value")
+	}
+	if err := s.WriteDP("example.com/net", "d", nil); err == nil {
+		t.Error("nil info accepted")
+	}
+}
+
+// The longest name a DP path allows is also written (atomically).
+func TestWriteDPLongestName(t *testing.T) {
+	s := NewStore(t.TempDir())
+	id := strings.Repeat("i", 255-len("example.com-net--device.json"))
+	if err := s.WriteDP("example.com/net", id, pciInfo("0000:01:02.2")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ReadDP("example.com/net", id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Something other than a regular file at a device-info path is refused at
+// once: a FIFO would otherwise block the reading CNI ADD forever.
+func TestReadRefusesNonRegularFiles(t *testing.T) {
+	s := NewStore(t.TempDir())
+	p, _ := s.DPPath("example.com/net", "fifo")
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dst, _ := s.CNIPath("x")
+	_, err := s.CopyDPToCNI("example.com/net", "fifo", dst)
+	if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("want a not-a-regular-file error, got %v", err)
+	}
+	big, _ := s.DPPath("example.com/net", "big")
+	writeRaw(t, big, bytes.Repeat([]byte(" "), maxFileSize+1))
+	if _, err := s.ReadDP("example.com/net", "big"); err == nil || !strings.Contains(err.Error(), "more than a device-info file") {
+		t.Fatalf("want a size error, got %v", err)
+	}
+}
+
 func TestWriteDPRejectsInvalid(t *testing.T) {
 	s := NewStore(t.TempDir())
 	err := s.WriteDP("example.com/net", "x", &DeviceInfo{Type: TypePCI, Pci: &PciDevice{PciAddress: "bad"}})
@@ -169,18 +224,25 @@ func TestList(t *testing.T) {
 func TestConcurrentWritersNeverLeaveMixedFile(t *testing.T) {
 	s := NewStore(t.TempDir())
 	var wg sync.WaitGroup
+	infos := map[string]bool{}
 	for i := range 16 {
+		infos[fmt.Sprintf("0000:01:%02x.%d", i%32, i%8)] = true
+	}
+	for addr := range infos {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			info := pciInfo(fmt.Sprintf("0000:01:%02x.%d", i%32, i%8))
+			info := pciInfo(addr)
 			for range 25 {
 				if err := s.WriteDP("example.com/net", "dev", info); err != nil {
 					t.Error(err)
 				}
-				// Every read sees some writer's whole, valid file.
-				if _, err := s.ReadDP("example.com/net", "dev"); err != nil {
+				// Every read sees one writer's whole file, not a mix.
+				got, err := s.ReadDP("example.com/net", "dev")
+				if err != nil {
 					t.Error(err)
+				} else if !infos[got.Pci.PciAddress] || !reflect.DeepEqual(got, pciInfo(got.Pci.PciAddress)) {
+					t.Errorf("read a file no writer wrote: %+v", got.Pci)
 				}
 			}
 		}()

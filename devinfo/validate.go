@@ -27,7 +27,7 @@ func Parse(data []byte) (*DeviceInfo, error) {
 	if err := json.Unmarshal(data, &info); err != nil {
 		return nil, fmt.Errorf("parse device-info: %s", describeJSONError(data, err))
 	}
-	if err := Validate(&info); err != nil {
+	if err := validate(&info, checkKeys(data)); err != nil {
 		return nil, err
 	}
 	return &info, nil
@@ -74,10 +74,15 @@ func position(data []byte, off int64) (line, col int) {
 // values, PCI addresses in BDF form, absolute paths, and a 1.0.x or 1.1.x
 // version. All problems are reported together, each naming its key.
 func Validate(info *DeviceInfo) error {
+	return validate(info, nil)
+}
+
+// validate is Validate with the errors Parse found in the raw keys first.
+func validate(info *DeviceInfo, keyErrs []error) error {
 	if info == nil {
 		return errors.New("device-info: missing (null)")
 	}
-	v := &validator{}
+	v := &validator{errs: keyErrs}
 	v.version(info.Version)
 	maps := map[string]bool{
 		TypePCI:       info.Pci != nil,
@@ -85,19 +90,16 @@ func Validate(info *DeviceInfo) error {
 		TypeVhostUser: info.VhostUser != nil,
 		TypeMemif:     info.Memif != nil,
 	}
-	switch info.Type {
-	case "":
+	present, known := maps[info.Type]
+	switch {
+	case info.Type == "":
 		v.add("type", "is required (one of pci, vdpa, vhost-user, memif)")
-	case TypePCI:
-		v.pci(info.Pci)
-	case TypeVDPA:
-		v.vdpa(info.Vdpa)
-	case TypeVhostUser:
-		v.vhostUser(info.VhostUser)
-	case TypeMemif:
-		v.memif(info.Memif)
-	default:
+	case !known:
 		v.add("type", fmt.Sprintf("%q is not one of pci, vdpa, vhost-user, memif", info.Type))
+	case !present:
+		v.add(info.Type, fmt.Sprintf("is required when type is %q", info.Type))
+	default:
+		v.typeMap(info)
 	}
 	for _, t := range []string{TypePCI, TypeVDPA, TypeVhostUser, TypeMemif} {
 		if maps[t] && t != info.Type {
@@ -128,21 +130,27 @@ func (v *validator) version(s string) {
 	}
 }
 
-func (v *validator) pci(p *PciDevice) {
-	if p == nil {
-		v.add("pci", `is required when type is "pci"`)
-		return
+// typeMap checks the map of info's type, which is present.
+func (v *validator) typeMap(info *DeviceInfo) {
+	switch info.Type {
+	case TypePCI:
+		v.pci(info.Pci)
+	case TypeVDPA:
+		v.vdpa(info.Vdpa)
+	case TypeVhostUser:
+		v.vhostUser(info.VhostUser)
+	case TypeMemif:
+		v.memif(info.Memif)
 	}
+}
+
+func (v *validator) pci(p *PciDevice) {
 	v.bdf("pci.pci-address", p.PciAddress, true)
 	v.bdf("pci.pf-pci-address", p.PfPciAddress, false)
 	v.absPath("pci.vhost-net", p.Vhostnet, false)
 }
 
 func (v *validator) vdpa(d *VdpaDevice) {
-	if d == nil {
-		v.add("vdpa", `is required when type is "vdpa"`)
-		return
-	}
 	v.required("vdpa.parent-device", d.ParentDevice)
 	v.enum("vdpa.driver", d.Driver, VdpaDriverVhost, VdpaDriverVirtio)
 	v.absPath("vdpa.path", d.Path, true)
@@ -151,19 +159,11 @@ func (v *validator) vdpa(d *VdpaDevice) {
 }
 
 func (v *validator) vhostUser(d *VhostDevice) {
-	if d == nil {
-		v.add("vhost-user", `is required when type is "vhost-user"`)
-		return
-	}
 	v.enum("vhost-user.mode", d.Mode, VhostUserModeClient, VhostUserModeServer)
 	v.absPath("vhost-user.path", d.Path, true)
 }
 
 func (v *validator) memif(d *MemifDevice) {
-	if d == nil {
-		v.add("memif", `is required when type is "memif"`)
-		return
-	}
 	v.enum("memif.role", d.Role, MemifRoleMaster, MemifRoleSlave)
 	v.absPath("memif.path", d.Path, true)
 	v.enum("memif.mode", d.Mode, MemifModeEthernet, MemifModeIP, MemifModeInjectPunt)

@@ -107,6 +107,11 @@ func TestValidate(t *testing.T) {
 		{"map is string", `{"type":"pci","version":"1.1.0","pci":"0000:01:02.2"}`, []string{`key "pci"`}},
 		{"empty", ``, []string{"empty input"}},
 		{"null", `null`, []string{"type: is required"}},
+		{"key case", `{"Type":"pci","version":"1.1.0",` + pci + `}`, []string{`Type: keys are case-sensitive: the spec's key is "type"`}},
+		{"map key case", `{"type":"pci","version":"1.1.0","pci":{"PCI-Address":"0000:01:02.2"}}`, []string{`pci.PCI-Address: keys are case-sensitive: the spec's key is "pci-address"`}},
+		{"map name case", `{"type":"vhost-user","version":"1.1.0","Vhost-User":{"mode":"client","path":"/a"}}`, []string{`Vhost-User: keys are case-sensitive`}},
+		{"duplicate key", `{"type":"pci","version":"1.1.0",` + pci + `,"type":"pci"}`, []string{"type: appears twice"}},
+		{"duplicate map key", `{"type":"memif","version":"1.1.0","memif":{"role":"master","path":"/a","mode":"ip","mode":"ethernet"}}`, []string{"memif.mode: appears twice"}},
 		{"trailing garbage", `{"type":"pci","version":"1.1.0",` + pci + `} x`, []string{"parse device-info"}},
 	}
 	for _, c := range cases {
