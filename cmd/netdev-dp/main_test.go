@@ -19,56 +19,95 @@ import (
 	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
+// binNode is a kubelet emulator, a vhost-user socket dir and the
+// directories of one netdev-dp binary run.
+type binNode struct {
+	t                    *testing.T
+	bin, config, sockDir string
+	devinfoDir, cdiDir   string
+	node                 *kubeletsim.Node
+	store                *devinfo.Store
+}
+
+func newBinNode(t *testing.T, sockets ...string) *binNode {
+	t.Helper()
+	b := &binNode{t: t, bin: filepath.Join(testenv.Build(t, "./cmd/netdev-dp"), "netdev-dp"), sockDir: t.TempDir()}
+	node, err := kubeletsim.Start(context.Background(), t.TempDir(), slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(node.Stop)
+	b.node = node
+	work := t.TempDir()
+	b.config = vhostUserSetup(t, b.sockDir, work, sockets...)
+	b.devinfoDir, b.cdiDir = filepath.Join(work, "devinfo"), filepath.Join(work, "cdi")
+	b.store = devinfo.NewStore(b.devinfoDir)
+	return b
+}
+
+// start runs the binary; it is killed when the test ends.
+func (b *binNode) start() (*exec.Cmd, *bytes.Buffer) {
+	b.t.Helper()
+	var stderr bytes.Buffer
+	cmd := exec.Command(b.bin, "--config", b.config, "--plugin-dir", b.node.PluginDir(),
+		"--devinfo-dir", b.devinfoDir, "--cdi-dir", b.cdiDir)
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd, &stderr
+}
+
+// waitDevices waits until the plugin is registered with n devices.
+func (b *binNode) waitDevices(n int, stderr *bytes.Buffer) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := b.node.WaitRegistered(ctx, "example.com/vhu"); err != nil {
+		b.t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	if err := b.node.WaitResources(ctx, func(r map[string][]kubeletsim.Device) bool { return len(r["example.com/vhu"]) == n }); err != nil {
+		b.t.Fatalf("waiting for %d devices: %v; node has %+v\n%s", n, err, b.node.Resources(), stderr.String())
+	}
+}
+
+// sigterm stops the binary and checks that it left nothing behind.
+func (b *binNode) sigterm(cmd *exec.Cmd, stderr *bytes.Buffer) {
+	b.t.Helper()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		b.t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		b.t.Fatalf("exit after SIGTERM: %v\n%s", err, stderr.String())
+	}
+	for _, dir := range []string{filepath.Join(b.devinfoDir, "dp"), b.cdiDir} {
+		if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+			b.t.Errorf("%s not empty after SIGTERM: %v", dir, entries)
+		}
+	}
+	entries, _ := os.ReadDir(b.node.PluginDir())
+	for _, e := range entries {
+		if e.Name() != "kubelet.sock" {
+			b.t.Errorf("left in plugin dir after SIGTERM: %s", e.Name())
+		}
+	}
+}
+
 // TestSIGTERMLeavesNothing runs the built binary against the kubelet
 // emulator and checks that SIGTERM removes its socket, its device-info files
 // and its CDI spec.
 func TestSIGTERMLeavesNothing(t *testing.T) {
-	bin := filepath.Join(testenv.Build(t, "./cmd/netdev-dp"), "netdev-dp")
-	root, sockDir, work := t.TempDir(), t.TempDir(), t.TempDir()
-	node, err := kubeletsim.Start(context.Background(), root, slog.Default())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer node.Stop()
-	config := vhostUserSetup(t, sockDir, work, "a.sock", "b.sock")
-	devinfoDir, cdiDir := filepath.Join(work, "devinfo"), filepath.Join(work, "cdi")
-
-	var stderr bytes.Buffer
-	cmd := exec.Command(bin, "--config", config, "--plugin-dir", node.PluginDir(), "--devinfo-dir", devinfoDir, "--cdi-dir", cdiDir)
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := node.WaitRegistered(ctx, "example.com/vhu"); err != nil {
-		t.Fatalf("%v\n%s", err, stderr.String())
-	}
-	if _, err := devinfo.NewStore(devinfoDir).ReadDP("example.com/vhu", "a.sock"); err != nil {
+	b := newBinNode(t, "a.sock", "b.sock")
+	cmd, stderr := b.start()
+	b.waitDevices(2, stderr)
+	if _, err := b.store.ReadDP("example.com/vhu", "a.sock"); err != nil {
 		t.Fatalf("no device-info while running: %v", err)
 	}
-	if entries, _ := os.ReadDir(cdiDir); len(entries) != 1 {
+	if entries, _ := os.ReadDir(b.cdiDir); len(entries) != 1 {
 		t.Fatalf("CDI dir while running: %v", entries)
 	}
-
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("exit after SIGTERM: %v\n%s", err, stderr.String())
-	}
-	for _, dir := range []string{filepath.Join(devinfoDir, "dp"), cdiDir} {
-		if entries, _ := os.ReadDir(dir); len(entries) != 0 {
-			t.Errorf("%s not empty after SIGTERM: %v", dir, entries)
-		}
-	}
-	entries, _ := os.ReadDir(node.PluginDir())
-	for _, e := range entries {
-		if e.Name() != "kubelet.sock" {
-			t.Errorf("left in plugin dir after SIGTERM: %s", e.Name())
-		}
-	}
+	b.sigterm(cmd, stderr)
 }
 
 func TestUsageErrors(t *testing.T) {
