@@ -148,3 +148,23 @@ func TestRemovedFileIsWrittenAgain(t *testing.T) {
 		t.Fatalf("removed file not written again: %v", err)
 	}
 }
+
+// TestOverlappingResourcesRefused: one device selected by two resources
+// would be counted twice by the kubelet; the start fails naming both, and
+// leaves nothing behind.
+func TestOverlappingResourcesRefused(t *testing.T) {
+	f := newFixture(t)
+	f.cfg.Resources = append(f.cfg.Resources,
+		Resource{ResourceName: "example.com/vf-again", PCI: &pcipoolSelectors{Drivers: []string{"iavf"}}},
+		Resource{ResourceName: "example.com/veth-again", NetDevs: &netdevConfig{Names: []string{f.vethPrefix + "a"}}})
+	err := Run(t.Context(), f.cfg, slog.Default())
+	for _, want := range []string{
+		"example.com/vf and example.com/vf-again both select PCI device 0000:01:01.0",
+		"example.com/veth and example.com/veth-again both select netdevs device " + f.vethPrefix + "a",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("got %v, want an error containing %q", err, want)
+		}
+	}
+	assertCleanedUp(t, f)
+}

@@ -49,6 +49,9 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 			return err
 		}
 	}
+	if err := checkOverlap(resources); err != nil {
+		return err
+	}
 	return serve(ctx, cfg, resources)
 }
 
