@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,33 +31,50 @@ func pathFlags(fs *flag.FlagSet) func() nodeview.Paths {
 	}
 }
 
-func collect(fs *flag.FlagSet, args []string, stderr io.Writer) (*nodeview.View, bool) {
+func parsePaths(fs *flag.FlagSet, args []string) (nodeview.Paths, bool) {
 	paths := pathFlags(fs)
 	if err := fs.Parse(args); err != nil {
-		return nil, false
+		return nodeview.Paths{}, false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	v, err := nodeview.Collect(ctx, paths())
-	if err != nil {
-		fmt.Fprintf(stderr, "devplumbctl %s: %v\n", fs.Name(), err)
-		return nil, false
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "devplumbctl %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return nodeview.Paths{}, false
 	}
-	return v, true
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["root"] && (set["devinfo-dir"] || set["state-dir"] || set["pod-resources"]) {
+		fmt.Fprintf(fs.Output(), "devplumbctl %s: --root sets all three paths: give --root, or --devinfo-dir/--state-dir/--pod-resources, not both\n", fs.Name())
+		return nodeview.Paths{}, false
+	}
+	return paths(), true
+}
+
+func timeout() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 15*time.Second)
 }
 
 func inspect(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print the view as JSON")
-	v, ok := collect(fs, args, stderr)
+	paths, ok := parsePaths(fs, args)
 	if !ok {
+		return 2
+	}
+	ctx, cancel := timeout()
+	defer cancel()
+	v, err := nodeview.Collect(ctx, paths)
+	if err != nil {
+		fmt.Fprintf(stderr, "devplumbctl inspect: %v\n", err)
 		return 2
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		enc.Encode(v)
+		if err := enc.Encode(v); err != nil {
+			fmt.Fprintf(stderr, "devplumbctl inspect: %v\n", err)
+			return 2
+		}
 	} else {
 		printView(stdout, v)
 	}
@@ -67,31 +86,32 @@ func inspect(args []string, stdout, stderr io.Writer) int {
 
 func printView(w io.Writer, v *nodeview.View) {
 	fmt.Fprintf(w, "Pods with devices (kubelet %s):\n", v.Paths.PodResources)
-	if v.Pods == nil {
+	switch {
+	case v.Pods == nil:
 		fmt.Fprintf(w, "  unknown: %s\n", v.PodResourcesError)
+	case len(v.Pods) == 0:
+		fmt.Fprintln(w, "  none")
 	}
 	for _, p := range v.Pods {
-		for res, ids := range p.Devices {
-			fmt.Fprintf(w, "  %s/%s  %s: %s\n", p.Namespace, p.Name, res, strings.Join(ids, ", "))
+		for _, res := range slices.Sorted(maps.Keys(p.Devices)) {
+			fmt.Fprintf(w, "  %s/%s  %s: %s\n", p.Namespace, p.Name, res, strings.Join(p.Devices[res], ", "))
 		}
 	}
 	fmt.Fprintf(w, "Attachments (state %s):\n", v.Paths.StateDir)
+	if len(v.Attachments) == 0 {
+		fmt.Fprintln(w, "  none")
+	}
 	for _, a := range v.Attachments {
-		fmt.Fprintf(w, "  %s %s  pod %s  %s  device %s", a.Network, a.IfName, a.Pod, a.ResourceName, a.DeviceID)
-		if !a.Complete {
-			fmt.Fprint(w, "  (ADD not finished)")
-		}
-		fmt.Fprintln(w)
-		if a.NetworkStatus != nil {
-			entry, _ := json.Marshal(a.NetworkStatus)
-			fmt.Fprintf(w, "    network-status entry: %s\n", entry)
-		}
+		printAttachment(w, a)
 	}
 	fmt.Fprintf(w, "Device-info files (%s):\n", v.Paths.DeviceInfoDir)
+	if len(v.Files) == 0 {
+		fmt.Fprintln(w, "  none")
+	}
 	for _, f := range v.Files {
 		state := "ok"
 		if f.Error != "" {
-			state = "INVALID"
+			state = "INVALID (see problems)"
 		}
 		fmt.Fprintf(w, "  %-3s %s  %s\n", f.Kind, f.Name, state)
 	}
@@ -101,27 +121,61 @@ func printView(w io.Writer, v *nodeview.View) {
 	}
 }
 
+func printAttachment(w io.Writer, a nodeview.Attachment) {
+	res := a.ResourceName
+	if res == "" {
+		res = "(deviceID from the config)"
+	}
+	fmt.Fprintf(w, "  network %s  interface %s  pod %s  %s device %s", a.Network, a.IfName, a.Pod, res, a.DeviceID)
+	switch {
+	case !a.Complete:
+		fmt.Fprint(w, "  (ADD not finished)")
+	case a.Stale:
+		fmt.Fprint(w, "  (STALE: the kubelet no longer gives the pod this device)")
+	}
+	fmt.Fprintln(w)
+	if a.CNIFile != "" {
+		fmt.Fprintf(w, "    CNI device-info file: %s\n", a.CNIFile)
+	}
+	if a.NetworkStatus != nil {
+		entry, _ := json.Marshal(a.NetworkStatus)
+		fmt.Fprintf(w, "    network-status entry: %s\n", entry)
+	}
+}
+
 func gc(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gc", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	opts := nodeview.GCOptions{}
 	fs.BoolVar(&opts.DryRun, "dry-run", false, "say what would be removed, remove nothing")
 	fs.BoolVar(&opts.Orphans, "orphans", false, "also remove CNI device-info files no devplumb attachment owns (Multus writes such files for its own networks: use with care)")
-	v, ok := collect(fs, args, stderr)
+	paths, ok := parsePaths(fs, args)
 	if !ok {
 		return 2
 	}
-	done, err := nodeview.GC(v, opts)
-	verb := "removed"
-	if opts.DryRun {
-		verb = "would remove"
-	}
-	for _, d := range done {
-		fmt.Fprintf(stdout, "%s %s\n", verb, d)
+	ctx, cancel := timeout()
+	defer cancel()
+	acts, err := nodeview.GC(ctx, paths, opts)
+	removed := 0
+	for _, a := range acts {
+		if a.Verb == "remove" {
+			removed++
+			if opts.DryRun {
+				a.Verb = "would remove"
+			} else {
+				a.Verb = "removed"
+			}
+		} else {
+			a.Verb = "kept"
+		}
+		fmt.Fprintln(stdout, a)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "devplumbctl gc: %v\n", err)
 		return 1
+	}
+	if removed == 0 {
+		fmt.Fprintln(stdout, "nothing to remove")
 	}
 	return 0
 }

@@ -12,9 +12,12 @@ const usage = `usage:
   devplumbctl validate devinfo|netconf|cdi FILE...
       exit 0 when all are valid, else one "FILE: reason" line each and exit 1
   devplumbctl inspect [--json] [--root DIR | --devinfo-dir DIR --state-dir DIR --pod-resources SOCKET]
-      the kubelet's device assignments, devplumb's claims and device-info files, and problems
+      the kubelet's device assignments, devplumb's claims and device-info files, and
+      problems; exit 0 when there are none, 1 when there are, 2 when it cannot look
   devplumbctl gc [--dry-run] [--orphans] [same path flags as inspect]
-      remove claims and CNI device-info files of attachments whose pod lost its device
+      remove the claims and CNI device-info files of attachments whose pod the kubelet
+      no longer gives the device (a claim whose netns still exists is kept); the
+      delegate's own state (IPAM leases) is not touched: run the CNI DEL for that
 `
 
 func main() {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
 	"github.com/devplumb/devplumb/pkg/nodeview"
 	"github.com/devplumb/devplumb/podresources/podresourcestest"
 )
@@ -35,6 +37,10 @@ func TestValidate(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "missing.json")
 	nadYAML := write(t, "nad.yaml", "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata:\n  name: fast\nspec:\n  config: '"+goodNetconf+"'\n")
 	typo := write(t, "typo.json", strings.Replace(goodNetconf, `"resourceName"`, `"resourcename"`, 1))
+	noName := strings.Replace(goodNetconf, `"name":"fast",`, "", 1)
+	nadNoName := write(t, "nad-noname.yaml", "kind: NetworkAttachmentDefinition\nmetadata:\n  name: fast\nspec:\n  config: '"+noName+"'\n")
+	nadBadRes := write(t, "nad-badres.yaml", "kind: NetworkAttachmentDefinition\nmetadata:\n  name: fast\n  annotations:\n    k8s.v1.cni.cncf.io/resourceName: ../x\nspec:\n  config: '"+noName+"'\n")
+	caseKey := write(t, "case.json", `{"Type":"vhost-user","type":"vhost-user","version":"1.1.0","vhost-user":{"mode":"client","path":"/run/v.sock"}}`)
 	cdiGood := write(t, "vendor.json", `{"cdiVersion":"0.5.0","kind":"example.com/veth","devices":[{"name":"veth1","containerEdits":{"env":["A=1"]}}]}`)
 	cdiBad := write(t, "bad-cdi.json", `{"cdiVersion":"0.5.0","kind":"example.com/veth","devices":[{"name":"bad name!","containerEdits":{"env":["A=1"]}}]}`)
 
@@ -49,6 +55,10 @@ func TestValidate(t *testing.T) {
 		{[]string{"validate", "netconf", typo}, 1, []string{typo + ": ", "resourcename"}},
 		{[]string{"validate", "cdi", cdiGood}, 0, nil},
 		{[]string{"validate", "cdi", cdiBad}, 1, []string{cdiBad + ": "}},
+		// Multus names a config after its NAD; the resourceName annotation is checked.
+		{[]string{"validate", "netconf", nadNoName}, 0, nil},
+		{[]string{"validate", "netconf", nadBadRes}, 1, []string{nadBadRes + ": ", "k8s.v1.cni.cncf.io/resourceName"}},
+		{[]string{"validate", "devinfo", caseKey}, 1, []string{caseKey + `: invalid device-info: Type: keys are case-sensitive`}},
 		{[]string{"validate", "nope", good}, 2, nil},
 		{[]string{"validate", "devinfo"}, 2, nil},
 	}
@@ -106,5 +116,36 @@ func TestInspectJSONAndGC(t *testing.T) {
 	}
 	if code, out, _ = runCmd(append([]string{"inspect"}, flags...)...); code != 0 || !strings.Contains(out, "Problems: 0") {
 		t.Errorf("inspect after gc: exit %d\n%s", code, out)
+	}
+}
+
+func TestPathFlags(t *testing.T) {
+	code, _, errOut := runCmd("inspect", "--root", t.TempDir(), "--state-dir", t.TempDir())
+	if code != 2 || !strings.Contains(errOut, "not both") {
+		t.Errorf("--root with --state-dir: exit %d %q", code, errOut)
+	}
+	code, _, errOut = runCmd("gc", "--dry-run", "extra")
+	if code != 2 || !strings.Contains(errOut, `unexpected argument "extra"`) {
+		t.Errorf("gc with an argument: exit %d %q", code, errOut)
+	}
+}
+
+// The text view lists a pod's resources in a stable order, says "none" for
+// empty sections, and gc says when there is nothing to do.
+func TestInspectTextAndEmptyGC(t *testing.T) {
+	srv := podresourcestest.NewServer(t)
+	srv.SetPod(&v1.PodResources{Namespace: "ns", Name: "p", Containers: []*v1.ContainerResources{{Name: "c",
+		Devices: []*v1.ContainerDevices{{ResourceName: "z.com/b", DeviceIds: []string{"2"}}, {ResourceName: "a.com/a", DeviceIds: []string{"1"}}}}}})
+	dir := t.TempDir()
+	flags := []string{"--devinfo-dir", filepath.Join(dir, "devinfo"), "--state-dir", filepath.Join(dir, "state"), "--pod-resources", srv.Socket}
+	for range 5 {
+		code, out, _ := runCmd(append([]string{"inspect"}, flags...)...)
+		want := "  ns/p  a.com/a: 1\n  ns/p  z.com/b: 2\nAttachments (state " + filepath.Join(dir, "state") + "):\n  none\n"
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("inspect: exit %d\n%s\nwant\n%s", code, out, want)
+		}
+	}
+	if code, out, _ := runCmd(append([]string{"gc"}, flags...)...); code != 0 || out != "nothing to remove\n" {
+		t.Errorf("gc on a clean node: exit %d %q", code, out)
 	}
 }

@@ -47,20 +47,55 @@ func validate(args []string, stdout, stderr io.Writer) int {
 }
 
 // validateNetconf accepts a devplumb network config, or a
-// NetworkAttachmentDefinition (JSON or YAML) whose spec.config is one.
+// NetworkAttachmentDefinition (JSON or YAML) whose spec.config is one. For a
+// NAD it does what Multus does first: a config without "name" gets the NAD's
+// name, and the resourceName annotation must be a valid resource name.
 func validateNetconf(_ string, data []byte) error {
-	if nad, ok := asNAD(data); ok {
-		if nad.Spec.Config == "" {
-			return errors.New("NetworkAttachmentDefinition has no spec.config")
-		}
-		data = []byte(nad.Spec.Config)
+	nad, ok := asNAD(data)
+	if !ok {
+		_, err := config.Parse(data)
+		return err
 	}
-	_, err := config.Parse(data)
-	return err
+	if nad.Spec.Config == "" {
+		return errors.New("NetworkAttachmentDefinition has no spec.config")
+	}
+	if res, ok := nad.Metadata.Annotations[resourceNameAnnot]; ok {
+		if err := config.CheckResourceName("annotation "+resourceNameAnnot, res); err != nil {
+			return err
+		}
+	}
+	conf, err := withName([]byte(nad.Spec.Config), nad.Metadata.Name)
+	if err != nil {
+		return fmt.Errorf("spec.config: %w", err)
+	}
+	if _, err := config.Parse(conf); err != nil {
+		return fmt.Errorf("spec.config: %w", err)
+	}
+	return nil
 }
 
+// withName sets "name" to name when the config has none, as Multus does.
+func withName(conf []byte, name string) ([]byte, error) {
+	var m map[string]any
+	if err := json.Unmarshal(conf, &m); err != nil {
+		return nil, fmt.Errorf("not a JSON object: %w", err)
+	}
+	if n, _ := m["name"].(string); n != "" || name == "" {
+		return conf, nil
+	}
+	m["name"] = name
+	return json.Marshal(m)
+}
+
+// resourceNameAnnot names a NAD's device resource (Multus reads it).
+const resourceNameAnnot = "k8s.v1.cni.cncf.io/resourceName"
+
 type nadObject struct {
-	Kind string `json:"kind"`
+	Kind     string `json:"kind"`
+	Metadata struct {
+		Name        string            `json:"name"`
+		Annotations map[string]string `json:"annotations"`
+	} `json:"metadata"`
 	Spec struct {
 		Config string `json:"config"`
 	} `json:"spec"`

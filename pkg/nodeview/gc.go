@@ -1,10 +1,14 @@
 package nodeview
 
 import (
+	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/claims"
+	"github.com/devplumb/devplumb/pkg/config"
 )
 
 // GCOptions says what GC may remove.
@@ -16,64 +20,125 @@ type GCOptions struct {
 	Orphans bool
 }
 
+// GCAction is one thing GC removed (or, with DryRun, would remove), or a
+// stale claim it kept and why.
+type GCAction struct {
+	Verb string // "remove" or "keep"
+	What string
+	Why  string `json:",omitempty"`
+}
+
+func (a GCAction) String() string {
+	if a.Why == "" {
+		return a.Verb + " " + a.What
+	}
+	return a.Verb + " " + a.What + ": " + a.Why
+}
+
 // GC removes the claims (and their CNI device-info files) of attachments whose
 // pod the kubelet no longer gives the claimed device, and with opts.Orphans
-// the unowned CNI files. It refuses to judge staleness without the kubelet.
-// It returns what it removed (or would remove, with DryRun).
-func GC(v *View, opts GCOptions) ([]string, error) {
-	if v.Pods == nil {
-		return nil, fmt.Errorf("gc needs the kubelet's PodResources to tell stale claims: %s", v.PodResourcesError)
-	}
-	store := claims.New(v.Paths.StateDir)
-	var done []string
+// the CNI files no attachment owns. It decides on a fresh look taken under the
+// state lock, records first and the kubelet after: every claim it judges was
+// made before the kubelet answered, so a pod admitted meanwhile is in the
+// answer, and no ADD can add a claim or name a CNI file while GC runs. It
+// refuses to judge without the kubelet, and keeps a stale claim whose netns
+// still exists (the runtime's DEL is still to come, or the kubelet has just
+// restarted and not relisted its pods).
+func GC(ctx context.Context, p Paths, opts GCOptions) ([]GCAction, error) {
+	store := claims.New(p.StateDir)
+	var acts []GCAction
 	err := store.Locked(func() error {
-		for _, a := range v.Attachments {
-			key := claims.Key{Network: a.Network, ContainerID: a.ContainerID, IfName: a.IfName}
-			// The view was taken before the lock: skip a record that changed since.
-			if cur, err := store.Get(key); !a.Stale || err != nil || cur == nil || cur.DeviceID != a.DeviceID {
-				continue
+		// Corrupt records are skipped: their attachment's DEL clears them.
+		recs, corrupt := store.List()
+		pods, err := listPods(ctx, p.PodResources)
+		if err != nil {
+			return fmt.Errorf("gc needs the kubelet's PodResources to tell stale claims: %w", err)
+		}
+		g := &gcRun{p: p, opts: opts, store: store}
+		for _, a := range recs {
+			if stale(pods, a) {
+				if err := g.staleClaim(a); err != nil {
+					return err
+				}
 			}
-			done = append(done, fmt.Sprintf("claim %s/%s/%s (%s of pod %s)", a.Network, short(a.ContainerID), a.IfName, a.DeviceID, a.Pod))
-			if a.CNIFile != "" {
-				done = append(done, "file "+a.CNIFile)
-			}
-			if opts.DryRun {
-				continue
-			}
-			if err := store.Remove(key); err != nil {
-				return err
-			}
-			if err := devinfo.RemoveFile(a.CNIFile); a.CNIFile != "" && err != nil {
+		}
+		switch {
+		case opts.Orphans && corrupt != nil:
+			// An unreadable record may own any CNI file.
+			g.acts = append(g.acts, GCAction{Verb: "keep", What: "unowned CNI device-info files",
+				Why: fmt.Sprintf("some state records are unreadable, and might own them (%v)", corrupt)})
+		case opts.Orphans:
+			if err := g.orphans(recs); err != nil {
 				return err
 			}
 		}
+		acts = g.acts
 		return nil
 	})
 	if err != nil {
-		return done, fmt.Errorf("gc: %w", err)
+		return acts, fmt.Errorf("gc: %w", err)
 	}
-	if opts.Orphans {
-		removed, err := removeOrphans(v, opts.DryRun)
-		done = append(done, removed...)
-		if err != nil {
-			return done, err
-		}
-	}
-	return done, nil
+	return acts, nil
 }
 
-func removeOrphans(v *View, dryRun bool) ([]string, error) {
-	var done []string
-	for _, f := range v.Files {
-		if f.Kind != devinfo.KindCNI || f.Claimed {
-			continue
+type gcRun struct {
+	p     Paths
+	opts  GCOptions
+	store *claims.Store
+	acts  []GCAction
+}
+
+func (g *gcRun) staleClaim(a *claims.Attachment) error {
+	what := fmt.Sprintf("claim %s/%s/%s (%s of pod %s)", a.Network, short(a.ContainerID), a.IfName, a.DeviceID, a.Pod)
+	if a.NetNS != "" {
+		if _, err := os.Stat(a.NetNS); err == nil {
+			g.acts = append(g.acts, GCAction{Verb: "keep", What: what, Why: "the kubelet no longer lists it, but its netns " + a.NetNS + " still exists"})
+			return nil
 		}
-		done = append(done, "file "+f.Path)
-		if !dryRun {
-			if err := devinfo.RemoveFile(f.Path); err != nil {
-				return done, fmt.Errorf("gc: %w", err)
+	}
+	g.acts = append(g.acts, GCAction{Verb: "remove", What: what})
+	if !g.opts.DryRun {
+		if err := g.store.Remove(a.Key); err != nil {
+			return err
+		}
+	}
+	return g.removeFile(a.CNIFile, "")
+}
+
+// removeFile removes a CNI device-info file, only when it lies directly in
+// the device-info cni directory (or the spec's default one, where Multus
+// puts them): a record edited by hand must not make gc delete anything else.
+func (g *gcRun) removeFile(path, why string) error {
+	if path == "" {
+		return nil
+	}
+	dirs := []string{filepath.Join(g.p.DeviceInfoDir, devinfo.KindCNI), filepath.Join(devinfo.DefaultDir, devinfo.KindCNI)}
+	if err := config.CheckCNIDeviceInfoFile("CNI device-info file", path, dirs); err != nil {
+		g.acts = append(g.acts, GCAction{Verb: "keep", What: "file " + path, Why: "not in a device-info directory"})
+		return nil
+	}
+	g.acts = append(g.acts, GCAction{Verb: "remove", What: "file " + path, Why: why})
+	if g.opts.DryRun {
+		return nil
+	}
+	return devinfo.RemoveFile(path)
+}
+
+func (g *gcRun) orphans(recs []*claims.Attachment) error {
+	files, err := devinfo.NewStore(g.p.DeviceInfoDir).List()
+	if err != nil {
+		return err
+	}
+	owned := map[string]bool{}
+	for _, a := range recs {
+		owned[a.CNIFile] = true
+	}
+	for _, f := range files {
+		if f.Kind == devinfo.KindCNI && !owned[f.Path] {
+			if err := g.removeFile(f.Path, "no attachment owns it"); err != nil {
+				return err
 			}
 		}
 	}
-	return done, nil
+	return nil
 }

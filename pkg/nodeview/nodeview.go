@@ -89,17 +89,27 @@ func Collect(ctx context.Context, p Paths) (*View, error) {
 }
 
 func (v *View) collectPods(ctx context.Context) {
-	c, err := podresources.New(v.Paths.PodResources)
-	if err == nil {
-		defer c.Close()
-		var list []*v1.PodResources
-		if list, err = c.List(ctx); err == nil {
-			v.Pods = podsOf(list)
-			return
-		}
+	pods, err := listPods(ctx, v.Paths.PodResources)
+	if err != nil {
+		v.PodResourcesError = err.Error()
+		v.problem("kubelet PodResources: %v", err)
+		return
 	}
-	v.PodResourcesError = err.Error()
-	v.problem("kubelet PodResources: %v", err)
+	v.Pods = pods
+}
+
+// listPods asks the kubelet for every pod's devices.
+func listPods(ctx context.Context, socket string) ([]Pod, error) {
+	c, err := podresources.New(socket)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	list, err := c.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return podsOf(list), nil
 }
 
 func podsOf(list []*v1.PodResources) []Pod {
@@ -131,7 +141,7 @@ func (v *View) collectAttachments() {
 			Pod: a.Pod.String(), ResourceName: a.ResourceName, DeviceID: a.DeviceID,
 			CNIFile: a.CNIFile, Complete: a.Complete, NetworkStatus: a.NetworkStatus,
 		}
-		att.Stale = v.stale(a)
+		att.Stale = v.Pods != nil && stale(v.Pods, a)
 		if att.Stale {
 			v.problem("attachment %s/%s/%s: pod %s no longer has device %s of %s", a.Network, short(a.ContainerID), a.IfName, a.Pod, a.DeviceID, a.ResourceName)
 		}
@@ -142,13 +152,13 @@ func (v *View) collectAttachments() {
 	}
 }
 
-// stale reports an attachment of a known pod whose device the kubelet no
-// longer assigns to it. Without PodResources nothing is called stale.
-func (v *View) stale(a *claims.Attachment) bool {
-	if v.Pods == nil || !a.Pod.Known() || a.ResourceName == "" {
+// stale reports an attachment of a known pod whose device the kubelet (its
+// answer is pods) no longer assigns to it.
+func stale(pods []Pod, a *claims.Attachment) bool {
+	if !a.Pod.Known() || a.ResourceName == "" {
 		return false
 	}
-	for _, p := range v.Pods {
+	for _, p := range pods {
 		if p.Namespace == a.Pod.Namespace && p.Name == a.Pod.Name {
 			for _, id := range p.Devices[a.ResourceName] {
 				if id == a.DeviceID {

@@ -122,7 +122,7 @@ func TestCollectWithoutKubelet(t *testing.T) {
 	if v.Attachments[0].Stale {
 		t.Error("attachment called stale without the kubelet")
 	}
-	if _, err := GC(v, GCOptions{}); err == nil {
+	if _, err := GC(context.Background(), n.paths, GCOptions{}); err == nil {
 		t.Error("GC ran without the kubelet")
 	}
 }
@@ -134,9 +134,9 @@ func TestGC(t *testing.T) {
 	stale := n.attach(t, "gone", "c2", "net1", "veth2")
 	orphan, _ := n.files.CNIPath("other-c3_net1")
 	writeFile(t, orphan, `{}`)
+	ctx := context.Background()
 
-	v, _ := Collect(context.Background(), n.paths)
-	dry, err := GC(v, GCOptions{DryRun: true, Orphans: true})
+	dry, err := GC(ctx, n.paths, GCOptions{DryRun: true, Orphans: true})
 	if err != nil || len(dry) != 3 {
 		t.Fatalf("dry run: %v %v", dry, err)
 	}
@@ -146,7 +146,7 @@ func TestGC(t *testing.T) {
 		}
 	}
 
-	if _, err := GC(v, GCOptions{}); err != nil {
+	if _, err := GC(ctx, n.paths, GCOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(stale); !os.IsNotExist(err) {
@@ -162,8 +162,7 @@ func TestGC(t *testing.T) {
 		t.Error("live claim removed")
 	}
 
-	v, _ = Collect(context.Background(), n.paths)
-	if _, err := GC(v, GCOptions{Orphans: true}); err != nil {
+	if _, err := GC(ctx, n.paths, GCOptions{Orphans: true}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
@@ -171,5 +170,96 @@ func TestGC(t *testing.T) {
 	}
 	if _, err := os.Stat(keep); err != nil {
 		t.Error("live CNI file removed")
+	}
+}
+
+// GC judges on the kubelet's answer at GC time, not on an earlier look: a
+// pod admitted (and attached) after inspect ran keeps its claim and file.
+func TestGCAsksTheKubeletAfterReadingClaims(t *testing.T) {
+	n := newNode(t)
+	cni := n.attach(t, "late", "c1", "net1", "veth1")
+	v, err := Collect(context.Background(), n.paths)
+	if err != nil || !v.Attachments[0].Stale {
+		t.Fatalf("before the pod is listed the claim looks stale: %+v %v", v.Attachments, err)
+	}
+	n.pod("late", "veth1")
+	acts, err := GC(context.Background(), n.paths, GCOptions{Orphans: true})
+	if err != nil || len(acts) != 0 {
+		t.Fatalf("gc of a live claim: %v %v", acts, err)
+	}
+	if a, _ := n.state.Get(claims.Key{Network: "net", ContainerID: "c1", IfName: "net1"}); a == nil {
+		t.Error("live claim removed")
+	}
+	if _, err := os.Stat(cni); err != nil {
+		t.Error("live CNI file removed")
+	}
+}
+
+// A claim the kubelet no longer lists but whose netns is still there is
+// kept: the runtime's DEL has yet to come (or the kubelet just restarted).
+func TestGCKeepsClaimWhoseNetnsExists(t *testing.T) {
+	n := newNode(t)
+	cni := n.attach(t, "gone", "c1", "net1", "veth1")
+	netns := filepath.Join(t.TempDir(), "netns")
+	writeFile(t, netns, "")
+	k := claims.Key{Network: "net", ContainerID: "c1", IfName: "net1"}
+	a, _ := n.state.Get(k)
+	a.NetNS = netns
+	if err := n.state.Put(a); err != nil {
+		t.Fatal(err)
+	}
+	acts, err := GC(context.Background(), n.paths, GCOptions{})
+	if err != nil || len(acts) != 1 || acts[0].Verb != "keep" || !strings.Contains(acts[0].Why, netns) {
+		t.Fatalf("gc: %v %v", acts, err)
+	}
+	if a, _ := n.state.Get(k); a == nil {
+		t.Error("claim of a live netns removed")
+	}
+	if _, err := os.Stat(cni); err != nil {
+		t.Error("CNI file of a live netns removed")
+	}
+	os.Remove(netns)
+	if acts, err := GC(context.Background(), n.paths, GCOptions{}); err != nil || len(acts) != 2 {
+		t.Fatalf("gc once the netns is gone: %v %v", acts, err)
+	}
+}
+
+// A record naming a file outside the device-info directories (edited by
+// hand, or corrupted) never makes gc delete that file.
+func TestGCRemovesOnlyDeviceInfoFiles(t *testing.T) {
+	n := newNode(t)
+	victim := filepath.Join(t.TempDir(), "victim")
+	writeFile(t, victim, "precious")
+	k := claims.Key{Network: "net", ContainerID: "c1", IfName: "net1"}
+	err := n.state.Put(&claims.Attachment{Key: k, Pod: claims.Pod{Namespace: "ns", Name: "gone"},
+		ResourceName: res, DeviceID: "veth1", CNIFile: victim, Complete: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acts, err := GC(context.Background(), n.paths, GCOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(victim); err != nil {
+		t.Fatalf("gc removed %s: %v", victim, acts)
+	}
+	if a, _ := n.state.Get(k); a != nil {
+		t.Error("stale claim kept")
+	}
+}
+
+// With unreadable records gc cannot tell which CNI files they own, so it
+// removes no unowned file.
+func TestGCOrphansWaitForCorruptRecords(t *testing.T) {
+	n := newNode(t)
+	orphan, _ := n.files.CNIPath(devinfo.CNIFileName("net", "c9", "net1"))
+	writeFile(t, orphan, `{}`)
+	writeFile(t, filepath.Join(n.paths.StateDir, "attachments", "net:c9:net1.json"), "{")
+	acts, err := GC(context.Background(), n.paths, GCOptions{Orphans: true})
+	if err != nil || len(acts) != 1 || acts[0].Verb != "keep" {
+		t.Fatalf("gc: %v %v", acts, err)
+	}
+	if _, err := os.Stat(orphan); err != nil {
+		t.Error("file of a corrupt record removed")
 	}
 }
