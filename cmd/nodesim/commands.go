@@ -119,6 +119,9 @@ func parseContainer(v string) (kubeletsim.ContainerSpec, error) {
 		if err != nil || n < 1 {
 			return spec, fmt.Errorf("%q: count in %q must be a positive integer", v, r)
 		}
+		if err := kubeletsim.ValidateResourceName(r[:i]); err != nil {
+			return spec, fmt.Errorf("%q: %w", v, err)
+		}
 		spec.Requests = append(spec.Requests, kubeletsim.ResourceRequest{Resource: r[:i], Count: n})
 	}
 	return spec, nil

@@ -153,6 +153,7 @@ func TestUsageErrors(t *testing.T) {
 		{"serve"},
 		{"serve", "--root", root, "--podresources-get", "maybe"},
 		{"serve", "--root", root, "--plugin-grace-period", "0s"},
+		{"pod", "add", "--root", root, "--namespace", "n", "--name", "p", "--container", "c=vf:1"}, // no domain: checked before asking the node
 		{"pods", "extra"},
 		{"wait", "--root", root},
 	} {
