@@ -49,7 +49,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 			return err
 		}
 	}
-	if err := checkOverlap(resources); err != nil {
+	if err := conflictsAtStart(resources); err != nil {
 		return err
 	}
 	return serve(ctx, cfg, resources)
@@ -58,6 +58,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 // build creates the pools and resources.
 func build(cfg *Config, log *slog.Logger) ([]*resource, error) {
 	store := devinfo.NewStore(cfg.DevInfoDir)
+	own := newOwners()
 	var out []*resource
 	specs := map[string]string{}
 	for i, rc := range cfg.Resources {
@@ -73,7 +74,7 @@ func build(cfg *Config, log *slog.Logger) ([]*resource, error) {
 			return nil, fmt.Errorf("resources[%d]: %s and %s would share the CDI spec file %s", i, other, rc.ResourceName, w.Path())
 		}
 		specs[w.Path()] = rc.ResourceName
-		r, err := newResource(rc.ResourceName, pool, cfg.PluginDir, w, store, log)
+		r, err := newResource(rc.ResourceName, pool, cfg.PluginDir, w, store, own, log)
 		if err != nil {
 			return nil, fmt.Errorf("resources[%d]: %w", i, err)
 		}

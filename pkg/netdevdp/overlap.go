@@ -2,41 +2,60 @@ package netdevdp
 
 import (
 	"fmt"
-	"slices"
 	"strings"
+	"sync"
 
 	"github.com/devplumb/devplumb/pkg/devpool"
 )
 
-// checkOverlap refuses a config in which one device is selected by two
-// resources: the kubelet would count it twice and could give it to two pods
-// at once. Devices are compared by what they are on the host (PCI address,
-// socket path), so a PCI-backed netdev and its PCI function collide too.
-func checkOverlap(resources []*resource) error {
-	owner := map[string]string{}
-	var errs []string
-	for _, r := range resources {
-		r.mu.Lock()
-		devs := r.devices
-		kind := r.pool.Kind()
-		r.mu.Unlock()
-		ids := make([]string, 0, len(devs))
-		for id := range devs {
-			ids = append(ids, id)
-		}
-		slices.Sort(ids)
-		for _, id := range ids {
-			key := identity(kind, devs[id])
-			if other, taken := owner[key]; taken && other != r.name {
-				errs = append(errs, fmt.Sprintf("%s and %s both select %s", other, r.name, key))
-				continue
-			}
-			owner[key] = r.name
+// owners records which resource advertises each host device. One device
+// selected by two resources would be counted twice by the kubelet and could
+// go to two pods at once; so a device goes to the resource that had it
+// first, and the others leave it out (at start that is a config error, see
+// conflictsAtStart; later, when a device appears under two resources, an
+// error is logged). Devices are compared by what they are on the host (PCI
+// address, socket path), so a PCI-backed netdev and its PCI function collide.
+type owners struct {
+	mu sync.Mutex
+	by map[string]string // identity -> resource name
+}
+
+func newOwners() *owners { return &owners{by: map[string]string{}} }
+
+// claim returns the devices of res that no other resource advertises and a
+// description of each one left out. Devices res no longer lists are released.
+func (o *owners) claim(res, kind string, devs []devpool.Device) (kept []devpool.Device, conflicts []string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for key, owner := range o.by {
+		if owner == res {
+			delete(o.by, key)
 		}
 	}
-	if len(errs) > 0 {
+	for _, d := range devs {
+		key := identity(kind, d)
+		if other, taken := o.by[key]; taken {
+			conflicts = append(conflicts, fmt.Sprintf("%s and %s both select %s", other, res, key))
+			continue
+		}
+		o.by[key] = res
+		kept = append(kept, d)
+	}
+	return kept, conflicts
+}
+
+// conflictsAtStart fails the start when resources overlap: with devices that
+// exist already, that is a config to fix, not something to run with.
+func conflictsAtStart(resources []*resource) error {
+	var all []string
+	for _, r := range resources {
+		r.mu.Lock()
+		all = append(all, r.conflicts...)
+		r.mu.Unlock()
+	}
+	if len(all) > 0 {
 		return fmt.Errorf("resources overlap (a device would be given to two pods at once; make the selectors disjoint): %s",
-			strings.Join(errs, "; "))
+			strings.Join(all, "; "))
 	}
 	return nil
 }

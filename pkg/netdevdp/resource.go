@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 
@@ -19,22 +20,24 @@ import (
 // resource keeps one resource's plugin, CDI spec and device-info files in
 // step with its pool.
 type resource struct {
-	name  string
-	pool  devpool.Pool
-	dp    *deviceplugin.Server
-	cdi   *cdispec.Writer
-	store *devinfo.Store
-	log   *slog.Logger
-	kick  chan struct{} // coalesced "rescan now"
+	name   string
+	pool   devpool.Pool
+	dp     *deviceplugin.Server
+	cdi    *cdispec.Writer
+	store  *devinfo.Store
+	owners *owners // shared by all resources of the daemon
+	log    *slog.Logger
+	kick   chan struct{} // coalesced "rescan now"
 
-	mu      sync.Mutex
-	devices map[string]devpool.Device
-	files   map[string]*devinfo.DeviceInfo // DP files this process wrote
+	mu        sync.Mutex
+	devices   map[string]devpool.Device
+	files     map[string]*devinfo.DeviceInfo // DP files this process wrote
+	conflicts []string                       // devices left out at the last sync: another resource has them
 }
 
-func newResource(name string, pool devpool.Pool, pluginDir string, cdi *cdispec.Writer, store *devinfo.Store, log *slog.Logger) (*resource, error) {
+func newResource(name string, pool devpool.Pool, pluginDir string, cdi *cdispec.Writer, store *devinfo.Store, own *owners, log *slog.Logger) (*resource, error) {
 	r := &resource{
-		name: name, pool: pool, cdi: cdi, store: store,
+		name: name, pool: pool, cdi: cdi, store: store, owners: own,
 		log:     log.With("resource", name, "pool", pool.Kind()),
 		kick:    make(chan struct{}, 1),
 		devices: map[string]devpool.Device{},
@@ -69,8 +72,15 @@ func (r *resource) sync() error {
 	if err != nil {
 		return fmt.Errorf("resource %s: scan: %w", r.name, err)
 	}
+	devs, conflicts := r.owners.claim(r.name, r.pool.Kind(), devs)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	for _, c := range conflicts {
+		if !slices.Contains(r.conflicts, c) { // once, not at every rescan
+			r.log.Error("device left out: selected by two resources (make the selectors disjoint)", "conflict", c)
+		}
+	}
+	r.conflicts = conflicts
 	var errs []error
 	if err := r.cdi.Write(devs); err != nil {
 		errs = append(errs, fmt.Errorf("resource %s: %w", r.name, err))
