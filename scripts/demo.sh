@@ -6,12 +6,13 @@
 # three times into the pod's network namespace. Everything is torn down at the end,
 # on Ctrl-C, and when a step fails; the last step shows that nothing is left.
 #
-# Needs: bin/ (make build) and bin/cni/ (make cni-plugins); root; iproute2.
+# Needs: bin/ (make build) and bin/cni/ (make cni-plugins), or DEMO_BIN with both;
+# root; iproute2; flock (util-linux).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-BIN=$REPO/bin
-CNI_BIN=$REPO/bin/cni
+BIN=${DEMO_BIN:-$REPO/bin}
+CNI_BIN=$BIN/cni
 NETNS=devplumb-demo
 POD_NS=demo POD_NAME=web POD_UID=0d3c6a51-4f1a-4e57-9d0b-6f1f6d9f7a10
 SANDBOX=4f3c2b1a0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b
@@ -19,37 +20,109 @@ VETHS=(dpdemo0 dpdemo1 dpdemo2)   # the pool; each has a peer <name>p on the hos
 ROOT=""
 PIDS=()
 
-say()  { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+STEP="checking prerequisites"
+
+if [ -t 1 ]; then BOLD=$'\033[1m' PLAIN=$'\033[0m'; else BOLD="" PLAIN=""; fi
+say()  { STEP=$1; printf '\n%s== %s%s\n' "$BOLD" "$*" "$PLAIN"; }
 fail() { echo "demo: $*" >&2; exit 1; }
 
 [ "$(id -u)" = 0 ] || fail "run as root: it creates network namespaces and veth pairs"
-for b in devplumb netdev-dp nodesim devplumbctl vswitch; do [ -x "$BIN/$b" ] || fail "$BIN/$b missing: run make build"; done
-for b in cnitool host-device macvlan static; do [ -x "$CNI_BIN/$b" ] || fail "$CNI_BIN/$b missing: run make cni-plugins"; done
+for b in devplumb netdev-dp nodesim devplumbctl vswitch; do [ -x "$BIN/$b" ] || fail "$BIN/$b missing: run make demo (it builds them)"; done
+for b in cnitool host-device macvlan static; do [ -x "$CNI_BIN/$b" ] || fail "$CNI_BIN/$b missing: run make demo (it builds them)"; done
+# One demo at a time: they share the netns and link names. The lock is on this
+# script, so it leaves no file; the daemons do not inherit it (9<&-).
+exec 9<"$0"
+if ! flock -n 9; then
+	echo "another make demo is running on this machine: waiting up to 60 s for it to finish"
+	flock -w 60 9 || fail "another make demo is still running; try again when it has finished"
+fi
+
+# stop_daemons: SIGTERM, then SIGKILL whatever has not exited within 5 s.
+stop_daemons() {
+	local pid i
+	for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+	for i in $(seq 50); do any_running || break; sleep 0.1; done
+	for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
+	PIDS=()
+}
+
+# any_running: a daemon has not exited yet (an exited one is a zombie until waited for).
+any_running() {
+	local pid state
+	for pid in "${PIDS[@]}"; do
+		state=$(sed -n 's/^[0-9]* (.*) \(.\) .*/\1/p' "/proc/$pid/stat" 2>/dev/null || true)
+		[ -z "$state" ] || [ "$state" = Z ] || return 0
+	done
+	return 1
+}
 
 cleanup() {
 	local rc=$?
-	trap - EXIT INT TERM
+	trap - EXIT
+	trap '' INT TERM # a second Ctrl-C must not cut the clean-up short
 	set +e
+	if [ "$rc" != 0 ]; then
+		echo "demo: stopped during step \"$STEP\" (exit $rc); cleaning up" >&2
+		[ "$rc" -ge 128 ] || show_logs
+	fi
 	if [ -n "$ROOT" ] && [ -d "$ROOT/net.d" ] && ip netns list | grep -qw "$NETNS"; then
 		for net in vhost-net fast-b fast-a; do cni del "$net" "net-$net" >/dev/null 2>&1; done
 	fi
-	for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
-	for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null; done
-	ip netns del "$NETNS" 2>/dev/null
-	for v in "${VETHS[@]}" dpdemomv; do ip link del "$v" 2>/dev/null; done
-	[ -n "$ROOT" ] && rm -rf "$ROOT"
+	stop_daemons
+	remove_node "$ROOT"
 	exit "$rc"
 }
+
+# show_logs: what the daemons said, for a failed step (their logs go with ROOT).
+show_logs() {
+	local f
+	for f in "$ROOT"/logs/*.log; do
+		[ -s "$f" ] || continue
+		echo "--- last lines of $(basename "$f"):" >&2
+		tail -n 15 "$f" >&2
+	done
+}
+
+# remove_node ROOT: the netns, links and files of a demo run.
+remove_node() {
+	local v net
+	ip netns del "$NETNS" 2>/dev/null || true
+	for v in "${VETHS[@]}" dpdemomv; do ip link del "$v" 2>/dev/null || true; done
+	# cnitool's result cache, left when a DEL could not run.
+	for net in fast-a fast-b vhost-net; do rm -f /var/lib/cni/results/"$net"-cnitool-*-net-"$net"; done
+	[ -z "$1" ] || rm -rf "$1"
+}
+
+# forget_killed_runs: a run killed with SIGKILL left its root, whose pids file
+# names its daemons; stop those still running from that root, then remove it all.
+forget_killed_runs() {
+	local old pid
+	for old in /tmp/devplumb-demo.*; do
+		[ -d "$old" ] || continue
+		echo "removing what a killed demo run left: $old"
+		for pid in $(cut -d' ' -f1 "$old/pids" 2>/dev/null); do
+			grep -qF "$old" "/proc/$pid/cmdline" 2>/dev/null && kill -KILL "$pid"
+		done
+		rm -rf "$old"
+	done
+	remove_node ""
+}
+
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# Leftovers of an earlier run that was killed with SIGKILL.
-ip netns del "$NETNS" 2>/dev/null || true
-for v in "${VETHS[@]}" dpdemomv; do ip link del "$v" 2>/dev/null || true; done
-
+forget_killed_runs
 ROOT=$(mktemp -d /tmp/devplumb-demo.XXXXXX)
 mkdir -p "$ROOT/net.d" "$ROOT/vhost" "$ROOT/cdi" "$ROOT/logs"
+
+# start NAME COMMAND...: a daemon in the background, logging to ROOT/logs/NAME.log.
+start() {
+	local name=$1; shift
+	"$@" 2>"$ROOT/logs/$name.log" 9<&- &
+	PIDS+=($!)
+	echo "$! $name" >>"$ROOT/pids"
+}
 
 # cnitool with the pod's identity, as a container runtime would call it.
 cni() { # cni add|del NETWORK IFNAME
@@ -61,7 +134,7 @@ cni() { # cni add|del NETWORK IFNAME
 wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
 	local until=$(( $(date +%s) + $1 )) what=$2; shift 2
 	until "$@" >/dev/null 2>&1; do
-		[ "$(date +%s)" -lt "$until" ] || fail "timed out waiting for $what (logs in $ROOT/logs)"
+		[ "$(date +%s)" -lt "$until" ] || fail "timed out waiting for $what"
 		sleep 0.2
 	done
 }
@@ -71,12 +144,11 @@ for v in "${VETHS[@]}"; do ip link add "$v" type veth peer name "${v}p"; ip link
 ip link add dpdemomv type veth peer name dpdemomvp   # master of the vhost network's macvlan
 ip link set dpdemomv up; ip link set dpdemomvp up
 echo "veth pool: ${VETHS[*]}"
-"$BIN/vswitch" "$ROOT/vhost/port0.sock" "$ROOT/vhost/port1.sock" "$ROOT/vhost/port2.sock" \
-	2>"$ROOT/logs/vswitch.log" & PIDS+=($!)
+start vswitch "$BIN/vswitch" "$ROOT/vhost/port0.sock" "$ROOT/vhost/port1.sock" "$ROOT/vhost/port2.sock"
 wait_for 5 "vhost-user sockets" test -S "$ROOT/vhost/port2.sock"
 echo "vhost-user sockets: $(cd "$ROOT/vhost" && echo *)"
 
-"$BIN/nodesim" serve --root "$ROOT" 2>"$ROOT/logs/nodesim.log" & PIDS+=($!)
+start nodesim "$BIN/nodesim" serve --root "$ROOT"
 wait_for 10 "nodesim" test -S "$ROOT/device-plugins/kubelet.sock"
 cat >"$ROOT/netdev-dp.json" <<JSON
 {"resources": [
@@ -84,18 +156,19 @@ cat >"$ROOT/netdev-dp.json" <<JSON
   {"resourceName": "example.com/vhost", "vhostUser": {"socketDir": "$ROOT/vhost", "mode": "client"}}
 ]}
 JSON
-"$BIN/netdev-dp" --config "$ROOT/netdev-dp.json" --plugin-dir "$ROOT/device-plugins" \
-	--devinfo-dir "$ROOT/devinfo" --cdi-dir "$ROOT/cdi" 2>"$ROOT/logs/netdev-dp.log" & PIDS+=($!)
+start netdev-dp "$BIN/netdev-dp" --config "$ROOT/netdev-dp.json" --plugin-dir "$ROOT/device-plugins" \
+	--devinfo-dir "$ROOT/devinfo" --cdi-dir "$ROOT/cdi"
 
 say "2. a pod asks for two veths and one vhost-user socket (nodesim pod add, as the kubelet admits it)"
 for res in example.com/veth example.com/vhost; do
 	"$BIN/nodesim" wait --root "$ROOT" --resource "$res" --timeout 15s >/dev/null ||
-		fail "netdev-dp did not register $res (logs in $ROOT/logs)"
+		fail "netdev-dp did not register $res"
 done
+echo "--- devices the kubelet (nodesim) has from netdev-dp:"
 "$BIN/nodesim" resources --root "$ROOT"
+echo "--- the pod's allocation (device IDs, and netdev-dp's AllocateResponse with CDI devices):"
 "$BIN/nodesim" pod add --root "$ROOT" --namespace "$POD_NS" --name "$POD_NAME" --uid "$POD_UID" \
 	--container app=example.com/veth:2,example.com/vhost:1
-"$BIN/nodesim" pods --root "$ROOT"
 
 say "3. the pod's network namespace, and devplumb through cnitool three times"
 ip netns add "$NETNS"
@@ -125,15 +198,21 @@ echo "--- devices (kubelet PodResources), devplumb's attachments, device-info fi
 "$BIN/devplumbctl" inspect --root "$ROOT"
 echo "--- interfaces inside the pod's netns:"
 ip -n "$NETNS" -br addr show
-for f in "$ROOT"/devinfo/cni/*; do echo "--- CNI device-info file $(basename "$f"):"; cat "$f"; echo; done
+for net in fast-a fast-b vhost-net; do
+	f=$(ls "$ROOT"/devinfo/cni/"$net"-*_net-"$net" 2>/dev/null || true)
+	if [ -n "$f" ]; then
+		echo "--- attachment $net: CNI device-info file $(basename "$f"):"; cat "$f"; echo
+	else
+		echo "--- attachment $net: no device-info file (netdev-dp describes no plain netdev: the spec has no type for one)"
+	fi
+done
 for f in "$ROOT"/cdi/*; do echo "--- CDI spec $(basename "$f"):"; cat "$f"; echo; done
 
 say "5. DEL all three, stop the daemons"
 for net in vhost-net fast-b fast-a; do cni del "$net" "net-$net"; echo "cnitool del $net: ok"; done
 "$BIN/nodesim" pod del --root "$ROOT" --namespace "$POD_NS" --name "$POD_NAME"
-for pid in "${PIDS[@]}"; do kill -TERM "$pid"; done
-for pid in "${PIDS[@]}"; do wait "$pid" || true; done
-PIDS=()
+DAEMONS=$(cat "$ROOT/pids")
+stop_daemons
 ip netns del "$NETNS"
 
 say "6. nothing is left"
@@ -145,5 +224,7 @@ what="no device-info file";                check bash -c "[ -z \"\$(find '$ROOT/
 what="no claim";                           check bash -c "[ -z \"\$(find '$ROOT/devplumb' -name '*.json' 2>/dev/null)\" ]"
 what="no CDI spec";                        check bash -c "[ -z \"\$(find '$ROOT/cdi' -type f 2>/dev/null)\" ]"
 what="no socket";                          check bash -c "[ -z \"\$(find '$ROOT' -type s 2>/dev/null)\" ]"
+while read -r pid name; do what="$name stopped"; check bash -c "! kill -0 $pid 2>/dev/null"; done <<<"$DAEMONS"
+what="no cnitool result cache";            check bash -c "! ls /var/lib/cni/results/ 2>/dev/null | grep -qE '^(fast-a|fast-b|vhost-net)-cnitool-'"
 [ "$left" = 0 ] || fail "something was left behind"
 echo "demo done: all clean"

@@ -127,8 +127,72 @@ func leftovers() []string {
 	if dirs, _ := filepath.Glob("/tmp/devplumb-demo.*"); len(dirs) > 0 {
 		p = append(p, "demo root "+strings.Join(dirs, " "))
 	}
-	if out, _ := exec.Command("pgrep", "-f", "bin/(nodesim|netdev-dp|vswitch) ").Output(); len(out) > 0 {
+	// Every daemon of the demo has its root in its command line.
+	if out, _ := exec.Command("pgrep", "-af", "/tmp/devplumb-demo[.]").Output(); len(out) > 0 {
 		p = append(p, "daemons still running: "+string(out))
 	}
+	if ents, _ := os.ReadDir("/var/lib/cni/results"); len(ents) > 0 {
+		for _, e := range ents {
+			if demoCache.MatchString(e.Name()) {
+				p = append(p, "cnitool result cache "+e.Name())
+			}
+		}
+	}
 	return p
+}
+
+var demoCache = regexp.MustCompile(`^(fast-a|fast-b|vhost-net)-cnitool-`)
+
+// A step that fails (here the second ADD, in its delegate) stops the demo
+// with a non-zero exit that names the step and shows the daemons' logs, and
+// the clean-up undoes the first attachment and everything else.
+func TestDemoFailedStepCleansUp(t *testing.T) {
+	bin := failingBin(t)
+	cmd := exec.Command(filepath.Join(testenv.ModuleRoot(), "scripts", "demo.sh"))
+	cmd.Env = append(os.Environ(), "DEMO_BIN="+bin)
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("demo with a failing delegate exited 0:\n%s", out)
+	}
+	for _, want := range []string{"injected failure for net-fast-b", `demo: stopped during step "3.`, "--- last lines of nodesim.log"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(string(out), "demo done") {
+		t.Errorf("a failed demo says it is done:\n%s", out)
+	}
+	assertNothingLeft(t)
+}
+
+// failingBin is a DEMO_BIN of freshly built binaries whose host-device
+// fails the ADD of interface net-fast-b.
+func failingBin(t *testing.T) string {
+	built := testenv.Build(t, "./cmd/devplumb", "./cmd/devplumbctl", "./cmd/netdev-dp", "./cmd/nodesim", "./scripts/vswitch")
+	testenv.CNIPlugins(t)
+	bin := t.TempDir()
+	if err := os.Mkdir(filepath.Join(bin, "cni"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := func(name, dir string) {
+		if err := os.Symlink(filepath.Join(built, name), filepath.Join(bin, dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []string{"devplumb", "devplumbctl", "netdev-dp", "nodesim", "vswitch"} {
+		link(n, "")
+	}
+	for _, n := range []string{"cnitool", "macvlan", "static"} {
+		link(n, "cni")
+	}
+	script := `#!/bin/sh
+if [ "$CNI_COMMAND" = ADD ] && [ "$CNI_IFNAME" = net-fast-b ]; then
+	echo '{"cniVersion":"1.0.0","code":999,"msg":"injected failure for net-fast-b"}'
+	exit 1
+fi
+exec ` + filepath.Join(built, "host-device") + ` "$@"` + "\n"
+	if err := os.WriteFile(filepath.Join(bin, "cni", "host-device"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin
 }
