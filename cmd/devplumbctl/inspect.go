@@ -134,7 +134,10 @@ func printAttachment(w io.Writer, a nodeview.Attachment) {
 		fmt.Fprint(w, "  (STALE: the kubelet no longer gives the pod this device)")
 	}
 	fmt.Fprintln(w)
-	if a.CNIFile != "" {
+	switch {
+	case a.NoCNIFile:
+		fmt.Fprintln(w, "    CNI device-info file: none (the device plugin wrote no device-info for this device)")
+	case a.CNIFile != "":
 		fmt.Fprintf(w, "    CNI device-info file: %s\n", a.CNIFile)
 	}
 	if a.NetworkStatus != nil {

@@ -5,7 +5,10 @@ package nodeview
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"sort"
 
@@ -55,13 +58,16 @@ type Pod struct {
 
 // Attachment is one claim of devplumb's state.
 type Attachment struct {
-	Network       string               `json:"network"`
-	ContainerID   string               `json:"containerID"`
-	IfName        string               `json:"ifName"`
-	Pod           string               `json:"pod"`
-	ResourceName  string               `json:"resourceName,omitempty"`
-	DeviceID      string               `json:"deviceID"`
-	CNIFile       string               `json:"cniFile,omitempty"`
+	Network      string `json:"network"`
+	ContainerID  string `json:"containerID"`
+	IfName       string `json:"ifName"`
+	Pod          string `json:"pod"`
+	ResourceName string `json:"resourceName,omitempty"`
+	DeviceID     string `json:"deviceID"`
+	CNIFile      string `json:"cniFile,omitempty"`
+	// NoCNIFile: CNIFile does not exist (the device plugin described no
+	// device, so ADD had nothing to copy).
+	NoCNIFile     bool                 `json:"noCNIFile,omitempty"`
 	Complete      bool                 `json:"complete"`
 	NetworkStatus *nadv1.NetworkStatus `json:"networkStatus,omitempty"`
 	// Stale: the kubelet no longer gives this pod that device.
@@ -142,6 +148,10 @@ func (v *View) collectAttachments() {
 			CNIFile: a.CNIFile, Complete: a.Complete, NetworkStatus: a.NetworkStatus,
 		}
 		att.Stale = v.Pods != nil && stale(v.Pods, a)
+		if a.CNIFile != "" {
+			_, err := os.Lstat(a.CNIFile)
+			att.NoCNIFile = errors.Is(err, fs.ErrNotExist)
+		}
 		if att.Stale {
 			v.problem("attachment %s/%s/%s: pod %s no longer has device %s of %s", a.Network, short(a.ContainerID), a.IfName, a.Pod, a.DeviceID, a.ResourceName)
 		}

@@ -80,6 +80,15 @@ func TestCollectHealthyNode(t *testing.T) {
 	if len(v.Attachments) != 2 || len(v.Files) != 2 || !v.Files[0].Claimed {
 		t.Errorf("attachments %+v files %+v", v.Attachments, v.Files)
 	}
+	for _, a := range v.Attachments {
+		if a.NoCNIFile {
+			t.Errorf("%s: CNI file %s called missing", a.IfName, a.CNIFile)
+		}
+	}
+	os.Remove(v.Attachments[0].CNIFile)
+	if v, _ = Collect(context.Background(), n.paths); !v.Attachments[0].NoCNIFile || v.Attachments[1].NoCNIFile {
+		t.Errorf("a removed CNI file is not reported: %+v", v.Attachments)
+	}
 }
 
 func TestCollectFindsProblems(t *testing.T) {
