@@ -1,12 +1,13 @@
 // Package testenv builds the real binaries that tests run: the CNI plugins and
 // cnitool at the versions pinned in go.mod, and devplumb's own commands.
 //
-// Binaries go into one directory per user (or $DEVPLUMB_TESTBIN when set), so
+// Binaries go into one directory per user and checkout (or $DEVPLUMB_TESTBIN), so
 // the Go build cache makes every build after the first cheap, and test
 // packages running in parallel share the result under a file lock.
 package testenv
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"os/exec"
@@ -68,13 +69,19 @@ func Build(t testing.TB, pkgs ...string) string {
 	return dir
 }
 
-// BinDir is where Build puts binaries.
+// BinDir is where Build puts binaries: one directory per user and checkout,
+// so tests of two checkouts on one machine never run each other's builds.
 func BinDir() (string, error) {
-	if d := os.Getenv("DEVPLUMB_TESTBIN"); d != "" {
-		return d, os.MkdirAll(d, 0o755)
+	d := os.Getenv("DEVPLUMB_TESTBIN")
+	if d == "" {
+		d = binDirFor(os.Getuid(), ModuleRoot())
 	}
-	d := filepath.Join(os.TempDir(), fmt.Sprintf("devplumb-testbin-%d", os.Getuid()))
 	return d, os.MkdirAll(d, 0o755)
+}
+
+func binDirFor(uid int, root string) string {
+	sum := sha256.Sum256([]byte(root))
+	return filepath.Join(os.TempDir(), fmt.Sprintf("devplumb-testbin-%d-%x", uid, sum[:6]))
 }
 
 // ModuleRoot is the directory holding go.mod, found from this source file.

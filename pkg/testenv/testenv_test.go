@@ -38,6 +38,13 @@ func TestBuildReportsFailure(t *testing.T) {
 	}
 }
 
+func TestBinDirPerCheckout(t *testing.T) {
+	a, b := binDirFor(0, "/work/a"), binDirFor(0, "/work/b")
+	if a == b || binDirFor(1, "/work/a") == a || binDirFor(0, "/work/a") != a {
+		t.Errorf("bin dirs: %s %s", a, b)
+	}
+}
+
 type fakeT struct {
 	testing.TB
 	failed bool
