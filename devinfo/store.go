@@ -49,7 +49,9 @@ func NewStore(dir string) *Store {
 
 // DPPath is the device plugin's file for a device of a resource:
 // Dir/dp/<resourceName, "/" replaced by "-">-<deviceID>-device.json, the name
-// the NAD client and the SR-IOV device plugin use.
+// the NAD client and the SR-IOV device plugin use. An empty name or part, ".",
+// "..", NUL, or a "/" in deviceID (which the NAD client would turn into "-",
+// making two devices share a file) is refused, as is a name over 255 bytes.
 func (s *Store) DPPath(resourceName, deviceID string) (string, error) {
 	if err := checkResourceName(resourceName); err != nil {
 		return "", err
@@ -177,7 +179,8 @@ func (s *Store) CopyDPToCNI(resourceName, deviceID, cniPath string) (*DeviceInfo
 	return info, nil
 }
 
-// ReadFile reads and validates any device-info file.
+// ReadFile reads and validates any device-info file. Anything but a regular
+// file of at most 1 MiB is refused without blocking (a FIFO would hang).
 func ReadFile(path string) (*DeviceInfo, error) {
 	_, info, err := readFile(path)
 	return info, err
