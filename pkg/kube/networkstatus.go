@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"slices"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -22,7 +21,7 @@ func (c *Client) SetNetworkStatus(ctx context.Context, namespace, name, uid stri
 	if entry.Name == "" {
 		return fmt.Errorf("kube: network-status entry for pod %s/%s has no network name", namespace, name)
 	}
-	err := c.editStatus(ctx, namespace, name, uid, func(list []nadv1.NetworkStatus) ([]nadv1.NetworkStatus, bool) {
+	err := c.editStatus(ctx, namespace, name, uid, func(list statusList) (statusList, bool, error) {
 		return upsert(list, entry)
 	})
 	if err != nil {
@@ -35,8 +34,9 @@ func (c *Client) SetNetworkStatus(ctx context.Context, namespace, name, uid stri
 // network-status annotation. A pod that is gone, was recreated (other UID), has no such
 // entry or an unreadable annotation is not an error: there is nothing of ours to remove.
 func (c *Client) RemoveNetworkStatus(ctx context.Context, namespace, name, uid, network, ifName string) error {
-	err := c.editStatus(ctx, namespace, name, uid, func(list []nadv1.NetworkStatus) ([]nadv1.NetworkStatus, bool) {
-		return remove(list, network, ifName)
+	err := c.editStatus(ctx, namespace, name, uid, func(list statusList) (statusList, bool, error) {
+		out, changed := remove(list, network, ifName)
+		return out, changed, nil
 	})
 	switch {
 	case err == nil:
@@ -59,7 +59,7 @@ func (c *Client) RemoveNetworkStatus(ctx context.Context, namespace, name, uid, 
 // and UID that were read: the API server rejects the patch with a conflict when the pod
 // changed in between, and the read-edit-patch cycle is retried within the bound.
 func (c *Client) editStatus(ctx context.Context, namespace, name, uid string,
-	edit func([]nadv1.NetworkStatus) ([]nadv1.NetworkStatus, bool)) error {
+	edit func(statusList) (statusList, bool, error)) error {
 	if namespace == "" || name == "" {
 		return fmt.Errorf("pod %q/%q: namespace and name are required", namespace, name)
 	}
@@ -78,9 +78,9 @@ func (c *Client) editStatus(ctx context.Context, namespace, name, uid string,
 		if err != nil {
 			return true, err
 		}
-		list, changed := edit(list)
-		if !changed {
-			return true, nil
+		list, changed, err := edit(list)
+		if err != nil || !changed {
+			return true, err
 		}
 		patch, err := statusPatch(pod, list)
 		if err != nil {
@@ -102,22 +102,9 @@ func podError(err error, namespace, name string) (bool, error) {
 	return false, err
 }
 
-// parseStatus returns the pod's network-status entries; no annotation is an empty list.
-func parseStatus(pod *corev1.Pod) ([]nadv1.NetworkStatus, error) {
-	raw, ok := pod.Annotations[nadv1.NetworkStatusAnnot]
-	if !ok || raw == "" {
-		return nil, nil
-	}
-	var list []nadv1.NetworkStatus
-	if err := json.Unmarshal([]byte(raw), &list); err != nil {
-		return nil, fmt.Errorf("%w on pod %s/%s: %w", ErrBadAnnotation, pod.Namespace, pod.Name, err)
-	}
-	return list, nil
-}
-
 // statusPatch is a JSON merge patch setting the annotation (deleting it when list is
 // empty) with pod's resourceVersion and UID as preconditions.
-func statusPatch(pod *corev1.Pod, list []nadv1.NetworkStatus) ([]byte, error) {
+func statusPatch(pod *corev1.Pod, list statusList) ([]byte, error) {
 	var value any // nil deletes the key in a merge patch
 	if len(list) > 0 {
 		b, err := json.MarshalIndent(list, "", "    ")
@@ -136,33 +123,4 @@ func statusPatch(pod *corev1.Pod, list []nadv1.NetworkStatus) ([]byte, error) {
 		return nil, fmt.Errorf("encode patch: %w", err)
 	}
 	return b, nil
-}
-
-// upsert replaces the entry with entry's name and interface, or appends entry.
-func upsert(list []nadv1.NetworkStatus, entry nadv1.NetworkStatus) ([]nadv1.NetworkStatus, bool) {
-	i := slices.IndexFunc(list, func(e nadv1.NetworkStatus) bool { return same(e, entry.Name, entry.Interface) })
-	if i < 0 {
-		return append(list, entry), true
-	}
-	if equalJSON(list[i], entry) {
-		return list, false
-	}
-	list[i] = entry
-	return list, true
-}
-
-// remove drops every entry of network and ifName.
-func remove(list []nadv1.NetworkStatus, network, ifName string) ([]nadv1.NetworkStatus, bool) {
-	out := slices.DeleteFunc(slices.Clone(list), func(e nadv1.NetworkStatus) bool { return same(e, network, ifName) })
-	return out, len(out) != len(list)
-}
-
-func same(e nadv1.NetworkStatus, network, ifName string) bool {
-	return e.Name == network && e.Interface == ifName
-}
-
-func equalJSON(a, b nadv1.NetworkStatus) bool {
-	ja, err1 := json.Marshal(a)
-	jb, err2 := json.Marshal(b)
-	return err1 == nil && err2 == nil && string(ja) == string(jb)
 }

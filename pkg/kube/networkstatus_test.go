@@ -13,33 +13,82 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// foreign is an entry another writer made, with keys this NAD client version does not
+// know and without "dns": it must come back exactly as it was.
+const foreign = `{"name":"cluster-default","interface":"eth0","ips":["192.0.2.2"],"default":true,` +
+	`"x-vendor":{"queue":7},"device-info":{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:01:00.1","x-new":"kept"}}}`
+
 func TestUpsertKeepsOthersAndReplacesOwn(t *testing.T) {
-	other := nadv1.NetworkStatus{Name: "default", Interface: "eth0"}
+	odd := json.RawMessage(`"not an object"`)
+	list := statusList{json.RawMessage(foreign), odd}
 	mine := nadv1.NetworkStatus{Name: "ns/a", Interface: "net1", Mac: "02:00:00:00:00:01"}
-	list, changed := upsert([]nadv1.NetworkStatus{other}, mine)
-	if !changed || len(list) != 2 || list[0].Name != "default" || list[1].Mac != mine.Mac {
-		t.Fatalf("append: %+v changed=%v", list, changed)
+	list, changed, err := upsert(list, mine)
+	if err != nil || !changed || len(list) != 3 || string(list[0]) != foreign || string(list[1]) != string(odd) {
+		t.Fatalf("append: %s changed=%v err=%v", list, changed, err)
 	}
-	if _, changed = upsert(list, mine); changed {
+	if _, changed, _ = upsert(list, mine); changed {
 		t.Fatal("identical entry reported as a change")
 	}
 	mine.Mac = "02:00:00:00:00:02"
-	list, changed = upsert(list, mine)
-	if !changed || len(list) != 2 || list[1].Mac != mine.Mac {
-		t.Fatalf("replace: %+v changed=%v", list, changed)
+	list, changed, _ = upsert(list, mine)
+	if !changed || len(list) != 3 || !strings.Contains(string(list[2]), mine.Mac) || string(list[0]) != foreign {
+		t.Fatalf("replace: %s changed=%v", list, changed)
 	}
 	list, changed = remove(list, "ns/a", "net1")
-	if !changed || len(list) != 1 || list[0].Name != "default" {
-		t.Fatalf("remove: %+v changed=%v", list, changed)
+	if !changed || len(list) != 2 || string(list[0]) != foreign {
+		t.Fatalf("remove: %s changed=%v", list, changed)
 	}
 	if _, changed = remove(list, "ns/a", "net1"); changed {
 		t.Fatal("removing a missing entry reported as a change")
 	}
 }
 
+// Two entries of ours (a crash between two writers of old) collapse into one.
+func TestUpsertDropsDuplicatesOfOwnEntry(t *testing.T) {
+	mine := nadv1.NetworkStatus{Name: "ns/a", Interface: "net1"}
+	b, _ := json.Marshal(mine)
+	list, changed, err := upsert(statusList{b, json.RawMessage(foreign), b}, mine)
+	if err != nil || !changed || len(list) != 2 || string(list[1]) != foreign {
+		t.Fatalf("got %s changed=%v err=%v", list, changed, err)
+	}
+}
+
+// The patch built from a read list carries the foreign entry with the same meaning.
+func TestStatusPatchKeepsForeignEntries(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "1", UID: "u",
+		Annotations: map[string]string{nadv1.NetworkStatusAnnot: "[" + foreign + "]"}}}
+	list, err := parseStatus(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, _, err = upsert(list, nadv1.NetworkStatus{Name: "ns/a", Interface: "net1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := statusPatch(pod, list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p struct {
+		Metadata struct {
+			Annotations map[string]string `json:"annotations"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(b, &p); err != nil {
+		t.Fatal(err)
+	}
+	var written []json.RawMessage
+	if err := json.Unmarshal([]byte(p.Metadata.Annotations[nadv1.NetworkStatusAnnot]), &written); err != nil {
+		t.Fatal(err)
+	}
+	if len(written) != 2 || !sameJSON(written[0], json.RawMessage(foreign)) {
+		t.Fatalf("foreign entry changed in meaning:\n%s\nwant\n%s", written[0], foreign)
+	}
+}
+
 func TestStatusPatchCarriesPreconditions(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "42", UID: "u-1"}}
-	b, err := statusPatch(pod, []nadv1.NetworkStatus{{Name: "n", Interface: "net1"}})
+	b, err := statusPatch(pod, statusList{json.RawMessage(`{"name":"n","interface":"net1"}`)})
 	if err != nil {
 		t.Fatal(err)
 	}

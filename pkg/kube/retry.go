@@ -2,6 +2,8 @@ package kube
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -39,6 +41,9 @@ func (c *Client) retry(ctx context.Context, op func(context.Context) (bool, erro
 		sleep := backoff/2 + rand.N(backoff/2+1)
 		select {
 		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.Canceled) {
+				return fmt.Errorf("cancelled after %d attempts: %w", attempt, last)
+			}
 			return c.boundError(attempt, last)
 		case <-time.After(sleep):
 		}
@@ -59,13 +64,27 @@ func (c *Client) boundError(attempts int, last error) error {
 
 // transient tells whether another attempt can succeed where this one failed.
 func transient(err error) bool {
+	if badCertificate(err) {
+		return false
+	}
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) {
-		// No answer from the server at all: connection refused, reset, TLS, timeout.
+		// No answer from the server at all: connection refused, reset, timeout.
 		return true
 	}
 	return apierrors.IsConflict(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
 		apierrors.IsTooManyRequests(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err)
+}
+
+// badCertificate tells whether the server's certificate failed verification: the
+// kubeconfig names another CA or host. Retrying cannot fix that, and calling it
+// "unreachable" after the whole bound would send the operator after the wrong problem.
+func badCertificate(err error) bool {
+	var verify *tls.CertificateVerificationError
+	var authority x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	return errors.As(err, &verify) || errors.As(err, &authority) || errors.As(err, &host) || errors.As(err, &invalid)
 }
 
 func isAny(err error, targets ...error) bool {
