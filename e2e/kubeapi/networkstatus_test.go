@@ -197,3 +197,49 @@ func TestNetworkStatusBadAnnotation(t *testing.T) {
 		t.Fatalf("someone else's annotation was changed: %q", got.Annotations[nadv1.NetworkStatusAnnot])
 	}
 }
+
+// TestNetworkStatusKeepsForeignEntriesExactly: another writer's entry, with keys this NAD
+// client version does not know and without "dns", is still the same JSON after devplumb
+// wrote and removed its own entry next to it.
+func TestNetworkStatusKeepsForeignEntriesExactly(t *testing.T) {
+	const foreign = `{"name":"cluster-default","interface":"eth0","ips":["192.0.2.2"],"default":true,` +
+		`"x-vendor":{"queue":7},"device-info":{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:01:00.1","x-new":"kept"}}}`
+	annot := map[string]string{nadv1.NetworkStatusAnnot: "[" + foreign + "]"}
+	pod, err := srv.CreatePod(ctx(t), "default", "foreign", nodeName, annot)
+	must(t, err)
+	c := newClient(t, 10*time.Second)
+	mine := pciEntry("default/sriov-a", "net1", "0000:18:02.5")
+	must(t, c.SetNetworkStatus(ctx(t), "default", pod.Name, string(pod.UID), mine))
+	raw := rawStatusOf(t, "default", pod.Name)
+	if len(raw) != 2 {
+		t.Fatalf("network-status has %d entries, want 2", len(raw))
+	}
+	wantSameJSON(t, raw[0], foreign)
+	must(t, c.RemoveNetworkStatus(ctx(t), "default", pod.Name, string(pod.UID), mine.Name, mine.Interface))
+	raw = rawStatusOf(t, "default", pod.Name)
+	if len(raw) != 1 {
+		t.Fatalf("network-status has %d entries after DEL, want 1", len(raw))
+	}
+	wantSameJSON(t, raw[0], foreign)
+}
+
+func rawStatusOf(t *testing.T, namespace, name string) []json.RawMessage {
+	t.Helper()
+	pod, err := srv.Client.CoreV1().Pods(namespace).Get(ctx(t), name, metav1.GetOptions{})
+	must(t, err)
+	var list []json.RawMessage
+	if err := json.Unmarshal([]byte(pod.Annotations[nadv1.NetworkStatusAnnot]), &list); err != nil {
+		t.Fatalf("pod %s/%s: network-status is not a list: %v", namespace, name, err)
+	}
+	return list
+}
+
+func wantSameJSON(t *testing.T, got json.RawMessage, want string) {
+	t.Helper()
+	var g, w any
+	must(t, json.Unmarshal(got, &g))
+	must(t, json.Unmarshal([]byte(want), &w))
+	if !reflect.DeepEqual(g, w) {
+		t.Fatalf("someone else's entry changed:\n%s\nwant\n%s", got, want)
+	}
+}
