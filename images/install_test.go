@@ -1,5 +1,6 @@
-// Package images holds the Dockerfiles; its test runs the installer script the devplumb
-// image uses, against temp directories standing in for the host and the service account.
+// Package images holds the Dockerfiles; its tests run the installer script the devplumb
+// image uses, against temp directories standing in for the host and the service account,
+// and check that the Dockerfiles build what they claim.
 package images
 
 import (
@@ -7,66 +8,182 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-func TestInstallScriptWritesBinaryAndKubeconfig(t *testing.T) {
+// bound is how long the script may take to notice a change or a signal: a bound on a
+// wait, not a speed assertion.
+const bound = 30 * time.Second
+
+// installer is install.sh set up to run against temp directories.
+type installer struct {
+	script, cniBin, kcDir, sa string
+}
+
+func newInstaller(t *testing.T) *installer {
+	t.Helper()
 	dir := t.TempDir()
 	fakeBin := filepath.Join(dir, "usr-local-bin")
-	sa := filepath.Join(dir, "sa")
-	for _, d := range []string{fakeBin, sa} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
+	in := &installer{sa: filepath.Join(dir, "sa"), script: filepath.Join(dir, "install.sh"),
+		cniBin: filepath.Join(dir, "host", "opt", "cni", "bin"), kcDir: filepath.Join(dir, "host", "etc", "cni", "net.d", "devplumb.d")}
+	for _, d := range []string{fakeBin, in.sa} {
+		must(t, os.MkdirAll(d, 0o755))
 	}
-	ca := []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
-	must(t, os.WriteFile(filepath.Join(sa, "ca.crt"), ca, 0o644))
-	must(t, os.WriteFile(filepath.Join(sa, "token"), []byte("tok-123"), 0o600))
-
+	in.writeSA(t, "tok-123", "CA-1")
 	// The script copies /usr/local/bin/devplumb; run a copy that reads from fakeBin.
 	script, err := os.ReadFile("devplumb/install.sh")
 	must(t, err)
 	must(t, os.WriteFile(filepath.Join(fakeBin, "devplumb"), []byte("#!/bin/sh\necho devplumb\n"), 0o755))
 	local := strings.ReplaceAll(string(script), "/usr/local/bin/devplumb", filepath.Join(fakeBin, "devplumb"))
-	must(t, os.WriteFile(filepath.Join(dir, "install.sh"), []byte(local), 0o755))
+	must(t, os.WriteFile(in.script, []byte(local), 0o755))
+	return in
+}
 
-	cniBin, kcDir := filepath.Join(dir, "host", "opt", "cni", "bin"), filepath.Join(dir, "host", "etc", "cni", "net.d", "devplumb.d")
-	cmd := exec.Command("sh", filepath.Join(dir, "install.sh"), "install")
-	cmd.Env = append(os.Environ(), "CNI_BIN_DIR="+cniBin, "KUBECONFIG_DIR="+kcDir, "SA_DIR="+sa,
-		"KUBERNETES_SERVICE_HOST=fd00::1", "KUBERNETES_SERVICE_PORT=6443")
-	if out, err := cmd.CombinedOutput(); err != nil {
+// writeSA replaces the token and CA the way the kubelet does: new files renamed in.
+func (in *installer) writeSA(t *testing.T, token, ca string) {
+	t.Helper()
+	for name, data := range map[string]string{"token": token, "ca.crt": ca} {
+		tmp := filepath.Join(in.sa, "."+name)
+		must(t, os.WriteFile(tmp, []byte(data), 0o600))
+		must(t, os.Rename(tmp, filepath.Join(in.sa, name)))
+	}
+}
+
+func (in *installer) cmd(refresh string, args ...string) *exec.Cmd {
+	cmd := exec.Command("sh", append([]string{in.script}, args...)...)
+	cmd.Env = append(os.Environ(), "CNI_BIN_DIR="+in.cniBin, "KUBECONFIG_DIR="+in.kcDir, "SA_DIR="+in.sa,
+		"KUBERNETES_SERVICE_HOST=fd00::1", "KUBERNETES_SERVICE_PORT=6443", "REFRESH_SECONDS="+refresh)
+	return cmd
+}
+
+func (in *installer) kubeconfig(t *testing.T) *rest.Config {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(in.kcDir, "devplumb.kubeconfig"))
+	if err != nil {
+		t.Fatalf("kubeconfig does not load: %v", err)
+	}
+	return cfg
+}
+
+// waitKubeconfig waits until the kubeconfig carries token and CA.
+func (in *installer) waitKubeconfig(t *testing.T, token, ca string) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for {
+		cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(in.kcDir, "devplumb.kubeconfig"))
+		if err == nil && cfg.BearerToken == token && string(cfg.CAData) == ca {
+			return
+		}
+		if time.Now().After(deadline) {
+			if err == nil {
+				t.Fatalf("kubeconfig has token %q and CA %q %s later, want %q and %q", cfg.BearerToken, cfg.CAData, bound, token, ca)
+			}
+			t.Fatalf("kubeconfig with token %q and CA %q not written within %s: %v", token, ca, bound, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestInstallScriptWritesBinaryAndKubeconfig(t *testing.T) {
+	in := newInstaller(t)
+	ca := "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+	in.writeSA(t, "tok-123", ca)
+	if out, err := in.cmd("60", "install").CombinedOutput(); err != nil {
 		t.Fatalf("install.sh: %v\n%s", err, out)
 	}
-	st, err := os.Stat(filepath.Join(cniBin, "devplumb"))
+	st, err := os.Stat(filepath.Join(in.cniBin, "devplumb"))
 	if err != nil || st.Mode().Perm() != 0o755 {
 		t.Fatalf("installed binary: %v %v", st, err)
 	}
-	kc := filepath.Join(kcDir, "devplumb.kubeconfig")
+	kc := filepath.Join(in.kcDir, "devplumb.kubeconfig")
 	st, err = os.Stat(kc)
 	if err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("kubeconfig must be 0600: %v %v", st, err)
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
-	if err != nil {
-		t.Fatalf("kubeconfig does not load: %v", err)
-	}
-	if cfg.Host != "https://[fd00::1]:6443" || cfg.BearerToken != "tok-123" || string(cfg.CAData) != string(ca) {
+	cfg := in.kubeconfig(t)
+	if cfg.Host != "https://[fd00::1]:6443" || cfg.BearerToken != "tok-123" || string(cfg.CAData) != ca {
 		t.Fatalf("kubeconfig: host %q token %q CA %q", cfg.Host, cfg.BearerToken, base64.StdEncoding.EncodeToString(cfg.CAData))
 	}
-	if left, _ := filepath.Glob(filepath.Join(kcDir, ".*")); len(left) > 0 {
+	if left, _ := filepath.Glob(filepath.Join(in.kcDir, ".*")); len(left) > 0 {
 		t.Fatalf("temp files left: %v", left)
 	}
+}
 
-	// Outside a pod it refuses clearly.
-	cmd = exec.Command("sh", filepath.Join(dir, "install.sh"), "install")
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "CNI_BIN_DIR=" + cniBin, "KUBECONFIG_DIR=" + kcDir, "SA_DIR=" + sa}
+func TestInstallScriptRefusesOutsideAPod(t *testing.T) {
+	in := newInstaller(t)
+	cmd := exec.Command("sh", in.script, "install")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "CNI_BIN_DIR=" + in.cniBin, "KUBECONFIG_DIR=" + in.kcDir, "SA_DIR=" + in.sa}
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "KUBERNETES_SERVICE_HOST") {
 		t.Fatalf("without KUBERNETES_SERVICE_HOST: err %v, output %s", err, out)
 	}
+	if _, err := os.Stat(filepath.Join(in.kcDir, "devplumb.kubeconfig")); !os.IsNotExist(err) {
+		t.Fatalf("a kubeconfig was written without a server: %v", err)
+	}
+}
+
+// TestInstallScriptFollowsRotation: in run mode, a rotated token and a new CA reach the
+// kubeconfig; an empty token (a half-done rotation) never does.
+func TestInstallScriptFollowsRotation(t *testing.T) {
+	in := newInstaller(t)
+	cmd := in.cmd("1", "run")
+	must(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	in.waitKubeconfig(t, "tok-123", "CA-1")
+	in.writeSA(t, "tok-456", "CA-1")
+	in.waitKubeconfig(t, "tok-456", "CA-1")
+	in.writeSA(t, "tok-456", "CA-2")
+	in.waitKubeconfig(t, "tok-456", "CA-2")
+	in.writeSA(t, "", "CA-2")
+	in.writeSA(t, "tok-789", "CA-3")
+	in.waitKubeconfig(t, "tok-789", "CA-3")
+}
+
+// TestInstallScriptStopsOnTERMAsPID1: as a container's PID 1 (no default action for
+// SIGTERM) and in the middle of a long sleep, the script stops at once on SIGTERM, so a
+// DaemonSet rollout does not wait out the grace period for each node.
+func TestInstallScriptStopsOnTERMAsPID1(t *testing.T) {
+	in := newInstaller(t)
+	inner := in.cmd("3600", "run")
+	cmd := exec.Command("unshare", append([]string{"--pid", "--fork", "--kill-child"}, inner.Args...)...)
+	cmd.Env = inner.Env
+	must(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	in.waitKubeconfig(t, "tok-123", "CA-1")
+	pid1 := childOf(t, cmd.Process.Pid)
+	must(t, syscall.Kill(pid1, syscall.SIGTERM))
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run exited with %v after SIGTERM, want 0", err)
+		}
+	case <-time.After(bound):
+		t.Fatalf("run still going %s after SIGTERM to it as PID 1", bound)
+	}
+}
+
+// childOf returns the only child of pid (unshare's forked PID 1).
+func childOf(t *testing.T, pid int) int {
+	t.Helper()
+	p := "/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(pid) + "/children"
+	b, err := os.ReadFile(p)
+	must(t, err)
+	f := strings.Fields(string(b))
+	if len(f) != 1 {
+		t.Fatalf("%s: %q, want one child", p, b)
+	}
+	c, err := strconv.Atoi(f[0])
+	must(t, err)
+	return c
 }
 
 func must(t *testing.T, err error) {

@@ -1,11 +1,12 @@
 #!/bin/sh
 # devplumb-install: put devplumb into the host's CNI bin dir and keep a kubeconfig for it.
 #   install  copy the binary, write the kubeconfig once, exit
-#   run      install, then rewrite the kubeconfig whenever the service account token
-#            changes (the kubelet rotates projected tokens), forever
+#   run      install, then rewrite the kubeconfig whenever the service account token or
+#            CA changes (the kubelet rotates projected tokens), until SIGTERM
 # Env: CNI_BIN_DIR (/host/opt/cni/bin), KUBECONFIG_DIR (/host/etc/cni/net.d/devplumb.d),
-#      REFRESH_SECONDS (60). Every file is written to a temp name and renamed into place, so
-#      a CNI call never sees a half-written binary or kubeconfig.
+#      REFRESH_SECONDS (60), SA_DIR (the service account mount). Every file is written to a
+#      temp name and renamed into place, so a CNI call never sees a half-written binary or
+#      kubeconfig.
 set -eu
 CNI_BIN_DIR=${CNI_BIN_DIR:-/host/opt/cni/bin}
 KUBECONFIG_DIR=${KUBECONFIG_DIR:-/host/etc/cni/net.d/devplumb.d}
@@ -23,21 +24,26 @@ install_bin() {
 }
 
 server() {
-	host=${KUBERNETES_SERVICE_HOST:?not running in a pod: KUBERNETES_SERVICE_HOST unset}
+	host=${KUBERNETES_SERVICE_HOST:-}
+	if [ -z "$host" ]; then
+		log "not running in a pod: KUBERNETES_SERVICE_HOST unset"
+		return 1
+	fi
 	port=${KUBERNETES_SERVICE_PORT:-443}
 	case "$host" in *:*) host="[$host]" ;; esac
 	echo "https://$host:$port"
 }
 
+# write_kubeconfig checks every step itself (it also runs where set -e does not apply) and
+# writes nothing unless it has a server, a non-empty token and the CA.
 write_kubeconfig() {
-	# Plain assignments, so that set -e stops here if one fails (inside the here-document
-	# below a failing substitution would be written into the file instead).
-	srv=$(server)
-	token=$(cat "$SA/token")
-	ca=$(base64 -w0 < "$SA/ca.crt")
-	mkdir -p "$KUBECONFIG_DIR"
-	umask 077
-	cat > "$KUBECONFIG_DIR/.devplumb.kubeconfig.tmp" <<KC
+	srv=$(server) || return 1
+	token=$(cat "$SA/token") || return 1
+	[ -n "$token" ] || { log "$SA/token is empty"; return 1; }
+	ca=$(base64 -w0 < "$SA/ca.crt") || return 1
+	mkdir -p "$KUBECONFIG_DIR" || return 1
+	tmp="$KUBECONFIG_DIR/.devplumb.kubeconfig.tmp"
+	(umask 077 && cat > "$tmp") <<KC || return 1
 apiVersion: v1
 kind: Config
 clusters:
@@ -54,8 +60,32 @@ contexts:
   context: {cluster: local, user: devplumb}
 current-context: devplumb
 KC
-	mv -f "$KUBECONFIG_DIR/.devplumb.kubeconfig.tmp" "$KUBECONFIG_DIR/devplumb.kubeconfig"
+	mv -f "$tmp" "$KUBECONFIG_DIR/devplumb.kubeconfig" || return 1
 	log "wrote $KUBECONFIG_DIR/devplumb.kubeconfig"
+}
+
+# credentials is what the kubeconfig is made of and may change under us.
+credentials() { cat "$SA/token" "$SA/ca.crt"; }
+
+# run refreshes until SIGTERM. As a container's PID 1 the shell gets no default signal
+# action, so it traps TERM, and sleeps in the background so the trap runs at once rather
+# than after the sleep (the kubelet would otherwise wait out the grace period and kill).
+run() {
+	sleeper=
+	trap 'log "stopping"; [ -z "$sleeper" ] || kill "$sleeper" 2>/dev/null; exit 0' TERM INT
+	last=$(credentials)
+	while :; do
+		sleep "$REFRESH_SECONDS" &
+		sleeper=$!
+		wait "$sleeper" || true
+		sleeper=
+		# A failed read or write is logged and tried again next round: the kubeconfig
+		# written before stays valid until the old token expires.
+		cur=$(credentials) || { log "cannot read $SA"; continue; }
+		if [ "$cur" != "$last" ]; then
+			write_kubeconfig && last=$cur || log "kubeconfig not rewritten; retrying"
+		fi
+	done
 }
 
 case "${1:-run}" in
@@ -66,14 +96,7 @@ install)
 run)
 	install_bin
 	write_kubeconfig
-	last=$(cat "$SA/token")
-	while sleep "$REFRESH_SECONDS"; do
-		cur=$(cat "$SA/token")
-		if [ "$cur" != "$last" ]; then
-			write_kubeconfig
-			last=$cur
-		fi
-	done
+	run
 	;;
 *)
 	echo "usage: devplumb-install [install|run]" >&2
