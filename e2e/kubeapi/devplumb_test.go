@@ -108,12 +108,20 @@ func TestDevplumbBinaryAPIServerDown(t *testing.T) {
 	t.Logf("required: %s (%s)", res.Details, took)
 
 	conf["networkStatus"] = "best-effort"
+	start = time.Now()
 	if res := n.devplumb(t, "ADD", conf, netns, args); res.Code != 0 {
 		t.Fatalf("best-effort ADD with the API server down: %+v", res)
 	}
+	if took, bound := time.Since(start), 10*time.Second; took > bound+slack {
+		t.Errorf("best-effort ADD took %s, devplumb's bound is %s", took, bound)
+	}
 	delete(conf, "networkStatus") // DEL succeeds even under "required"
+	start = time.Now()
 	if res := n.devplumb(t, "DEL", conf, netns, args); res.Code != 0 {
 		t.Fatalf("DEL with the API server down: %+v", res)
+	}
+	if took, bound := time.Since(start), 10*time.Second; took > bound+slack {
+		t.Errorf("DEL took %s, devplumb's bound is %s", took, bound)
 	}
 	if _, err := netlink.LinkByName(n.dev); err != nil {
 		t.Errorf("device not back on the host after DEL: %v", err)
@@ -201,7 +209,9 @@ func (n *node) devplumb(t *testing.T, cmd string, conf map[string]any, netns, ar
 	t.Helper()
 	stdin, err := json.Marshal(conf)
 	must(t, err)
-	c := exec.Command(filepath.Join(n.bin, "devplumb"))
+	// Bounded, so a hanging plugin fails this test instead of stalling CI until -timeout.
+	c := exec.CommandContext(ctx(t), filepath.Join(n.bin, "devplumb"))
+	c.WaitDelay = 5 * time.Second
 	c.Stdin = bytes.NewReader(stdin)
 	c.Env = append(os.Environ(), "CNI_COMMAND="+cmd, "CNI_CONTAINERID=c1", "CNI_NETNS="+netns,
 		"CNI_IFNAME=net1", "CNI_PATH="+n.bin, "CNI_ARGS="+args)

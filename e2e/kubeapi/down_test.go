@@ -69,15 +69,8 @@ func TestAPIServerHangs(t *testing.T) {
 			held = append(held, conn)
 		}
 	}()
-	cfg := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(cfg, []byte(kubeapi.Kubeconfig("https://"+l.Addr().String(), "x")), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	const bound = 2 * time.Second
-	c, err := kube.New(cfg, bound)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := clientFor(t, "https://"+l.Addr().String(), bound)
 	start := time.Now()
 	err = c.SetNetworkStatus(ctx(t), "default", "p", "", pciEntry("default/x", "net1", "0000:00:01.0"))
 	assertUnreachable(t, "ADD", err, start, bound)
@@ -109,17 +102,10 @@ func TestAPIServerOverloaded(t *testing.T) {
 		fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"overloaded","reason":"ServiceUnavailable","code":503}`)
 	}))
 	defer hs.Close()
-	cfg := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(cfg, []byte(kubeapi.Kubeconfig(hs.URL, "x")), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	const bound = 2 * time.Second
-	c, err := kube.New(cfg, bound)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := clientFor(t, hs.URL, bound)
 	start := time.Now()
-	err = c.SetNetworkStatus(ctx(t), "default", "p", "", pciEntry("default/x", "net1", "0000:00:01.0"))
+	err := c.SetNetworkStatus(ctx(t), "default", "p", "", pciEntry("default/x", "net1", "0000:00:01.0"))
 	took := time.Since(start)
 	if err == nil || errors.Is(err, kube.ErrUnreachable) || !strings.Contains(err.Error(), "kept failing") ||
 		!strings.Contains(err.Error(), "overloaded") {
@@ -131,4 +117,35 @@ func TestAPIServerOverloaded(t *testing.T) {
 	if took > bound+slack {
 		t.Errorf("took %s, bound is %s", took, bound)
 	}
+}
+
+// clientFor is a devplumb client for a stand-in server at url.
+func clientFor(t *testing.T, url string, bound time.Duration) *kube.Client {
+	t.Helper()
+	cfg := filepath.Join(t.TempDir(), "kubeconfig")
+	must(t, os.WriteFile(cfg, []byte(kubeapi.Kubeconfig(url, "x")), 0o600))
+	c, err := kube.New(cfg, bound)
+	must(t, err)
+	return c
+}
+
+// TestAPIServerSlow: a server that answers every request, but each one late, is cut off at
+// the bound as unreachable: slow answers must not add up beyond it.
+func TestAPIServerSlow(t *testing.T) {
+	const bound = 2 * time.Second
+	release := make(chan struct{})
+	hs := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select { // 70% of the bound per answer: the read fits, read and patch do not
+		case <-time.After(bound * 7 / 10):
+		case <-release:
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","namespace":"default","uid":"u1","resourceVersion":"7"}}`)
+	}))
+	defer func() { close(release); hs.Close() }()
+	c := clientFor(t, hs.URL, bound)
+	start := time.Now()
+	err := c.SetNetworkStatus(ctx(t), "default", "p", "u1", pciEntry("default/x", "net1", "0000:00:01.0"))
+	assertUnreachable(t, "ADD", err, start, bound)
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -26,31 +27,15 @@ import (
 // dry run: the real API server's defaulting, validation and admission accept them all.
 func TestManifestsAcceptedByAPIServer(t *testing.T) {
 	must(t, srv.InstallNADCRD(ctx(t)))
-	dc, err := discovery.NewDiscoveryClientForConfig(srv.Config)
-	must(t, err)
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
-	dyn, err := dynamic.NewForConfig(srv.Config)
-	must(t, err)
-
 	root := filepath.Join(testenv.ModuleRoot(), "deployments")
 	files, _ := filepath.Glob(filepath.Join(root, "*.yaml"))
 	nads, _ := filepath.Glob(filepath.Join(root, "nads", "*.yaml"))
 	n := 0
 	for _, f := range append(files, nads...) {
 		for i, obj := range objects(t, f) {
-			gvk := obj.GroupVersionKind()
-			m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-			if err != nil {
-				t.Errorf("%s #%d: %s not served: %v", f, i, gvk, err)
-				continue
-			}
-			var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-			if ns := obj.GetNamespace(); ns != "" {
-				ri = dyn.Resource(m.Resource).Namespace(ns)
-			}
-			_, err = ri.Create(ctx(t), obj, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"})
+			err := createObject(t, obj, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"})
 			if err != nil && !apierrors.IsAlreadyExists(err) { // exists: validated and stored by another test
-				t.Errorf("%s #%d (%s %s): %v", f, i, gvk.Kind, obj.GetName(), err)
+				t.Errorf("%s #%d (%s %s): %v", f, i, obj.GetKind(), obj.GetName(), err)
 			}
 			n++
 		}
@@ -59,6 +44,27 @@ func TestManifestsAcceptedByAPIServer(t *testing.T) {
 		t.Fatalf("only %d objects in deployments/", n)
 	}
 	t.Logf("%d objects accepted", n)
+}
+
+// createObject creates obj on the test server, whatever its kind, with opts.
+func createObject(t *testing.T, obj *unstructured.Unstructured, opts metav1.CreateOptions) error {
+	t.Helper()
+	dc, err := discovery.NewDiscoveryClientForConfig(srv.Config)
+	must(t, err)
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	dyn, err := dynamic.NewForConfig(srv.Config)
+	must(t, err)
+	gvk := obj.GroupVersionKind()
+	m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return fmt.Errorf("%s not served: %w", gvk, err)
+	}
+	var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
+	if ns := obj.GetNamespace(); ns != "" {
+		ri = dyn.Resource(m.Resource).Namespace(ns)
+	}
+	_, err = ri.Create(ctx(t), obj, opts)
+	return err
 }
 
 func objects(t *testing.T, path string) []*unstructured.Unstructured {

@@ -1,23 +1,16 @@
 package kubeapi_test
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
+	authzv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/devplumb/devplumb/e2e/kubeapi"
@@ -82,6 +75,42 @@ func TestShippedRBACIsEnoughAndNoMore(t *testing.T) {
 	wantForbidden(t, "list secrets", err)
 	err = as.CoreV1().Pods("default").Delete(ctx(t), pod.Name, metav1.DeleteOptions{})
 	wantForbidden(t, "delete pod", err)
+	accessMatrix(t)
+}
+
+// accessMatrix asks the API server's authorizer about every verb on the resources a
+// node-level plugin could be tempted to touch: exactly get/patch pods and get NADs are
+// allowed, in any namespace, and nothing else.
+func accessMatrix(t *testing.T) {
+	t.Helper()
+	verbs := []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
+	resources := []struct{ group, resource, sub string }{
+		{"", "pods", ""}, {"", "pods", "status"}, {"", "pods", "exec"}, {"", "pods", "eviction"},
+		{"", "nodes", ""}, {"", "secrets", ""}, {"", "configmaps", ""}, {"", "serviceaccounts", "token"},
+		{"", "events", ""}, {"k8s.cni.cncf.io", "network-attachment-definitions", ""},
+		{"rbac.authorization.k8s.io", "clusterrolebindings", ""},
+	}
+	allowed := map[string]bool{"pods/get": true, "pods/patch": true, "network-attachment-definitions/get": true}
+	for _, ns := range []string{"default", "kube-system"} {
+		for _, r := range resources {
+			for _, v := range verbs {
+				key := r.resource + "/" + v
+				if r.sub != "" {
+					key = r.resource + "/" + r.sub + "/" + v
+				}
+				sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
+					User: kubeapi.DevplumbUser, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system"},
+					ResourceAttributes: &authzv1.ResourceAttributes{Namespace: ns, Verb: v, Group: r.group,
+						Resource: r.resource, Subresource: r.sub},
+				}}
+				got, err := srv.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx(t), sar, metav1.CreateOptions{})
+				must(t, err)
+				if got.Status.Allowed != allowed[key] {
+					t.Errorf("%s in %s: allowed=%v, want %v", key, ns, got.Status.Allowed, allowed[key])
+				}
+			}
+		}
+	}
 }
 
 func isForbidden(err error) bool {
@@ -103,33 +132,7 @@ func wantForbidden(t *testing.T, what string, err error) {
 // applyRBAC creates the objects of deployments/rbac.yaml as they are.
 func applyRBAC(t *testing.T) {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(), "deployments", "rbac.yaml"))
-	must(t, err)
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	decoder := scheme.Codecs.UniversalDeserializer()
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return
-		}
-		must(t, err)
-		obj, _, err := decoder.Decode(doc, nil, nil)
-		must(t, err)
-		must(t, create(t, obj))
+	for _, obj := range objects(t, filepath.Join(testenv.ModuleRoot(), "deployments", "rbac.yaml")) {
+		must(t, createObject(t, obj, metav1.CreateOptions{}))
 	}
-}
-
-func create(t *testing.T, obj runtime.Object) error {
-	var err error
-	switch o := obj.(type) {
-	case *corev1.ServiceAccount:
-		_, err = srv.Client.CoreV1().ServiceAccounts(o.Namespace).Create(ctx(t), o, metav1.CreateOptions{})
-	case *rbacv1.ClusterRole:
-		_, err = srv.Client.RbacV1().ClusterRoles().Create(ctx(t), o, metav1.CreateOptions{})
-	case *rbacv1.ClusterRoleBinding:
-		_, err = srv.Client.RbacV1().ClusterRoleBindings().Create(ctx(t), o, metav1.CreateOptions{})
-	default:
-		t.Fatalf("rbac.yaml: unexpected %T", obj)
-	}
-	return err
 }

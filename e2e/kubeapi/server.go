@@ -5,16 +5,12 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
+	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
-	"sync"
-	"syscall"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -44,15 +40,12 @@ type Server struct {
 	apiserver    *proc
 }
 
-// proc is a child process and the channel closed when it has exited (and been reaped).
-type proc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error // set before done is closed
-}
+// startAttempts: a start is tried again, on other ports, when etcd or kube-apiserver
+// exits while starting (a port taken by someone else between pick and bind).
+const startAttempts = 3
 
 // Start runs etcd and kube-apiserver under dir (created) and waits until the API server
-// is ready. Close stops both.
+// is ready. Close stops both. A missing binary is an error that says how to get it.
 func Start(dir string) (*Server, error) {
 	apiBin, err := findAPIServer()
 	if err != nil {
@@ -62,28 +55,43 @@ func Start(dir string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	var errs []error
+	for attempt := 1; attempt <= startAttempts; attempt++ {
+		s, err := start(filepath.Join(dir, fmt.Sprintf("try%d", attempt)), apiBin, etcdBin)
+		if err == nil {
+			return s, nil
+		}
+		errs = append(errs, err)
+		if !errors.Is(err, errExited) {
+			break // not a lost port race: trying again would only take as long again
+		}
+	}
+	return nil, errors.Join(errs...)
+}
+
+// errExited marks a server process that ended while it was being started.
+var errExited = errors.New("exited while starting")
+
+func start(dir, apiBin, etcdBin string) (*Server, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("kubeapi: %w", err)
 	}
 	s := &Server{Dir: dir, apiserverBin: apiBin, Token: randomHex(16)}
-	if err := s.startEtcd(etcdBin); err != nil {
-		s.Close()
-		return nil, err
+	err := s.startEtcd(etcdBin)
+	if err == nil {
+		err = s.writeAuth()
 	}
-	if err := s.writeAuth(); err != nil {
-		s.Close()
-		return nil, err
+	if err == nil {
+		s.port, err = freePort()
 	}
-	if s.port, err = freePort(); err != nil {
-		s.Close()
-		return nil, err
+	if err == nil {
+		s.URL = "https://127.0.0.1:" + strconv.Itoa(s.port)
+		err = s.StartAPIServer()
 	}
-	s.URL = "https://127.0.0.1:" + strconv.Itoa(s.port)
-	if err := s.StartAPIServer(); err != nil {
-		s.Close()
-		return nil, err
+	if err == nil {
+		err = s.writeKubeconfig()
 	}
-	if err := s.writeKubeconfig(); err != nil {
+	if err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -101,7 +109,7 @@ func (s *Server) startEtcd(bin string) error {
 	}
 	s.etcdURL = fmt.Sprintf("http://127.0.0.1:%d", client)
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peer)
-	s.etcd, err = s.spawn("etcd", bin,
+	s.etcd, err = spawn(s.Dir, "etcd", bin,
 		"--name", "devplumb-e2e", "--data-dir", filepath.Join(s.Dir, "etcd"),
 		"--listen-client-urls", s.etcdURL, "--advertise-client-urls", s.etcdURL,
 		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
@@ -115,7 +123,7 @@ func (s *Server) StartAPIServer() error {
 	if s.apiserver != nil {
 		return fmt.Errorf("kubeapi: kube-apiserver already running (pid %d)", s.apiserver.cmd.Process.Pid)
 	}
-	p, err := s.spawn("kube-apiserver", s.apiserverBin,
+	p, err := spawn(s.Dir, "kube-apiserver", s.apiserverBin,
 		"--etcd-servers="+s.etcdURL,
 		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(s.port),
 		"--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
@@ -134,7 +142,8 @@ func (s *Server) StartAPIServer() error {
 	}
 	s.apiserver = p
 	if err := s.waitReady(); err != nil {
-		return fmt.Errorf("%w\n%s", err, tail(filepath.Join(s.Dir, "kube-apiserver.log"), 40))
+		return fmt.Errorf("%w\nkube-apiserver.log:\n%s\netcd.log:\n%s", err,
+			tail(filepath.Join(s.Dir, "kube-apiserver.log"), 30), tail(filepath.Join(s.Dir, "etcd.log"), 10))
 	}
 	return nil
 }
@@ -152,60 +161,6 @@ func (s *Server) Close() {
 	s.etcd = nil
 }
 
-// spawn starts bin with its output in Dir/<name>.log. The child gets SIGKILL if the test
-// process dies, so a crashed test leaves no server behind.
-func (s *Server) spawn(name, bin string, args ...string) (*proc, error) {
-	logf, err := os.OpenFile(filepath.Join(s.Dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("kubeapi: %s log: %w", name, err)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	err = startOnSpawnerThread(cmd)
-	logf.Close() // the child has its own descriptor
-	if err != nil {
-		return nil, fmt.Errorf("kubeapi: start %s (%s): %w", name, bin, err)
-	}
-	p := &proc{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	return p, nil
-}
-
-// Pdeathsig fires when the OS thread that started the child exits, not the process. Go
-// ends threads whose goroutine exits while locked to them (network namespace code does
-// that), so children are started from one goroutine that locks its thread for good.
-var (
-	spawnOnce sync.Once
-	spawnReqs = make(chan func())
-)
-
-func startOnSpawnerThread(cmd *exec.Cmd) error {
-	spawnOnce.Do(func() {
-		go func() {
-			runtime.LockOSThread() // never unlocked: the thread lives as long as the process
-			for f := range spawnReqs {
-				f()
-			}
-		}()
-	})
-	errc := make(chan error, 1)
-	spawnReqs <- func() { errc <- cmd.Start() }
-	return <-errc
-}
-
-// stop kills the process group and waits until the child is reaped, so its port is free.
-func stop(p *proc) {
-	if p == nil {
-		return
-	}
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-	<-p.done
-}
-
 // waitReady polls /readyz until it answers 200 or readyBound passes.
 func (s *Server) waitReady() error {
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
@@ -215,10 +170,11 @@ func (s *Server) waitReady() error {
 	defer cancel()
 	var last string
 	for ctx.Err() == nil {
-		select {
-		case <-s.apiserver.done:
-			return fmt.Errorf("kubeapi: kube-apiserver exited: %v", s.apiserver.err)
-		default:
+		// A dead process is reported at once, not after readyBound.
+		for name, p := range map[string]*proc{"kube-apiserver": s.apiserver, "etcd": s.etcd} {
+			if p.exited() {
+				return fmt.Errorf("kubeapi: %s %w: %v", name, errExited, p.err)
+			}
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/readyz", nil)
 		req.Header.Set("Authorization", "Bearer "+s.Token)
@@ -270,15 +226,6 @@ contexts:
   context: {cluster: e2e, user: e2e}
 current-context: e2e
 `, server, token)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("kubeapi: free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func randomHex(n int) string {

@@ -2,24 +2,32 @@ package kubeapi_test
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"reflect"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/devplumb/devplumb/pkg/kube"
 )
 
-// Bounds of the storm: the other writer makes exactly stormPatches patches; each devplumb
-// writer makes at most maxWrites writes while it lasts.
+// Bounds of the storm: the other writer patches at least stormPatches times and goes on
+// until every devplumb writer has written at least minWrites times while it lasted (so the
+// two really overlapped, however the machine schedules them), but never more than
+// maxPatches times; each devplumb writer makes at most maxWrites writes.
 const (
 	stormPatches = 100
+	maxPatches   = 5000
 	writers      = 4
+	minWrites    = 5
 	maxWrites    = 2000
 )
 
@@ -29,35 +37,46 @@ const (
 // other writer's annotation, and the API server must have answered some patches with 409
 // Conflict (so the retry path really ran).
 func TestNetworkStatusConflictStorm(t *testing.T) {
-	pod, err := srv.CreatePod(ctx(t), "default", "storm", nodeName, annotationWith(t, otherEntry))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := ctx(t)
+	pod, err := srv.CreatePod(c, "default", "storm", nodeName, annotationWith(t, otherEntry))
+	must(t, err)
 	conflictsBefore := patchConflicts(t)
 	done := make(chan struct{})
 	final := make([]nadv1.NetworkStatus, writers)
-	writes := make([]int, writers)
+	writes := make([]atomic.Int32, writers)
 	errs := make([]error, writers)
+	stopped := make([]atomic.Bool, writers) // a writer that failed writes no more
 	var wg sync.WaitGroup
 	for i := range writers {
+		kc := newClient(t, 60*time.Second) // here: t.Fatal only in the test's goroutine
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			final[i], writes[i], errs[i] = writeUntil(t, pod.Name, string(pod.UID), i, done)
+			final[i], errs[i] = writeUntil(c, kc, pod.Name, string(pod.UID), i, &writes[i], done)
+			stopped[i].Store(true)
 		}()
 	}
-	stormErr := storm(t, pod.Name)
+	patches, stormErr := storm(c, pod.Name, func() bool {
+		for i := range writes {
+			if writes[i].Load() < minWrites && !stopped[i].Load() {
+				return false
+			}
+		}
+		return true
+	})
 	close(done)
 	wg.Wait()
 	if stormErr != nil {
 		t.Fatal(stormErr)
 	}
+	counts := make([]int32, writers)
 	for i, err := range errs {
+		counts[i] = writes[i].Load()
 		if err != nil {
-			t.Errorf("writer %d after %d writes: %v", i, writes[i], err)
+			t.Errorf("writer %d after %d writes: %v", i, counts[i], err)
 		}
 	}
-	t.Logf("writes per devplumb writer during %d foreign patches: %v", stormPatches, writes)
+	t.Logf("writes per devplumb writer during %d foreign patches: %v", patches, counts)
 
 	got := statusOf(t, "default", pod.Name)
 	if len(got) != writers+1 || !equalEntry(got[0], otherEntry) {
@@ -68,51 +87,55 @@ func TestNetworkStatusConflictStorm(t *testing.T) {
 			t.Errorf("writer's last entry %+v lost", want)
 		}
 	}
-	p, err := srv.Client.CoreV1().Pods("default").Get(ctx(t), pod.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	p, err := srv.Client.CoreV1().Pods("default").Get(c, pod.Name, metav1.GetOptions{})
+	must(t, err)
+	if v := p.Annotations["example.com/storm"]; v != strconv.Itoa(patches) {
+		t.Fatalf("other writer's annotation = %q, want %d", v, patches)
 	}
-	if v := p.Annotations["example.com/storm"]; v != strconv.Itoa(stormPatches) {
-		t.Fatalf("other writer's annotation = %q, want %d", v, stormPatches)
-	}
-	if c := patchConflicts(t) - conflictsBefore; c == 0 {
+	if n := patchConflicts(t) - conflictsBefore; n == 0 {
 		t.Fatal("the API server answered no pod PATCH with 409: the storm caused no conflict")
 	} else {
-		t.Logf("%d patches answered 409 Conflict and retried", c)
+		t.Logf("%d patches answered 409 Conflict and retried", n)
 	}
 }
 
-// writeUntil rewrites writer i's entry (a new MAC each time) until done is closed, then
-// once more, and returns the last entry written.
-func writeUntil(t *testing.T, pod, uid string, i int, done <-chan struct{}) (nadv1.NetworkStatus, int, error) {
-	c := newClient(t, 60*time.Second)
+// writeUntil rewrites writer i's entry (a new MAC each time), counting in writes, until
+// done is closed, then returns the last entry written.
+func writeUntil(ctx context.Context, c *kube.Client, pod, uid string, i int, writes *atomic.Int32, done <-chan struct{}) (nadv1.NetworkStatus, error) {
 	var e nadv1.NetworkStatus
 	for n := 0; n < maxWrites; n++ {
 		e = pciEntry("default/sriov-a", fmt.Sprintf("net%d", i+1), fmt.Sprintf("0000:18:02.%d", i))
 		e.Mac = fmt.Sprintf("02:00:00:00:%02x:%02x", i, n%256)
-		if err := c.SetNetworkStatus(ctx(t), "default", pod, uid, e); err != nil {
-			return e, n, err
+		if err := c.SetNetworkStatus(ctx, "default", pod, uid, e); err != nil {
+			return e, err
 		}
+		writes.Add(1)
 		select {
 		case <-done:
-			return e, n + 1, nil
+			return e, nil
 		default:
 		}
 	}
-	return e, maxWrites, nil
+	return e, nil
 }
 
-// storm patches an unrelated annotation of the pod stormPatches times, without
-// preconditions, as a controller or a label-adding admin would.
-func storm(t *testing.T, name string) error {
+// storm patches an unrelated annotation of the pod, without preconditions, as a
+// controller or a label-adding admin would: at least stormPatches times and until enough
+// reports true (at most maxPatches times). It returns how many patches it made.
+func storm(ctx context.Context, name string, enough func() bool) (int, error) {
 	pods := srv.Client.CoreV1().Pods("default")
-	for n := 1; n <= stormPatches; n++ {
+	n := 0
+	for n < stormPatches || (!enough() && n < maxPatches) {
+		n++
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{"example.com/storm":"%d"}}}`, n)
-		if _, err := pods.Patch(ctx(t), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-			return fmt.Errorf("storm patch %d: %w", n, err)
+		if _, err := pods.Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			return n, fmt.Errorf("storm patch %d: %w", n, err)
 		}
 	}
-	return nil
+	if !enough() {
+		return n, fmt.Errorf("devplumb writers made fewer than %d writes each during %d foreign patches", minWrites, n)
+	}
+	return n, nil
 }
 
 // patchConflicts reads the API server's count of pod PATCH requests answered 409.

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
@@ -177,8 +178,10 @@ func (e *env) createNAD(namespace string) *nadv1.NetworkAttachmentDefinition {
 func (e *env) multus(cmd, netns, args string) []byte {
 	t := e.t
 	t.Helper()
-	c := exec.Command("unshare", "--mount", "--propagation", "private", "--", "sh", "-c", mountScript,
+	// Bounded, so a hanging Multus or delegate fails this test instead of stalling CI.
+	c := exec.CommandContext(ctx(t), "unshare", "--mount", "--propagation", "private", "--", "sh", "-c", mountScript,
 		"sh", filepath.Dir(e.podResources.Socket), e.npwgDir, e.multusBin)
+	c.WaitDelay = 5 * time.Second
 	c.Stdin = bytes.NewReader(e.multusConf)
 	c.Env = append(os.Environ(), "CNI_COMMAND="+cmd, "CNI_CONTAINERID="+containerID, "CNI_NETNS="+netns,
 		"CNI_IFNAME=eth0", "CNI_PATH="+e.binDir, "CNI_ARGS="+args)
