@@ -37,48 +37,48 @@ func (a GCAction) String() string {
 
 // GC removes the claims (and their CNI device-info files) of attachments whose
 // pod the kubelet no longer gives the claimed device, and with opts.Orphans
-// the CNI files no attachment owns. It decides on a fresh look taken under the
-// state lock, records first and the kubelet after: every claim it judges was
-// made before the kubelet answered, so a pod admitted meanwhile is in the
-// answer, and no ADD can add a claim or name a CNI file while GC runs. It
-// refuses to judge without the kubelet, and keeps a stale claim whose netns
-// still exists (the runtime's DEL is still to come, or the kubelet has just
-// restarted and not relisted its pods).
+// the CNI files no attachment owns. It reads the claims before it asks the
+// kubelet, so every claim it judges was made before the kubelet answered and a
+// pod admitted meanwhile is in the answer; under the state lock (not held
+// while the kubelet is asked, so ADDs do not wait on it) it removes only
+// claims still as they were read, and finds unowned files on records read
+// there. It refuses to judge without the kubelet, and keeps a stale claim whose
+// netns still exists (the runtime's DEL is still to come, or the kubelet has
+// just restarted and not relisted its pods).
 func GC(ctx context.Context, p Paths, opts GCOptions) ([]GCAction, error) {
 	store := claims.New(p.StateDir)
-	var acts []GCAction
-	err := store.Locked(func() error {
-		// Corrupt records are skipped: their attachment's DEL clears them.
-		recs, corrupt := store.List()
-		pods, err := listPods(ctx, p.PodResources)
-		if err != nil {
-			return fmt.Errorf("gc needs the kubelet's PodResources to tell stale claims: %w", err)
-		}
-		g := &gcRun{p: p, opts: opts, store: store}
-		for _, a := range recs {
-			if stale(pods, a) {
-				if err := g.staleClaim(a); err != nil {
-					return err
-				}
+	// Corrupt records are skipped: their attachment's DEL clears them.
+	read, _ := store.List()
+	pods, err := listPods(ctx, p.PodResources)
+	if err != nil {
+		return nil, fmt.Errorf("gc needs the kubelet's PodResources to tell stale claims: %w", err)
+	}
+	g := &gcRun{p: p, opts: opts, store: store}
+	err = store.Locked(func() error {
+		for _, a := range read {
+			if !stale(pods, a) {
+				continue
 			}
-		}
-		switch {
-		case opts.Orphans && corrupt != nil:
-			// An unreadable record may own any CNI file.
-			g.acts = append(g.acts, GCAction{Verb: "keep", What: "unowned CNI device-info files",
-				Why: fmt.Sprintf("some state records are unreadable, and might own them (%v)", corrupt)})
-		case opts.Orphans:
-			if err := g.orphans(recs); err != nil {
+			if cur, err := store.Get(a.Key); err != nil || !sameClaim(cur, a) {
+				continue // released or claimed again since it was read
+			}
+			if err := g.staleClaim(a); err != nil {
 				return err
 			}
 		}
-		acts = g.acts
+		if opts.Orphans {
+			return g.orphans()
+		}
 		return nil
 	})
 	if err != nil {
-		return acts, fmt.Errorf("gc: %w", err)
+		return g.acts, fmt.Errorf("gc: %w", err)
 	}
-	return acts, nil
+	return g.acts, nil
+}
+
+func sameClaim(cur, a *claims.Attachment) bool {
+	return cur != nil && cur.DeviceID == a.DeviceID && cur.ResourceName == a.ResourceName && cur.Pod == a.Pod
 }
 
 type gcRun struct {
@@ -124,7 +124,16 @@ func (g *gcRun) removeFile(path, why string) error {
 	return devinfo.RemoveFile(path)
 }
 
-func (g *gcRun) orphans(recs []*claims.Attachment) error {
+// orphans removes the CNI files no record names. The caller holds the lock,
+// so no ADD names a new file meanwhile.
+func (g *gcRun) orphans() error {
+	recs, corrupt := g.store.List()
+	if corrupt != nil {
+		// An unreadable record may own any CNI file.
+		g.acts = append(g.acts, GCAction{Verb: "keep", What: "unowned CNI device-info files",
+			Why: fmt.Sprintf("some state records are unreadable, and might own them (%v)", corrupt)})
+		return nil
+	}
 	files, err := devinfo.NewStore(g.p.DeviceInfoDir).List()
 	if err != nil {
 		return err
