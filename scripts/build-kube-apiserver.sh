@@ -19,6 +19,11 @@ STAGING_VERSION=v0.${K8S_VERSION#v1.}
 MINOR=$(echo "$K8S_VERSION" | cut -d. -f2)
 WORK=$CACHE/build/kube-apiserver-$K8S_VERSION
 mkdir -p "$WORK" "$CACHE/bin"
+# One build at a time per version (parallel CI jobs share the cache): the second waits,
+# then finds the binary the first made.
+exec 9>"$WORK.lock"
+flock 9
+if [ -x "$OUT" ]; then echo "$OUT"; exit 0; fi
 cd "$WORK"
 export CGO_ENABLED=0 GOFLAGS="-p=2 -buildvcs=false"
 # The checksum database has no entry for k8s.io/kubernetes tags as seen from here.
@@ -46,9 +51,9 @@ if [ -z "$STAGING" ]; then echo "no staging modules found in $MODFILE" >&2; exit
 printf '//go:build tools\n\npackage tools\n\nimport _ "k8s.io/kubernetes/cmd/kube-apiserver"\n' > tools.go
 go mod tidy
 start=$(date +%s)
-go build -trimpath -o "$OUT.tmp" \
+go build -trimpath -o "$OUT.tmp.$$" \
 	-ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$MINOR" \
 	k8s.io/kubernetes/cmd/kube-apiserver
-mv "$OUT.tmp" "$OUT"
+mv "$OUT.tmp.$$" "$OUT"
 echo "built kube-apiserver $K8S_VERSION in $(( $(date +%s) - start ))s" >&2
 echo "$OUT"

@@ -15,6 +15,11 @@ if [ -x "$OUT" ]; then echo "$OUT"; exit 0; fi
 
 WORK=$CACHE/build/multus-$MULTUS_VERSION
 mkdir -p "$WORK" "$CACHE/bin"
+# One build at a time per version (parallel CI jobs share the cache): the second waits,
+# then finds the binary the first made.
+exec 9>"$WORK.lock"
+flock 9
+if [ -x "$OUT" ]; then echo "$OUT"; exit 0; fi
 cd "$WORK"
 export CGO_ENABLED=0 GOFLAGS="-p=2 -buildvcs=false" GOTOOLCHAIN=local
 export GONOSUMDB=${GONOSUMDB:-gopkg.in/k8snetworkplumbingwg,k8s.io}
@@ -22,7 +27,7 @@ printf 'module multusbuild\n\ngo 1.25.0\n\nrequire %s %s\n' "$MODULE" "$MULTUS_V
 printf '//go:build tools\n\npackage tools\n\nimport _ "%s/cmd/multus"\n' "$MODULE" > tools.go
 go mod tidy
 start=$(date +%s)
-go build -trimpath -ldflags='-s -w' -o "$OUT.tmp" "$MODULE/cmd/multus"
-mv "$OUT.tmp" "$OUT"
+go build -trimpath -ldflags='-s -w' -o "$OUT.tmp.$$" "$MODULE/cmd/multus"
+mv "$OUT.tmp.$$" "$OUT"
 echo "built multus $MULTUS_VERSION in $(( $(date +%s) - start ))s" >&2
 echo "$OUT"

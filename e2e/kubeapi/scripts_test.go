@@ -1,0 +1,93 @@
+package kubeapi
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/devplumb/devplumb/pkg/testenv"
+)
+
+// TestBuildScriptsWaitForEachOther: a build script started while another builds the same
+// version waits for it and then uses its binary instead of building again in the same
+// work directory (parallel CI jobs share the cache).
+func TestBuildScriptsWaitForEachOther(t *testing.T) {
+	for _, tc := range []struct{ script, work, out string }{
+		{"build-kube-apiserver.sh", "kube-apiserver-" + K8sVersion, "kube-apiserver-" + K8sVersion},
+		{"build-multus.sh", "multus-v4.2.3", "multus-v4.2.3"},
+	} {
+		t.Run(tc.script, func(t *testing.T) {
+			cache := t.TempDir()
+			work := filepath.Join(cache, "build", tc.work)
+			if err := os.MkdirAll(work, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			lock, err := os.OpenFile(work+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lock.Close()
+			if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(filepath.Join(testenv.ModuleRoot(), "scripts", tc.script))
+			cmd.Env = append(os.Environ(), "DEVPLUMB_CACHE="+cache, "K8S_VERSION="+K8sVersion, "MULTUS_VERSION=v4.2.3",
+				"GOFLAGS=-mod=mod", "GOPROXY=off") // a build that starts anyway fails fast
+			var out strings.Builder
+			cmd.Stdout = &out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			// The other build finishes while this one waits in flock.
+			if err := waitForChild(cmd.Process.Pid, "flock", done); err != nil {
+				t.Fatalf("%s did not wait for the lock: %v (output %q)", tc.script, err, out.String())
+			}
+			bin := filepath.Join(cache, "bin", tc.out)
+			if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			_ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+			select {
+			case err := <-done:
+				if err != nil || strings.TrimSpace(out.String()) != bin {
+					t.Fatalf("script: %v, printed %q, want %s", err, out.String(), bin)
+				}
+			case <-time.After(time.Minute):
+				_ = cmd.Process.Kill()
+				t.Fatal("script still running a minute after the lock was released")
+			}
+			if _, err := os.Stat(filepath.Join(work, "go.mod")); !os.IsNotExist(err) {
+				t.Fatalf("the waiting script built anyway (go.mod in %s): %v", work, err)
+			}
+		})
+	}
+}
+
+// waitForChild waits until process pid has a child named comm; it fails if done reports
+// the process ended first, or after a minute.
+func waitForChild(pid int, comm string, done <-chan error) error {
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-done:
+			return fmt.Errorf("exited first: %v", err)
+		default:
+		}
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+		for _, c := range strings.Fields(string(b)) {
+			name, _ := os.ReadFile("/proc/" + c + "/comm")
+			if strings.TrimSpace(string(name)) == comm {
+				return nil
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return fmt.Errorf("no %s child within a minute", comm)
+}
