@@ -29,6 +29,9 @@ fail() { echo "demo: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || fail "run as root: it creates network namespaces and veth pairs"
 for b in devplumb netdev-dp nodesim devplumbctl vswitch; do [ -x "$BIN/$b" ] || fail "$BIN/$b missing: run make demo (it builds them)"; done
 for b in cnitool host-device macvlan static; do [ -x "$CNI_BIN/$b" ] || fail "$CNI_BIN/$b missing: run make demo (it builds them)"; done
+# Run directly (not by make demo), bin/ may predate the sources: say so.
+newer=$(cd "$REPO" && find cmd pkg devinfo podresources scripts/vswitch -name '*.go' -newer "$BIN/devplumb" 2>/dev/null | head -1)
+[ -z "$newer" ] || echo "demo: note: $newer is newer than $BIN/devplumb: make demo rebuilds bin/ first" >&2
 # One demo at a time: they share the netns and link names. The lock is on this
 # script, so it leaves no file; the daemons do not inherit it (9<&-).
 exec 9<"$0"
