@@ -92,7 +92,7 @@ func (g *gcRun) staleClaim(a *claims.Attachment) error {
 	what := fmt.Sprintf("claim %s/%s/%s (%s of pod %s)", a.Network, short(a.ContainerID), a.IfName, a.DeviceID, a.Pod)
 	if a.NetNS != "" {
 		if _, err := os.Stat(a.NetNS); err == nil {
-			g.acts = append(g.acts, GCAction{Verb: "keep", What: what, Why: "the kubelet no longer lists it, but its netns " + a.NetNS + " still exists"})
+			g.acts = append(g.acts, GCAction{Verb: "keep", What: what, Why: "the kubelet no longer gives the pod this device, but its netns " + a.NetNS + " still exists (DEL to come)"})
 			return nil
 		}
 	}
