@@ -135,7 +135,7 @@ func TestAPIServerSlow(t *testing.T) {
 	const bound = 2 * time.Second
 	release := make(chan struct{})
 	hs := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select { // 70% of the bound per answer: the read fits, read and patch do not
+		select { // later than one request may wait (half the bound), within the bound
 		case <-time.After(bound * 7 / 10):
 		case <-release:
 			return

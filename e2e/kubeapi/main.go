@@ -57,9 +57,13 @@ func TempDir(prefix string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("kubeapi: temp dir: %w", err)
 	}
-	f, err := os.OpenFile(filepath.Join(dir, lockName), os.O_CREATE|os.O_RDWR, 0o600)
+	// Locked before it gets its name, so that removeStale never finds it unlocked.
+	f, err := os.OpenFile(filepath.Join(dir, lockName+".new"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err == nil {
 		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), filepath.Join(dir, lockName))
 	}
 	if err != nil {
 		os.RemoveAll(dir)

@@ -202,6 +202,9 @@ func (s *Server) writeKubeconfig() error {
 	if err != nil {
 		return fmt.Errorf("kubeapi: %w", err)
 	}
+	// Tests make hundreds of requests (storms, access reviews): client-go's default
+	// 5 QPS would make them slow, not more real.
+	cfg.QPS, cfg.Burst = 200, 400
 	s.Config = cfg
 	s.Client, err = kubernetes.NewForConfig(cfg)
 	if err != nil {
