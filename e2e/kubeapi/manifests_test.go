@@ -49,6 +49,17 @@ func TestManifestsAcceptedByAPIServer(t *testing.T) {
 // createObject creates obj on the test server, whatever its kind, with opts.
 func createObject(t *testing.T, obj *unstructured.Unstructured, opts metav1.CreateOptions) error {
 	t.Helper()
+	ri, err := resourceFor(t, obj)
+	if err != nil {
+		return err
+	}
+	_, err = ri.Create(ctx(t), obj, opts)
+	return err
+}
+
+// resourceFor is the dynamic client for obj's kind and namespace.
+func resourceFor(t *testing.T, obj *unstructured.Unstructured) (dynamic.ResourceInterface, error) {
+	t.Helper()
 	dc, err := discovery.NewDiscoveryClientForConfig(srv.Config)
 	must(t, err)
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
@@ -57,14 +68,12 @@ func createObject(t *testing.T, obj *unstructured.Unstructured, opts metav1.Crea
 	gvk := obj.GroupVersionKind()
 	m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if err != nil {
-		return fmt.Errorf("%s not served: %w", gvk, err)
+		return nil, fmt.Errorf("%s not served: %w", gvk, err)
 	}
-	var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
 	if ns := obj.GetNamespace(); ns != "" {
-		ri = dyn.Resource(m.Resource).Namespace(ns)
+		return dyn.Resource(m.Resource).Namespace(ns), nil
 	}
-	_, err = ri.Create(ctx(t), obj, opts)
-	return err
+	return dyn.Resource(m.Resource), nil
 }
 
 func objects(t *testing.T, path string) []*unstructured.Unstructured {

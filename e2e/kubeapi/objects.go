@@ -76,7 +76,13 @@ func (s *Server) CreateNAD(ctx context.Context, namespace, name, config string, 
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Annotations: annotations},
 		Spec:       nadv1.NetworkAttachmentDefinitionSpec{Config: config},
 	}
-	out, err := nc.K8sCniCncfIoV1().NetworkAttachmentDefinitions(namespace).Create(ctx, nad, metav1.CreateOptions{})
+	nads := nc.K8sCniCncfIoV1().NetworkAttachmentDefinitions(namespace)
+	out, err := nads.Create(ctx, nad, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) { // left by an earlier run (go test -count=N)
+		if err = nads.Delete(ctx, name, metav1.DeleteOptions{}); err == nil || apierrors.IsNotFound(err) {
+			out, err = nads.Create(ctx, nad, metav1.CreateOptions{})
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("kubeapi: create NAD %s/%s: %w", namespace, name, err)
 	}
@@ -84,8 +90,12 @@ func (s *Server) CreateNAD(ctx context.Context, namespace, name, config string, 
 }
 
 // CreatePod creates a pod bound to node (no scheduler, no kubelet: it stays Pending,
-// which is all CNI-side tests need) with annotations.
+// which is all CNI-side tests need) with annotations. A pod of that name left by an
+// earlier run of the same test (go test -count=N) is deleted first.
 func (s *Server) CreatePod(ctx context.Context, namespace, name, node string, annotations map[string]string) (*corev1.Pod, error) {
+	if err := s.DeletePod(ctx, namespace, name); err != nil {
+		return nil, err
+	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Annotations: annotations},
 		Spec: corev1.PodSpec{
@@ -118,4 +128,14 @@ func (s *Server) DeletePod(ctx context.Context, namespace, name string) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// CreateNamespace creates namespace unless it exists.
+func (s *Server) CreateNamespace(ctx context.Context, name string) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	_, err := s.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("kubeapi: create namespace %s: %w", name, err)
+	}
+	return nil
 }

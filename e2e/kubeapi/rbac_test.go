@@ -90,7 +90,7 @@ func accessMatrix(t *testing.T) {
 		{"", "events", ""}, {"k8s.cni.cncf.io", "network-attachment-definitions", ""},
 		{"rbac.authorization.k8s.io", "clusterrolebindings", ""},
 	}
-	allowed := map[string]bool{"pods/get": true, "pods/patch": true, "network-attachment-definitions/get": true}
+	want := map[string]bool{"pods/get": true, "pods/patch": true, "network-attachment-definitions/get": true}
 	for _, ns := range []string{"default", "kube-system"} {
 		for _, r := range resources {
 			for _, v := range verbs {
@@ -98,19 +98,26 @@ func accessMatrix(t *testing.T) {
 				if r.sub != "" {
 					key = r.resource + "/" + r.sub + "/" + v
 				}
-				sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
-					User: kubeapi.DevplumbUser, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system"},
-					ResourceAttributes: &authzv1.ResourceAttributes{Namespace: ns, Verb: v, Group: r.group,
-						Resource: r.resource, Subresource: r.sub},
-				}}
-				got, err := srv.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx(t), sar, metav1.CreateOptions{})
-				must(t, err)
-				if got.Status.Allowed != allowed[key] {
-					t.Errorf("%s in %s: allowed=%v, want %v", key, ns, got.Status.Allowed, allowed[key])
+				got := allowed(t, ns, v, r.group, r.resource, r.sub)
+				if got != want[key] {
+					t.Errorf("%s in %s: allowed=%v, want %v", key, ns, got, want[key])
 				}
 			}
 		}
 	}
+}
+
+// allowed asks the API server's authorizer whether devplumb's service account may do verb.
+func allowed(t *testing.T, ns, verb, group, resource, sub string) bool {
+	t.Helper()
+	sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
+		User: kubeapi.DevplumbUser, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system"},
+		ResourceAttributes: &authzv1.ResourceAttributes{Namespace: ns, Verb: verb, Group: group,
+			Resource: resource, Subresource: sub},
+	}}
+	got, err := srv.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx(t), sar, metav1.CreateOptions{})
+	must(t, err)
+	return got.Status.Allowed
 }
 
 func isForbidden(err error) bool {
@@ -129,10 +136,29 @@ func wantForbidden(t *testing.T, what string, err error) {
 	}
 }
 
-// applyRBAC creates the objects of deployments/rbac.yaml as they are.
+// applyRBAC creates the objects of deployments/rbac.yaml as they are, and removes them
+// when the test ends, waiting until the authorizer has seen it: a run after this one (go
+// test -count=N) starts without the grant again.
 func applyRBAC(t *testing.T) {
 	t.Helper()
-	for _, obj := range objects(t, filepath.Join(testenv.ModuleRoot(), "deployments", "rbac.yaml")) {
+	objs := objects(t, filepath.Join(testenv.ModuleRoot(), "deployments", "rbac.yaml"))
+	for _, obj := range objs {
 		must(t, createObject(t, obj, metav1.CreateOptions{}))
 	}
+	t.Cleanup(func() {
+		for _, obj := range objs {
+			ri, err := resourceFor(t, obj)
+			must(t, err)
+			if err := ri.Delete(ctx(t), obj.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				t.Error(err)
+			}
+		}
+		deadline := time.Now().Add(time.Minute)
+		for allowed(t, "default", "get", "", "pods", "") {
+			if time.Now().After(deadline) {
+				t.Fatal("the authorizer still grants devplumb pods/get a minute after the RBAC was deleted")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
 }

@@ -9,8 +9,6 @@ import (
 	"github.com/containernetworking/plugins/pkg/testutils"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	"github.com/vishvananda/netlink"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
@@ -20,8 +18,7 @@ import (
 func TestMultusTwoAttachmentsOfOneNetwork(t *testing.T) {
 	e := newEnv(t)
 	const namespace = "two-devices"
-	if _, err := srv.Client.CoreV1().Namespaces().Create(ctx(t),
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
+	if err := srv.CreateNamespace(ctx(t), namespace); err != nil {
 		t.Fatal(err)
 	}
 	devs := []string{e.hostNetdev(), e.hostNetdev()}
