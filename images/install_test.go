@@ -129,6 +129,18 @@ func TestInstallScriptRefusesOutsideAPod(t *testing.T) {
 	}
 }
 
+func TestInstallScriptRefusesWithoutCA(t *testing.T) {
+	in := newInstaller(t)
+	must(t, os.Remove(filepath.Join(in.sa, "ca.crt")))
+	out, err := in.cmd("60", "install").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "ca.crt") {
+		t.Fatalf("without ca.crt: err %v, output %s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(in.kcDir, "devplumb.kubeconfig")); !os.IsNotExist(err) {
+		t.Fatalf("a kubeconfig was written without a CA: %v", err)
+	}
+}
+
 // TestInstallScriptFollowsRotation: in run mode, a rotated token and a new CA reach the
 // kubeconfig; an empty token (a half-done rotation) never does.
 func TestInstallScriptFollowsRotation(t *testing.T) {

@@ -40,7 +40,9 @@ write_kubeconfig() {
 	srv=$(server) || return 1
 	token=$(cat "$SA/token") || return 1
 	[ -n "$token" ] || { log "$SA/token is empty"; return 1; }
-	ca=$(base64 -w0 < "$SA/ca.crt") || return 1
+	[ -r "$SA/ca.crt" ] || { log "$SA/ca.crt missing"; return 1; }
+	ca=$(base64 < "$SA/ca.crt" | tr -d '\n') # not -w0: busybox and coreutils alike
+	[ -n "$ca" ] || { log "$SA/ca.crt is empty"; return 1; }
 	mkdir -p "$KUBECONFIG_DIR" || return 1
 	tmp="$KUBECONFIG_DIR/.devplumb.kubeconfig.tmp"
 	(umask 077 && cat > "$tmp") <<KC || return 1
