@@ -142,7 +142,8 @@ func TestInstallScriptRefusesWithoutCA(t *testing.T) {
 }
 
 // TestInstallScriptFollowsRotation: in run mode, a rotated token and a new CA reach the
-// kubeconfig; an empty token (a half-done rotation) never does.
+// kubeconfig, and an empty token read in passing (a half-done rotation) does not stop the
+// script from taking the complete one after it.
 func TestInstallScriptFollowsRotation(t *testing.T) {
 	in := newInstaller(t)
 	cmd := in.cmd("1", "run")
