@@ -116,28 +116,24 @@ func TestInstallScriptWritesBinaryAndKubeconfig(t *testing.T) {
 	}
 }
 
-func TestInstallScriptRefusesOutsideAPod(t *testing.T) {
-	in := newInstaller(t)
-	cmd := exec.Command("sh", in.script, "install")
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "CNI_BIN_DIR=" + in.cniBin, "KUBECONFIG_DIR=" + in.kcDir, "SA_DIR=" + in.sa}
-	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "KUBERNETES_SERVICE_HOST") {
-		t.Fatalf("without KUBERNETES_SERVICE_HOST: err %v, output %s", err, out)
-	}
-	if _, err := os.Stat(filepath.Join(in.kcDir, "devplumb.kubeconfig")); !os.IsNotExist(err) {
-		t.Fatalf("a kubeconfig was written without a server: %v", err)
-	}
-}
-
-func TestInstallScriptRefusesWithoutCA(t *testing.T) {
-	in := newInstaller(t)
-	must(t, os.Remove(filepath.Join(in.sa, "ca.crt")))
-	out, err := in.cmd("60", "install").CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "ca.crt") {
-		t.Fatalf("without ca.crt: err %v, output %s", err, out)
-	}
-	if _, err := os.Stat(filepath.Join(in.kcDir, "devplumb.kubeconfig")); !os.IsNotExist(err) {
-		t.Fatalf("a kubeconfig was written without a CA: %v", err)
+// TestInstallScriptRefusesWithoutItsInputs: no API server address or no CA fails with a
+// message naming what is missing, and no kubeconfig is written.
+func TestInstallScriptRefusesWithoutItsInputs(t *testing.T) {
+	for _, missing := range []string{"KUBERNETES_SERVICE_HOST", "ca.crt"} {
+		in := newInstaller(t)
+		cmd := in.cmd("60", "install")
+		if missing == "ca.crt" {
+			must(t, os.Remove(filepath.Join(in.sa, "ca.crt")))
+		} else {
+			cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "CNI_BIN_DIR=" + in.cniBin, "KUBECONFIG_DIR=" + in.kcDir, "SA_DIR=" + in.sa}
+		}
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), missing) {
+			t.Errorf("without %s: err %v, output %s", missing, err, out)
+		}
+		if _, err := os.Stat(filepath.Join(in.kcDir, "devplumb.kubeconfig")); !os.IsNotExist(err) {
+			t.Errorf("a kubeconfig was written without %s: %v", missing, err)
+		}
 	}
 }
 
