@@ -34,7 +34,6 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	if cerr != nil {
 		return cerr
 	}
-	c.removeStatus(rec)
 	if err := c.inv.Del(context.Background(), list, rt); err != nil {
 		if rec != nil {
 			return delegateError("delegate DEL failed (state kept, DEL can be retried)", err)
@@ -50,6 +49,9 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	if err := c.claims.Release(c.key); err != nil {
 		return cniError(ErrState, "cannot release the device claim in \"stateDir\" "+c.conf.StateDir, err)
 	}
+	// Last: with the API server down this waits out its bound, and the
+	// device must not wait for that.
+	c.removeStatus(rec)
 	return nil
 }
 

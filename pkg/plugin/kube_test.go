@@ -34,6 +34,7 @@ type fakeKube struct {
 	nads     map[string]string
 	setErr   error
 	nadAsked []string
+	onRemove func() // runs inside RemoveNetworkStatus
 }
 
 func (f *fakeKube) SetNetworkStatus(_ context.Context, ns, name, uid string, e nadv1.NetworkStatus) error {
@@ -51,6 +52,9 @@ func (f *fakeKube) RemoveNetworkStatus(_ context.Context, ns, name, uid, network
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.removed = append(f.removed, strings.Join([]string{ns, name, uid, network, ifName}, "/"))
+	if f.onRemove != nil {
+		f.onRemove()
+	}
 	return nil
 }
 
@@ -140,6 +144,31 @@ func TestKubeHookAddDel(t *testing.T) {
 	}
 	if len(k.kube.removed) != 1 || k.kube.removed[0] != "default/p1/u1/fast-net/net1" {
 		t.Errorf("removed %v", k.kube.removed)
+	}
+}
+
+// DEL tears down the delegate and frees the device before it talks to the
+// API server, which may be down and take its whole bound to say so.
+func TestKubeHookDelFreesDeviceBeforeStatus(t *testing.T) {
+	k := newKubeEnv(t)
+	if err := k.p.Add(k.args()); err != nil {
+		t.Fatal(err)
+	}
+	checked := false
+	k.kube.onRemove = func() {
+		checked = true
+		if _, err := os.Stat(filepath.Join(k.root, "rec", "DEL-c1_net1.json")); err != nil {
+			t.Errorf("network-status removed before the delegate DEL ran: %v", err)
+		}
+		if left := k.claims(); len(left) != 0 {
+			t.Errorf("network-status removed while the claim was still held: %+v", left[0])
+		}
+	}
+	if err := k.p.Del(k.args()); err != nil {
+		t.Fatal(err)
+	}
+	if !checked {
+		t.Fatal("DEL did not remove the network-status entry")
 	}
 }
 
