@@ -161,7 +161,7 @@ func TestKubeHookDelFreesDeviceBeforeStatus(t *testing.T) {
 			t.Errorf("network-status removed before the delegate DEL ran: %v", err)
 		}
 		if left := k.claims(); len(left) != 0 {
-			t.Errorf("network-status removed while the claim was still held: %+v", left[0])
+			t.Errorf("network-status removed while the claim of %s was still held", left[0].DeviceID)
 		}
 	}
 	if err := k.p.Del(k.args()); err != nil {
