@@ -31,7 +31,14 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		return cerr
 	}
 	result, replayed := c.replay(rec)
-	if !replayed {
+	switch {
+	case replayed && rec.NetworkStatus != nil:
+		// A best-effort status write may have failed the first time;
+		// replacing our own entry again is harmless.
+		if cerr := c.setStatus(rec.NetworkStatus); cerr != nil {
+			return cerr
+		}
+	case !replayed:
 		c.cleanEarlierAdd(rec)
 		if result, cerr = c.attach(rec); cerr != nil {
 			return cerr

@@ -221,6 +221,15 @@ func TestKubeHookRequiredVersusBestEffort(t *testing.T) {
 	if c := k.claims(); len(c) != 1 || c[0].NetworkStatus == nil {
 		t.Errorf("claims %+v", c)
 	}
+	// The runtime repeats the ADD once the API server is back: the cached
+	// result is returned and the entry that could not be written is written.
+	k.kube.setErr = nil
+	if err := k.p.Add(k.args()); err != nil {
+		t.Fatalf("repeated best-effort ADD: %v", err)
+	}
+	if len(k.kube.set) != 1 || k.kube.set[0].Interface != "net1" {
+		t.Errorf("network-status not written on the repeated ADD: %+v", k.kube.set)
+	}
 }
 
 func TestKubeconfigWithoutClient(t *testing.T) {
