@@ -18,8 +18,11 @@ type counting struct {
 }
 
 func (c *counting) Info(*Request) (map[string]int64, error) { c.calls++; return c.info, nil }
-func (c *counting) Add(*Request) (*AddResult, error)        { c.calls++; return &AddResult{Devices: c.devs}, nil }
-func (c *counting) Del(*Request) error                      { c.calls++; return nil }
+func (c *counting) Add(*Request) (*AddResult, error) {
+	c.calls++
+	return &AddResult{Devices: c.devs}, nil
+}
+func (c *counting) Del(*Request) error { c.calls++; return nil }
 
 // TestBadInput: every malformed call is a well-known error code, exit 1
 // (0 for DEL), and never reaches the plugin, so nothing changes.

@@ -121,4 +121,3 @@ func parseRequestID(req *Request, env func(string) string) error {
 	req.RequestID = id
 	return nil
 }
-

@@ -76,4 +76,3 @@ const (
 	CodeIDInUse   = 102 // the request ID already holds nodes
 	CodeState     = 103 // the state file or its lock failed
 )
-
