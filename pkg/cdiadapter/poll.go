@@ -27,9 +27,10 @@ func shownSlots(pods []*v1.PodResources, name string) map[string]bool {
 
 // reconcile DELs the allocations no pod holds: those PodResources showed
 // before and no longer shows, those it never showed within grace (the
-// kubelet's admission failed after Allocate), and, at the adapter's start
-// (atStart), every one it does not show. Then it asks INFO again.
-func (r *resource) reconcile(ctx context.Context, pods []*v1.PodResources, atStart bool, grace time.Duration) {
+// kubelet's admission failed after Allocate), and, in the first check after
+// the adapter's start, every one made before that start that it does not
+// show. Then it asks INFO again.
+func (r *resource) reconcile(ctx context.Context, pods []*v1.PodResources, restoredBefore time.Time, grace time.Duration) {
 	shown := shownSlots(pods, r.name)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -43,8 +44,8 @@ func (r *resource) reconcile(ctx context.Context, pods []*v1.PodResources, atSta
 		case held && !a.Seen:
 			a.Seen, changed = true, true
 		case held:
-		case atStart || a.Seen || time.Since(a.Created) > grace:
-			r.log.Info("no pod holds the allocation any more", "requestID", id, "slots", a.Slots, "atStart", atStart)
+		case a.Seen || a.Created.Before(restoredBefore) || time.Since(a.Created) > grace:
+			r.log.Info("no pod holds the allocation", "requestID", id, "slots", a.Slots)
 			r.delLocked(ctx, id)
 		}
 	}

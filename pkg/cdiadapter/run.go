@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +26,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// Allocations made before this moment are checked against PodResources
+	// at once: their Allocate calls ended with the last run.
+	startedAt := time.Now()
 	for _, r := range resources {
 		if err := r.dp.CheckSocketFree(); err != nil {
 			return err
@@ -35,7 +37,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return fmt.Errorf("resource %s: %w", r.name, err)
 		}
 	}
-	return serve(ctx, &cfg, resources, log)
+	return serve(ctx, &cfg, resources, startedAt, log)
 }
 
 // build discovers the configs and makes one resource per config.
@@ -68,7 +70,7 @@ func build(cfg *Config, log *slog.Logger) ([]*resource, error) {
 
 // serve runs the device plugins and the PodResources poll until ctx ends or
 // a plugin cannot serve.
-func serve(ctx context.Context, cfg *Config, resources []*resource, log *slog.Logger) error {
+func serve(ctx context.Context, cfg *Config, resources []*resource, startedAt time.Time, log *slog.Logger) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -83,7 +85,7 @@ func serve(ctx context.Context, cfg *Config, resources []*resource, log *slog.Lo
 			}
 		}()
 	}
-	poll(ctx, cfg, resources, log)
+	poll(ctx, cfg, resources, startedAt, log)
 	wg.Wait()
 	select {
 	case err := <-errc:
@@ -94,15 +96,16 @@ func serve(ctx context.Context, cfg *Config, resources []*resource, log *slog.Lo
 }
 
 // poll lists PodResources every cfg.Poll and reconciles each resource. The
-// first successful list after start is the restart check.
-func poll(ctx context.Context, cfg *Config, resources []*resource, log *slog.Logger) {
+// first successful list is the restart check of allocations made before
+// startedAt.
+func poll(ctx context.Context, cfg *Config, resources []*resource, startedAt time.Time, log *slog.Logger) {
 	var client *podresources.Client
 	defer func() {
 		if client != nil {
 			client.Close()
 		}
 	}()
-	atStart := true
+	restoredBefore := startedAt
 	ticker := time.NewTicker(cfg.Poll)
 	defer ticker.Stop()
 	for {
@@ -115,14 +118,14 @@ func poll(ctx context.Context, cfg *Config, resources []*resource, log *slog.Log
 		}
 		if client != nil {
 			if pods, err := client.List(ctx); err != nil {
-				if ctx.Err() == nil && !strings.Contains(err.Error(), "context canceled") {
+				if ctx.Err() == nil {
 					log.Warn("PodResources List failed; nothing is freed until it answers", "err", err)
 				}
 			} else {
 				for _, r := range resources {
-					r.reconcile(ctx, pods, atStart, cfg.Grace)
+					r.reconcile(ctx, pods, restoredBefore, cfg.Grace)
 				}
-				atStart = false
+				restoredBefore = time.Time{}
 			}
 		}
 		select {
