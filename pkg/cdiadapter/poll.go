@@ -32,6 +32,7 @@ func shownSlots(pods []*v1.PodResources, name string) map[string]bool {
 // show. Then it asks INFO again.
 func (r *resource) reconcile(ctx context.Context, pods []*v1.PodResources, restoredBefore time.Time, grace time.Duration) {
 	shown := shownSlots(pods, r.name)
+	r.log.Debug("PodResources polled", "pods", len(pods), "slotsShown", len(shown))
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	changed := false
