@@ -16,43 +16,30 @@ import (
 	"time"
 
 	"github.com/devplumb/devplumb/pkg/cdidevnodes"
+	"github.com/devplumb/devplumb/pkg/cdidevnodes/devnodestest"
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/pkg/testenv"
 	oci "github.com/opencontainers/runtime-spec/specs-go"
-	"golang.org/x/sys/unix"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 )
 
-const (
-	resource  = "cdi.devplumb.io/tty"
-	testMajor = 240 // local/experimental use: the test nodes lead to no driver
-)
+const resource = "cdi.devplumb.io/tty"
 
 // node is a kubelet emulator, device nodes tty1..ttyN of our own in a temp
 // dir, a cdi-devnodes config for them, and the dirs of one adapter.
 type node struct {
-	t                                       *testing.T
-	bins, devDir, confDir, devState, cdiDir string
-	adapterState                            string
-	kubelet                                 *kubeletsim.Node
+	t                               *testing.T
+	bins, confDir, devState, cdiDir string
+	adapterState                    string
+	nodes                           devnodestest.Nodes
+	kubelet                         *kubeletsim.Node
 }
 
 func newNode(t *testing.T, nodes, reserved int) *node {
 	t.Helper()
-	n := &node{t: t, bins: testenv.Build(t, "./cmd/cdi-devnodes", "./cmd/cdi-adapter"), devDir: t.TempDir(),
+	n := &node{t: t, bins: testenv.Build(t, "./cmd/cdi-devnodes", "./cmd/cdi-adapter"), nodes: devnodestest.New(t, nodes),
 		confDir: t.TempDir(), devState: t.TempDir(), cdiDir: t.TempDir(), adapterState: t.TempDir()}
-	for i := 1; i <= nodes; i++ {
-		if err := unix.Mknod(n.dev(i), unix.S_IFCHR|0o600, int(unix.Mkdev(testMajor, uint32(i)))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	conf, _ := json.Marshal(map[string]any{"cdiVersion": "0.0.1", "name": "test TTYs", "type": "tty", "plugin": "cdi-devnodes",
-		"args": map[string]any{"glob": filepath.Join(n.devDir, "tty*"), "num_system_reserved": reserved,
-			"state_dir": n.devState, "sysfs_root": t.TempDir()}})
-	os.MkdirAll(filepath.Join(n.confDir, "tty.d"), 0o755)
-	if err := os.WriteFile(filepath.Join(n.confDir, "tty.d", "devnodes.conf"), conf, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	devnodestest.WriteConfig(t, n.confDir, n.nodes.Config(reserved, n.devState, t.TempDir()))
 	k, err := kubeletsim.Start(context.Background(), t.TempDir(), slog.Default())
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +49,7 @@ func newNode(t *testing.T, nodes, reserved int) *node {
 	return n
 }
 
-func (n *node) dev(i int) string { return filepath.Join(n.devDir, fmt.Sprintf("tty%d", i)) }
+func (n *node) dev(i int) string { return n.nodes.Dev(i) }
 
 // start runs the adapter binary; it is killed when the test ends.
 func (n *node) start(poll string, flags ...string) (*exec.Cmd, *bytes.Buffer) {
@@ -163,7 +150,7 @@ func (n *node) injected(names []string) []string {
 	var paths []string
 	for _, d := range spec.Linux.Devices {
 		paths = append(paths, d.Path)
-		if d.Major != testMajor || d.Type != "c" {
+		if d.Major != devnodestest.Major || d.Type != "c" {
 			n.t.Errorf("injected %s as %s %d:%d", d.Path, d.Type, d.Major, d.Minor)
 		}
 	}
