@@ -66,6 +66,10 @@ func (r *resource) ownerLocked(slot string) string {
 // error reply (such as 5, unknown request ID) is only logged, and a binary
 // that breaks the draft is logged as such.
 func (r *resource) delLocked(ctx context.Context, reqID string) {
+	var slots []string
+	if a := r.allocs[reqID]; a != nil {
+		slots = a.Slots
+	}
 	logged, err := r.bin.Del(ctx, r.version, reqID)
 	switch {
 	case err != nil:
@@ -73,7 +77,7 @@ func (r *resource) delLocked(ctx context.Context, reqID string) {
 	case logged != nil:
 		r.log.Info("DEL answered with an error for the log", "requestID", reqID, "reply", logged.Error())
 	default:
-		r.log.Info("freed", "requestID", reqID, "slots", r.allocs[reqID].Slots)
+		r.log.Info("freed", "requestID", reqID, "slots", slots)
 	}
 	delete(r.allocs, reqID)
 	if err := r.state.save(r.allocs); err != nil {
