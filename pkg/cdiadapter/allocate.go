@@ -21,7 +21,12 @@ func (r *resource) allocate(ctx context.Context, ids []string) (*pluginapi.Conta
 	for _, id := range ids {
 		if owner := r.ownerLocked(id); owner != "" {
 			r.log.Info("slot handed out again: its old allocation is stale", "slot", id, "requestID", owner)
-			r.delLocked(ctx, owner)
+			if !r.delLocked(ctx, owner) {
+				// The slots are the new allocation's now; the stale
+				// request is DELeted again by the next reconcile.
+				stale := r.allocs[owner]
+				stale.Slots, stale.Seen = nil, true
+			}
 		}
 	}
 	reqID := newRequestID()
@@ -40,8 +45,14 @@ func (r *resource) allocate(ctx context.Context, ids []string) (*pluginapi.Conta
 	}
 	if err != nil {
 		// ADD fails whole, but a binary killed by a timeout may have
-		// claimed: DEL never fails and frees whatever it holds.
-		r.delLocked(context.WithoutCancel(ctx), reqID)
+		// claimed: DEL never fails and frees whatever it holds. Should it
+		// not go through, the record stays and the next reconcile retries.
+		if !r.delLocked(context.WithoutCancel(ctx), reqID) {
+			a.Slots, a.Seen = nil, true
+			if serr := r.state.save(r.allocs); serr != nil {
+				r.log.Error("saving state", "err", serr)
+			}
+		}
 		r.refreshLocked(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("ADD %s (request ID %s): %w", r.typ, reqID, err)
 	}
@@ -63,9 +74,10 @@ func (r *resource) ownerLocked(slot string) string {
 }
 
 // delLocked runs DEL and forgets the allocation. DEL must not fail: an
-// error reply (such as 5, unknown request ID) is only logged, and a binary
-// that breaks the draft is logged as such.
-func (r *resource) delLocked(ctx context.Context, reqID string) {
+// error reply (such as 5, unknown request ID) is only logged. When the
+// binary cannot be run or breaks the draft, the allocation is kept and the
+// next reconcile tries again; it reports whether the DEL went through.
+func (r *resource) delLocked(ctx context.Context, reqID string) bool {
 	var slots []string
 	if a := r.allocs[reqID]; a != nil {
 		slots = a.Slots
@@ -73,7 +85,8 @@ func (r *resource) delLocked(ctx context.Context, reqID string) {
 	logged, err := r.bin.Del(ctx, r.version, reqID)
 	switch {
 	case err != nil:
-		r.log.Error("DEL failed; forgetting the allocation", "requestID", reqID, "err", err)
+		r.log.Error("DEL failed; trying again at the next poll", "requestID", reqID, "err", err)
+		return false
 	case logged != nil:
 		r.log.Info("DEL answered with an error for the log", "requestID", reqID, "reply", logged.Error())
 	default:
@@ -86,6 +99,7 @@ func (r *resource) delLocked(ctx context.Context, reqID string) {
 	if err := r.writeSpecLocked(); err != nil {
 		r.log.Error("writing CDI spec after DEL", "err", err)
 	}
+	return true
 }
 
 // response names the CDI device of the request (cdi_devices and the

@@ -32,7 +32,7 @@ const (
 	DefaultVendor   = "cdi.devplumb.io"
 	DefaultStateDir = "/var/lib/devplumb/cdi-adapter"
 	DefaultPoll     = 10 * time.Second
-	DefaultGrace    = 2 * time.Minute
+	DefaultGrace    = 30 * time.Second
 )
 
 // Config configures the adapter; every path has a default.

@@ -31,6 +31,9 @@ func shownSlots(pods []*v1.PodResources, name string) map[string]bool {
 // the adapter's start, every one made before that start that it does not
 // show. Then it asks INFO again.
 func (r *resource) reconcile(ctx context.Context, pods []*v1.PodResources, restoredBefore time.Time, grace time.Duration) {
+	if ctx.Err() != nil { // stopping: a DEL now would be killed
+		return
+	}
 	shown := shownSlots(pods, r.name)
 	r.log.Debug("PodResources polled", "pods", len(pods), "slotsShown", len(shown))
 	r.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -140,5 +141,31 @@ func TestFailedADD(t *testing.T) {
 	loaded, _ := f.r.state.load()
 	if len(loaded) != 0 {
 		t.Errorf("state %v", loaded)
+	}
+}
+
+// TestDELRetried: a DEL that does not go through (the binary cannot be
+// run) keeps the allocation, and the next reconcile DELs it.
+func TestDELRetried(t *testing.T) {
+	f := newFixture(t, 2, 0)
+	ctx := context.Background()
+	f.r.allocate(ctx, []string{"tty-0"})
+	f.r.reconcile(ctx, pods("tty-0"), time.Time{}, time.Hour)
+	good := f.r.bin.Path
+	f.r.bin.Path = filepath.Join(t.TempDir(), "missing")
+	f.r.reconcile(ctx, nil, time.Time{}, time.Hour)
+	if len(f.r.allocs) != 1 || len(f.claims()) != 1 {
+		t.Fatalf("after a failed DEL: allocations %v, claims %v", f.r.allocs, f.claims())
+	}
+	// The kubelet hands the slot out again meanwhile: the new allocation
+	// gets it, the stale one is still retried.
+	f.r.allocate(ctx, []string{"tty-0"}) // fails: the binary is missing
+	f.r.bin.Path = good
+	if _, err := f.r.allocate(ctx, []string{"tty-0"}); err != nil {
+		t.Fatal(err)
+	}
+	f.r.reconcile(ctx, pods("tty-0"), time.Time{}, time.Hour)
+	if len(f.r.allocs) != 1 || len(f.claims()) != 1 {
+		t.Errorf("after the retry: allocations %v, claims %v", f.r.allocs, f.claims())
 	}
 }
