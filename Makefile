@@ -1,7 +1,7 @@
 # devplumb — see README.md. Every target runs on a fresh machine after .ci/run's installs.
 GO       ?= go
 BIN      := bin
-CMDS     := devplumb devplumbctl netdev-dp nodesim
+CMDS     := devplumb devplumbctl netdev-dp nodesim cdi-devnodes cdi-adapter
 # Prebuilt real parts for the Kubernetes and Multus end-to-end tests, built from
 # the Go module proxy at pinned versions into ~/.cache/devplumb (see scripts/).
 KUBE_ENV  = DEVPLUMB_KUBE_APISERVER=$$(scripts/build-kube-apiserver.sh | tail -1) \
