@@ -116,7 +116,7 @@ func (r *resource) response(reqID string, devices []string) (*pluginapi.Containe
 		Annotations: ann,
 		Envs:        map[string]string{envName(r.typ): reqID},
 	}
-	for _, p := range devices {
+	for _, p := range uniq(devices) {
 		resp.Devices = append(resp.Devices, &pluginapi.DeviceSpec{HostPath: p, ContainerPath: p, Permissions: "rw"})
 	}
 	return resp, nil

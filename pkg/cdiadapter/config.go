@@ -16,6 +16,8 @@
 //
 // Subtypes that INFO may advertise are not served: the device plugin API
 // allocates one resource per call, and the draft has no way to join them.
+// No CDI_REQUEST_NUMA_LOCALITY is passed: Allocate tells a plugin nothing
+// of the container's NUMA affinity (the slots have none).
 package cdiadapter
 
 import (

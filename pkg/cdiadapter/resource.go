@@ -112,12 +112,23 @@ func (r *resource) writeSpecLocked() error {
 			continue
 		}
 		d := devpool.Device{ID: id, Healthy: true, NUMANode: deviceplugin.NoNUMA}
-		for _, p := range a.Devices {
+		for _, p := range uniq(a.Devices) {
 			d.DevNodes = append(d.DevNodes, devpool.DevNode{HostPath: p, ContainerPath: p, Permissions: "rw"})
 		}
 		devs = append(devs, d)
 	}
 	return r.cdi.Write(devs)
+}
+
+// uniq drops repeated paths: a reply may name one node for several devices.
+func uniq(paths []string) []string {
+	var out []string
+	for _, p := range paths {
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // newRequestID is a random request-id (24 hex digits: alnum, by the ABNF).
