@@ -18,17 +18,7 @@ import (
 func (r *resource) allocate(ctx context.Context, ids []string) (*pluginapi.ContainerAllocateResponse, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, id := range ids {
-		if owner := r.ownerLocked(id); owner != "" {
-			r.log.Info("slot handed out again: its old allocation is stale", "slot", id, "requestID", owner)
-			if !r.delLocked(ctx, owner) {
-				// The slots are the new allocation's now; the stale
-				// request is DELeted again by the next reconcile.
-				stale := r.allocs[owner]
-				stale.Slots, stale.Seen = nil, true
-			}
-		}
-	}
+	r.freeStaleLocked(ctx, ids)
 	reqID := newRequestID()
 	a := &allocation{Slots: ids, Created: time.Now()}
 	r.allocs[reqID] = a
@@ -45,20 +35,38 @@ func (r *resource) allocate(ctx context.Context, ids []string) (*pluginapi.Conta
 	}
 	if err != nil {
 		// ADD fails whole, but a binary killed by a timeout may have
-		// claimed: DEL never fails and frees whatever it holds. Should it
-		// not go through, the record stays and the next reconcile retries.
-		if !r.delLocked(context.WithoutCancel(ctx), reqID) {
-			a.Slots, a.Seen = nil, true
-			if serr := r.state.save(r.allocs); serr != nil {
-				r.log.Error("saving state", "err", serr)
-			}
-		}
+		// claimed: DEL never fails and frees whatever it holds.
+		r.abandonLocked(context.WithoutCancel(ctx), reqID)
 		r.refreshLocked(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("ADD %s (request ID %s): %w", r.typ, reqID, err)
 	}
 	r.log.Info("allocated", "slots", ids, "requestID", reqID, "devices", reply.Devices)
 	r.refreshLocked(ctx)
 	return r.response(reqID, reply.Devices)
+}
+
+// freeStaleLocked DELs the allocations still holding any of ids.
+func (r *resource) freeStaleLocked(ctx context.Context, ids []string) {
+	for _, id := range ids {
+		if owner := r.ownerLocked(id); owner != "" {
+			r.log.Info("slot handed out again: its old allocation is stale", "slot", id, "requestID", owner)
+			r.abandonLocked(ctx, owner)
+		}
+	}
+}
+
+// abandonLocked DELs an allocation no container holds. Should the DEL not
+// go through, the record stays without slots (they may be another's now)
+// and the next reconcile tries again.
+func (r *resource) abandonLocked(ctx context.Context, reqID string) {
+	if r.delLocked(ctx, reqID) {
+		return
+	}
+	a := r.allocs[reqID]
+	a.Slots, a.Seen = nil, true
+	if err := r.state.save(r.allocs); err != nil {
+		r.log.Error("saving state", "err", err)
+	}
 }
 
 // ownerLocked is the request ID holding a slot, or "".
