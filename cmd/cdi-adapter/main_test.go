@@ -38,7 +38,11 @@ type node struct {
 func newNode(t *testing.T, nodes, reserved int) *node {
 	t.Helper()
 	n := &node{t: t, bins: testenv.Build(t, "./cmd/cdi-devnodes", "./cmd/cdi-adapter"), nodes: devnodestest.New(t, nodes),
-		confDir: t.TempDir(), devState: t.TempDir(), cdiDir: t.TempDir(), adapterState: t.TempDir()}
+		confDir: t.TempDir(), devState: t.TempDir(), adapterState: t.TempDir()}
+	// The CDI specs go where the draft's configs are, as when both are
+	// /etc/cdi: neither the adapter nor the CDI library may trip on the
+	// other's files.
+	n.cdiDir = n.confDir
 	devnodestest.WriteConfig(t, n.confDir, n.nodes.Config(reserved, n.devState, t.TempDir()))
 	k, err := kubeletsim.Start(context.Background(), t.TempDir(), slog.Default())
 	if err != nil {
