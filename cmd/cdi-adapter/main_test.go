@@ -304,4 +304,19 @@ func TestUsageErrors(t *testing.T) {
 	if code := run([]string{"--conf-dir", t.TempDir(), "--state-dir", t.TempDir()}, &out); code != 1 || !strings.Contains(out.String(), "no CDI configs") {
 		t.Errorf("no configs: code %d, %s", code, out.String())
 	}
+	conf := devnodestest.New(t, 1).Config(0, t.TempDir(), t.TempDir())
+	for name, files := range map[string][]string{
+		"must match its folder": {"gpu.d/devnodes.conf"},
+		"both serve tty":        {"tty.d/a.conf", "tty.d/b.conf"},
+	} {
+		dir := t.TempDir()
+		for _, f := range files {
+			os.MkdirAll(filepath.Join(dir, filepath.Dir(f)), 0o755)
+			os.WriteFile(filepath.Join(dir, f), conf, 0o644)
+		}
+		out.Reset()
+		if code := run([]string{"--conf-dir", dir, "--state-dir", t.TempDir()}, &out); code != 1 || !strings.Contains(out.String(), name) {
+			t.Errorf("%v: code %d, %s", files, code, out.String())
+		}
+	}
 }

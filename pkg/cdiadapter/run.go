@@ -53,12 +53,14 @@ func build(cfg *Config, log *slog.Logger) ([]*resource, error) {
 		return nil, fmt.Errorf("adapter state dir: %w", err)
 	}
 	byType := map[string]string{}
-	var out []*resource
 	for _, cf := range found {
 		if other, dup := byType[cf.Config.Type]; dup {
 			return nil, fmt.Errorf("CDI configs %s and %s both serve %s: the adapter serves one binary per resource-type", other, cf.Path, cf.Config.Type)
 		}
 		byType[cf.Config.Type] = cf.Path
+	}
+	var out []*resource
+	for _, cf := range found {
 		r, err := newResource(cfg, cf, log)
 		if err != nil {
 			return nil, err
