@@ -305,17 +305,23 @@ func TestUsageErrors(t *testing.T) {
 		t.Errorf("no configs: code %d, %s", code, out.String())
 	}
 	conf := devnodestest.New(t, 1).Config(0, t.TempDir(), t.TempDir())
+	bins := testenv.Build(t, "./cmd/cdi-devnodes")
 	for name, files := range map[string][]string{
 		"must match its folder": {"gpu.d/devnodes.conf"},
 		"both serve tty":        {"tty.d/a.conf", "tty.d/b.conf"},
+		"args.glob":             {"tty.d/badglob.conf"},
 	} {
 		dir := t.TempDir()
 		for _, f := range files {
 			os.MkdirAll(filepath.Join(dir, filepath.Dir(f)), 0o755)
-			os.WriteFile(filepath.Join(dir, f), conf, 0o644)
+			c := conf
+			if strings.Contains(f, "badglob") {
+				c = []byte(strings.Replace(string(conf), `"glob": "/`, `"glob": "`, 1))
+			}
+			os.WriteFile(filepath.Join(dir, f), c, 0o644)
 		}
 		out.Reset()
-		if code := run([]string{"--conf-dir", dir, "--state-dir", t.TempDir()}, &out); code != 1 || !strings.Contains(out.String(), name) {
+		if code := run([]string{"--conf-dir", dir, "--bin-dir", bins, "--state-dir", t.TempDir()}, &out); code != 1 || !strings.Contains(out.String(), name) {
 			t.Errorf("%v: code %d, %s", files, code, out.String())
 		}
 	}

@@ -50,7 +50,8 @@ func newResource(cfg *Config, cf *cdibin.ConfigFile, log *slog.Logger) (*resourc
 	return r, nil
 }
 
-// start checks the binary's versions and loads the recorded allocations.
+// start checks the binary's versions and INFO, loads the recorded
+// allocations and writes their CDI spec.
 func (r *resource) start(ctx context.Context) error {
 	v, err := r.bin.Version(ctx)
 	if err != nil {
@@ -58,6 +59,10 @@ func (r *resource) start(ctx context.Context) error {
 	}
 	if !slices.Contains(v.SupportedVersions, r.version) {
 		return fmt.Errorf("CDI binary %s supports %v, not its config's cdiVersion %s", r.bin.Path, v.SupportedVersions, r.version)
+	}
+	// A binary that cannot say what it has fails the start, not later.
+	if _, err := r.bin.Info(ctx, r.version); err != nil {
+		return err
 	}
 	if r.allocs, err = r.state.load(); err != nil {
 		return err
