@@ -13,9 +13,15 @@ TESTFLAGS ?= -race -timeout 45m -count=1
 
 all: build
 
+# The version stamped into every binary (--version, and devplumb's VERSION
+# about-string): `git describe` of the checkout, or VERSION=v1.2.3 for a
+# release. A plain `go build` shows the module version and VCS revision.
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+LDFLAGS  := $(if $(VERSION),-X github.com/devplumb/devplumb/pkg/version.version=$(VERSION))
+
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(CMDS))
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ $(addprefix ./cmd/,$(CMDS))
 
 # The CNI plugins and cnitool at the versions pinned in go.mod (tool directives).
 cni-plugins:

@@ -30,19 +30,12 @@ import (
 // typed objects, failing on unknown kinds and unknown fields.
 func decode(t *testing.T) map[string][]runtime.Object {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := nadv1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	codec := json.NewSerializerWithOptions(json.DefaultMetaFactory, scheme, scheme,
-		json.SerializerOptions{Yaml: true, Strict: true})
 	files, err := filepath.Glob("*.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
+	// kustomization.yaml is kustomize's input, not an object (kustomize_test.go).
+	files = slices.DeleteFunc(files, func(f string) bool { return f == "kustomization.yaml" })
 	nads, _ := filepath.Glob("nads/*.yaml")
 	files = append(files, nads...)
 	if len(files) < 7 {
@@ -54,29 +47,44 @@ func decode(t *testing.T) map[string][]runtime.Object {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-		for i := 0; ; i++ {
-			doc, err := r.Read()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatalf("%s: document %d: %v", f, i, err)
-			}
-			if len(bytes.TrimSpace(stripComments(doc))) == 0 {
-				continue
-			}
-			obj, _, err := codec.Decode(doc, nil, nil)
-			if err != nil {
-				t.Fatalf("%s: document %d: %v", f, i, err)
-			}
-			out[f] = append(out[f], obj)
-		}
-		if len(out[f]) == 0 {
+		if out[f] = decodeDocs(t, f, data); len(out[f]) == 0 {
 			t.Fatalf("%s: no objects", f)
 		}
 	}
 	return out
+}
+
+// decodeDocs decodes the YAML documents of one file strictly into typed objects.
+func decodeDocs(t *testing.T, name string, data []byte) []runtime.Object {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := nadv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	codec := json.NewSerializerWithOptions(json.DefaultMetaFactory, scheme, scheme,
+		json.SerializerOptions{Yaml: true, Strict: true})
+	var out []runtime.Object
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for i := 0; ; i++ {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("%s: document %d: %v", name, i, err)
+		}
+		if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+			continue
+		}
+		obj, _, err := codec.Decode(doc, nil, nil)
+		if err != nil {
+			t.Fatalf("%s: document %d: %v", name, i, err)
+		}
+		out = append(out, obj)
+	}
 }
 
 func TestRBACIsExactlyWhatDevplumbNeeds(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/config"
 	"github.com/devplumb/devplumb/pkg/kube"
 	"github.com/devplumb/devplumb/pkg/plugin"
+	pversion "github.com/devplumb/devplumb/pkg/version"
 )
 
 func main() {
@@ -22,5 +23,5 @@ func main() {
 		return c, nil
 	}
 	skel.PluginMainFuncs(plugin.New().Funcs(), version.PluginSupports(config.SupportedVersions...),
-		"devplumb: CNI meta-plugin for device plugin resources (NPWG device-info spec 1.1.0)")
+		"devplumb "+pversion.Get().String()+": CNI meta-plugin for device plugin resources (NPWG device-info spec 1.1.0)")
 }

@@ -31,22 +31,29 @@ func pathFlags(fs *flag.FlagSet) func() nodeview.Paths {
 	}
 }
 
-func parsePaths(fs *flag.FlagSet, args []string) (nodeview.Paths, bool) {
+// parsePaths parses inspect's and gc's flags; code is the exit status
+// when ok is false (0 after --help).
+func parsePaths(fs *flag.FlagSet, args []string) (_ nodeview.Paths, code int, ok bool) {
 	paths := pathFlags(fs)
 	if err := fs.Parse(args); err != nil {
-		return nodeview.Paths{}, false
+		return nodeview.Paths{}, parseExit(err), false
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(fs.Output(), "devplumbctl %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
-		return nodeview.Paths{}, false
+		return nodeview.Paths{}, 2, false
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if set["root"] && (set["devinfo-dir"] || set["state-dir"] || set["pod-resources"]) {
 		fmt.Fprintf(fs.Output(), "devplumbctl %s: --root sets all three paths: give --root, or --devinfo-dir/--state-dir/--pod-resources, not both\n", fs.Name())
-		return nodeview.Paths{}, false
+		return nodeview.Paths{}, 2, false
 	}
-	return paths(), true
+	p, err := paths().Abs()
+	if err != nil {
+		fmt.Fprintf(fs.Output(), "devplumbctl %s: %v\n", fs.Name(), err)
+		return nodeview.Paths{}, 2, false
+	}
+	return p, 0, true
 }
 
 func timeout() (context.Context, context.CancelFunc) {
@@ -57,9 +64,9 @@ func inspect(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print the view as JSON")
-	paths, ok := parsePaths(fs, args)
+	paths, code, ok := parsePaths(fs, args)
 	if !ok {
-		return 2
+		return code
 	}
 	ctx, cancel := timeout()
 	defer cancel()
@@ -69,9 +76,7 @@ func inspect(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(v); err != nil {
+		if err := printJSON(stdout, v); err != nil {
 			fmt.Fprintf(stderr, "devplumbctl inspect: %v\n", err)
 			return 2
 		}
@@ -82,6 +87,12 @@ func inspect(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 func printView(w io.Writer, v *nodeview.View) {
@@ -152,33 +163,55 @@ func gc(args []string, stdout, stderr io.Writer) int {
 	opts := nodeview.GCOptions{}
 	fs.BoolVar(&opts.DryRun, "dry-run", false, "say what would be removed, remove nothing")
 	fs.BoolVar(&opts.Orphans, "orphans", false, "also remove CNI device-info files no devplumb attachment owns (Multus writes such files for its own networks: use with care)")
-	paths, ok := parsePaths(fs, args)
+	asJSON := fs.Bool("json", false, `print what was done as a JSON list of {"Verb","What","Why"}`)
+	paths, code, ok := parsePaths(fs, args)
 	if !ok {
-		return 2
+		return code
 	}
 	ctx, cancel := timeout()
 	defer cancel()
 	acts, err := nodeview.GC(ctx, paths, opts)
-	removed := 0
-	for _, a := range acts {
-		if a.Verb == "remove" {
-			removed++
-			if opts.DryRun {
-				a.Verb = "would remove"
-			} else {
-				a.Verb = "removed"
-			}
-		} else {
-			a.Verb = "kept"
+	acts = pastTense(acts, opts.DryRun)
+	if *asJSON {
+		if jerr := printJSON(stdout, acts); jerr != nil && err == nil {
+			err = jerr
 		}
-		fmt.Fprintln(stdout, a)
+	} else {
+		printActions(stdout, acts)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "devplumbctl gc: %v\n", err)
 		return 1
 	}
-	if removed == 0 {
-		fmt.Fprintln(stdout, "nothing to remove")
-	}
 	return 0
+}
+
+// pastTense says what was done ("removed", "would remove", "kept"); never nil.
+func pastTense(acts []nodeview.GCAction, dryRun bool) []nodeview.GCAction {
+	out := make([]nodeview.GCAction, 0, len(acts))
+	for _, a := range acts {
+		switch {
+		case a.Verb != "remove":
+			a.Verb = "kept"
+		case dryRun:
+			a.Verb = "would remove"
+		default:
+			a.Verb = "removed"
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+func printActions(w io.Writer, acts []nodeview.GCAction) {
+	removed := 0
+	for _, a := range acts {
+		if a.Verb != "kept" {
+			removed++
+		}
+		fmt.Fprintln(w, a)
+	}
+	if removed == 0 {
+		fmt.Fprintln(w, "nothing to remove")
+	}
 }

@@ -3,21 +3,29 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/devplumb/devplumb/pkg/version"
 )
 
 const usage = `usage:
   devplumbctl validate devinfo|netconf|cdi FILE...
-      exit 0 when all are valid, else one "FILE: reason" line each and exit 1
+      exit 0 when all are valid, else one "FILE: reason" line each and exit 1;
+      a netconf is a devplumb config, a conflist holding devplumb entries, or a
+      NetworkAttachmentDefinition (JSON or YAML) whose config is either
   devplumbctl inspect [--json] [--root DIR | --devinfo-dir DIR --state-dir DIR --pod-resources SOCKET]
       the kubelet's device assignments, devplumb's claims and device-info files, and
       problems; exit 0 when there are none, 1 when there are, 2 when it cannot look
-  devplumbctl gc [--dry-run] [--orphans] [same path flags as inspect]
+  devplumbctl gc [--dry-run] [--orphans] [--json] [same path flags as inspect]
       remove the claims and CNI device-info files of attachments whose pod the kubelet
       no longer gives the device (a claim whose netns still exists is kept); the
       delegate's own state (IPAM leases) is not touched: run the CNI DEL for that
+  devplumbctl version | --version
+  devplumbctl COMMAND --help
 `
 
 func main() {
@@ -39,7 +47,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
+	case "version", "--version":
+		fmt.Fprintln(stdout, version.Line("devplumbctl"))
+		return 0
 	}
 	fmt.Fprintf(stderr, "devplumbctl: unknown command %q\n%s", args[0], usage)
+	return 2
+}
+
+// parseExit is the exit status for a flag parsing error: 0 when help was
+// asked for (the flag package printed it), 2 for a mistake.
+func parseExit(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
 	return 2
 }

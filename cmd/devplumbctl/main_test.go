@@ -149,3 +149,62 @@ func TestInspectTextAndEmptyGC(t *testing.T) {
 		t.Errorf("gc on a clean node: exit %d %q", code, out)
 	}
 }
+
+func TestValidateConflist(t *testing.T) {
+	entry := `{"type":"devplumb","resourceName":"example.com/veth","delegate":{"type":"host-device"}}`
+	good := write(t, "good.conflist", `{"cniVersion":"1.0.0","name":"fast","plugins":[`+entry+`,{"type":"tuning"}]}`)
+	badEntry := write(t, "bad.conflist", `{"cniVersion":"1.0.0","name":"fast","plugins":[{"type":"tuning"},`+strings.Replace(entry, "resourceName", "resourcename", 1)+`]}`)
+	noDevplumb := write(t, "none.conflist", `{"cniVersion":"1.0.0","name":"fast","plugins":[{"type":"bridge"}]}`)
+	noName := write(t, "noname.conflist", `{"cniVersion":"1.0.0","plugins":[`+entry+`]}`)
+	nad := write(t, "nad.yaml", "kind: NetworkAttachmentDefinition\nmetadata:\n  name: fast\nspec:\n  config: '{\"cniVersion\":\"1.0.0\",\"name\":\"fast\",\"plugins\":["+entry+"]}'\n")
+	for _, c := range []struct {
+		file, want string
+		code       int
+	}{
+		{good, "", 0},
+		{nad, "", 0},
+		{badEntry, `conflist "fast": plugins[1]: `, 1},
+		{noDevplumb, "no plugin of type devplumb", 1},
+		{noName, "conflist: ", 1},
+	} {
+		code, out, _ := runCmd("validate", "netconf", c.file)
+		if code != c.code || !strings.Contains(out, c.want) {
+			t.Errorf("%s: exit %d %q, want %d and %q", filepath.Base(c.file), code, out, c.code, c.want)
+		}
+	}
+}
+
+func TestHelpAndVersionExitZero(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"help"}, {"--version"}, {"version"},
+		{"validate", "--help"}, {"inspect", "--help"}, {"gc", "-h"}} {
+		code, out, errOut := runCmd(args...)
+		if code != 0 || out+errOut == "" {
+			t.Errorf("%v: exit %d, output %q %q", args, code, out, errOut)
+		}
+	}
+	if _, out, _ := runCmd("--version"); !strings.HasPrefix(out, "devplumbctl ") {
+		t.Errorf("--version printed %q", out)
+	}
+}
+
+// A relative --root finds the same files as the absolute path (state names
+// absolute paths), and gc --json prints [] when there is nothing to do.
+func TestRelativeRootAndGCJSON(t *testing.T) {
+	root := t.TempDir()
+	srv := podresourcestest.NewServer(t)
+	os.MkdirAll(filepath.Join(root, "pod-resources"), 0o755)
+	if err := os.Symlink(srv.Socket, filepath.Join(root, "pod-resources", "kubelet.sock")); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(filepath.Dir(root))
+	rel := filepath.Base(root)
+	code, out, errOut := runCmd("inspect", "--json", "--root", rel)
+	var v nodeview.View
+	if code != 0 || json.Unmarshal([]byte(out), &v) != nil || v.Paths.StateDir != filepath.Join(root, "devplumb") {
+		t.Fatalf("inspect --root %s: exit %d paths %+v %s", rel, code, v.Paths, errOut)
+	}
+	code, out, errOut = runCmd("gc", "--json", "--root", rel)
+	if code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Errorf("gc --json on a clean node: exit %d %q %s", code, out, errOut)
+	}
+}

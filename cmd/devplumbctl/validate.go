@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/containernetworking/cni/libcni"
 	"sigs.k8s.io/yaml"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
@@ -22,9 +23,21 @@ var validators = map[string]func(path string, data []byte) error{
 	"cdi":     validateCDI,
 }
 
+const validateUsage = `usage: devplumbctl validate devinfo|netconf|cdi FILE...
+  devinfo  an NPWG device-info file (spec 1.1.0)
+  netconf  a devplumb network config, a conflist with devplumb entries, or a
+           NetworkAttachmentDefinition (JSON or YAML) whose config is either
+  cdi      a CDI spec file, read and checked by the CDI library
+exit 0 when all are valid, else one "FILE: reason" line each and exit 1
+`
+
 func validate(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+		fmt.Fprint(stdout, validateUsage)
+		return 0
+	}
 	if len(args) < 2 || validators[args[0]] == nil {
-		fmt.Fprint(stderr, "usage: devplumbctl validate devinfo|netconf|cdi FILE...\n")
+		fmt.Fprint(stderr, validateUsage)
 		return 2
 	}
 	check := validators[args[0]]
@@ -46,15 +59,15 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// validateNetconf accepts a devplumb network config, or a
-// NetworkAttachmentDefinition (JSON or YAML) whose spec.config is one. For a
-// NAD it does what Multus does first: a config without "name" gets the NAD's
-// name, and the resourceName annotation must be a valid resource name.
+// validateNetconf accepts a devplumb network config or a conflist holding
+// devplumb entries (what runtimes read from net.d), or a
+// NetworkAttachmentDefinition (JSON or YAML) whose spec.config is either. For
+// a NAD it does what Multus does first: a config without "name" gets the
+// NAD's name, and the resourceName annotation must be a valid resource name.
 func validateNetconf(_ string, data []byte) error {
 	nad, ok := asNAD(data)
 	if !ok {
-		_, err := config.Parse(data)
-		return err
+		return validateConf(data)
 	}
 	if nad.Spec.Config == "" {
 		return errors.New("NetworkAttachmentDefinition has no spec.config")
@@ -68,10 +81,53 @@ func validateNetconf(_ string, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("spec.config: %w", err)
 	}
-	if _, err := config.Parse(conf); err != nil {
+	if err := validateConf(conf); err != nil {
 		return fmt.Errorf("spec.config: %w", err)
 	}
 	return nil
+}
+
+// validateConf checks one config, or each devplumb entry of a conflist as
+// libcni would hand it to devplumb (with the list's name and cniVersion).
+func validateConf(data []byte) error {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(data, &top) != nil || top["plugins"] == nil {
+		_, err := config.Parse(data)
+		return err
+	}
+	list, err := libcni.ConfListFromBytes(data)
+	if err != nil {
+		return fmt.Errorf("conflist: %w", err)
+	}
+	found := false
+	for i, p := range list.Plugins {
+		if p.Network.Type != "devplumb" {
+			continue
+		}
+		found = true
+		conf, err := inject(p.Bytes, list.Name, list.CNIVersion)
+		if err == nil {
+			_, err = config.Parse(conf)
+		}
+		if err != nil {
+			return fmt.Errorf("conflist %q: plugins[%d]: %w", list.Name, i, err)
+		}
+	}
+	if !found {
+		return fmt.Errorf("conflist %q: no plugin of type devplumb", list.Name)
+	}
+	return nil
+}
+
+// inject sets name and cniVersion as libcni does before it runs a plugin of
+// a list.
+func inject(conf []byte, name, cniVersion string) ([]byte, error) {
+	var m map[string]any
+	if err := json.Unmarshal(conf, &m); err != nil {
+		return nil, fmt.Errorf("not a JSON object: %w", err)
+	}
+	m["name"], m["cniVersion"] = name, cniVersion
+	return json.Marshal(m)
 }
 
 // withName sets "name" to name when the config has none, as Multus does.

@@ -4,26 +4,35 @@
 // files, and removes all of it on SIGTERM or SIGINT.
 //
 //	netdev-dp --config FILE [--plugin-dir DIR] [--devinfo-dir DIR] [--cdi-dir DIR] [--sysfs-root DIR]
+//	          [--log-level LEVEL] [--log-format text|json]
+//	netdev-dp --version
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
+	"github.com/devplumb/devplumb/pkg/dpmetrics"
+	"github.com/devplumb/devplumb/pkg/logging"
 	"github.com/devplumb/devplumb/pkg/netdevdp"
+	"github.com/devplumb/devplumb/pkg/version"
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stderr))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string, stderr io.Writer) int {
+func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("netdev-dp", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "config file (JSON); required")
@@ -31,15 +40,28 @@ func run(args []string, stderr io.Writer) int {
 	devinfoDir := fs.String("devinfo-dir", "", "device-info dir holding dp/ (default /var/run/k8s.cni.cncf.io/devinfo)")
 	cdiDir := fs.String("cdi-dir", "", "CDI spec dir (default /var/run/cdi)")
 	sysfsRoot := fs.String("sysfs-root", "", "sysfs mount (default /sys)")
-	debug := fs.Bool("debug", false, "debug logging")
+	logFlags := logging.Register(fs)
+	debug := fs.Bool("debug", false, "same as --log-level debug (kept for old command lines)")
+	metricsAddr := fs.String("metrics-address", "", "serve /metrics, /healthz and /readyz on this address (host:port); empty: off")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0 // asked for, and printed: not an error
+		}
 		return 2
 	}
-	level := slog.LevelInfo
-	if *debug {
-		level = slog.LevelDebug
+	if *showVersion {
+		fmt.Fprintln(stdout, version.Line("netdev-dp"))
+		return 0
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if *debug {
+		logFlags.Level = "debug"
+	}
+	log, err := logFlags.New(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "netdev-dp: %v\n", err)
+		return 2
+	}
 	if *configPath == "" || fs.NArg() != 0 {
 		fmt.Fprintln(stderr, "netdev-dp: --config FILE is required and no other arguments are taken")
 		fs.Usage()
@@ -57,12 +79,38 @@ func run(args []string, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if *metricsAddr != "" {
+		cfg.Metrics = dpmetrics.New("netdev_dp")
+		stopMetrics, err := serveMetrics(*metricsAddr, cfg.Metrics.Handler(), log)
+		if err != nil {
+			log.Error("netdev-dp: metrics", "err", err)
+			return 1
+		}
+		defer stopMetrics()
+	}
 	if err := netdevdp.Run(ctx, cfg, log); err != nil {
 		log.Error("netdev-dp failed", "err", err)
 		return 1
 	}
 	log.Info("netdev-dp stopped")
 	return 0
+}
+
+// serveMetrics listens at once, so a taken port fails the start rather than
+// a probe later, and serves until the returned stop is called.
+func serveMetrics(addr string, h http.Handler, log *slog.Logger) (stop func(), err error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-address %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	log.Info("serving metrics and probes", "address", l.Addr().String())
+	return func() { _ = srv.Close() }, nil
 }
 
 func override(field *string, flagValue string) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -112,13 +113,13 @@ func TestSIGTERMLeavesNothing(t *testing.T) {
 
 func TestUsageErrors(t *testing.T) {
 	var out bytes.Buffer
-	if code := run(nil, &out); code != 2 || !strings.Contains(out.String(), "--config") {
+	if code := run(nil, io.Discard, &out); code != 2 || !strings.Contains(out.String(), "--config") {
 		t.Errorf("no args: code %d, %s", code, out.String())
 	}
 	out.Reset()
 	bad := filepath.Join(t.TempDir(), "bad.json")
 	os.WriteFile(bad, []byte(`{"resources": [{"resourceName": "x"}]}`), 0o644)
-	if code := run([]string{"--config", bad}, &out); code != 1 || !strings.Contains(out.String(), "resources[0]") {
+	if code := run([]string{"--config", bad}, io.Discard, &out); code != 1 || !strings.Contains(out.String(), "resources[0]") {
 		t.Errorf("bad config: code %d, %s", code, out.String())
 	}
 }

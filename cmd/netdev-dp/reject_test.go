@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -39,7 +40,7 @@ func TestRegistrationRejectedExitsNonZero(t *testing.T) {
 	config := vhostUserSetup(t, sockDir, work, "a.sock")
 	devinfoDir, cdiDir := filepath.Join(work, "devinfo"), filepath.Join(work, "cdi")
 	var stderr bytes.Buffer
-	code := run([]string{"--config", config, "--plugin-dir", pluginDir, "--devinfo-dir", devinfoDir, "--cdi-dir", cdiDir}, &stderr)
+	code := run([]string{"--config", config, "--plugin-dir", pluginDir, "--devinfo-dir", devinfoDir, "--cdi-dir", cdiDir}, io.Discard, &stderr)
 	if code != 1 || !strings.Contains(stderr.String(), "kubelet rejected the registration") ||
 		!strings.Contains(stderr.String(), "this kubelet refuses example.com/vhu") {
 		t.Fatalf("exit code %d, want 1 with the kubelet's reason; stderr:\n%s", code, stderr.String())

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -23,12 +24,29 @@ func newFlags(name string) *flag.FlagSet {
 
 func parse(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return commandHelp(fs)
+		}
 		return fmt.Errorf("%w: %s: %v", errUsage, fs.Name(), err)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: %s: unexpected argument %q", errUsage, fs.Name(), fs.Arg(0))
 	}
 	return nil
+}
+
+// helpRequested carries a command's own help; it is printed on stdout and
+// the exit status is 0.
+type helpRequested struct{ text string }
+
+func (h *helpRequested) Error() string { return h.text }
+
+func commandHelp(fs *flag.FlagSet) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "usage: nodesim %s [flags]\n", fs.Name())
+	fs.SetOutput(&b)
+	fs.PrintDefaults()
+	return &helpRequested{b.String()}
 }
 
 func required(fs *flag.FlagSet, names ...string) error {

@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/devplumb/devplumb/pkg/version"
 )
 
 const usage = `nodesim: a one-node kubelet emulator speaking the kubelet's real gRPC APIs.
@@ -52,6 +54,9 @@ Usage:
   nodesim resources --root DIR
       Print what plugins advertise (health, NUMA nodes) as JSON.
 
+  nodesim version | --version
+  nodesim COMMAND --help
+
 pod/pods/wait/resources talk to a running "nodesim serve --root DIR".
 `
 
@@ -61,12 +66,16 @@ var errUsage = errors.New("usage")
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	os.Exit(exitCode(run(ctx, os.Args[1:], os.Stdout, os.Stderr), os.Stderr))
+	os.Exit(exitCode(run(ctx, os.Args[1:], os.Stdout, os.Stderr), os.Stdout, os.Stderr))
 }
 
-func exitCode(err error, stderr io.Writer) int {
+func exitCode(err error, stdout, stderr io.Writer) int {
+	var help *helpRequested
 	switch {
 	case err == nil:
+		return 0
+	case errors.As(err, &help):
+		fmt.Fprint(stdout, help.text)
 		return 0
 	case errors.Is(err, errUsage):
 		fmt.Fprintf(stderr, "nodesim: %v\n\n%s", err, usage)
@@ -104,6 +113,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return wait(ctx, args[1:])
 	case "help", "-h", "--help":
 		_, err := io.WriteString(stdout, usage)
+		return err
+	case "version", "--version":
+		_, err := fmt.Fprintln(stdout, version.Line("nodesim"))
 		return err
 	}
 	return fmt.Errorf("%w: unknown command %q", errUsage, args[0])

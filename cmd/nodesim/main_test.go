@@ -131,7 +131,7 @@ func TestServePodAddRestartDel(t *testing.T) {
 		t.Fatalf("pod del: %v", err)
 	}
 	_, err = nodesim(t, "pod", "del", "--root", root, "--namespace", "default", "--name", "web")
-	if !errors.Is(err, kubeletsim.ErrPodNotFound) || exitCode(err, &bytes.Buffer{}) != 1 {
+	if !errors.Is(err, kubeletsim.ErrPodNotFound) || exitCode(err, &bytes.Buffer{}, &bytes.Buffer{}) != 1 {
 		t.Fatalf("second pod del: %v", err)
 	}
 	if out, _ := nodesim(t, "pods", "--root", root); strings.TrimSpace(out) != "[]" {
@@ -157,15 +157,15 @@ func TestUsageErrors(t *testing.T) {
 		{"pods", "extra"},
 		{"wait", "--root", root},
 	} {
-		if _, err := nodesim(t, args...); exitCode(err, &bytes.Buffer{}) != 2 {
+		if _, err := nodesim(t, args...); exitCode(err, &bytes.Buffer{}, &bytes.Buffer{}) != 2 {
 			t.Errorf("nodesim %v: %v, want a usage error", args, err)
 		}
 	}
-	if _, err := nodesim(t, "wait", "--root", root, "--resource", vf); exitCode(err, &bytes.Buffer{}) != 1 {
+	if _, err := nodesim(t, "wait", "--root", root, "--resource", vf); exitCode(err, &bytes.Buffer{}, &bytes.Buffer{}) != 1 {
 		t.Errorf("wait without serve: %v", err)
 	}
 	_, err := nodesim(t, "pods", "--root", filepath.Join(root, "none"))
-	if err == nil || !strings.Contains(err.Error(), "no nodesim serving root") || exitCode(err, &bytes.Buffer{}) != 1 {
+	if err == nil || !strings.Contains(err.Error(), "no nodesim serving root") || exitCode(err, &bytes.Buffer{}, &bytes.Buffer{}) != 1 {
 		t.Fatalf("pods without serve: %v", err)
 	}
 }
@@ -186,5 +186,28 @@ func TestWaitTimesOut(t *testing.T) {
 	_, err := nodesim(t, "wait", "--root", root, "--resource", vf, "--timeout", "100ms")
 	if err == nil || !strings.Contains(err.Error(), "device plugin example.com/vf not registered") {
 		t.Fatalf("wait with no plugin: %v", err)
+	}
+}
+
+// Every command's --help is its own, on stdout, with exit 0; so is --version.
+func TestHelpAndVersionExitZero(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--help"}, "nodesim serve --root DIR"},
+		{[]string{"--version"}, "nodesim "},
+		{[]string{"serve", "--help"}, "-plugin-grace-period"},
+		{[]string{"pod", "add", "-h"}, "-container"},
+		{[]string{"pod", "del", "--help"}, "-namespace"},
+		{[]string{"pods", "--help"}, "-root"},
+		{[]string{"wait", "--help"}, "-resource"},
+	} {
+		out, err := nodesim(t, c.args...)
+		var stdout bytes.Buffer
+		code := exitCode(err, &stdout, &bytes.Buffer{})
+		if code != 0 || !strings.Contains(out+stdout.String(), c.want) {
+			t.Errorf("%v: exit %d, stdout %q, want it to contain %q", c.args, code, out+stdout.String(), c.want)
+		}
 	}
 }

@@ -68,6 +68,7 @@ func (s *Server) register(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		s.observe(EventRegisterFailed)
 		if answered(err) {
 			if rejections++; rejections == rejectAttempts {
 				return fmt.Errorf("device plugin %s: %w %d times: %w", s.cfg.ResourceName, ErrRegistrationRejected, rejections, err)
@@ -92,6 +93,8 @@ func (s *Server) registered(ino uint64) {
 	s.mu.Lock()
 	s.regs++
 	s.mu.Unlock()
+	s.live.Store(true)
+	s.observe(EventRegistered)
 	s.log.Info("registered with kubelet", "endpoint", s.cfg.Endpoint)
 }
 

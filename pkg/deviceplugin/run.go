@@ -103,6 +103,7 @@ func (l *loop) event(ctx context.Context, ev fsnotify.Event) error {
 		s.log.Warn("plugin dir removed; serving again when it is created", "dir", s.cfg.PluginDir)
 		l.stopServing(false)
 		s.registeredIno = 0
+		s.live.Store(false)
 	case dirwatch.Back:
 		s.log.Info("plugin dir created again: serving and registering", "dir", s.cfg.PluginDir)
 		return l.restart(ctx)
@@ -119,6 +120,7 @@ func (l *loop) inDir(ctx context.Context, ev fsnotify.Event) error {
 	case ev.Name == s.kubeletSock && ev.Has(fsnotify.Remove|fsnotify.Rename):
 		// A new kubelet.sock may reuse the inode number of the old one.
 		s.registeredIno = 0
+		s.live.Store(false)
 	case ev.Name == s.kubeletSock && ev.Has(fsnotify.Create):
 		// After a kubelet restart the removal of our socket usually comes
 		// first and already registered us with this kubelet.sock.
@@ -126,6 +128,7 @@ func (l *loop) inDir(ctx context.Context, ev fsnotify.Event) error {
 			return nil
 		}
 		s.log.Info("kubelet.sock created: registering again")
+		s.observe(EventKubeletRestart)
 		return s.register(ctx)
 	case ev.Name == s.socketPath && ev.Has(fsnotify.Remove|fsnotify.Rename):
 		// Our own restart removes and re-creates the socket too; a socket that
@@ -198,6 +201,7 @@ func (l *loop) stopServing(graceful bool) {
 func (l *loop) shutdown() {
 	s := l.s
 	close(s.stopped) // ends ListAndWatch streams so GracefulStop can finish
+	s.live.Store(false)
 	l.stopServing(true)
 	if err := os.Remove(s.socketPath); err != nil && !errors.Is(err, os.ErrNotExist) {
 		s.log.Warn("remove socket", "socket", s.socketPath, "err", err)

@@ -42,6 +42,7 @@ type Config struct {
 	Allocate     AllocateFunc // required
 	PreStart     PreStartFunc // optional; when set the kubelet is asked to call PreStartContainer
 	Logger       *slog.Logger // default slog.Default()
+	Observer     Observer     // optional: told of registrations and allocations
 }
 
 // Server is a device plugin for one resource. Create it with New, feed it
@@ -60,7 +61,8 @@ type Server struct {
 	stopped chan struct{} // closed when Run ends: ListAndWatch streams return
 	regs    int           // successful registrations, for Registrations
 
-	registeredIno uint64 // kubelet.sock we last registered with; Run's goroutine only
+	registeredIno uint64      // kubelet.sock we last registered with; Run's goroutine only
+	live          atomic.Bool // registered with the kubelet that is there now
 	running       atomic.Bool
 }
 

@@ -78,12 +78,15 @@ func (s *Server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 	for i, cr := range req.GetContainerRequests() {
 		ids := cr.GetDevicesIds()
 		if err := s.checkIDs(ids, true); err != nil {
+			s.observe(EventAllocateFailed)
 			return nil, status.Errorf(codes.InvalidArgument, "resource %s: allocate container request %d: %v", s.cfg.ResourceName, i, err)
 		}
 		cresp, err := s.cfg.Allocate(ctx, ids)
 		if err != nil {
+			s.observe(EventAllocateFailed)
 			return nil, status.Errorf(codes.Internal, "resource %s: allocate %v: %v", s.cfg.ResourceName, ids, err)
 		}
+		s.observe(EventAllocated)
 		resp.ContainerResponses = append(resp.ContainerResponses, cresp)
 	}
 	return resp, nil

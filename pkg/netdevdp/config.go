@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/devplumb/devplumb/pkg/deviceplugin"
+	"github.com/devplumb/devplumb/pkg/dpmetrics"
 	"github.com/devplumb/devplumb/pkg/netdevpool"
 	"github.com/devplumb/devplumb/pkg/pcipool"
 	"github.com/devplumb/devplumb/pkg/sockpool"
@@ -32,6 +33,10 @@ type Config struct {
 	SysfsRoot  string     `json:"sysfsRoot,omitempty"`
 	Resync     Duration   `json:"resyncInterval,omitempty"`
 	Resources  []Resource `json:"resources"`
+
+	// Metrics, when set, counts what every resource's plugin does and
+	// serves it (set by the command line, not the file).
+	Metrics *dpmetrics.Metrics `json:"-"`
 }
 
 // Resource is one advertised resource and the one pool that feeds it.

@@ -74,7 +74,7 @@ func build(cfg *Config, log *slog.Logger) ([]*resource, error) {
 			return nil, fmt.Errorf("resources[%d]: %s and %s would share the CDI spec file %s", i, other, rc.ResourceName, w.Path())
 		}
 		specs[w.Path()] = rc.ResourceName
-		r, err := newResource(rc.ResourceName, pool, cfg.PluginDir, w, store, own, log)
+		r, err := newResource(rc.ResourceName, pool, cfg.PluginDir, w, store, own, log, cfg.Metrics)
 		if err != nil {
 			return nil, fmt.Errorf("resources[%d]: %w", i, err)
 		}
@@ -159,6 +159,7 @@ func watch(ctx context.Context, r *resource) {
 	}
 	if err := n.Watch(ctx, r.changed); err != nil {
 		r.log.Error("watching the pool failed; relying on periodic rescans", "err", err)
+		r.metrics.Error(r.name, "watch")
 	}
 }
 

@@ -54,7 +54,7 @@ func TestDeviceAppearingUnderTwoResources(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := newResource(name, pool, dir+"/dp", w, devinfo.NewStore(dir+"/di"), own, slog.Default())
+		r, err := newResource(name, pool, dir+"/dp", w, devinfo.NewStore(dir+"/di"), own, slog.Default(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

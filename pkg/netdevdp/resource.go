@@ -15,19 +15,21 @@ import (
 	"github.com/devplumb/devplumb/pkg/cdispec"
 	"github.com/devplumb/devplumb/pkg/deviceplugin"
 	"github.com/devplumb/devplumb/pkg/devpool"
+	"github.com/devplumb/devplumb/pkg/dpmetrics"
 )
 
 // resource keeps one resource's plugin, CDI spec and device-info files in
 // step with its pool.
 type resource struct {
-	name   string
-	pool   devpool.Pool
-	dp     *deviceplugin.Server
-	cdi    *cdispec.Writer
-	store  *devinfo.Store
-	owners *owners // shared by all resources of the daemon
-	log    *slog.Logger
-	kick   chan struct{} // coalesced "rescan now"
+	name    string
+	pool    devpool.Pool
+	dp      *deviceplugin.Server
+	cdi     *cdispec.Writer
+	store   *devinfo.Store
+	owners  *owners            // shared by all resources of the daemon
+	metrics *dpmetrics.Metrics // nil: no metrics
+	log     *slog.Logger
+	kick    chan struct{} // coalesced "rescan now"
 
 	mu        sync.Mutex
 	devices   map[string]devpool.Device
@@ -35,24 +37,32 @@ type resource struct {
 	conflicts []string                       // devices left out at the last sync: another resource has them
 }
 
-func newResource(name string, pool devpool.Pool, pluginDir string, cdi *cdispec.Writer, store *devinfo.Store, own *owners, log *slog.Logger) (*resource, error) {
+func newResource(name string, pool devpool.Pool, pluginDir string, cdi *cdispec.Writer, store *devinfo.Store, own *owners, log *slog.Logger, m *dpmetrics.Metrics) (*resource, error) {
 	r := &resource{
-		name: name, pool: pool, cdi: cdi, store: store, owners: own,
+		name: name, pool: pool, cdi: cdi, store: store, owners: own, metrics: m,
 		log:     log.With("resource", name, "pool", pool.Kind()),
 		kick:    make(chan struct{}, 1),
 		devices: map[string]devpool.Device{},
 		files:   map[string]*devinfo.DeviceInfo{},
+	}
+	var obs deviceplugin.Observer // a nil *Metrics must not become a non-nil Observer
+	if m != nil {
+		obs = m
 	}
 	dp, err := deviceplugin.New(deviceplugin.Config{
 		ResourceName: name,
 		PluginDir:    pluginDir,
 		Allocate:     r.allocate,
 		Logger:       log,
+		Observer:     obs,
 	})
 	if err != nil {
 		return nil, err
 	}
 	r.dp = dp
+	if m != nil {
+		m.Add(dp)
+	}
 	return r, nil
 }
 
@@ -181,6 +191,7 @@ func (r *resource) run(ctx context.Context) {
 		case <-r.kick:
 			if err := r.sync(); err != nil {
 				r.log.Error("sync failed", "err", err)
+				r.metrics.Error(r.name, "sync")
 			}
 		}
 	}

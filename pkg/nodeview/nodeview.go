@@ -38,6 +38,19 @@ func RootPaths(root string) Paths {
 	}
 }
 
+// Abs makes every path absolute: state records name absolute paths, and a
+// relative --root must find the same files as an absolute one.
+func (p Paths) Abs() (Paths, error) {
+	for _, f := range []*string{&p.PodResources, &p.DeviceInfoDir, &p.StateDir} {
+		abs, err := filepath.Abs(*f)
+		if err != nil {
+			return p, fmt.Errorf("path %q: %w", *f, err)
+		}
+		*f = abs
+	}
+	return p, nil
+}
+
 // View is a snapshot of a node.
 type View struct {
 	Paths Paths `json:"paths"`

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/devplumb/devplumb/pkg/kubeletsim"
+)
+
+// freeAddr is a loopback address nobody listens on right now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// TestMetricsAndProbes runs the binary with --metrics-address against the
+// kubelet emulator: /readyz follows registration, /metrics counts devices,
+// registrations and allocations.
+func TestMetricsAndProbes(t *testing.T) {
+	b := newBinNode(t, "a.sock", "b.sock")
+	addr := freeAddr(t)
+	var stderr bytes.Buffer
+	cmd := exec.Command(b.bin, "--config", b.config, "--plugin-dir", b.node.PluginDir(),
+		"--devinfo-dir", b.devinfoDir, "--cdi-dir", b.cdiDir, "--metrics-address", addr, "--log-format", "json")
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	b.waitDevices(2, nil) // stderr is read once the process ended: no race
+	waitStatus(t, "http://"+addr+"/readyz", http.StatusOK)
+	if code, _ := get(t, "http://"+addr+"/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz = %d", code)
+	}
+	if _, err := b.node.AddPod(context.Background(), kubeletsim.PodSpec{Namespace: "ns", Name: "p",
+		Containers: []kubeletsim.ContainerSpec{{Name: "c", Requests: []kubeletsim.ResourceRequest{{Resource: "example.com/vhu", Count: 1}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	_, body := get(t, "http://"+addr+"/metrics")
+	for _, want := range []string{
+		`netdev_dp_devices{health="healthy",resource="example.com/vhu"} 2`,
+		`netdev_dp_devices{health="unhealthy",resource="example.com/vhu"} 0`,
+		`netdev_dp_plugin_events_total{event="registered",resource="example.com/vhu"} 1`,
+		`netdev_dp_plugin_events_total{event="allocated",resource="example.com/vhu"} 1`,
+		`netdev_dp_plugin_events_total{event="allocate_failed",resource="example.com/vhu"} 0`,
+		"process_resident_memory_bytes",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	// The kubelet's socket goes away: not ready until it is back.
+	if err := os.Remove(b.node.PluginDir() + "/kubelet.sock"); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, "http://"+addr+"/readyz", http.StatusServiceUnavailable)
+	b.sigterm(cmd, &stderr)
+	if !strings.Contains(stderr.String(), `"msg":"serving metrics and probes"`) {
+		t.Errorf("--log-format json: stderr is not JSON records:\n%s", stderr.String())
+	}
+}
+
+func waitStatus(t *testing.T, url string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, body := get(t, url)
+		if code == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s = %d %q, want %d", url, code, body, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestHelpAndVersionExitZero(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"--version"}} {
+		var out, errOut bytes.Buffer
+		if code := run(args, &out, &errOut); code != 0 {
+			t.Errorf("%v: exit %d, want 0\n%s", args, code, errOut.String())
+		}
+	}
+	var out bytes.Buffer
+	run([]string{"--version"}, &out, io.Discard)
+	if !strings.HasPrefix(out.String(), "netdev-dp ") {
+		t.Errorf("--version printed %q", out.String())
+	}
+	var errOut bytes.Buffer
+	if code := run([]string{"--config", "x", "--log-format", "xml"}, io.Discard, &errOut); code != 2 || !strings.Contains(errOut.String(), "--log-format") {
+		t.Errorf("bad --log-format: exit %d, %s", code, errOut.String())
+	}
+}

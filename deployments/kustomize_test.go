@@ -1,0 +1,68 @@
+package deployments
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+)
+
+// build runs kustomize (the library kubectl apply -k uses) on dir.
+func build(t *testing.T, dir string) string {
+	t.Helper()
+	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatalf("kustomize %s: %v", dir, err)
+	}
+	out, err := res.AsYaml()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
+}
+
+// The kustomization applies exactly the plain manifests, and an overlay's
+// image override reaches both DaemonSets.
+func TestKustomization(t *testing.T) {
+	got := map[string]bool{}
+	for _, obj := range decodeDocs(t, "kustomization.yaml", []byte(build(t, "."))) {
+		got[key(t, obj)] = true
+	}
+	want := plain(t)
+	if len(got) != len(want) {
+		t.Fatalf("kustomize builds %v, plain manifests hold %d objects", got, len(want))
+	}
+	for k := range want {
+		if !got[k] {
+			t.Errorf("kustomize build lacks %s", k)
+		}
+	}
+
+	overlay := t.TempDir()
+	base, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(overlay, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := "resources:\n- " + rel + "\nimages:\n- {name: devplumb, newName: registry.example/devplumb, newTag: v1.2.3}\n- {name: netdev-dp, newName: registry.example/netdev-dp, newTag: v1.2.3}\n"
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var images []string
+	for _, line := range strings.Split(build(t, overlay), "\n") {
+		if l := strings.TrimSpace(line); strings.HasPrefix(l, "image: ") {
+			images = append(images, strings.TrimPrefix(l, "image: "))
+		}
+	}
+	slices.Sort(images)
+	if !slices.Equal(images, []string{"registry.example/devplumb:v1.2.3", "registry.example/netdev-dp:v1.2.3"}) {
+		t.Errorf("overlay images = %v", images)
+	}
+}
