@@ -4,26 +4,30 @@
 //
 //	cdi-adapter [--conf-dir DIR] [--bin-dir DIR] [--vendor DOMAIN] [--plugin-dir DIR]
 //	            [--pod-resources SOCKET] [--cdi-dir DIR] [--state-dir DIR] [--poll D] [--grace D] [--timeout D]
+//	            [--log-level LEVEL] [--log-format text|json]
+//	cdi-adapter --version
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/devplumb/devplumb/pkg/cdiadapter"
+	"github.com/devplumb/devplumb/pkg/logging"
+	"github.com/devplumb/devplumb/pkg/version"
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stderr))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string, stderr io.Writer) int {
+func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("cdi-adapter", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg cdiadapter.Config
@@ -37,19 +41,27 @@ func run(args []string, stderr io.Writer) int {
 	fs.DurationVar(&cfg.Poll, "poll", cdiadapter.DefaultPoll, "PodResources poll interval")
 	fs.DurationVar(&cfg.Grace, "grace", cdiadapter.DefaultGrace, "how long an allocation no pod ever showed is kept")
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, "per binary call (default 30s)")
-	debug := fs.Bool("debug", false, "debug logging")
+	logFlags := logging.Register(fs)
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, version.Line("cdi-adapter"))
+		return 0
 	}
 	if fs.NArg() != 0 {
 		fmt.Fprintln(stderr, "cdi-adapter: no arguments are taken, only flags")
 		return 2
 	}
-	level := slog.LevelInfo
-	if *debug {
-		level = slog.LevelDebug
+	log, err := logFlags.New(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "cdi-adapter: %v\n", err)
+		return 2
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := cdiadapter.Run(ctx, cfg, log); err != nil {

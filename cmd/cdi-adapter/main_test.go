@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -297,11 +298,11 @@ func TestSIGTERM(t *testing.T) {
 
 func TestUsageErrors(t *testing.T) {
 	var out bytes.Buffer
-	if code := run([]string{"extra"}, &out); code != 2 {
+	if code := run([]string{"extra"}, io.Discard, &out); code != 2 {
 		t.Errorf("extra arg: code %d", code)
 	}
 	out.Reset()
-	if code := run([]string{"--conf-dir", t.TempDir(), "--state-dir", t.TempDir()}, &out); code != 1 || !strings.Contains(out.String(), "no CDI configs") {
+	if code := run([]string{"--conf-dir", t.TempDir(), "--state-dir", t.TempDir()}, io.Discard, &out); code != 1 || !strings.Contains(out.String(), "no CDI configs") {
 		t.Errorf("no configs: code %d, %s", code, out.String())
 	}
 	conf := devnodestest.New(t, 1).Config(0, t.TempDir(), t.TempDir())
@@ -321,8 +322,22 @@ func TestUsageErrors(t *testing.T) {
 			os.WriteFile(filepath.Join(dir, f), c, 0o644)
 		}
 		out.Reset()
-		if code := run([]string{"--conf-dir", dir, "--bin-dir", bins, "--state-dir", t.TempDir()}, &out); code != 1 || !strings.Contains(out.String(), name) {
+		if code := run([]string{"--conf-dir", dir, "--bin-dir", bins, "--state-dir", t.TempDir()}, io.Discard, &out); code != 1 || !strings.Contains(out.String(), name) {
 			t.Errorf("%v: code %d, %s", files, code, out.String())
 		}
+	}
+}
+
+func TestHelpAndVersionExitZero(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"--version"}} {
+		var out bytes.Buffer
+		if code := run(args, &out, io.Discard); code != 0 {
+			t.Errorf("%v: exit %d", args, code)
+		}
+	}
+	var out bytes.Buffer
+	run([]string{"--version"}, &out, io.Discard)
+	if !strings.HasPrefix(out.String(), "cdi-adapter ") {
+		t.Errorf("--version printed %q", out.String())
 	}
 }
