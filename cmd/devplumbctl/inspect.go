@@ -164,6 +164,7 @@ func gc(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&opts.DryRun, "dry-run", false, "say what would be removed, remove nothing")
 	fs.BoolVar(&opts.Orphans, "orphans", false, "also remove CNI device-info files no devplumb attachment owns (Multus writes such files for its own networks: use with care)")
 	asJSON := fs.Bool("json", false, `print what was done as a JSON list of {"Verb","What","Why"}`)
+	fs.StringVar(&opts.CNIPath, "cni-path", nodeview.DefaultCNIPath, "where the recorded delegate plugins are (colon separated), to run their DEL")
 	paths, code, ok := parsePaths(fs, args)
 	if !ok {
 		return code
@@ -186,17 +187,16 @@ func gc(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// pastTense says what was done ("removed", "would remove", "kept"); never nil.
+// pastTense says what was done ("removed", "ran", "kept", or with dryRun
+// "would remove", "would run"); never nil.
 func pastTense(acts []nodeview.GCAction, dryRun bool) []nodeview.GCAction {
+	past := map[string]string{"remove": "removed", "run": "ran", "keep": "kept"}
 	out := make([]nodeview.GCAction, 0, len(acts))
 	for _, a := range acts {
-		switch {
-		case a.Verb != "remove":
-			a.Verb = "kept"
-		case dryRun:
-			a.Verb = "would remove"
-		default:
-			a.Verb = "removed"
+		if dryRun && a.Verb != "keep" {
+			a.Verb = "would " + a.Verb
+		} else {
+			a.Verb = past[a.Verb]
 		}
 		out = append(out, a)
 	}

@@ -20,10 +20,11 @@ const usage = `usage:
   devplumbctl inspect [--json] [--root DIR | --devinfo-dir DIR --state-dir DIR --pod-resources SOCKET]
       the kubelet's device assignments, devplumb's claims and device-info files, and
       problems; exit 0 when there are none, 1 when there are, 2 when it cannot look
-  devplumbctl gc [--dry-run] [--orphans] [--json] [same path flags as inspect]
+  devplumbctl gc [--dry-run] [--orphans] [--json] [--cni-path DIR] [same path flags as inspect]
       remove the claims and CNI device-info files of attachments whose pod the kubelet
-      no longer gives the device (a claim whose netns still exists is kept); the
-      delegate's own state (IPAM leases) is not touched: run the CNI DEL for that
+      no longer gives the device (a claim whose netns still exists is kept), after
+      running the recorded delegates' DEL (found in --cni-path, default /opt/cni/bin)
+      so that their IPAM leases go too; a claim whose delegate DEL fails is kept
   devplumbctl version | --version
   devplumbctl COMMAND --help
 `

@@ -125,6 +125,13 @@ func New(cniPath, cacheDir string) *Invoker {
 	return &Invoker{cni: libcni.NewCNIConfigWithCacheDir(filepath.SplitList(cniPath), cacheDir, nil)}
 }
 
+// CacheDir is libcni's result cache of one devplumb network: GC of one
+// network must never see (and DEL) another network's delegates, even if
+// they share a name.
+func CacheDir(stateDir, network string) string {
+	return filepath.Join(stateDir, "libcni", network)
+}
+
 // Add runs ADD through the chain.
 func (i *Invoker) Add(ctx context.Context, list *libcni.NetworkConfigList, rt *libcni.RuntimeConf) (types.Result, error) {
 	return i.cni.AddNetworkList(ctx, list, rt)

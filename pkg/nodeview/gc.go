@@ -6,14 +6,24 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/containernetworking/cni/libcni"
+
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/claims"
 	"github.com/devplumb/devplumb/pkg/config"
+	"github.com/devplumb/devplumb/pkg/delegate"
 )
+
+// DefaultCNIPath is where runtimes install CNI plugins.
+const DefaultCNIPath = "/opt/cni/bin"
 
 // GCOptions says what GC may remove.
 type GCOptions struct {
 	DryRun bool
+	// CNIPath (colon separated) is where the recorded delegates are found,
+	// to run their DEL: that releases what they hold (IPAM leases), as the
+	// runtime's DEL would have. Empty: DefaultCNIPath.
+	CNIPath string
 	// Orphans also removes CNI device-info files that no attachment owns.
 	// Off by default: Multus writes such files for networks devplumb does
 	// not run, and they are not devplumb's to delete.
@@ -23,7 +33,7 @@ type GCOptions struct {
 // GCAction is one thing GC removed (or, with DryRun, would remove), or a
 // stale claim it kept and why.
 type GCAction struct {
-	Verb string // "remove" or "keep"
+	Verb string // "remove", "run" (a delegate DEL) or "keep"
 	What string
 	Why  string `json:",omitempty"`
 }
@@ -44,7 +54,9 @@ func (a GCAction) String() string {
 // claims still as they were read, and finds unowned files on records read
 // there. It refuses to judge without the kubelet, and keeps a stale claim whose
 // netns still exists (the runtime's DEL is still to come, or the kubelet has
-// just restarted and not relisted its pods).
+// just restarted and not relisted its pods). Before it removes a claim it runs
+// the recorded delegates' DEL (outside the lock), so their leases go as a
+// runtime's DEL would have released them; a claim whose DEL fails is kept.
 func GC(ctx context.Context, p Paths, opts GCOptions) ([]GCAction, error) {
 	store := claims.New(p.StateDir)
 	// Corrupt records are skipped: their attachment's DEL clears them.
@@ -54,11 +66,16 @@ func GC(ctx context.Context, p Paths, opts GCOptions) ([]GCAction, error) {
 		return nil, fmt.Errorf("gc needs the kubelet's PodResources to tell stale claims: %w", err)
 	}
 	g := &gcRun{p: p, opts: opts, store: store}
+	// Delegate DELs run before the lock: ADDs on the node never wait on a
+	// plugin. A claim whose DEL failed is kept, so a later gc tries again.
+	var gone []*claims.Attachment
+	for _, a := range read {
+		if stale(pods, a) && g.netnsGone(a) && g.delegateDel(ctx, a) {
+			gone = append(gone, a)
+		}
+	}
 	err = store.Locked(func() error {
-		for _, a := range read {
-			if !stale(pods, a) {
-				continue
-			}
+		for _, a := range gone {
 			if cur, err := store.Get(a.Key); err != nil || !sameClaim(cur, a) {
 				continue // released or claimed again since it was read
 			}
@@ -88,15 +105,53 @@ type gcRun struct {
 	acts  []GCAction
 }
 
-func (g *gcRun) staleClaim(a *claims.Attachment) error {
-	what := fmt.Sprintf("claim %s/%s/%s (%s of pod %s)", a.Network, short(a.ContainerID), a.IfName, a.DeviceID, a.Pod)
-	if a.NetNS != "" {
-		if _, err := os.Stat(a.NetNS); err == nil {
-			g.acts = append(g.acts, GCAction{Verb: "keep", What: what, Why: "the kubelet no longer gives the pod this device, but its netns " + a.NetNS + " still exists (DEL to come)"})
-			return nil
-		}
+func claimName(a *claims.Attachment) string {
+	return fmt.Sprintf("claim %s/%s/%s (%s of pod %s)", a.Network, short(a.ContainerID), a.IfName, a.DeviceID, a.Pod)
+}
+
+// netnsGone keeps (and says so) a stale claim whose netns still exists: the
+// runtime's DEL is still to come.
+func (g *gcRun) netnsGone(a *claims.Attachment) bool {
+	if a.NetNS == "" {
+		return true
 	}
-	g.acts = append(g.acts, GCAction{Verb: "remove", What: what})
+	if _, err := os.Stat(a.NetNS); err != nil {
+		return true
+	}
+	g.acts = append(g.acts, GCAction{Verb: "keep", What: claimName(a), Why: "the kubelet no longer gives the pod this device, but its netns " + a.NetNS + " still exists (DEL to come)"})
+	return false
+}
+
+// delegateDel runs the recorded delegates' DEL without a netns (it is gone),
+// which releases their leases; false when it failed and the claim stays.
+func (g *gcRun) delegateDel(ctx context.Context, a *claims.Attachment) bool {
+	if len(a.Delegate) == 0 {
+		return true // the ADD never got as far as running a delegate
+	}
+	what := fmt.Sprintf("delegate DEL of %s/%s/%s", a.Network, short(a.ContainerID), a.IfName)
+	if g.opts.DryRun {
+		g.acts = append(g.acts, GCAction{Verb: "run", What: what})
+		return true
+	}
+	list, err := delegate.ListFromBytes(a.Delegate)
+	if err == nil {
+		cniPath := g.opts.CNIPath
+		if cniPath == "" {
+			cniPath = DefaultCNIPath
+		}
+		rt := &libcni.RuntimeConf{ContainerID: a.ContainerID, IfName: a.IfName, Args: a.CNIArgs, CapabilityArgs: a.CapabilityArgs}
+		err = delegate.New(cniPath, delegate.CacheDir(g.p.StateDir, a.Network)).Del(ctx, list, rt)
+	}
+	if err != nil {
+		g.acts = append(g.acts, GCAction{Verb: "keep", What: claimName(a), Why: "its delegate DEL failed (run gc again once fixed): " + err.Error()})
+		return false
+	}
+	g.acts = append(g.acts, GCAction{Verb: "run", What: what})
+	return true
+}
+
+func (g *gcRun) staleClaim(a *claims.Attachment) error {
+	g.acts = append(g.acts, GCAction{Verb: "remove", What: claimName(a)})
 	if !g.opts.DryRun {
 		if err := g.store.Remove(a.Key); err != nil {
 			return err

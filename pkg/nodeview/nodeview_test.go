@@ -2,15 +2,20 @@ package nodeview
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/plugins/pkg/testutils"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/claims"
+	"github.com/devplumb/devplumb/pkg/delegate"
+	"github.com/devplumb/devplumb/pkg/testenv"
 	"github.com/devplumb/devplumb/podresources/podresourcestest"
 )
 
@@ -270,5 +275,67 @@ func TestGCOrphansWaitForCorruptRecords(t *testing.T) {
 	}
 	if _, err := os.Stat(orphan); err != nil {
 		t.Error("file of a corrupt record removed")
+	}
+}
+
+// GC runs the recorded delegates' DEL before it drops a stale claim, so the
+// real host-local plugin releases its lease; a claim whose delegate DEL
+// fails is kept for the next gc.
+func TestGCRunsDelegateDEL(t *testing.T) {
+	cniPath := testenv.CNIPlugins(t)
+	n := newNode(t)
+	leases := t.TempDir()
+	conf := []byte(`{"cniVersion":"1.0.0","name":"net","plugins":[{"type":"host-local",` +
+		`"ipam":{"type":"host-local","subnet":"10.254.7.0/24","dataDir":"` + leases + `"}}]}`)
+	netns, err := testutils.NewNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { netns.Close(); testutils.UnmountNS(netns) })
+	list, err := delegate.ListFromBytes(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := delegate.New(cniPath, delegate.CacheDir(n.paths.StateDir, "net"))
+	if _, err := inv.Add(context.Background(), list, &libcni.RuntimeConf{ContainerID: "c9", IfName: "net1", NetNS: netns.Path()}); err != nil {
+		t.Fatal(err)
+	}
+	lease := filepath.Join(leases, "net", "10.254.7.2")
+	record := func(cid, netnsPath string, delegateConf []byte) {
+		err := n.state.Put(&claims.Attachment{Key: claims.Key{Network: "net", ContainerID: cid, IfName: "net1"},
+			Pod: claims.Pod{Namespace: "ns", Name: "gone"}, ResourceName: res, DeviceID: "veth-" + cid,
+			Delegate: delegateConf, NetNS: netnsPath, Complete: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	record("c9", netns.Path(), conf)
+	record("c8", "", []byte(`{"cniVersion":"1.0.0","name":"net","plugins":[{"type":"no-such-plugin"}]}`))
+	opts := GCOptions{CNIPath: cniPath}
+
+	// The netns still exists: DEL is the runtime's, the lease stays.
+	acts, err := GC(context.Background(), n.paths, opts)
+	if _, serr := os.Stat(lease); err != nil || serr != nil {
+		t.Fatalf("gc with the netns there: %v, lease: %v, acts %v", err, serr, acts)
+	}
+	netns.Close()
+	if err := testutils.UnmountNS(netns); err != nil {
+		t.Fatal(err)
+	}
+	acts, err = GC(context.Background(), n.paths, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(lease); !os.IsNotExist(err) {
+		t.Errorf("host-local lease %s kept after gc: %v (acts %v)", lease, err, acts)
+	}
+	if a, _ := n.state.Get(claims.Key{Network: "net", ContainerID: "c9", IfName: "net1"}); a != nil {
+		t.Error("claim of the released attachment kept")
+	}
+	if a, _ := n.state.Get(claims.Key{Network: "net", ContainerID: "c8", IfName: "net1"}); a == nil {
+		t.Error("claim whose delegate DEL failed was removed: its lease would leak")
+	}
+	if !strings.Contains(fmt.Sprint(acts), "keep claim net/c8/net1") || !strings.Contains(fmt.Sprint(acts), "no-such-plugin") {
+		t.Errorf("acts do not say why c8 was kept: %v", acts)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
@@ -142,11 +141,9 @@ func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Err
 	}, nil
 }
 
-// invoker runs delegates with one libcni cache per devplumb network: GC of
-// one network must never see (and DEL) another network's delegates, even if
-// they share a name.
+// invoker runs delegates with one libcni cache per devplumb network.
 func invoker(cniPath, stateDir, network string) *delegate.Invoker {
-	return delegate.New(cniPath, filepath.Join(stateDir, "libcni", network))
+	return delegate.New(cniPath, delegate.CacheDir(stateDir, network))
 }
 
 // k8sArgs are the pod identity keys runtimes put in CNI_ARGS.
