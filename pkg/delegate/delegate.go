@@ -115,14 +115,15 @@ func ParseArgs(s string) [][2]string {
 
 // Invoker runs delegates found on the CNI path.
 type Invoker struct {
-	cni *libcni.CNIConfig
+	cni      *libcni.CNIConfig
+	cacheDir string
 }
 
 // New returns an Invoker searching cniPath (CNI_PATH, colon separated) and
 // keeping libcni's result cache in cacheDir, so nothing is written outside
 // devplumb's state directory.
 func New(cniPath, cacheDir string) *Invoker {
-	return &Invoker{cni: libcni.NewCNIConfigWithCacheDir(filepath.SplitList(cniPath), cacheDir, nil)}
+	return &Invoker{cni: libcni.NewCNIConfigWithCacheDir(filepath.SplitList(cniPath), cacheDir, nil), cacheDir: cacheDir}
 }
 
 // CacheDir is libcni's result cache of one devplumb network: GC of one
@@ -132,14 +133,26 @@ func CacheDir(stateDir, network string) string {
 	return filepath.Join(stateDir, "libcni", network)
 }
 
-// Add runs ADD through the chain.
+// Add runs ADD through the chain. It holds the cache lock shared, so no DEL
+// removes the cache directory between libcni creating it and writing the
+// result into it.
 func (i *Invoker) Add(ctx context.Context, list *libcni.NetworkConfigList, rt *libcni.RuntimeConf) (types.Result, error) {
+	unlock, err := i.lockCache(false)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	return i.cni.AddNetworkList(ctx, list, rt)
 }
 
-// Del runs DEL through the chain in reverse order.
+// Del runs DEL through the chain in reverse order, then removes the
+// network's cache directories if DEL left them empty.
 func (i *Invoker) Del(ctx context.Context, list *libcni.NetworkConfigList, rt *libcni.RuntimeConf) error {
-	return i.cni.DelNetworkList(ctx, list, rt)
+	if err := i.cni.DelNetworkList(ctx, list, rt); err != nil {
+		return err
+	}
+	i.pruneCache()
+	return nil
 }
 
 // Check runs CHECK through the chain with the cached ADD result.
