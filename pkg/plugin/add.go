@@ -12,11 +12,11 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/types/create"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
-	nadutils "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/utils"
 
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/claims"
 	"github.com/devplumb/devplumb/pkg/delegate"
+	"github.com/devplumb/devplumb/pkg/netstatus"
 )
 
 // Add is CNI ADD.
@@ -293,25 +293,9 @@ func (c *call) output(result types.Result) (types.Result, []byte, *types.Error) 
 	return out, raw, nil
 }
 
-// networkStatus builds the entry for this attachment with the NAD client:
-// the entry of the sandbox interface named ifName, else one over the whole
-// result (a delegate may report no sandbox interface).
+// networkStatus builds the entry for this attachment (see pkg/netstatus).
 func networkStatus(result types.Result, network, ifName string, info *devinfo.DeviceInfo) (*nadv1.NetworkStatus, error) {
-	entries, err := nadutils.CreateNetworkStatuses(result, network, false, info)
-	if err != nil {
-		return nil, err
-	}
-	for _, e := range entries {
-		if e.Interface == ifName {
-			return e, nil
-		}
-	}
-	entry, err := nadutils.CreateNetworkStatus(result, network, false, info)
-	if err != nil {
-		return nil, err
-	}
-	entry.Interface = ifName
-	return entry, nil
+	return netstatus.Entry(result, network, ifName, info)
 }
 
 func (c *call) setStatus(entry *nadv1.NetworkStatus) *types.Error {
