@@ -9,7 +9,7 @@ KUBE_ENV  = DEVPLUMB_KUBE_APISERVER=$$(scripts/build-kube-apiserver.sh | tail -1
             DEVPLUMB_ETCD=$$(command -v etcd)
 TESTFLAGS ?= -race -timeout 45m -count=1
 
-.PHONY: all build test unit e2e bench demo fuzz lint images cni-plugins clean
+.PHONY: all build test unit e2e bench bench-go demo fuzz lint images cni-plugins clean
 
 all: build
 
@@ -19,9 +19,14 @@ all: build
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 LDFLAGS  := $(if $(VERSION),-X github.com/devplumb/devplumb/pkg/version.version=$(VERSION))
 
+# devplumb starts once per CNI call: static, stripped and without gRPC's x/net/trace
+# (grpcnotrace) it starts faster and smaller (see make bench).
+LEAN := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -tags grpcnotrace
+
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ $(addprefix ./cmd/,$(CMDS))
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ $(addprefix ./cmd/,$(filter-out devplumb,$(CMDS)))
+	$(LEAN) -o $(BIN)/ ./cmd/devplumb
 
 # The CNI plugins and cnitool at the versions pinned in go.mod (tool directives).
 cni-plugins:
@@ -42,7 +47,14 @@ e2e:
 # and run, so no end-to-end TestMain starts an API server for nothing.
 pkgs_with = $$(grep -rl --include='*_test.go' '^func $(1)' . | xargs -r -n1 dirname | sort -u)
 
-bench:
+# P1-P5 of devplumb's cost per pod start, as root: a table, and bench/results/results.md
+# and chart.png. BENCHFLAGS e.g. "-runs 10 -baseline old/devplumb".
+BENCHFLAGS ?=
+bench: build cni-plugins
+	$(GO) run ./bench/cmd/bench -multus "$$(scripts/build-multus.sh | tail -1)" $(BENCHFLAGS)
+
+# The Go micro-benchmarks of the libraries.
+bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem $(call pkgs_with,Benchmark)
 
 # Runs each fuzz target for FUZZTIME (the seed corpora also run in `make test`).

@@ -10,6 +10,7 @@ require (
 	github.com/opencontainers/runtime-spec v1.3.0
 	github.com/prometheus/client_golang v1.22.0
 	github.com/vishvananda/netlink v1.3.1
+	golang.org/x/image v0.30.0
 	golang.org/x/sys v0.48.0
 	golang.org/x/time v0.12.0
 	google.golang.org/grpc v1.85.0

@@ -155,6 +155,13 @@ func printAttachment(w io.Writer, a nodeview.Attachment) {
 		entry, _ := json.Marshal(a.NetworkStatus)
 		fmt.Fprintf(w, "    network-status entry: %s\n", entry)
 	}
+	if len(a.Phases) > 0 {
+		parts := make([]string, len(a.Phases))
+		for i, ph := range a.Phases {
+			parts[i] = fmt.Sprintf("%s %s", ph.Name, ph.Duration.Round(time.Microsecond))
+		}
+		fmt.Fprintf(w, "    ADD took: %s\n", strings.Join(parts, ", "))
+	}
 }
 
 func gc(args []string, stdout, stderr io.Writer) int {

@@ -7,9 +7,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/devplumb/devplumb/pkg/claims"
 	"github.com/devplumb/devplumb/pkg/nodeview"
 	"github.com/devplumb/devplumb/podresources/podresourcestest"
 )
@@ -206,5 +208,31 @@ func TestRelativeRootAndGCJSON(t *testing.T) {
 	code, out, errOut = runCmd("gc", "--json", "--root", rel)
 	if code != 0 || strings.TrimSpace(out) != "[]" {
 		t.Errorf("gc --json on a clean node: exit %d %q %s", code, out, errOut)
+	}
+}
+
+// inspect shows how long each step of an attachment's ADD took, as its record keeps it.
+func TestInspectShowsPhases(t *testing.T) {
+	srv := podresourcestest.NewServer(t)
+	srv.SetPod(&v1.PodResources{Namespace: "ns", Name: "p", Containers: []*v1.ContainerResources{{Name: "c",
+		Devices: []*v1.ContainerDevices{{ResourceName: "a.com/a", DeviceIds: []string{"1"}}}}}})
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	rec := &claims.Attachment{Key: claims.Key{Network: "n", ContainerID: "c1", IfName: "net1"},
+		Pod: claims.Pod{Namespace: "ns", Name: "p"}, ResourceName: "a.com/a", DeviceID: "1", Complete: true,
+		Phases: []claims.Phase{{Name: "config", Duration: 85 * time.Microsecond}, {Name: "delegate", Duration: 12 * time.Millisecond}}}
+	if err := claims.New(state).Put(rec); err != nil {
+		t.Fatal(err)
+	}
+	flags := []string{"--devinfo-dir", filepath.Join(dir, "devinfo"), "--state-dir", state, "--pod-resources", srv.Socket}
+	code, out, errOut := runCmd(append([]string{"inspect"}, flags...)...)
+	if code != 0 || !strings.Contains(out, "    ADD took: config 85µs, delegate 12ms\n") {
+		t.Fatalf("inspect: exit %d\n%s%s", code, out, errOut)
+	}
+	_, out, _ = runCmd(append([]string{"inspect", "--json"}, flags...)...)
+	var v nodeview.View
+	if err := json.Unmarshal([]byte(out), &v); err != nil || len(v.Attachments) != 1 ||
+		len(v.Attachments[0].Phases) != 2 || v.Attachments[0].Phases[1].Duration != 12*time.Millisecond {
+		t.Errorf("inspect --json: %v\n%s", err, out)
 	}
 }

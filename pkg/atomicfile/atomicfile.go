@@ -13,6 +13,19 @@ import (
 // directories are created with mode 0755, whatever the umask. An existing file
 // is replaced. Any name up to the 255-byte limit works.
 func WriteFile(path string, data []byte, perm os.FileMode) error {
+	return write(path, data, perm, true)
+}
+
+// WriteFileVolatile is WriteFile without the fsyncs: readers still see the old content
+// or the new one, never a mix, but after a power loss the file may be old, empty or
+// gone. It is for state that a reboot makes void anyway (network namespaces, devices
+// moved into pods and pod sandboxes do not survive one), where two fsyncs would cost
+// every CNI call milliseconds and protect nothing.
+func WriteFileVolatile(path string, data []byte, perm os.FileMode) error {
+	return write(path, data, perm, false)
+}
+
+func write(path string, data []byte, perm os.FileMode, durable bool) error {
 	dir := filepath.Dir(path)
 	if err := mkdirAll(dir); err != nil {
 		return err
@@ -36,8 +49,10 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 	if err := tmp.Chmod(perm); err != nil {
 		return fmt.Errorf("chmod %s: %w", tmp.Name(), err)
 	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", tmp.Name(), err)
+	if durable {
+		if err := tmp.Sync(); err != nil {
+			return fmt.Errorf("fsync %s: %w", tmp.Name(), err)
+		}
 	}
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", tmp.Name(), err)
@@ -46,6 +61,9 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 		return fmt.Errorf("rename %s to %s: %w", tmp.Name(), path, err)
 	}
 	ok = true
+	if !durable {
+		return nil
+	}
 	return syncDir(dir)
 }
 

@@ -170,3 +170,29 @@ func TestWriteFileParentIsAFile(t *testing.T) {
 		t.Fatalf("want an error naming the file in the way, got %v", err)
 	}
 }
+
+// The volatile variant replaces a file the same way (mode, parents, no temp left
+// behind); only durability across a power loss differs, which no test can observe.
+func TestWriteFileVolatileReplaces(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state", "rec.json")
+	for _, s := range []string{"first", "second"} {
+		if err := WriteFileVolatile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(path)
+	if err != nil || string(got) != "second" {
+		t.Fatalf("content %q, %v", got, err)
+	}
+	if st, _ := os.Stat(path); st.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v", st.Mode().Perm())
+	}
+	entries, _ := os.ReadDir(filepath.Dir(path))
+	if len(entries) != 1 {
+		t.Errorf("left behind: %v", entries)
+	}
+	if err := WriteFileVolatile(filepath.Join(path, "under-a-file"), nil, 0o600); err == nil {
+		t.Error("writing below a file succeeded")
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 )
@@ -59,6 +60,14 @@ type Attachment struct {
 	Complete      bool                 `json:"complete"`
 	Result        json.RawMessage      `json:"result,omitempty"`
 	NetworkStatus *nadv1.NetworkStatus `json:"networkStatus,omitempty"`
+	// Phases is how long each step of the ADD that completed this record took.
+	Phases []Phase `json:"phases,omitempty"`
+}
+
+// Phase is one timed step of a CNI call (what `make bench` and inspect show).
+type Phase struct {
+	Name     string        `json:"name"`
+	Duration time.Duration `json:"ns"`
 }
 
 // Store is the claim state below one state directory.

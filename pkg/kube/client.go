@@ -1,6 +1,10 @@
 // Package kube is devplumb's small Kubernetes client: it writes devplumb's own entry of a
 // pod's network-status annotation and reads a NetworkAttachmentDefinition's resourceName.
 // Every call is bounded by the timeout given to New, retries included.
+//
+// Both touch only object metadata, so it uses client-go's metadata client
+// (PartialObjectMetadata) rather than the typed clientsets: those register the scheme of
+// every API group at start-up, and devplumb starts once per CNI call.
 package kube
 
 import (
@@ -8,8 +12,8 @@ import (
 	"fmt"
 	"time"
 
-	nadclient "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/client/clientset/versioned"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -34,10 +38,15 @@ var (
 	ErrBadAnnotation = errors.New("invalid network-status annotation")
 )
 
+// The resources devplumb reads and patches.
+var (
+	podsResource = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	nadsResource = schema.GroupVersionResource{Group: "k8s.cni.cncf.io", Version: "v1", Resource: "network-attachment-definitions"}
+)
+
 // Client talks to one API server with the identity of one kubeconfig.
 type Client struct {
-	kube    kubernetes.Interface
-	nad     nadclient.Interface
+	meta    metadata.Interface
 	host    string
 	timeout time.Duration
 }
@@ -66,13 +75,9 @@ func newFromConfig(cfg *rest.Config, timeout time.Duration) (*Client, error) {
 	// A CNI call makes a handful of requests; retries on conflict must not be throttled
 	// by client-go's default 5 QPS limiter.
 	cfg.QPS, cfg.Burst = 100, 200
-	kc, err := kubernetes.NewForConfig(cfg)
+	mc, err := metadata.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kube: client for %s: %w", cfg.Host, err)
 	}
-	nc, err := nadclient.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("kube: NAD client for %s: %w", cfg.Host, err)
-	}
-	return &Client{kube: kc, nad: nc, host: cfg.Host, timeout: timeout}, nil
+	return &Client{meta: mc, host: cfg.Host, timeout: timeout}, nil
 }

@@ -19,7 +19,7 @@ func (c *Client) NADResourceName(ctx context.Context, namespace, name string) (s
 	defer cancel()
 	var res string
 	err := c.retry(ctx, func(ctx context.Context) (bool, error) {
-		nad, err := c.nad.K8sCniCncfIoV1().NetworkAttachmentDefinitions(namespace).Get(ctx, name, metav1.GetOptions{})
+		nad, err := c.meta.Resource(nadsResource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return true, fmt.Errorf("%w: %s/%s", ErrNADNotFound, namespace, name)
 		}

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -65,7 +64,7 @@ func (c *Client) editStatus(ctx context.Context, namespace, name, uid string,
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	pods := c.kube.CoreV1().Pods(namespace)
+	pods := c.meta.Resource(podsResource).Namespace(namespace)
 	return c.retry(ctx, func(ctx context.Context) (bool, error) {
 		pod, err := pods.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -104,7 +103,7 @@ func podError(err error, namespace, name string) (bool, error) {
 
 // statusPatch is a JSON merge patch setting the annotation (deleting it when list is
 // empty) with pod's resourceVersion and UID as preconditions.
-func statusPatch(pod *corev1.Pod, list statusList) ([]byte, error) {
+func statusPatch(pod *metav1.PartialObjectMetadata, list statusList) ([]byte, error) {
 	var value any // nil deletes the key in a merge patch
 	if len(list) > 0 {
 		b, err := json.MarshalIndent(list, "", "    ")

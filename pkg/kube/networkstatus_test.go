@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -55,7 +54,7 @@ func TestUpsertDropsDuplicatesOfOwnEntry(t *testing.T) {
 
 // The patch built from a read list carries the foreign entry with the same meaning.
 func TestStatusPatchKeepsForeignEntries(t *testing.T) {
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "1", UID: "u",
+	pod := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "1", UID: "u",
 		Annotations: map[string]string{nadv1.NetworkStatusAnnot: "[" + foreign + "]"}}}
 	list, err := parseStatus(pod)
 	if err != nil {
@@ -87,7 +86,7 @@ func TestStatusPatchKeepsForeignEntries(t *testing.T) {
 }
 
 func TestStatusPatchCarriesPreconditions(t *testing.T) {
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "42", UID: "u-1"}}
+	pod := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "42", UID: "u-1"}}
 	b, err := statusPatch(pod, statusList{json.RawMessage(`{"name":"n","interface":"net1"}`)})
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +115,7 @@ func TestStatusPatchCarriesPreconditions(t *testing.T) {
 }
 
 func TestParseStatusRejectsGarbage(t *testing.T) {
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p",
+	pod := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p",
 		Annotations: map[string]string{nadv1.NetworkStatusAnnot: `{"name":"x"}`}}}
 	_, err := parseStatus(pod)
 	if !errors.Is(err, ErrBadAnnotation) || !strings.Contains(err.Error(), "ns/p") {

@@ -6,7 +6,7 @@ import (
 	"reflect"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
-	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // statusList is a pod's network-status list as it was read. Entries stay raw JSON so
@@ -23,7 +23,7 @@ type entryKey struct {
 
 // parseStatus returns the pod's network-status entries; no annotation is an empty list.
 // Only the list itself must be valid JSON: an entry devplumb cannot read is kept as it is.
-func parseStatus(pod *corev1.Pod) (statusList, error) {
+func parseStatus(pod *metav1.PartialObjectMetadata) (statusList, error) {
 	raw, ok := pod.Annotations[nadv1.NetworkStatusAnnot]
 	if !ok || raw == "" {
 		return nil, nil

@@ -83,6 +83,8 @@ type Attachment struct {
 	NoCNIFile     bool                 `json:"noCNIFile,omitempty"`
 	Complete      bool                 `json:"complete"`
 	NetworkStatus *nadv1.NetworkStatus `json:"networkStatus,omitempty"`
+	// Phases: how long each step of the attachment's ADD took.
+	Phases []claims.Phase `json:"phases,omitempty"`
 	// Stale: the kubelet no longer gives this pod that device.
 	Stale bool `json:"stale,omitempty"`
 }
@@ -158,7 +160,7 @@ func (v *View) collectAttachments() {
 		att := Attachment{
 			Network: a.Network, ContainerID: a.ContainerID, IfName: a.IfName,
 			Pod: a.Pod.String(), ResourceName: a.ResourceName, DeviceID: a.DeviceID,
-			CNIFile: a.CNIFile, Complete: a.Complete, NetworkStatus: a.NetworkStatus,
+			CNIFile: a.CNIFile, Complete: a.Complete, NetworkStatus: a.NetworkStatus, Phases: a.Phases,
 		}
 		att.Stale = v.Pods != nil && stale(v.Pods, a)
 		if a.CNIFile != "" {

@@ -12,11 +12,11 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/types/create"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
-	nadutils "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/utils"
 
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/claims"
 	"github.com/devplumb/devplumb/pkg/delegate"
+	"github.com/devplumb/devplumb/pkg/netstatus"
 )
 
 // Add is CNI ADD.
@@ -26,6 +26,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		return cerr
 	}
 	defer c.close()
+	defer c.t.log(p.Log, "ADD")
 	rec, cerr := c.claim()
 	if cerr != nil {
 		return cerr
@@ -79,8 +80,10 @@ func (c *call) claim() (*claims.Attachment, *types.Error) {
 	if cerr != nil {
 		return nil, cerr
 	}
+	c.t.mark(phasePodResources)
 	claimed, err := c.claims.Claim(claims.Request{Key: c.key, Pod: c.pod, ResourceName: res, Candidates: cands,
 		Stale: c.staleClaim})
+	c.t.mark(phaseClaim)
 	if claimed != nil {
 		if claimed.Unreadable != nil {
 			c.p.Log.Warn("passing over corrupt state records; remove them or run DEL of their attachments", "error", claimed.Unreadable)
@@ -173,11 +176,14 @@ func (c *call) attach(rec *claims.Attachment) (types.Result, *types.Error) {
 		c.release(rec)
 		return nil, stateError(c.conf.StateDir, err)
 	}
+	c.t.mark(phaseClaim)
 	if cerr := c.copyDeviceInfo(rec); cerr != nil {
 		c.rollbackFiles(rec)
 		return nil, cerr
 	}
+	c.t.mark(phaseDeviceInfo)
 	result, err := c.inv.Add(context.Background(), list, rt)
+	c.t.mark(phaseDelegate)
 	if err != nil {
 		c.rollback(list, rt, rec)
 		return nil, delegateError(fmt.Sprintf("delegate ADD failed for device %s", rec.DeviceID), err)
@@ -269,11 +275,15 @@ func (c *call) finish(rec *claims.Attachment, result types.Result) (types.Result
 		return nil, cerr
 	}
 	rec.Result, rec.NetworkStatus, rec.Complete = raw, entry, true
+	rec.Phases = c.t.mark(phaseNetworkStatus).recorded()
 	if err := c.claims.Update(rec); err != nil {
 		return nil, stateError(c.conf.StateDir, err)
 	}
+	c.t.mark(phaseState)
 	// Last, so that no failure after it leaves an entry on the pod.
-	return out, c.setStatus(entry)
+	cerr = c.setStatus(entry)
+	c.t.mark(phaseKube)
+	return out, cerr
 }
 
 // output is the result devplumb prints, and its JSON for the state.
@@ -293,25 +303,9 @@ func (c *call) output(result types.Result) (types.Result, []byte, *types.Error) 
 	return out, raw, nil
 }
 
-// networkStatus builds the entry for this attachment with the NAD client:
-// the entry of the sandbox interface named ifName, else one over the whole
-// result (a delegate may report no sandbox interface).
+// networkStatus builds the entry for this attachment (see pkg/netstatus).
 func networkStatus(result types.Result, network, ifName string, info *devinfo.DeviceInfo) (*nadv1.NetworkStatus, error) {
-	entries, err := nadutils.CreateNetworkStatuses(result, network, false, info)
-	if err != nil {
-		return nil, err
-	}
-	for _, e := range entries {
-		if e.Interface == ifName {
-			return e, nil
-		}
-	}
-	entry, err := nadutils.CreateNetworkStatus(result, network, false, info)
-	if err != nil {
-		return nil, err
-	}
-	entry.Interface = ifName
-	return entry, nil
+	return netstatus.Entry(result, network, ifName, info)
 }
 
 func (c *call) setStatus(entry *nadv1.NetworkStatus) *types.Error {

@@ -23,6 +23,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	if cerr != nil {
 		return cerr
 	}
+	defer c.t.log(p.Log, "DEL")
 	c.forgetGoneNetns()
 	rec, err := c.claims.Get(c.key)
 	if err != nil {
@@ -34,7 +35,10 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	if cerr != nil {
 		return cerr
 	}
-	if err := c.inv.Del(context.Background(), list, rt); err != nil {
+	c.t.mark(phaseState)
+	err = c.inv.Del(context.Background(), list, rt)
+	c.t.mark(phaseDelegate)
+	if err != nil {
 		if rec != nil {
 			return delegateError("delegate DEL failed (state kept, DEL can be retried)", err)
 		}
@@ -46,12 +50,15 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 			return cniError(types.ErrIOFailure, "cannot remove the CNI device-info file", err)
 		}
 	}
+	c.t.mark(phaseDeviceInfo)
 	if err := c.claims.Release(c.key); err != nil {
 		return cniError(ErrState, "cannot release the device claim in \"stateDir\" "+c.conf.StateDir, err)
 	}
+	c.t.mark(phaseClaim)
 	// Last: with the API server down this waits out its bound, and the
 	// device must not wait for that.
 	c.removeStatus(rec)
+	c.t.mark(phaseKube)
 	return nil
 }
 

@@ -111,9 +111,11 @@ type call struct {
 	inv    *delegate.Invoker
 	pr     *podresources.Client // opened on first use
 	prev   *current.Result      // ADD: the chain's prevResult, if any
+	t      *phases              // timings of the call's steps
 }
 
 func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Error) {
+	t := startPhases()
 	conf, err := config.Parse(args.StdinData)
 	if err != nil {
 		code := types.ErrInvalidNetworkConfig
@@ -138,6 +140,7 @@ func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Err
 		files:  devinfo.NewStore(conf.DeviceInfoDir),
 		claims: claims.New(conf.StateDir),
 		inv:    invoker(args.Path, conf.StateDir, conf.Name),
+		t:      t.mark(phaseConfig),
 	}, nil
 }
 

@@ -1,0 +1,44 @@
+// Command bench runs devplumb's benchmark (make bench): P1-P5 of issue 16, printed as a
+// table and written as markdown and a chart. It needs root.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/devplumb/devplumb/bench"
+)
+
+func main() {
+	cfg := bench.Config{Log: os.Stderr}
+	out := flag.String("out", "bench/results", "directory for results.md and chart.png")
+	flag.StringVar(&cfg.Devplumb, "devplumb", "bin/devplumb", "the devplumb binary")
+	flag.StringVar(&cfg.CNIBin, "cni-bin", "bin/cni", "directory with bridge, host-local and cnitool")
+	flag.StringVar(&cfg.Multus, "multus", "", "Multus thin binary (empty: not run)")
+	flag.StringVar(&cfg.Baseline, "baseline", "", "an earlier devplumb build to run side by side (optional)")
+	flag.IntVar(&cfg.Runs, "runs", 30, "samples per figure")
+	flag.IntVar(&cfg.Pods, "pods", 64, "P3: pods added at once")
+	flag.Parse()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-sig
+		fmt.Fprintf(os.Stderr, "bench: %s: cleaning up\n", s)
+		bench.Abort()
+		os.Exit(130)
+	}()
+	r, err := bench.Run(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	r.WriteText(os.Stdout)
+	if err := bench.WriteResults(r, *out); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: write results:", err)
+		os.Exit(1)
+	}
+	fmt.Printf("\nwritten: %s/results.md, %s/chart.png\n", *out, *out)
+}

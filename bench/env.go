@@ -1,0 +1,250 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/vishvananda/netlink"
+	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/kubeletsim/prserver"
+)
+
+// Names the bench gives what it creates on the host, so a killed run is recognisable.
+const (
+	Resource   = "bench.example.com/dev"
+	podNS      = "bench"
+	bridgeName = "dpbench0"
+)
+
+// env is one node for a part of the run: a temp dir with the binaries, the network
+// configs, devplumb's state and device-info dirs, a PodResources server, and the
+// network namespaces it made. close removes all of it.
+type env struct {
+	cfg    Config
+	dir    string
+	shm    string // on tmpfs, as /var/run is on a node: the device-info files
+	bin    string // CNI_PATH: devplumb, the CNI plugins, multus
+	netDir string // NETCONFPATH for cnitool
+	pods   *podSet
+	pr     *prserver.Server
+	mu     sync.Mutex
+	netns  []ns.NetNS
+}
+
+func newEnv(cfg Config, prCfg prserver.Config) (*env, error) {
+	dir, err := os.MkdirTemp("", "devplumb-bench-")
+	if err != nil {
+		return nil, fmt.Errorf("temp dir: %w", err)
+	}
+	e := &env{cfg: cfg, dir: dir, bin: filepath.Join(dir, "bin"), netDir: filepath.Join(dir, "net.d")}
+	e.shm, err = os.MkdirTemp("/dev/shm", "devplumb-bench-")
+	if err != nil {
+		e.close()
+		return nil, fmt.Errorf("temp dir on tmpfs: %w", err)
+	}
+	e.pods = newPodSet(devinfo.NewStore(filepath.Join(e.shm, "devinfo")))
+	if err := e.setup(prCfg); err != nil {
+		e.close()
+		return nil, err
+	}
+	live.Lock()
+	live.envs[e] = true
+	live.Unlock()
+	return e, nil
+}
+
+// live are the envs not yet closed, for Abort.
+var live = struct {
+	sync.Mutex
+	envs map[*env]bool
+}{envs: map[*env]bool{}}
+
+// Abort closes every env still open: on a signal, the bench removes what it made
+// before it exits.
+func Abort() {
+	live.Lock()
+	envs := live.envs
+	live.envs = map[*env]bool{}
+	live.Unlock()
+	for e := range envs {
+		e.close()
+	}
+}
+
+func (e *env) setup(prCfg prserver.Config) error {
+	for _, d := range []string{e.bin, e.netDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	links := map[string]string{"devplumb": e.cfg.Devplumb, "bridge": e.cfg.plugin("bridge"),
+		"host-local": e.cfg.plugin("host-local"), "cnitool": e.cfg.plugin("cnitool")}
+	if e.cfg.Multus != "" {
+		links["multus"] = e.cfg.Multus
+	}
+	for name, target := range links {
+		abs, err := filepath.Abs(target)
+		if err != nil {
+			return err
+		}
+		if _, err := os.Stat(abs); err != nil {
+			return fmt.Errorf("binary %s: %w", name, err)
+		}
+		if err := os.Symlink(abs, filepath.Join(e.bin, name)); err != nil {
+			return err
+		}
+	}
+	pr, err := prserver.Start(filepath.Join(e.dir, "kubelet.sock"), e.pods, prCfg)
+	if err != nil {
+		return err
+	}
+	e.pr = pr
+	return nil
+}
+
+// close stops the server and removes the netns, the bridge and the temp dirs.
+func (e *env) close() {
+	live.Lock()
+	delete(live.envs, e)
+	live.Unlock()
+	if e.pr != nil {
+		e.pr.Stop()
+	}
+	e.mu.Lock()
+	for _, n := range e.netns {
+		_ = n.Close()
+		_ = testutils.UnmountNS(n)
+	}
+	e.netns = nil
+	e.mu.Unlock()
+	if l, err := netlink.LinkByName(bridgeName); err == nil {
+		_ = netlink.LinkDel(l)
+	}
+	_ = os.RemoveAll(e.dir)
+	if e.shm != "" {
+		_ = os.RemoveAll(e.shm)
+	}
+}
+
+// newNetns makes a network namespace that close removes.
+func (e *env) newNetns() (string, error) {
+	n, err := testutils.NewNS()
+	if err != nil {
+		return "", fmt.Errorf("create netns: %w", err)
+	}
+	e.mu.Lock()
+	e.netns = append(e.netns, n)
+	e.mu.Unlock()
+	return n.Path(), nil
+}
+
+// bridge is the delegate every variant runs: bridge with host-local IPAM, its leases
+// in the temp dir.
+func (e *env) bridge(subnet string) map[string]any {
+	return map[string]any{"type": "bridge", "bridge": bridgeName,
+		"ipam": map[string]any{"type": "host-local", "subnet": subnet, "dataDir": filepath.Join(e.dir, "ipam")}}
+}
+
+// devplumbConf is a devplumb network delegating to bridge; stateDir may be elsewhere
+// (tmpfs) to measure what the state's fsyncs cost.
+func (e *env) devplumbConf(name, subnet, stateDir string) map[string]any {
+	return map[string]any{"cniVersion": "1.0.0", "name": name, "type": "devplumb", "resourceName": Resource,
+		"podResourcesSocket": e.pr.Socket(), "deviceInfoDir": e.pods.files.Dir,
+		"stateDir": stateDir, "delegate": e.bridge(subnet)}
+}
+
+// writeNet writes a network config for cnitool under its name.
+func (e *env) writeNet(conf map[string]any) error {
+	b, err := json.Marshal(conf)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(e.netDir, conf["name"].(string)+".conf"), b, 0o644)
+}
+
+// cniArgs is the pod identity a runtime passes.
+func cniArgs(pod string) string {
+	return "IgnoreUnknown=1;K8S_POD_NAMESPACE=" + podNS + ";K8S_POD_NAME=" + pod + ";K8S_POD_UID=uid-" + pod
+}
+
+// cnitool runs `cnitool cmd net netns` as a runtime would and returns its wall time.
+func (e *env) cnitool(cmd, net, netns, ifName, pod string) (time.Duration, error) {
+	c := exec.Command(filepath.Join(e.bin, "cnitool"), cmd, net, netns)
+	c.Env = append(os.Environ(), "CNI_PATH="+e.bin, "NETCONFPATH="+e.netDir, "CNI_IFNAME="+ifName, "CNI_ARGS="+cniArgs(pod))
+	start := time.Now()
+	out, err := c.CombinedOutput()
+	d := time.Since(start)
+	if err != nil {
+		return d, fmt.Errorf("cnitool %s %s: %w: %s", cmd, net, err, out)
+	}
+	return d, nil
+}
+
+// podSet is the PodResources server's pods: pod-i holds devices dev-i-0.. of Resource,
+// each with a device plugin device-info file (a PCI device, as for an SR-IOV VF).
+type podSet struct {
+	files *devinfo.Store
+	mu    sync.Mutex
+	pods  []*v1.PodResources
+	byKey map[string]*v1.PodResources // as the kubelet, Get does not scan the list
+}
+
+func newPodSet(files *devinfo.Store) *podSet { return &podSet{files: files} }
+
+// set gives the node n pods of devs devices each (replacing what was there).
+func (s *podSet) set(n, devs int) error {
+	pods := make([]*v1.PodResources, n)
+	for i := range pods {
+		ids := make([]string, devs)
+		for d := range ids {
+			ids[d] = fmt.Sprintf("dev-%d-%d", i, d)
+			k := i*devs + d
+			pci := fmt.Sprintf("0000:%02x:%02x.%d", k/256%256, k/8%32, k%8)
+			info := &devinfo.DeviceInfo{Type: devinfo.TypePCI, Version: devinfo.Version, Pci: &devinfo.PciDevice{PciAddress: pci}}
+			if err := s.files.WriteDP(Resource, ids[d], info); err != nil {
+				return fmt.Errorf("device-info of %s: %w", ids[d], err)
+			}
+		}
+		pods[i] = &v1.PodResources{Namespace: podNS, Name: podName(i), Containers: []*v1.ContainerResources{{
+			Name: "main", Devices: []*v1.ContainerDevices{{ResourceName: Resource, DeviceIds: ids}}}}}
+	}
+	byKey := make(map[string]*v1.PodResources, n)
+	for _, p := range pods {
+		byKey[p.Namespace+"/"+p.Name] = p
+	}
+	s.mu.Lock()
+	s.pods, s.byKey = pods, byKey
+	s.mu.Unlock()
+	return nil
+}
+
+func podName(i int) string { return fmt.Sprintf("pod-%d", i) }
+
+// ListPods implements prserver.Source. The pods are never modified once set.
+func (s *podSet) ListPods() []*v1.PodResources {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pods
+}
+
+// GetPod implements prserver.Source.
+func (s *podSet) GetPod(namespace, name string) (*v1.PodResources, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.byKey[namespace+"/"+name]
+	return p, ok
+}
+
+// Allocatable implements prserver.Source.
+func (s *podSet) Allocatable() *v1.AllocatableResourcesResponse {
+	return &v1.AllocatableResourcesResponse{}
+}

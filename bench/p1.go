@@ -1,0 +1,145 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/devplumb/devplumb/pkg/kubeletsim/prserver"
+)
+
+// variant is one way of running the bridge delegate for P1.
+type variant struct {
+	label string
+	net   string // cnitool network name
+	pod   string
+	netns string
+	ms    []float64 // ADD+DEL cycles
+}
+
+// p1 runs ADD+DEL cycles of every variant in turn (rotating the order each round, so
+// drifting load spreads evenly) through cnitool into one netns per variant.
+func p1(cfg Config, r *Report) error {
+	e, err := newEnv(cfg, prserver.Config{NoRateLimit: true})
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	vs, err := p1Variants(e)
+	if err != nil {
+		return err
+	}
+	if err := e.pods.set(len(vs), 1); err != nil {
+		return err
+	}
+	for _, v := range vs {
+		if v.netns, err = e.newNetns(); err != nil {
+			return err
+		}
+	}
+	const warmup = 2
+	for round := range warmup + cfg.Runs {
+		for i := range vs {
+			v := vs[(i+round)%len(vs)]
+			d, err := cycle(e, v)
+			if err != nil {
+				return fmt.Errorf("%s: %w", v.label, err)
+			}
+			if round >= warmup {
+				v.ms = append(v.ms, Ms(d))
+			}
+		}
+	}
+	r.Tables = append(r.Tables, p1Table(vs, cfg))
+	p := Panel{Title: "P1: one ADD+DEL cycle through cnitool", Unit: "ms"}
+	for _, v := range vs {
+		p.Bars = append(p.Bars, Bar{Label: v.label, S: Summarize(v.ms)})
+	}
+	r.Panels = append(r.Panels, p)
+	return nil
+}
+
+func cycle(e *env, v *variant) (time.Duration, error) {
+	add, err := e.cnitool("add", v.net, v.netns, "net1", v.pod)
+	if err != nil {
+		return 0, err
+	}
+	del, err := e.cnitool("del", v.net, v.netns, "net1", v.pod)
+	return add + del, err
+}
+
+// p1Variants writes the networks: the delegate alone (the floor), devplumb with its
+// state on disk and on tmpfs, the baseline build, and Multus thin.
+func p1Variants(e *env) ([]*variant, error) {
+	floor := e.bridge("10.123.0.0/24")
+	floor["cniVersion"], floor["name"] = "1.0.0", "floor"
+	multusDelegate := e.bridge("10.123.4.0/24")
+	multusDelegate["cniVersion"], multusDelegate["name"] = "1.0.0", "multus-bridge"
+	nets := []struct {
+		label string
+		conf  map[string]any
+		skip  bool
+	}{
+		{"bridge + host-local alone (floor)", floor, false},
+		{"devplumb -> bridge (state on disk)", e.devplumbConf("dp", "10.123.1.0/24", filepath.Join(e.dir, "state")), false},
+		{"devplumb -> bridge (state on tmpfs)", e.devplumbConf("dpshm", "10.123.2.0/24", filepath.Join(e.shm, "state")), false},
+		{"devplumb baseline -> bridge (disk)", baselineConf(e), e.cfg.Baseline == ""},
+		{"Multus thin -> bridge", map[string]any{"cniVersion": "1.0.0", "name": "multus", "type": "multus",
+			"binDir": e.bin, "cniDir": filepath.Join(e.dir, "multus"), "logLevel": "error",
+			"delegates": []any{multusDelegate}}, e.cfg.Multus == ""},
+	}
+	var vs []*variant
+	for _, n := range nets {
+		if n.skip {
+			continue
+		}
+		if err := e.writeNet(n.conf); err != nil {
+			return nil, err
+		}
+		vs = append(vs, &variant{label: n.label, net: n.conf["name"].(string), pod: podName(len(vs))})
+	}
+	return vs, nil
+}
+
+// baselineConf is devplumb's network run by the baseline binary, linked as another type.
+func baselineConf(e *env) map[string]any {
+	c := e.devplumbConf("dpbase", "10.123.3.0/24", filepath.Join(e.dir, "state"))
+	if e.cfg.Baseline == "" {
+		return c
+	}
+	c["type"] = "devplumb-baseline"
+	if abs, err := filepath.Abs(e.cfg.Baseline); err == nil {
+		_ = os.Symlink(abs, filepath.Join(e.bin, "devplumb-baseline"))
+	}
+	return c
+}
+
+func p1Table(vs []*variant, cfg Config) Table {
+	t := Table{Title: "P1: ADD+DEL wall time through cnitool",
+		Header: []string{"what", "ADD+DEL", "× floor", "added over the floor", "added ÷ Multus thin's"}}
+	floor := Summarize(vs[0].ms).Median
+	multus := -1.0
+	for _, v := range vs {
+		if v.net == "multus" {
+			multus = Summarize(v.ms).Median - floor
+		}
+	}
+	for _, v := range vs {
+		s := Summarize(v.ms)
+		added := s.Median - floor
+		vsMultus := "–"
+		if multus > 0 && v != vs[0] {
+			vsMultus = fmt.Sprintf("%.2f", added/multus)
+		}
+		t.Rows = append(t.Rows, []string{v.label, s.Format("ms"), fmt.Sprintf("%.2f", s.Median/floor),
+			fmt.Sprintf("%.1f ms", added), vsMultus})
+	}
+	t.Notes = append(t.Notes, "Targets: devplumb's cycle at most 1.3 × the floor, its added time at most half of Multus thin's.",
+		"devplumb asks the PodResources server for the pod's device on every ADD; no kubeconfig (no API server), as Multus here.",
+		"Multus thick (shim + daemon) is not run: its daemon needs a Kubernetes API server and the pod object to start and to serve ADD.")
+	if cfg.Multus == "" {
+		t.Notes = append(t.Notes, "Multus thin not run: no binary given (make bench builds it with scripts/build-multus.sh).")
+	}
+	return t
+}

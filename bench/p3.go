@@ -1,0 +1,114 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/devplumb/devplumb/pkg/kubeletsim/prserver"
+)
+
+// p3 adds cfg.Pods pods at once, each with two devplumb attachments (two networks
+// sharing one stateDir) that must get the pod's two devices, one each, against the
+// kubelet's PodResources rate limit (100 QPS, burst 10); then deletes them all at once.
+func p3(cfg Config, r *Report) error {
+	var calls atomic.Int64
+	e, err := newEnv(cfg, prserver.Config{QPS: 100, Burst: 10, OnCall: func(string) { calls.Add(1) }})
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	if err := e.pods.set(cfg.Pods, 2); err != nil {
+		return err
+	}
+	state := filepath.Join(e.dir, "state")
+	nets := []string{"burst-a", "burst-b"}
+	for i, n := range nets {
+		if err := e.writeNet(e.devplumbConf(n, fmt.Sprintf("10.124.%d.0/22", 4*i), state)); err != nil {
+			return err
+		}
+	}
+	netns := make([]string, cfg.Pods)
+	for i := range netns {
+		if netns[i], err = e.newNetns(); err != nil {
+			return err
+		}
+	}
+	addFail, addTime := burst(e, "add", nets, netns)
+	addCalls := calls.Load()
+	double, wrong, err := checkClaims(state)
+	if err != nil {
+		return err
+	}
+	delFail, delTime := burst(e, "del", nets, netns)
+	left, _ := filepath.Glob(filepath.Join(state, "attachments", "*.json"))
+	total := cfg.Pods * len(nets)
+	r.Tables = append(r.Tables, Table{Title: fmt.Sprintf("P3: %d pods × 2 attachments added at once, PodResources limited to 100 QPS, burst 10", cfg.Pods),
+		Header: []string{"ADDs", "failed ADDs", "devices claimed twice", "devices not the pod's", "all ADDs done in", "PodResources calls (refused ones included)", "failed DELs", "all DELs done in", "records left"},
+		Rows: [][]string{{fmt.Sprint(total), fmt.Sprint(addFail), fmt.Sprint(double), fmt.Sprint(wrong), addTime.Round(time.Millisecond).String(),
+			fmt.Sprint(addCalls), fmt.Sprint(delFail), delTime.Round(time.Millisecond).String(), fmt.Sprint(len(left))}},
+		Notes: []string{"Target: 0 failures, 0 double claims. Every ADD runs cnitool -> devplumb -> bridge + host-local in its pod's own netns."}})
+	return nil
+}
+
+// burst runs cmd for every pod and network at once and returns the failures and the time
+// until the last one ended.
+func burst(e *env, cmd string, nets, netns []string) (int, time.Duration) {
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	start := time.Now()
+	for i, ns := range netns {
+		for j, n := range nets {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := e.cnitool(cmd, n, ns, fmt.Sprintf("net%d", j+1), podName(i)); err != nil {
+					failed.Add(1)
+					e.cfg.logf("   %s pod %d %s: %v", cmd, i, n, err)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	return int(failed.Load()), time.Since(start)
+}
+
+// checkClaims reads devplumb's records: devices held by two attachments, and devices
+// held for a pod the kubelet did not give them to (dev-<pod>-<n> belongs to pod-<pod>).
+func checkClaims(state string) (double, wrong int, err error) {
+	files, err := filepath.Glob(filepath.Join(state, "attachments", "*.json"))
+	if err != nil {
+		return 0, 0, err
+	}
+	held := map[string]int{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return 0, 0, err
+		}
+		var rec struct {
+			DeviceID string `json:"deviceID"`
+			Pod      struct {
+				Name string `json:"name"`
+			} `json:"pod"`
+		}
+		if err := json.Unmarshal(b, &rec); err != nil {
+			return 0, 0, fmt.Errorf("%s: %w", f, err)
+		}
+		held[rec.DeviceID]++
+		var pod, n int
+		if _, err := fmt.Sscanf(rec.DeviceID, "dev-%d-%d", &pod, &n); err != nil || podName(pod) != rec.Pod.Name {
+			wrong++
+		}
+	}
+	for _, c := range held {
+		if c > 1 {
+			double += c - 1
+		}
+	}
+	return double, wrong, nil
+}

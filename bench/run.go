@@ -1,0 +1,116 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// Config says which binaries to measure and how much.
+type Config struct {
+	Devplumb string // the devplumb binary
+	CNIBin   string // bridge, host-local and cnitool
+	Multus   string // Multus thin; "" skips it (and says so)
+	// Baseline, when set, is another devplumb binary (an earlier build) run next to it.
+	Baseline string
+	Runs     int       // ADD+DEL cycles per P1 variant and samples per P4/P5 figure
+	Pods     int       // P3: pods added at once
+	Log      io.Writer // progress
+}
+
+func (c Config) plugin(name string) string { return filepath.Join(c.CNIBin, name) }
+
+func (c Config) logf(format string, args ...any) {
+	if c.Log != nil {
+		fmt.Fprintf(c.Log, format+"\n", args...)
+	}
+}
+
+// Run measures P1-P5 and returns the report. It needs root.
+func Run(cfg Config) (*Report, error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("the bench needs root (network namespaces, bridge)")
+	}
+	if _, err := os.Stat(gnuTime); err != nil {
+		return nil, fmt.Errorf("the bench measures peak RSS with GNU time (Debian package time): %w", err)
+	}
+	cfg.Runs = max(cfg.Runs, 5)
+	cfg.Pods = max(cfg.Pods, 1)
+	defer removeIfCreated("/var/lib/cni/results", "/var/lib/cni")()
+	r := &Report{Title: "devplumb bench", Intro: intro(cfg)}
+	steps := []struct {
+		name string
+		run  func(Config, *Report) error
+	}{{"P1 ADD+DEL cycle", p1}, {"P2 device lookup", p2}, {"P3 burst", p3}, {"P4 start-up", p4}, {"P5 phases", p5}}
+	for _, s := range steps {
+		start := time.Now()
+		cfg.logf("== %s", s.name)
+		if err := s.run(cfg, r); err != nil {
+			return r, fmt.Errorf("%s: %w", s.name, err)
+		}
+		cfg.logf("   done in %s", time.Since(start).Round(time.Millisecond))
+	}
+	return r, nil
+}
+
+// removeIfCreated returns a func that removes dirs (each only if empty) when they did not
+// exist when it was made: cnitool keeps its result cache in /var/lib/cni/results.
+func removeIfCreated(dirs ...string) func() {
+	var missing []string
+	for _, d := range dirs {
+		if _, err := os.Stat(d); err != nil {
+			missing = append(missing, d)
+		}
+	}
+	return func() {
+		for _, d := range missing {
+			_ = os.Remove(d) // fails, as it should, when something is left inside
+		}
+	}
+}
+
+func intro(cfg Config) []string {
+	cpu := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				cpu = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	load := ""
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		load = strings.Join(strings.Fields(string(b))[:3], " ")
+	}
+	return []string{
+		fmt.Sprintf("Run %s on %d CPUs (%s), load average at start %s, %s, %d samples per figure.",
+			time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), cpu, load, runtime.Version(), cfg.Runs),
+		"Each figure is the median, with the 25th-75th percentile in brackets.",
+	}
+}
+
+// WriteResults writes results.md and chart.png into dir.
+func WriteResults(r *Report, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(dir, "chart.png"))
+	if err != nil {
+		return err
+	}
+	if err := WriteChart(f, r.Panels); err != nil {
+		f.Close()
+		return fmt.Errorf("chart: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	var b strings.Builder
+	r.WriteMarkdown(&b, "chart.png")
+	return os.WriteFile(filepath.Join(dir, "results.md"), []byte(b.String()), 0o644)
+}
