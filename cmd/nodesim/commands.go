@@ -14,6 +14,7 @@ import (
 
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/pkg/kubeletsim/prserver"
+	"github.com/devplumb/devplumb/pkg/resname"
 )
 
 func newFlags(name string) *flag.FlagSet {
@@ -137,7 +138,7 @@ func parseContainer(v string) (kubeletsim.ContainerSpec, error) {
 		if err != nil || n < 1 {
 			return spec, fmt.Errorf("%q: count in %q must be a positive integer", v, r)
 		}
-		if err := kubeletsim.ValidateResourceName(r[:i]); err != nil {
+		if err := resname.Validate(r[:i]); err != nil {
 			return spec, fmt.Errorf("%q: %w", v, err)
 		}
 		spec.Requests = append(spec.Requests, kubeletsim.ResourceRequest{Resource: r[:i], Count: n})

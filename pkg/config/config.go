@@ -85,9 +85,6 @@ var cniKeys = []string{
 }
 
 var (
-	// resourceNameRE follows the Kubernetes extended resource name: an
-	// optional DNS-like prefix, one slash, a name.
-	resourceNameRE = regexp.MustCompile(`^([A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?/)?[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$`)
 	// deviceIDRE admits PCI addresses, netdev names, UUIDs and socket names,
 	// but nothing that could leave a directory when used in a file name.
 	deviceIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:@+-]*$`)

@@ -74,6 +74,9 @@ func TestParseErrors(t *testing.T) {
 		{"name traversal", strings.Replace(base(""), `"name":"n"`, `"name":"../n"`, 1), `"name" "../n" is invalid`, false},
 		{"resourceName traversal", base(`,"resourceName":"../../etc"`), `"resourceName" "../../etc"`, false},
 		{"resourceName dots", base(`,"resourceName":"example.com/.."`), `"resourceName"`, false},
+		// The kubelet refuses a device plugin resource without a domain: so does the config.
+		{"resourceName without domain", base(`,"resourceName":"netdev"`), `must be domain-qualified`, false},
+		{"resourceName kubernetes.io", base(`,"resourceName":"kubernetes.io/netdev"`), `reserved for native resources`, false},
 		{"deviceID traversal", base(`,"deviceID":"../x"`), `deviceID "../x" is not a valid device ID`, false},
 		{"deviceID slash", base(`,"runtimeConfig":{"deviceID":"a/b"}`), `runtimeConfig.deviceID "a/b"`, false},
 		{"relative stateDir", base(`,"stateDir":"state"`), `"stateDir" "state" must be an absolute path`, false},

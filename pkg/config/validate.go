@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/utils"
+
+	"github.com/devplumb/devplumb/pkg/resname"
 )
 
 // reservedKeys may not be used to inject the device ID: they carry CNI meaning.
@@ -132,8 +134,11 @@ func (c *NetConf) validateDevice() error {
 // NetworkAttachmentDefinition's annotation) that is not a Kubernetes
 // extended resource name, so it can name no file outside deviceInfoDir/dp.
 func CheckResourceName(what, res string) error {
-	if res != "" && (!resourceNameRE.MatchString(res) || strings.Contains(res, "..")) {
-		return fmt.Errorf(`%s %q is not a Kubernetes extended resource name like "example.com/netdev"`, what, res)
+	if res == "" {
+		return nil
+	}
+	if err := resname.Validate(res); err != nil {
+		return fmt.Errorf("%s %q: %w", what, res, err)
 	}
 	return nil
 }

@@ -15,6 +15,8 @@ import (
 
 	"google.golang.org/grpc"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/devplumb/devplumb/pkg/resname"
 )
 
 // NoNUMA marks a device without NUMA affinity.
@@ -68,7 +70,7 @@ type Server struct {
 
 // New checks cfg and returns a server that is not yet serving.
 func New(cfg Config) (*Server, error) {
-	if err := ValidateResourceName(cfg.ResourceName); err != nil {
+	if err := resname.Validate(cfg.ResourceName); err != nil {
 		return nil, fmt.Errorf("device plugin: %w", err)
 	}
 	if cfg.Allocate == nil {

@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/devplumb/devplumb/pkg/resname"
 )
 
 // The control API is HTTP with JSON bodies on the unix socket
@@ -95,7 +97,7 @@ func (n *Node) handleDel(w http.ResponseWriter, r *http.Request) {
 // request context (its timeout) bounds the wait.
 func (n *Node) handleWait(w http.ResponseWriter, r *http.Request) {
 	res := r.URL.Query().Get("resource")
-	if err := ValidateResourceName(res); err != nil {
+	if err := resname.Validate(res); err != nil {
 		replyErr(w, fmt.Errorf("%w: %w", ErrInvalidPod, err))
 		return
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/pkg/kubeletsim/kubeletsimtest"
+	"github.com/devplumb/devplumb/pkg/resname"
 )
 
 func TestValidateResourceName(t *testing.T) {
@@ -27,9 +28,9 @@ func TestValidateResourceName(t *testing.T) {
 		"example.com/-vf":         false,
 		"example.com/a/b":         false,
 	} {
-		err := kubeletsim.ValidateResourceName(name)
+		err := resname.Validate(name)
 		if (err == nil) != ok {
-			t.Errorf("ValidateResourceName(%q) = %v, want ok=%v", name, err, ok)
+			t.Errorf("resname.Validate(%q) = %v, want ok=%v", name, err, ok)
 		}
 		if err != nil && !strings.Contains(err.Error(), `the ResourceName "`+name+`" is invalid`) {
 			t.Errorf("error %q lacks the kubelet's wording", err)

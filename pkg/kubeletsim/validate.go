@@ -6,9 +6,10 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/devplumb/devplumb/pkg/deviceplugin"
 	"k8s.io/apimachinery/pkg/util/validation"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/devplumb/devplumb/pkg/resname"
 )
 
 // validateVersion accepts what the kubelet supports (v1beta1), with the
@@ -20,10 +21,6 @@ func validateVersion(v string) error {
 	}
 	return nil
 }
-
-// ValidateResourceName applies the kubelet's extended resource name rule,
-// with the kubelet's wording (see deviceplugin.ValidateResourceName).
-func ValidateResourceName(name string) error { return deviceplugin.ValidateResourceName(name) }
 
 // validateEndpoint keeps the plugin socket inside the plugin directory: the
 // kubelet joins the endpoint to its socket dir, so it must be a plain name.
@@ -66,7 +63,7 @@ func validateSpec(spec PodSpec) error {
 func validateRequests(c ContainerSpec) error {
 	seen := map[string]bool{}
 	for _, r := range c.Requests {
-		if err := ValidateResourceName(r.Resource); err != nil {
+		if err := resname.Validate(r.Resource); err != nil {
 			return fmt.Errorf("container %q: %w", c.Name, err)
 		}
 		if r.Count < 1 {

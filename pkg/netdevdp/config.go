@@ -12,10 +12,10 @@ import (
 	"os"
 	"time"
 
-	"github.com/devplumb/devplumb/pkg/deviceplugin"
 	"github.com/devplumb/devplumb/pkg/dpmetrics"
 	"github.com/devplumb/devplumb/pkg/netdevpool"
 	"github.com/devplumb/devplumb/pkg/pcipool"
+	"github.com/devplumb/devplumb/pkg/resname"
 	"github.com/devplumb/devplumb/pkg/sockpool"
 	"github.com/devplumb/devplumb/pkg/vdpapool"
 )
@@ -128,7 +128,7 @@ func (c *Config) Validate() error {
 	seen := map[string]bool{}
 	for i, r := range c.Resources {
 		where := fmt.Sprintf("resources[%d]", i)
-		if err := deviceplugin.ValidateResourceName(r.ResourceName); err != nil {
+		if err := resname.Validate(r.ResourceName); err != nil {
 			return fmt.Errorf("%s: %w", where, err)
 		}
 		if seen[r.ResourceName] {

@@ -1,4 +1,8 @@
-package deviceplugin
+// Package resname is the one rule for resource names across devplumb: the
+// kubelet's for a device plugin's extended resource. The device plugins,
+// nodesim and devplumb's config (and a NAD's resourceName annotation) all
+// use it, so none accepts a name the kubelet refuses.
+package resname
 
 import (
 	"fmt"
@@ -7,12 +11,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
-// ValidateResourceName applies the kubelet's rule for the resource of a
+// Validate applies the kubelet's rule for the resource of a
 // device plugin (v1helper.IsExtendedResourceName), with the kubelet's
 // wording, so that a plugin learns at start what the kubelet would refuse:
 // domain-qualified, not in the kubernetes.io namespace, not starting with
 // "requests.", and "requests."+name a valid qualified name.
-func ValidateResourceName(name string) error {
+func Validate(name string) error {
 	invalid := func(why string) error {
 		return fmt.Errorf("the ResourceName %q is invalid: %s", name, why)
 	}
