@@ -62,6 +62,10 @@ type NetConf struct {
 	PCIBusID           string          `json:"pciBusID,omitempty"`
 	DisableCheck       bool            `json:"disableCheck,omitempty"`
 	DisableGC          bool            `json:"disableGC,omitempty"`
+	// Log control per network, with Multus's keys (see logging.go).
+	LogLevel    string `json:"logLevel,omitempty"`
+	LogFile     string `json:"logFile,omitempty"`
+	LogToStderr *bool  `json:"logToStderr,omitempty"`
 
 	// Delegates holds the delegate plugin configs in chain order: one for
 	// "delegate", several for "delegates".
@@ -74,7 +78,7 @@ type NetConf struct {
 var devplumbKeys = []string{
 	"resourceName", "podResourcesSocket", "deviceInfoDir", "stateDir", "kubeconfig",
 	"networkStatus", "networkAttachmentDefinition", "injectDeviceID", "delegate", "delegates",
-	"deviceID", "pciBusID",
+	"deviceID", "pciBusID", "logLevel", "logFile", "logToStderr",
 }
 
 // cniKeys are top-level keys the CNI specification (or libcni on GC) may set.

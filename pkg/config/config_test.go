@@ -2,6 +2,8 @@ package config
 
 import (
 	"errors"
+	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 )
@@ -74,6 +76,10 @@ func TestParseErrors(t *testing.T) {
 		{"name traversal", strings.Replace(base(""), `"name":"n"`, `"name":"../n"`, 1), `"name" "../n" is invalid`, false},
 		{"resourceName traversal", base(`,"resourceName":"../../etc"`), `"resourceName" "../../etc"`, false},
 		{"resourceName dots", base(`,"resourceName":"example.com/.."`), `"resourceName"`, false},
+		{"bad logLevel", base(`,"logLevel":"loud"`), `"logLevel" "loud": want one of debug, error, info, panic, verbose, warn, warning`, false},
+		{"relative logFile", base(`,"logFile":"devplumb.log"`), `"logFile" "devplumb.log" must be an absolute path`, false},
+		{"logs nowhere", base(`,"logToStderr":false`), `the logs would go nowhere`, false},
+		{"wrong type logToStderr", base(`,"logToStderr":"no"`), `key "logToStderr" must be of type bool`, true},
 		// The kubelet refuses a device plugin resource without a domain: so does the config.
 		{"resourceName without domain", base(`,"resourceName":"netdev"`), `must be domain-qualified`, false},
 		{"resourceName kubernetes.io", base(`,"resourceName":"kubernetes.io/netdev"`), `reserved for native resources`, false},
@@ -134,5 +140,27 @@ func TestNADRef(t *testing.T) {
 	c.NAD = "infra/sriov"
 	if ns, n := c.NADRef("pods"); ns != "infra" || n != "sriov" {
 		t.Errorf("explicit ref: %s/%s", ns, n)
+	}
+}
+
+func TestLogControl(t *testing.T) {
+	base := `{"cniVersion":"1.0.0","name":"n","type":"devplumb","delegate":{"type":"x"}%s}`
+	for _, c := range []struct {
+		extra  string
+		level  slog.Level
+		stderr bool
+	}{
+		{"", slog.LevelWarn, true},
+		{`,"logLevel":"debug"`, slog.LevelDebug, true},
+		{`,"logLevel":"verbose","logFile":"/var/log/devplumb.log","logToStderr":false`, slog.LevelInfo, false},
+		{`,"logLevel":"panic"`, slog.LevelError, true},
+	} {
+		conf, err := Parse([]byte(fmt.Sprintf(base, c.extra)))
+		if err != nil {
+			t.Fatalf("%s: %v", c.extra, err)
+		}
+		if conf.Level() != c.level || conf.Stderr() != c.stderr {
+			t.Errorf("%s: level %v stderr %v, want %v %v", c.extra, conf.Level(), conf.Stderr(), c.level, c.stderr)
+		}
 	}
 }

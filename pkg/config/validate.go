@@ -18,7 +18,7 @@ var reservedKeys = []string{"cniVersion", "name", "type", "ipam", "dns", "args",
 
 func (c *NetConf) validate() error {
 	checks := []func() error{
-		c.validateIdentity, c.validatePaths, c.validateDevice, c.validateDelegates, c.validateMisc,
+		c.validateIdentity, c.validatePaths, c.validateDevice, c.validateDelegates, c.validateMisc, c.validateLog,
 	}
 	for _, check := range checks {
 		if err := check(); err != nil {
@@ -53,6 +53,7 @@ func (c *NetConf) validatePaths() error {
 		{"deviceInfoDir", c.DeviceInfoDir},
 		{"stateDir", c.StateDir},
 		{"kubeconfig", c.Kubeconfig},
+		{"logFile", c.LogFile},
 	}
 	for _, p := range paths {
 		if err := checkPath(p.key, p.val); err != nil {
