@@ -4,14 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"github.com/devplumb/devplumb/pkg/atomicfile"
+	"github.com/devplumb/devplumb/pkg/safefile"
 )
 
 // DefaultDir is the spec's device-info directory, holding dp/ and cni/.
@@ -205,33 +204,11 @@ func readFile(path string) ([]byte, *DeviceInfo, error) {
 // hundred bytes, and a bigger file is a mistake, not data to load.
 const maxFileSize = 1 << 20
 
-// readRegular reads a regular file of at most maxFileSize bytes. It opens
-// without blocking, so a FIFO or device someone left at the path is refused
-// instead of hanging the CNI ADD that reads it.
+// readRegular reads a regular file of at most maxFileSize bytes, refusing
+// links, FIFOs and devices without blocking on them (see safefile): a
+// device-info file is written in place by its owner, never linked.
 func readRegular(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file (%s)", path, st.Mode().Type())
-	}
-	if st.Size() > maxFileSize {
-		return nil, fmt.Errorf("%s is %d bytes, more than a device-info file can be (%d)", path, st.Size(), maxFileSize)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(data) > maxFileSize {
-		return nil, fmt.Errorf("%s grew beyond %d bytes while read", path, maxFileSize)
-	}
-	return data, nil
+	return safefile.ReadFile(path, maxFileSize, safefile.NoFollow)
 }
 
 // RemoveFile removes a device-info file; a missing file is fine.

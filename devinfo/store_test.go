@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/devplumb/devplumb/pkg/safefile"
 )
 
 func pciInfo(addr string) *DeviceInfo {
@@ -144,8 +146,20 @@ func TestReadRefusesNonRegularFiles(t *testing.T) {
 	}
 	big, _ := s.DPPath("example.com/net", "big")
 	writeRaw(t, big, bytes.Repeat([]byte(" "), maxFileSize+1))
-	if _, err := s.ReadDP("example.com/net", "big"); err == nil || !strings.Contains(err.Error(), "more than a device-info file") {
+	if _, err := s.ReadDP("example.com/net", "big"); err == nil || !errors.Is(err, safefile.ErrTooLarge) {
 		t.Fatalf("want a size error, got %v", err)
+	}
+	// Links are not followed: one to /dev/zero, or to a valid file elsewhere.
+	elsewhere := filepath.Join(t.TempDir(), "valid.json")
+	writeRaw(t, elsewhere, []byte(`{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:01:00.1"}}`))
+	for dev, target := range map[string]string{"zero": "/dev/zero", "valid": elsewhere} {
+		p, _ := s.DPPath("example.com/net", dev)
+		if err := os.Symlink(target, p); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.ReadDP("example.com/net", dev); !errors.Is(err, safefile.ErrNotRegular) || !strings.Contains(err.Error(), p) {
+			t.Errorf("DP file linked to %s: %v", target, err)
+		}
 	}
 }
 

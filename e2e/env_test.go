@@ -6,6 +6,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/sha512"
 	"encoding/hex"
@@ -16,6 +17,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
@@ -111,16 +113,25 @@ type cniErr struct {
 	Details    string `json:"details"`
 }
 
+// runBound is how long one devplumb run may take before the test calls it
+// hung: far beyond any real run, so it only turns a hang into a failure.
+const runBound = 2 * time.Minute
+
 // run executes devplumb directly, as a runtime would.
 func (e *env) run(cmd string, stdin []byte, containerID, netns, ifName, args string) ([]byte, *cniErr) {
 	e.t.Helper()
-	c := exec.Command(filepath.Join(e.bin, "devplumb"))
+	ctx, cancel := context.WithTimeout(context.Background(), runBound)
+	defer cancel()
+	c := exec.CommandContext(ctx, filepath.Join(e.bin, "devplumb"))
 	c.Env = append(os.Environ(), "CNI_COMMAND="+cmd, "CNI_CONTAINERID="+containerID, "CNI_NETNS="+netns,
 		"CNI_IFNAME="+ifName, "CNI_ARGS="+args, "CNI_PATH="+e.bin)
 	c.Stdin = bytes.NewReader(stdin)
 	var out, errOut bytes.Buffer
 	c.Stdout, c.Stderr = &out, &errOut
 	if err := c.Run(); err != nil {
+		if ctx.Err() != nil {
+			e.t.Fatalf("devplumb %s did not finish within %s (killed)\nstderr: %s", cmd, runBound, errOut.String())
+		}
 		ce := &cniErr{}
 		if jerr := json.Unmarshal(out.Bytes(), ce); jerr != nil || ce.Code == 0 {
 			e.t.Fatalf("devplumb %s failed without a CNI error JSON: %v\nstdout: %s\nstderr: %s", cmd, err, out.String(), errOut.String())

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -204,5 +205,48 @@ func TestRepeatedAddWithOtherInputs(t *testing.T) {
 	}
 	if st := e.state(); len(st) != 1 || !st[0].Complete {
 		t.Errorf("state %+v", st)
+	}
+}
+
+// State records that are a FIFO or links (to /dev/zero, or to a record
+// elsewhere) neither block nor mislead ADD, which reads every record under
+// the node-wide lock: ADD of another pod succeeds, and each hostile record's
+// own DEL succeeds and removes it (the link, never its target).
+func TestHostileStateRecords(t *testing.T) {
+	e := newEnv(t)
+	e.setPod("default", "b", "dev-b")
+	e.install(e.conf("fast-net", e.recorder(nil)))
+	att := filepath.Join(e.stateDir, "attachments")
+	if err := os.MkdirAll(att, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(e.root, "elsewhere.json")
+	if err := os.WriteFile(target, []byte(`{"network":"fast-net","containerID":"c-link","ifName":"net1","deviceID":"dev-b"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hostile := map[string]func(string) error{
+		"c-fifo": func(p string) error { return syscall.Mkfifo(p, 0o600) },
+		"c-zero": func(p string) error { return os.Symlink("/dev/zero", p) },
+		"c-link": func(p string) error { return os.Symlink(target, p) },
+	}
+	for cid, mk := range hostile {
+		if err := mk(filepath.Join(att, "fast-net:"+cid+":net1.json")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := newNS(t)
+	if _, ce := e.run("ADD", mustJSON(t, e.conf("fast-net", e.recorder(nil))), "c-b", b.Path(), "net1", podArgs("default", "b")); ce != nil {
+		t.Fatalf("ADD beside hostile records: %+v", ce)
+	}
+	for cid := range hostile {
+		if _, ce := e.run("DEL", mustJSON(t, e.conf("fast-net", e.recorder(nil))), cid, "", "net1", podArgs("default", "x")); ce != nil {
+			t.Errorf("DEL of %s: %+v", cid, ce)
+		}
+	}
+	if ents, _ := os.ReadDir(att); len(ents) != 1 || ents[0].Name() != "fast-net:c-b:net1.json" {
+		t.Errorf("state left: %v", ents)
+	}
+	if _, err := os.Stat(target); err != nil {
+		t.Errorf("DEL removed the link's target: %v", err)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/config"
+	"github.com/devplumb/devplumb/pkg/safefile"
 )
 
 var validators = map[string]func(path string, data []byte) error{
@@ -21,6 +21,10 @@ var validators = map[string]func(path string, data []byte) error{
 	"netconf": validateNetconf,
 	"cdi":     validateCDI,
 }
+
+// maxInput bounds a file to validate: a FIFO or /dev/zero given by mistake
+// is refused instead of blocking or filling memory.
+const maxInput = 16 << 20
 
 func validate(args []string, stdout, stderr io.Writer) int {
 	if len(args) < 2 || validators[args[0]] == nil {
@@ -30,7 +34,7 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	check := validators[args[0]]
 	failed := false
 	for _, path := range args[1:] {
-		data, err := os.ReadFile(path)
+		data, err := safefile.ReadFile(path, maxInput, safefile.Follow)
 		if err == nil {
 			err = check(path, data)
 		}

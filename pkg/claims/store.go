@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/devplumb/devplumb/pkg/atomicfile"
+	"github.com/devplumb/devplumb/pkg/safefile"
 )
 
 // This file is the record store: one file per attachment, the lock, and
@@ -80,13 +81,20 @@ func (s *Store) Get(k Key) (*Attachment, error) {
 	return readRecord(p)
 }
 
+// maxRecordSize bounds a state record: one holds a delegate config and its
+// result, a few KiB; anything near this limit was not written by devplumb.
+const maxRecordSize = 4 << 20
+
+// readRecord reads one record. It is never a link, FIFO or device when
+// devplumb wrote it, so such a file is refused (as corrupt) rather than
+// followed, blocked on or read without end while the state lock is held.
 func readRecord(p string) (*Attachment, error) {
-	data, err := os.ReadFile(p)
+	data, err := safefile.ReadFile(p, maxRecordSize, safefile.NoFollow)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read state %s: %w", p, err)
+		return nil, fmt.Errorf("state file %s is unusable (%w): remove it and run DEL again", p, err)
 	}
 	a := &Attachment{}
 	if err := json.Unmarshal(data, a); err != nil {

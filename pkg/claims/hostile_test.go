@@ -1,0 +1,112 @@
+package claims
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// within fails the test when fn does not return: a record that blocks a
+// read while the state lock is held would stop every ADD on the node.
+func within(t *testing.T, what string, fn func()) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatalf("%s did not return", what)
+	}
+}
+
+// hostileRecords puts, at the record paths of attachments c-fifo, c-zero,
+// c-link and c-big, what another local user or a mistake could leave there:
+// a FIFO, a link to /dev/zero, a link to a valid record elsewhere, and a
+// record over the size limit. It returns their keys.
+func hostileRecords(t *testing.T, s *Store) []Key {
+	t.Helper()
+	if err := os.MkdirAll(s.attachDir(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := filepath.Join(t.TempDir(), "rec.json")
+	if err := os.WriteFile(elsewhere, []byte(`{"network":"net","containerID":"c-link","ifName":"net1","deviceID":"d9"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	make := map[string]func(p string) error{
+		"c-fifo": func(p string) error { return syscall.Mkfifo(p, 0o600) },
+		"c-zero": func(p string) error { return os.Symlink("/dev/zero", p) },
+		"c-link": func(p string) error { return os.Symlink(elsewhere, p) },
+		"c-big": func(p string) error {
+			return os.WriteFile(p, []byte(`{"network":"net"`+strings.Repeat(" ", maxRecordSize)+`}`), 0o600)
+		},
+	}
+	var keys []Key
+	for cid, mk := range make {
+		k := Key{Network: "net", ContainerID: cid, IfName: "net1"}
+		p, err := s.path(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := mk(p); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// Every read of state refuses records that are not small regular files,
+// names them, and never blocks: Get, Claim (under the lock), List, Release
+// and RemoveCorrupt.
+func TestHostileRecordsAreRefusedWithoutBlocking(t *testing.T) {
+	s := New(t.TempDir())
+	keys := hostileRecords(t, s)
+	for _, k := range keys {
+		within(t, "Get "+k.ContainerID, func() {
+			p, _ := s.path(k)
+			if a, err := s.Get(k); err == nil || !strings.Contains(err.Error(), p) {
+				t.Errorf("Get %s: %+v %v", k.ContainerID, a, err)
+			}
+		})
+	}
+	within(t, "Claim", func() {
+		c, err := s.Claim(req("p", "c1", "net1", "d9"))
+		if err != nil || c.Attachment.DeviceID != "d9" {
+			t.Errorf("claim beside hostile records: %+v %v", c, err)
+		}
+		for _, k := range keys {
+			if c == nil || c.Unreadable == nil || !strings.Contains(c.Unreadable.Error(), k.ContainerID) {
+				t.Errorf("record %s not reported: %v", k.ContainerID, c.Unreadable)
+			}
+		}
+	})
+	within(t, "List", func() {
+		if all, err := s.List(); len(all) != 1 || err == nil {
+			t.Errorf("List: %+v %v", all, err)
+		}
+	})
+	within(t, "RemoveCorrupt", func() {
+		gone, err := s.RemoveCorrupt("net", func(k Key) bool { return k.ContainerID == "c-big" })
+		if err != nil || len(gone) != 3 {
+			t.Errorf("RemoveCorrupt: %v %v", gone, err)
+		}
+	})
+	within(t, "Release", func() {
+		if err := s.Release(Key{Network: "net", ContainerID: "c-big", IfName: "net1"}); err != nil {
+			t.Error(err)
+		}
+	})
+	ents, _ := os.ReadDir(s.attachDir())
+	if len(ents) != 1 {
+		t.Errorf("left in state: %v", ents)
+	}
+}
