@@ -139,7 +139,7 @@ func (s *Store) WriteDP(resourceName, deviceID string, info *DeviceInfo) error {
 	if err != nil {
 		return fmt.Errorf("encode device-info for %s: %w", path, err)
 	}
-	return atomicfile.WriteFile(path, append(data, '\n'), 0o644)
+	return writeFile(path, append(data, '\n'))
 }
 
 // ReadDP reads and validates the device plugin file of a device.
@@ -172,7 +172,7 @@ func (s *Store) CopyDPToCNI(resourceName, deviceID, cniPath string) (*DeviceInfo
 	if err != nil {
 		return nil, err
 	}
-	if err := atomicfile.WriteFile(cniPath, data, 0o644); err != nil {
+	if err := writeFile(cniPath, data); err != nil {
 		return nil, fmt.Errorf("copy device-info %s to %s: %w", src, cniPath, err)
 	}
 	return info, nil
@@ -211,8 +211,29 @@ func readRegular(path string) ([]byte, error) {
 	return safefile.ReadFile(path, maxFileSize, safefile.NoFollow)
 }
 
-// RemoveFile removes a device-info file; a missing file is fine.
+// writeFile writes a device-info file atomically, mode 0644 (CNI plugins
+// may run as another user), into a directory that is checked first
+// (safefile.EnsureDir): a link or a directory others can write, where the
+// file would land somewhere else, is an error.
+func writeFile(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	if _, err := safefile.EnsureDirUnder(filepath.Dir(dir), filepath.Base(dir), 0o755); err != nil {
+		return fmt.Errorf("device-info directory: %w", err)
+	}
+	return atomicfile.WriteFile(path, data, 0o644)
+}
+
+// RemoveFile removes a device-info file; a missing file (or directory) is
+// fine. Its directory is checked first, as for writes: the removal must not
+// happen through a link to some other directory.
 func RemoveFile(path string) error {
+	dir := filepath.Dir(path)
+	if _, err := safefile.CheckDirUnder(filepath.Dir(dir), filepath.Base(dir)); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("remove device-info file %s: %w", path, err)
+	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove device-info file: %w", err)
 	}

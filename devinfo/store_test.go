@@ -290,3 +290,42 @@ func assertOnlyFiles(t *testing.T, dir string, want ...string) {
 		t.Errorf("files under %s = %v, want %v", dir, got, want)
 	}
 }
+
+// A cni/ or dp/ directory that is a link (or writable by others) is never
+// written or removed in: the file would land in, or vanish from, the link's
+// target.
+func TestLinkedDirectoriesAreRefused(t *testing.T) {
+	for _, kind := range []string{KindCNI, KindDP} {
+		for _, how := range []string{"link", "writable"} {
+			s, target := NewStore(t.TempDir()), t.TempDir()
+			victim := filepath.Join(target, "x")
+			writeRaw(t, victim, []byte("keep"))
+			dir := filepath.Join(s.Dir, kind)
+			if how == "link" {
+				if err := os.Symlink(target, dir); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := os.Mkdir(dir, 0o777); err != nil || os.Chmod(dir, 0o777) != nil {
+				t.Fatal(err)
+			}
+			var err error
+			if kind == KindCNI {
+				err = s.WriteDP("example.com/net", "d0", pciInfo("0000:01:00.1"))
+				if err == nil {
+					_, err = s.CopyDPToCNI("example.com/net", "d0", filepath.Join(dir, "x"))
+				}
+			} else {
+				err = s.WriteDP("example.com/net", "d0", pciInfo("0000:01:00.1"))
+			}
+			if !errors.Is(err, safefile.ErrUnsafeDir) {
+				t.Errorf("%s %s: write: %v", kind, how, err)
+			}
+			if err := RemoveFile(filepath.Join(dir, "x")); !errors.Is(err, safefile.ErrUnsafeDir) {
+				t.Errorf("%s %s: remove: %v", kind, how, err)
+			}
+			if data, err := os.ReadFile(victim); err != nil || string(data) != "keep" {
+				t.Errorf("%s %s: target touched: %q %v", kind, how, data, err)
+			}
+		}
+	}
+}

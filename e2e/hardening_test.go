@@ -250,3 +250,45 @@ func TestHostileStateRecords(t *testing.T) {
 		t.Errorf("DEL removed the link's target: %v", err)
 	}
 }
+
+// A link at <deviceInfoDir>/cni, stateDir/lock, stateDir/attachments or
+// stateDir/libcni, or a stateDir others can write, makes ADD fail with a
+// state or I/O error: devplumb writes nothing in the link's target and runs
+// no delegate.
+func TestLinkedDirectoriesAreRefused(t *testing.T) {
+	cases := map[string]func(e *env, target string) error{
+		"devinfo cni": func(e *env, target string) error { return os.Symlink(target, filepath.Join(e.devinfoDir, "cni")) },
+		"state lock": func(e *env, target string) error {
+			return os.Symlink(filepath.Join(target, "lock"), filepath.Join(e.stateDir, "lock"))
+		},
+		"state attachments": func(e *env, target string) error {
+			return os.Symlink(target, filepath.Join(e.stateDir, "attachments"))
+		},
+		"state libcni": func(e *env, target string) error { return os.Symlink(target, filepath.Join(e.stateDir, "libcni")) },
+		"stateDir world-writable": func(e *env, _ string) error { return os.Chmod(e.stateDir, 0o777) },
+	}
+	for name, setup := range cases {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			pod := newNS(t)
+			e.pciPod("p1", "0000:05:00.1")
+			target := t.TempDir()
+			if err := os.MkdirAll(e.stateDir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := setup(e, target); err != nil {
+				t.Fatal(err)
+			}
+			_, ce := e.run("ADD", mustJSON(t, e.conf("fast-net", e.recorder(nil))), "c1", pod.Path(), "net1", podArgs("default", "p1"))
+			if ce == nil || (!contains(ce.Msg+ce.Details, "unsafe directory") && !contains(ce.Details, "symbolic link")) {
+				t.Errorf("ADD: %+v", ce)
+			}
+			if ents, _ := os.ReadDir(target); len(ents) != 0 {
+				t.Errorf("written in the link's target: %v", ents)
+			}
+			if _, err := os.Stat(e.recordDir); err == nil {
+				t.Error("the delegate ran")
+			}
+		})
+	}
+}

@@ -110,3 +110,55 @@ func TestHostileRecordsAreRefusedWithoutBlocking(t *testing.T) {
 		t.Errorf("left in state: %v", ents)
 	}
 }
+
+// No part of the state directory may lead elsewhere: with stateDir itself,
+// its lock or its attachments directory a link, or stateDir writable by
+// others, Claim and Release fail and nothing appears in the link's target.
+func TestStateDirLinksAreRefused(t *testing.T) {
+	cases := map[string]func(t *testing.T, dir, target string){
+		"stateDir is a link": func(t *testing.T, dir, target string) { mustLink(t, target, dir) },
+		"attachments is a link": func(t *testing.T, dir, target string) {
+			mustMkdir(t, dir, 0o700)
+			mustLink(t, target, filepath.Join(dir, "attachments"))
+		},
+		"lock is a link": func(t *testing.T, dir, target string) {
+			mustMkdir(t, dir, 0o700)
+			mustLink(t, filepath.Join(target, "victim"), filepath.Join(dir, "lock"))
+		},
+		"stateDir writable by others": func(t *testing.T, dir, _ string) { mustMkdir(t, dir, 0o777) },
+	}
+	for name, setup := range cases {
+		t.Run(name, func(t *testing.T) {
+			root, target := t.TempDir(), t.TempDir()
+			dir := filepath.Join(root, "state")
+			setup(t, dir, target)
+			s := New(dir)
+			if _, err := s.Claim(req("p", "c1", "net1", "d0")); err == nil {
+				t.Error("Claim succeeded")
+			}
+			if err := s.Release(Key{Network: "net", ContainerID: "c1", IfName: "net1"}); err == nil {
+				t.Error("Release succeeded")
+			}
+			if ents, _ := os.ReadDir(target); len(ents) != 0 {
+				t.Errorf("written in the link's target: %v", ents)
+			}
+		})
+	}
+}
+
+func mustLink(t *testing.T, target, link string) {
+	t.Helper()
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustMkdir(t *testing.T, dir string, mode os.FileMode) {
+	t.Helper()
+	if err := os.Mkdir(dir, mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, mode); err != nil {
+		t.Fatal(err)
+	}
+}

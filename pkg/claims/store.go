@@ -48,14 +48,17 @@ func (s *Store) path(k Key) (string, error) {
 	return filepath.Join(s.attachDir(), name), nil
 }
 
-// Locked runs fn while holding the store's exclusive lock.
+// Locked runs fn while holding the store's exclusive lock. The state dir
+// is checked (safefile.CheckDir) and the lock is never a link: a NAD author
+// who names a stateDir someone else can write in gets an error, not writes
+// in that someone's chosen place.
 func (s *Store) Locked(fn func() error) error {
-	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
-		return fmt.Errorf("create state dir: %w", err)
+	if err := safefile.EnsureDir(s.Dir, 0o700); err != nil {
+		return fmt.Errorf("state dir: %w", err)
 	}
-	f, err := os.OpenFile(filepath.Join(s.Dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	f, err := openLock(filepath.Join(s.Dir, "lock"))
 	if err != nil {
-		return fmt.Errorf("open state lock: %w", err)
+		return err
 	}
 	defer f.Close()
 	for {
@@ -71,11 +74,49 @@ func (s *Store) Locked(fn func() error) error {
 	return fn()
 }
 
+// openLock opens (creating) the lock file, refusing a link or anything but
+// a regular file.
+func openLock(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o600)
+	if errors.Is(err, unix.ELOOP) {
+		return nil, fmt.Errorf("state lock %s: %w: it is a symbolic link", path, safefile.ErrNotRegular)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open state lock: %w", err)
+	}
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("state lock %s: %w (%v)", path, safefile.ErrNotRegular, err)
+	}
+	return f, nil
+}
+
+// records checks the records directory (creating it if create) and
+// returns it; ok is false when it does not exist (no records).
+func (s *Store) records(create bool) (dir string, ok bool, err error) {
+	dir = s.attachDir()
+	if create {
+		_, err = safefile.EnsureDirUnder(s.Dir, "attachments", 0o700)
+	} else {
+		_, err = safefile.CheckDirUnder(s.Dir, "attachments")
+	}
+	if errors.Is(err, os.ErrNotExist) {
+		return dir, false, nil
+	}
+	if err != nil {
+		return dir, false, fmt.Errorf("state: %w", err)
+	}
+	return dir, true, nil
+}
+
 // Get returns the record of k, or nil when there is none. Callers that
 // modify state hold the lock.
 func (s *Store) Get(k Key) (*Attachment, error) {
 	p, err := s.path(k)
 	if err != nil {
+		return nil, err
+	}
+	if _, ok, err := s.records(false); !ok || err != nil {
 		return nil, err
 	}
 	return readRecord(p)
@@ -113,6 +154,9 @@ func (s *Store) Put(a *Attachment) error {
 	if err != nil {
 		return fmt.Errorf("encode state: %w", err)
 	}
+	if _, _, err := s.records(true); err != nil {
+		return err
+	}
 	if err := atomicfile.WriteFile(p, data, 0o600); err != nil {
 		return fmt.Errorf("write state: %w", err)
 	}
@@ -123,6 +167,9 @@ func (s *Store) Put(a *Attachment) error {
 func (s *Store) Remove(k Key) error {
 	p, err := s.path(k)
 	if err != nil {
+		return err
+	}
+	if _, ok, err := s.records(false); !ok || err != nil {
 		return err
 	}
 	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -144,10 +191,10 @@ func (s *Store) List() ([]*Attachment, error) {
 // list returns the readable records, the errors of corrupt ones apart, and
 // err when the directory itself cannot be read.
 func (s *Store) list() (out []*Attachment, corrupt, err error) {
-	entries, err := os.ReadDir(s.attachDir())
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil, nil
+	if _, ok, err := s.records(false); !ok || err != nil {
+		return nil, nil, err
 	}
+	entries, err := os.ReadDir(s.attachDir())
 	if err != nil {
 		return nil, nil, fmt.Errorf("list state: %w", err)
 	}
@@ -185,10 +232,10 @@ func keyOf(name string) (Key, bool) {
 func (s *Store) RemoveCorrupt(network string, keep func(Key) bool) ([]Key, error) {
 	var removed []Key
 	err := s.Locked(func() error {
-		entries, err := os.ReadDir(s.attachDir())
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
+		if _, ok, err := s.records(false); !ok || err != nil {
+			return err
 		}
+		entries, err := os.ReadDir(s.attachDir())
 		if err != nil {
 			return fmt.Errorf("list state: %w", err)
 		}

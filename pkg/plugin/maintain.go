@@ -179,7 +179,10 @@ func (c *call) undoDelegate(rec *claims.Attachment) error {
 	// A sandbox already gone left nothing inside it: DEL without netns.
 	rt := &libcni.RuntimeConf{ContainerID: rec.ContainerID, IfName: rec.IfName, NetNS: existingNetns(rec.NetNS),
 		Args: rec.CNIArgs, CapabilityArgs: rec.CapabilityArgs}
-	inv := invoker(c.args.Path, c.conf.StateDir, rec.Network) // rec may be of another network of the pod
+	inv, err := invoker(c.args.Path, c.conf.StateDir, rec.Network) // rec may be of another network of the pod
+	if err != nil {
+		return err
+	}
 	if err := inv.Del(context.Background(), list, rt); err != nil {
 		return fmt.Errorf("delegate DEL of container %s interface %s: %w", rec.ContainerID, rec.IfName, err)
 	}
