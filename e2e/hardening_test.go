@@ -264,7 +264,7 @@ func TestLinkedDirectoriesAreRefused(t *testing.T) {
 		"state attachments": func(e *env, target string) error {
 			return os.Symlink(target, filepath.Join(e.stateDir, "attachments"))
 		},
-		"state libcni": func(e *env, target string) error { return os.Symlink(target, filepath.Join(e.stateDir, "libcni")) },
+		"state libcni":            func(e *env, target string) error { return os.Symlink(target, filepath.Join(e.stateDir, "libcni")) },
 		"stateDir world-writable": func(e *env, _ string) error { return os.Chmod(e.stateDir, 0o777) },
 	}
 	for name, setup := range cases {
