@@ -1,6 +1,8 @@
 package devinfo
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -75,13 +77,24 @@ func (s *Store) CNIPath(fileName string) (string, error) {
 // CNIFileName is the unique file name of a network attachment's CNI
 // device-info file, as Multus builds it: "<network>-<containerID>_<ifName>".
 // It is derived from what DEL receives, so DEL finds the file without state.
+// A name longer than a file name may be (the CNI specification limits
+// neither network names nor container IDs) keeps its first 180 bytes and
+// ends in a hash of the whole, so it stays unique and DEL rebuilds it.
 func CNIFileName(network, containerID, ifName string) string {
-	return network + "-" + containerID + "_" + ifName
+	name := network + "-" + containerID + "_" + ifName
+	if len(name) <= maxName {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return name[:180] + "-" + hex.EncodeToString(sum[:])
 }
 
+// maxName is the longest file name the filesystems in use take.
+const maxName = 255
+
 func (s *Store) join(kind, name string) (string, error) {
-	if len(name) > 255 {
-		return "", fmt.Errorf("device-info file name %.40q... is %d bytes long, the limit is 255", name, len(name))
+	if len(name) > maxName {
+		return "", fmt.Errorf("device-info file name %.40q... is %d bytes long, the limit is %d", name, len(name), maxName)
 	}
 	return filepath.Join(s.Dir, kind, name), nil
 }

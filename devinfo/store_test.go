@@ -329,3 +329,19 @@ func TestLinkedDirectoriesAreRefused(t *testing.T) {
 		}
 	}
 }
+
+// A CNI file name too long for a file keeps within the limit, stays
+// deterministic and tells two attachments apart.
+func TestCNIFileNameLong(t *testing.T) {
+	cid := strings.Repeat("c", 300)
+	a, b := CNIFileName("net", cid, "net1"), CNIFileName("net", cid, "net2")
+	if len(a) > 255 || a == b || a != CNIFileName("net", cid, "net1") {
+		t.Errorf("%d-byte %q, %q", len(a), a, b)
+	}
+	if _, err := NewStore("/d").CNIPath(a); err != nil {
+		t.Error(err)
+	}
+	if got := CNIFileName("net", "c1", "net1"); got != "net-c1_net1" {
+		t.Errorf("short name changed: %q", got)
+	}
+}

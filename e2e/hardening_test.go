@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -14,8 +15,8 @@ import (
 )
 
 // A caller-given CNIDeviceInfoFile outside the device-info directories is
-// refused by ADD and DEL alike: devplumb would overwrite it on ADD and remove
-// it on DEL.
+// refused by ADD (devplumb would overwrite it) and ignored by DEL, which
+// succeeds without removing it.
 func TestCNIDeviceInfoFileOutsideIsRefused(t *testing.T) {
 	e := newEnv(t)
 	pod := newNS(t)
@@ -28,15 +29,16 @@ func TestCNIDeviceInfoFileOutsideIsRefused(t *testing.T) {
 	conf["runtimeConfig"] = map[string]string{"deviceID": "0000:05:00.1", "CNIDeviceInfoFile": victim}
 	for _, cmd := range []string{"ADD", "DEL"} {
 		_, ce := e.run(cmd, mustJSON(t, conf), "c1", pod.Path(), "net1", podArgs("default", "p1"))
-		if ce == nil || ce.Code != types.ErrInvalidNetworkConfig || !contains(ce.Msg, "must be a file directly in "+e.devinfoDir+"/cni") {
+		refused := ce != nil && ce.Code == types.ErrInvalidNetworkConfig && contains(ce.Msg, "must be a file directly in "+e.devinfoDir+"/cni")
+		if refused != (cmd == "ADD") {
 			t.Errorf("%s with CNIDeviceInfoFile %s: %+v", cmd, victim, ce)
 		}
 		if data, err := os.ReadFile(victim); err != nil || string(data) != "keep me" {
 			t.Fatalf("%s touched %s: %q %v", cmd, victim, data, err)
 		}
 	}
-	if _, err := os.Stat(e.recordDir); err == nil {
-		t.Error("the delegate ran")
+	if _, err := os.Stat(filepath.Join(e.recordDir, "ADD-c1_net1.json")); err == nil {
+		t.Error("the delegate ADD ran")
 	}
 }
 
@@ -290,5 +292,62 @@ func TestLinkedDirectoriesAreRefused(t *testing.T) {
 				t.Error("the delegate ran")
 			}
 		})
+	}
+}
+
+// Names that cannot be files are refused at ADD with error 7 naming the
+// input, and DEL of the same attachment succeeds and leaves nothing; names
+// long but valid work, their state record under a hashed name.
+func TestNamesPastFileLimits(t *testing.T) {
+	e := newEnv(t)
+	pod := newNS(t)
+	e.pciPod("p1", "0000:05:00.1")
+	cniDir := filepath.Join(e.devinfoDir, "cni")
+	withFile := func(f string) map[string]any {
+		c := e.conf("fast-net", e.recorder(nil))
+		c["runtimeConfig"] = map[string]string{"CNIDeviceInfoFile": f}
+		return c
+	}
+	refused := []struct {
+		name, cid, want string
+		conf            map[string]any
+	}{
+		{"300-byte container ID", strings.Repeat("c", 300), "container ID (300 bytes)", e.conf("fast-net", e.recorder(nil))},
+		{"NUL in CNIDeviceInfoFile", "c1", "runtimeConfig.CNIDeviceInfoFile", withFile(cniDir + "/a\x00b")},
+		{"300-byte CNIDeviceInfoFile", "c1", "runtimeConfig.CNIDeviceInfoFile", withFile(cniDir + "/" + strings.Repeat("f", 300))},
+	}
+	for _, tc := range refused {
+		stdin := mustJSON(t, tc.conf)
+		_, ce := e.run("ADD", stdin, tc.cid, pod.Path(), "net1", podArgs("default", "p1"))
+		if ce == nil || ce.Code != types.ErrInvalidNetworkConfig || !contains(ce.Msg, tc.want) {
+			t.Errorf("%s: ADD %+v", tc.name, ce)
+		}
+		if _, ce := e.run("DEL", stdin, tc.cid, pod.Path(), "net1", podArgs("default", "p1")); ce != nil {
+			t.Errorf("%s: DEL %+v", tc.name, ce)
+		}
+		e.assertNoAttachments(t, tc.name)
+	}
+	// 230 + 16 + 4 bytes fit libcni's and the CNI file's names, not the record's plain name.
+	long := e.conf(strings.Repeat("n", 230), e.recorder(nil))
+	cid := strings.Repeat("c", 16)
+	if _, ce := e.run("ADD", mustJSON(t, long), cid, pod.Path(), "net1", podArgs("default", "p1")); ce != nil {
+		t.Fatalf("ADD with a 230-byte network name: %+v", ce)
+	}
+	if st := e.state(); len(st) != 1 || st[0].Network != long["name"] || st[0].CNIFile == "" {
+		t.Errorf("state %+v", st)
+	}
+	if _, ce := e.run("DEL", mustJSON(t, long), cid, pod.Path(), "net1", podArgs("default", "p1")); ce != nil {
+		t.Errorf("DEL with a 230-byte network name: %+v", ce)
+	}
+	e.assertNoAttachments(t, "230-byte network name")
+}
+
+// assertNoAttachments fails when state records or CNI device-info files exist.
+func (e *env) assertNoAttachments(t *testing.T, what string) {
+	t.Helper()
+	for _, d := range []string{filepath.Join(e.stateDir, "attachments"), filepath.Join(e.devinfoDir, "cni")} {
+		if ents, _ := os.ReadDir(d); len(ents) != 0 {
+			t.Errorf("%s: left in %s: %v", what, d, ents)
+		}
 	}
 }

@@ -162,3 +162,37 @@ func mustMkdir(t *testing.T, dir string, mode os.FileMode) {
 		t.Fatal(err)
 	}
 }
+
+// Keys too long for a plain file name get a hashed one: every operation
+// works, no name exceeds the limit, and two long keys never share a file.
+func TestLongKeysAreHashed(t *testing.T) {
+	s := New(t.TempDir())
+	long := strings.Repeat("n", 240)
+	a := Request{Key: Key{Network: long, ContainerID: strings.Repeat("c", 300), IfName: "net1"}, ResourceName: "r", Candidates: []string{"d0"}}
+	b := a
+	b.Key.ContainerID += "x"
+	b.Candidates = []string{"d1"}
+	for _, r := range []Request{a, b} {
+		if _, err := s.Claim(r); err != nil {
+			t.Fatal(err)
+		}
+		p, _ := s.path(r.Key)
+		if len(filepath.Base(p)) > maxName {
+			t.Errorf("record name %d bytes", len(filepath.Base(p)))
+		}
+		if got, err := s.Get(r.Key); err != nil || got == nil || got.DeviceID != r.Candidates[0] {
+			t.Errorf("Get: %+v %v", got, err)
+		}
+	}
+	if all, err := s.List(); err != nil || len(all) != 2 {
+		t.Errorf("List: %v %v", all, err)
+	}
+	for _, r := range []Request{a, b} {
+		if err := s.Release(r.Key); err != nil {
+			t.Error(err)
+		}
+	}
+	if ents, _ := os.ReadDir(s.attachDir()); len(ents) != 0 {
+		t.Errorf("left: %v", ents)
+	}
+}

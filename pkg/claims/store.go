@@ -1,6 +1,8 @@
 package claims
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,11 +43,25 @@ func (s *Store) path(k Key) (string, error) {
 				k.Network, k.ContainerID, k.IfName, c.what, c.val, err.Msg)
 		}
 	}
-	name := k.Network + ":" + k.ContainerID + ":" + k.IfName + ".json"
-	if len(name) > 255 {
-		return "", fmt.Errorf("attachment %s/%s/%s: state file name is longer than 255 bytes", k.Network, k.ContainerID, k.IfName)
+	return filepath.Join(s.attachDir(), recordName(k)), nil
+}
+
+// maxName is the longest file name the filesystems devplumb runs on take.
+const maxName = 255
+
+// recordName is the record's file name: the readable "<network>:<container
+// ID>:<ifname>.json" while it fits in a file name, else "h:<sha256 of
+// that>.json". The CNI specification limits none of the three in length, so
+// a long container ID must still give a name: DEL must find (and remove) the
+// record of any attachment ADD accepted. A hashed name has one ':', a plain
+// one two, so the two kinds never meet.
+func recordName(k Key) string {
+	plain := k.Network + ":" + k.ContainerID + ":" + k.IfName
+	if len(plain)+len(".json") <= maxName {
+		return plain + ".json"
 	}
-	return filepath.Join(s.attachDir(), name), nil
+	sum := sha256.Sum256([]byte(plain))
+	return "h:" + hex.EncodeToString(sum[:]) + ".json"
 }
 
 // Locked runs fn while holding the store's exclusive lock. The state dir
@@ -217,7 +233,8 @@ func (s *Store) list() (out []*Attachment, corrupt, err error) {
 }
 
 // keyOf parses a record's file name back into its key: the names are
-// unambiguous, so even a record too corrupt to read can be told apart.
+// unambiguous, so even a record too corrupt to read can be told apart. A
+// hashed name does not parse: such a corrupt record goes with its own DEL.
 func keyOf(name string) (Key, bool) {
 	base, ok := strings.CutSuffix(name, ".json")
 	parts := strings.Split(base, ":")

@@ -26,6 +26,9 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		return cerr
 	}
 	defer c.close()
+	if cerr := c.checkFileNames(); cerr != nil {
+		return cerr
+	}
 	rec, cerr := c.claim()
 	if cerr != nil {
 		return cerr
@@ -45,6 +48,25 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		}
 	}
 	return types.PrintResult(result, c.conf.CNIVersion)
+}
+
+// maxFileName is the longest file name Linux filesystems take.
+const maxFileName = 255
+
+// checkFileNames refuses, before anything is claimed or written, an
+// attachment whose names cannot form the file names it needs: libcni's
+// cache "<network>-<containerID>-<ifname>" and the CNI device-info file
+// "<network>-<containerID>_<ifname>" (the CNI specification limits none
+// of the three in length). DEL needs no such check: it finds nothing.
+func (c *call) checkFileNames() *types.Error {
+	n := len(c.conf.Name) + len(c.args.ContainerID) + len(c.args.IfName) + 2
+	if n <= maxFileName {
+		return nil
+	}
+	return cniError(types.ErrInvalidNetworkConfig, fmt.Sprintf("container ID (%d bytes), network name %q and interface name %q "+
+		"together make a %d-byte file name (<network>-<containerID>-<ifname>, libcni's cache and the CNI device-info file): "+
+		"the limit is %d; use a shorter container ID or network name",
+		len(c.args.ContainerID), c.conf.Name, c.args.IfName, n, maxFileName), nil)
 }
 
 // cleanEarlierAdd undoes the delegates of an earlier ADD of this attachment

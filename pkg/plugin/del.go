@@ -1,7 +1,9 @@
 package plugin
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/claims"
+	"github.com/devplumb/devplumb/pkg/config"
 	"github.com/devplumb/devplumb/pkg/delegate"
 )
 
@@ -19,7 +22,7 @@ import (
 // it runs the delegate DEL from the stdin config and removes the
 // deterministic CNI file. Something already gone is never an error.
 func (p *Plugin) Del(args *skel.CmdArgs) error {
-	c, cerr := p.newCall(args, false)
+	c, cerr := p.newCall(p.withoutBadCNIFile(args), false)
 	if cerr != nil {
 		return cerr
 	}
@@ -53,6 +56,39 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	// device must not wait for that.
 	c.removeStatus(rec)
 	return nil
+}
+
+// withoutBadCNIFile drops a runtimeConfig.CNIDeviceInfoFile that ADD
+// refused (outside the device-info dirs, a NUL byte, a name too long): ADD
+// never wrote it, so DEL has nothing to remove there, and failing on it
+// would make DEL fail for ever. DEL then removes only the file of the
+// deterministic name, in devplumb's own directory.
+func (p *Plugin) withoutBadCNIFile(args *skel.CmdArgs) *skel.CmdArgs {
+	if _, err := config.Parse(args.StdinData); err == nil {
+		return args
+	}
+	var raw map[string]any
+	dec := json.NewDecoder(bytes.NewReader(args.StdinData))
+	dec.UseNumber() // numbers in the delegate config pass through as written
+	if dec.Decode(&raw) != nil {
+		return args
+	}
+	rc, ok := raw["runtimeConfig"].(map[string]any)
+	if !ok || rc["CNIDeviceInfoFile"] == nil {
+		return args
+	}
+	delete(rc, "CNIDeviceInfoFile")
+	stdin, err := json.Marshal(raw)
+	if err != nil {
+		return args
+	}
+	if _, err := config.Parse(stdin); err != nil {
+		return args // something else is wrong: report that
+	}
+	p.Log.Warn("DEL ignores runtimeConfig.CNIDeviceInfoFile, which ADD refuses", "file", rc["CNIDeviceInfoFile"])
+	own := *args
+	own.StdinData = stdin
+	return &own
 }
 
 // forgetGoneNetns clears a netns that no longer exists: the sandbox is gone
