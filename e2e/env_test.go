@@ -37,6 +37,16 @@ type env struct {
 	bin, root                                string
 	devinfoDir, stateDir, recordDir, confDir string
 	pr                                       *podresourcestest.Server
+	// extraPath, when set, is searched for plugins before bin.
+	extraPath string
+}
+
+// cniPath is the CNI_PATH devplumb runs with.
+func (e *env) cniPath() string {
+	if e.extraPath != "" {
+		return e.extraPath + ":" + e.bin
+	}
+	return e.bin
 }
 
 func newEnv(t *testing.T) *env {
@@ -124,7 +134,7 @@ func (e *env) run(cmd string, stdin []byte, containerID, netns, ifName, args str
 	defer cancel()
 	c := exec.CommandContext(ctx, filepath.Join(e.bin, "devplumb"))
 	c.Env = append(os.Environ(), "CNI_COMMAND="+cmd, "CNI_CONTAINERID="+containerID, "CNI_NETNS="+netns,
-		"CNI_IFNAME="+ifName, "CNI_ARGS="+args, "CNI_PATH="+e.bin)
+		"CNI_IFNAME="+ifName, "CNI_ARGS="+args, "CNI_PATH="+e.cniPath())
 	c.Stdin = bytes.NewReader(stdin)
 	var out, errOut bytes.Buffer
 	c.Stdout, c.Stderr = &out, &errOut

@@ -351,3 +351,52 @@ func (e *env) assertNoAttachments(t *testing.T, what string) {
 		}
 	}
 }
+
+// devplumb never runs itself: a delegate that is devplumb under another name
+// (a link in the CNI bin dir), a copy of it, or devplumb as a delegate's IPAM
+// plugin makes ADD fail, DEL of the attachment succeeds, and nothing is
+// left; every run ends (a recursion would fill the process table).
+func TestSelfDelegation(t *testing.T) {
+	e := newEnv(t)
+	pod := newNS(t)
+	e.extraPath = t.TempDir()
+	if err := os.Symlink(filepath.Join(e.bin, "devplumb"), filepath.Join(e.extraPath, "selfie")); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(e.bin, "devplumb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(e.extraPath, "selfcopy"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	inner := func(typ string) map[string]any {
+		c := e.conf("inner", e.recorder(nil))
+		c["type"] = typ
+		delete(c, "cniVersion")
+		delete(c, "name")
+		return c
+	}
+	cases := map[string]map[string]any{
+		"link":      inner("selfie"),
+		"copy":      inner("selfcopy"),
+		"link IPAM": {"type": "host-device", "ipam": map[string]any{"type": "selfie"}},
+		"copy IPAM": {"type": "host-device", "ipam": map[string]any{"type": "selfcopy"}},
+	}
+	dev := veth(t) // host-device runs its IPAM plugin only with a real device
+	for name, delegate := range cases {
+		conf := e.conf("fast-net", delegate)
+		conf["deviceID"], conf["injectDeviceID"] = dev, []string{"device"}
+		stdin := mustJSON(t, conf)
+		if _, ce := e.run("ADD", stdin, "c1", pod.Path(), "net1", podArgs("default", "p1")); ce == nil || !contains(ce.Msg, "itself") {
+			t.Errorf("%s: ADD %+v", name, ce)
+		}
+		if _, ce := e.run("DEL", stdin, "c1", pod.Path(), "net1", podArgs("default", "p1")); ce != nil {
+			t.Errorf("%s: DEL %+v", name, ce)
+		}
+		e.assertNoAttachments(t, name)
+		if !hostLink(dev) {
+			t.Fatalf("%s: the device did not come back to the host", name)
+		}
+	}
+}

@@ -21,6 +21,9 @@ import (
 
 // Add is CNI ADD.
 func (p *Plugin) Add(args *skel.CmdArgs) error {
+	if err := tooDeep(); err != nil {
+		return cniError(types.ErrInvalidNetworkConfig, err.Error(), nil)
+	}
 	c, cerr := p.newCall(args, true)
 	if cerr != nil {
 		return cerr
@@ -93,6 +96,9 @@ func (c *call) claim() (*claims.Attachment, *types.Error) {
 		return nil, cniError(types.ErrDecodingFailure, err.Error(), nil)
 	}
 	c.prev = prev
+	if cerr := c.refuseSelf(); cerr != nil {
+		return nil, cerr
+	}
 	res, cerr := c.resourceName()
 	if cerr != nil {
 		return nil, cerr
@@ -116,6 +122,19 @@ func (c *call) claim() (*claims.Attachment, *types.Error) {
 		return nil, cniError(ErrState, "cannot record the device claim in \"stateDir\" "+c.conf.StateDir, err)
 	}
 	return claimed.Attachment, nil
+}
+
+// refuseSelf fails ADD, before anything is claimed, when a delegate is
+// devplumb: nothing recorded then names it for a later DEL to run.
+func (c *call) refuseSelf() *types.Error {
+	list, cerr := c.buildList("")
+	if cerr != nil {
+		return cerr
+	}
+	if err := c.delegatesSafe(list); err != nil {
+		return cniError(types.ErrInvalidNetworkConfig, `invalid "delegate": `+err.Error(), nil)
+	}
+	return nil
 }
 
 // replay answers an ADD repeated (without DEL) for an attachment completed

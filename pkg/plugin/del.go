@@ -22,6 +22,11 @@ import (
 // it runs the delegate DEL from the stdin config and removes the
 // deterministic CNI file. Something already gone is never an error.
 func (p *Plugin) Del(args *skel.CmdArgs) error {
+	if err := tooDeep(); err != nil {
+		// Under devplumb, ADD refused everything: there is nothing to undo.
+		p.Log.Warn("DEL does nothing", "error", err)
+		return nil
+	}
 	c, cerr := p.newCall(p.withoutBadCNIFile(args), false)
 	if cerr != nil {
 		return cerr
@@ -37,7 +42,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	if cerr != nil {
 		return cerr
 	}
-	if err := c.inv.Del(context.Background(), list, rt); err != nil {
+	if err := c.delegateDel(list, rt); err != nil {
 		if rec != nil {
 			return delegateError("delegate DEL failed (state kept, DEL can be retried)", err)
 		}
@@ -56,6 +61,16 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	// device must not wait for that.
 	c.removeStatus(rec)
 	return nil
+}
+
+// delegateDel runs the delegate DEL, unless a delegate is devplumb itself:
+// that DEL would recurse, and ADD never let such a delegate run.
+func (c *call) delegateDel(list *libcni.NetworkConfigList, rt *libcni.RuntimeConf) error {
+	if err := c.delegatesSafe(list); err != nil {
+		c.p.Log.Warn("not running the delegate DEL", "error", err)
+		return nil
+	}
+	return c.inv.Del(context.Background(), list, rt)
 }
 
 // withoutBadCNIFile drops a runtimeConfig.CNIDeviceInfoFile that ADD

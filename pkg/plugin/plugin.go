@@ -113,6 +113,7 @@ type call struct {
 	inv    *delegate.Invoker
 	pr     *podresources.Client // opened on first use
 	prev   *current.Result      // ADD: the chain's prevResult, if any
+	depth  int                  // devplumb runs above this one (DepthEnv)
 }
 
 func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Error) {
@@ -144,6 +145,7 @@ func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Err
 		files:  devinfo.NewStore(conf.DeviceInfoDir),
 		claims: claims.New(conf.StateDir),
 		inv:    inv,
+		depth:  markDepth(),
 	}, nil
 }
 
