@@ -281,6 +281,16 @@ func newNS(t *testing.T) ns.NetNS {
 	return n
 }
 
+// removeNS removes a netns before the test ends, as a runtime removes a
+// sandbox's.
+func removeNS(t *testing.T, n ns.NetNS) {
+	t.Helper()
+	n.Close()
+	if err := testutils.UnmountNS(n); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // uniqueName is a link name no other test (or leftover of a killed run) uses.
 func uniqueName(prefix string) string {
 	b := make([]byte, 4)

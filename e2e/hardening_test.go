@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/devplumb/devplumb/pkg/claims"
+	"github.com/devplumb/devplumb/podresources/podresourcestest"
 )
 
 // A caller-given CNIDeviceInfoFile outside the device-info directories is
@@ -398,5 +400,77 @@ func TestSelfDelegation(t *testing.T) {
 		if !hostLink(dev) {
 			t.Fatalf("%s: the device did not come back to the host", name)
 		}
+	}
+}
+
+// The kubelet is never asked while the node-wide state lock is held (a slow
+// kubelet would make every ADD on the node wait): here, with a stale claim
+// to take over, every PodResources call finds the lock free.
+func TestKubeletNotAskedUnderStateLock(t *testing.T) {
+	var mu sync.Mutex
+	var calls, underLock int
+	e := newEnv(t)
+	e.pr = podresourcestest.NewServer(t, podresourcestest.WithOnCall(func(string) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if lockHeld(filepath.Join(e.stateDir, "lock")) {
+			underLock++
+		}
+	}))
+	oldPod, newPod := newNS(t), newNS(t)
+	e.pciPod("old", "0000:01:02.3")
+	e.install(e.conf("fast-net", e.recorder(nil)))
+	e.mustCnitool("add", "fast-net", oldPod.Path(), "net1", podArgs("default", "old"), "")
+	e.pr.DeletePod("default", "old")
+	e.setPod("default", "new", "0000:01:02.3")
+	e.mustCnitool("add", "fast-net", newPod.Path(), "net1", podArgs("default", "new"), "")
+	if st := e.state(); len(st) != 1 || st[0].Pod.Name != "new" {
+		t.Fatalf("stale claim not taken over: %+v", st)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if calls < 3 || underLock != 0 {
+		t.Errorf("%d of %d PodResources calls came while the state lock was held", underLock, calls)
+	}
+}
+
+// lockHeld reports whether someone holds the flock on path.
+func lockHeld(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return true
+	}
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return false
+}
+
+// A new sandbox takes over only its own pod's claims, and only once the old
+// sandbox is gone: not while it is still there, and not those of a pod of
+// the same name with another UID whose sandbox is still there.
+func TestSandboxTakeoverNeedsSamePodAndGoneSandbox(t *testing.T) {
+	e := newEnv(t)
+	e.pciPod("p1", "0000:01:02.3")
+	e.install(e.conf("fast-net", e.recorder(nil)))
+	old, cur := newNS(t), newNS(t)
+	e.mustCnitool("add", "fast-net", old.Path(), "net1", podArgs("default", "p1"), "")
+	recreated := strings.Replace(podArgs("default", "p1"), "uid-p1", "uid-p1-again", 1)
+	for _, args := range []string{podArgs("default", "p1"), recreated} {
+		_, errOut, err := e.cnitool("add", "fast-net", cur.Path(), "net1", args, "")
+		if err == nil || !contains(errOut, "held by pod default/p1") {
+			t.Errorf("ADD of a new sandbox while the old one is there (%s): %v %s", args, err, errOut)
+		}
+	}
+	if st := e.state(); len(st) != 1 || st[0].ContainerID != cnitoolID(old.Path()) {
+		t.Fatalf("the old sandbox lost its claim: %+v", st)
+	}
+	removeNS(t, old)
+	e.mustCnitool("add", "fast-net", cur.Path(), "net1", recreated, "")
+	if st := e.state(); len(st) != 1 || st[0].ContainerID != cnitoolID(cur.Path()) || st[0].Pod.UID != "uid-p1-again" {
+		t.Errorf("the recreated pod did not take the gone sandbox's device: %+v", st)
 	}
 }

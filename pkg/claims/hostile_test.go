@@ -2,6 +2,7 @@ package claims
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -194,5 +195,35 @@ func TestLongKeysAreHashed(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(s.attachDir()); len(ents) != 0 {
 		t.Errorf("left: %v", ents)
+	}
+}
+
+// A new sandbox takes over only the claims of the same pod (same UID) whose
+// sandbox is gone: not those of a pod recreated under the same name, nor of
+// a sandbox still there.
+func TestOnlyGoneSandboxesOfTheSamePodAreTakenOver(t *testing.T) {
+	cases := map[string]func(r *Request){
+		"other UID":     func(r *Request) { r.Pod.UID = "uid-other" },
+		"no UID":        func(r *Request) { r.Pod.UID = "" },
+		"sandbox alive": func(r *Request) { r.SandboxGone = func(*Attachment) bool { return false } },
+		"unknown":       func(r *Request) { r.SandboxGone = nil },
+	}
+	for name, mod := range cases {
+		s := New(t.TempDir())
+		if _, err := s.Claim(req("p", "old", "net1", "d0")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Claim(req("p", "old", "net2", "d9")); err != nil {
+			t.Fatal(err)
+		}
+		r := req("p", "new", "net1", "d0")
+		mod(&r)
+		c, err := s.Claim(r)
+		if !errors.Is(err, ErrNoFreeDevice) || len(c.Dropped) != 0 {
+			t.Errorf("%s: %+v %v", name, c, err)
+		}
+		if all, _ := s.List(); len(all) != 2 {
+			t.Errorf("%s: the old sandbox lost claims: %+v", name, all)
+		}
 	}
 }

@@ -108,7 +108,7 @@ func (c *call) claim() (*claims.Attachment, *types.Error) {
 		return nil, cerr
 	}
 	claimed, err := c.claims.Claim(claims.Request{Key: c.key, Pod: c.pod, ResourceName: res, Candidates: cands,
-		Stale: c.staleClaim})
+		Stale: c.staleHolders(res, cands), SandboxGone: sandboxGone})
 	if claimed != nil {
 		if claimed.Unreadable != nil {
 			c.p.Log.Warn("passing over corrupt state records; remove them or run DEL of their attachments", "error", claimed.Unreadable)
