@@ -474,3 +474,21 @@ func TestSandboxTakeoverNeedsSamePodAndGoneSandbox(t *testing.T) {
 		t.Errorf("the recreated pod did not take the gone sandbox's device: %+v", st)
 	}
 }
+
+// A device plugin file whose PCI address is not the device it is filed
+// under (a rogue or broken device plugin steering the delegate to another
+// device) fails ADD with 102 naming both, and leaves nothing.
+func TestDeviceInfoForAnotherDevice(t *testing.T) {
+	e := newEnv(t)
+	pod := newNS(t)
+	e.setPod("default", "p1", "0000:05:00.1")
+	e.writeDP("0000:05:00.1", pciInfo("0000:05:00.2"))
+	_, ce := e.run("ADD", mustJSON(t, e.conf("fast-net", e.recorder(nil))), "c1", pod.Path(), "net1", podArgs("default", "p1"))
+	if ce == nil || ce.Code != 102 || !contains(ce.Details, "filed under device 0000:05:00.1 describes PCI device 0000:05:00.2") {
+		t.Fatalf("ADD: %+v", ce)
+	}
+	e.assertNoAttachments(t, "mismatched device-info")
+	if _, err := os.Stat(filepath.Join(e.recordDir, "ADD-c1_net1.json")); err == nil {
+		t.Error("the delegate ADD ran")
+	}
+}

@@ -192,3 +192,18 @@ func TestHostileFilesDoNotHang(t *testing.T) {
 		}
 	}
 }
+
+// inspect reports a device plugin file filed under one PCI device that
+// describes another.
+func TestInspectReportsMisfiledDeviceInfo(t *testing.T) {
+	srv := podresourcestest.NewServer(t)
+	dir := t.TempDir()
+	misfiled := filepath.Join(dir, "devinfo", "dp", "example.com-vf-0000:01:00.1-device.json")
+	os.MkdirAll(filepath.Dir(misfiled), 0o755)
+	os.WriteFile(misfiled, []byte(`{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:01:00.2"}}`), 0o644)
+	flags := []string{"--devinfo-dir", filepath.Join(dir, "devinfo"), "--state-dir", filepath.Join(dir, "state"), "--pod-resources", srv.Socket}
+	code, out, errOut := runCmd(append([]string{"inspect"}, flags...)...)
+	if code != 1 || !strings.Contains(out, misfiled+": device-info filed under device 0000:01:00.1 describes PCI device 0000:01:00.2") {
+		t.Errorf("inspect: exit %d\n%s%s", code, out, errOut)
+	}
+}

@@ -261,7 +261,12 @@ func stateError(stateDir string, err error) *types.Error {
 func (c *call) copyDeviceInfo(rec *claims.Attachment) *types.Error {
 	err := devinfo.ErrNotFound
 	if rec.ResourceName != "" {
-		_, err = c.files.CopyDPToCNI(rec.ResourceName, rec.DeviceID, rec.CNIFile)
+		var info *devinfo.DeviceInfo
+		info, err = c.files.CopyDPToCNI(rec.ResourceName, rec.DeviceID, rec.CNIFile)
+		if err == nil {
+			// Checked after the copy so that rollback removes the copy.
+			err = devinfo.CheckFiledUnder(info, rec.DeviceID)
+		}
 	}
 	if errors.Is(err, devinfo.ErrNotFound) && c.conf.RuntimeConfig.CNIDeviceInfoFile == "" {
 		// A file left at our deterministic name by a crashed attachment
