@@ -1,17 +1,18 @@
 package devinfo
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"github.com/devplumb/devplumb/pkg/atomicfile"
+	"github.com/devplumb/devplumb/pkg/safefile"
 )
 
 // DefaultDir is the spec's device-info directory, holding dp/ and cni/.
@@ -76,13 +77,24 @@ func (s *Store) CNIPath(fileName string) (string, error) {
 // CNIFileName is the unique file name of a network attachment's CNI
 // device-info file, as Multus builds it: "<network>-<containerID>_<ifName>".
 // It is derived from what DEL receives, so DEL finds the file without state.
+// A name longer than a file name may be (the CNI specification limits
+// neither network names nor container IDs) keeps its first 180 bytes and
+// ends in a hash of the whole, so it stays unique and DEL rebuilds it.
 func CNIFileName(network, containerID, ifName string) string {
-	return network + "-" + containerID + "_" + ifName
+	name := network + "-" + containerID + "_" + ifName
+	if len(name) <= maxName {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return name[:180] + "-" + hex.EncodeToString(sum[:])
 }
 
+// maxName is the longest file name the filesystems in use take.
+const maxName = 255
+
 func (s *Store) join(kind, name string) (string, error) {
-	if len(name) > 255 {
-		return "", fmt.Errorf("device-info file name %.40q... is %d bytes long, the limit is 255", name, len(name))
+	if len(name) > maxName {
+		return "", fmt.Errorf("device-info file name %.40q... is %d bytes long, the limit is %d", name, len(name), maxName)
 	}
 	return filepath.Join(s.Dir, kind, name), nil
 }
@@ -140,7 +152,7 @@ func (s *Store) WriteDP(resourceName, deviceID string, info *DeviceInfo) error {
 	if err != nil {
 		return fmt.Errorf("encode device-info for %s: %w", path, err)
 	}
-	return atomicfile.WriteFile(path, append(data, '\n'), 0o644)
+	return writeFile(path, append(data, '\n'))
 }
 
 // ReadDP reads and validates the device plugin file of a device.
@@ -173,7 +185,7 @@ func (s *Store) CopyDPToCNI(resourceName, deviceID, cniPath string) (*DeviceInfo
 	if err != nil {
 		return nil, err
 	}
-	if err := atomicfile.WriteFile(cniPath, data, 0o644); err != nil {
+	if err := writeFile(cniPath, data); err != nil {
 		return nil, fmt.Errorf("copy device-info %s to %s: %w", src, cniPath, err)
 	}
 	return info, nil
@@ -205,37 +217,36 @@ func readFile(path string) ([]byte, *DeviceInfo, error) {
 // hundred bytes, and a bigger file is a mistake, not data to load.
 const maxFileSize = 1 << 20
 
-// readRegular reads a regular file of at most maxFileSize bytes. It opens
-// without blocking, so a FIFO or device someone left at the path is refused
-// instead of hanging the CNI ADD that reads it.
+// readRegular reads a regular file of at most maxFileSize bytes, refusing
+// links, FIFOs and devices without blocking on them (see safefile): a
+// device-info file is written in place by its owner, never linked.
 func readRegular(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file (%s)", path, st.Mode().Type())
-	}
-	if st.Size() > maxFileSize {
-		return nil, fmt.Errorf("%s is %d bytes, more than a device-info file can be (%d)", path, st.Size(), maxFileSize)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(data) > maxFileSize {
-		return nil, fmt.Errorf("%s grew beyond %d bytes while read", path, maxFileSize)
-	}
-	return data, nil
+	return safefile.ReadFile(path, maxFileSize, safefile.NoFollow)
 }
 
-// RemoveFile removes a device-info file; a missing file is fine.
+// writeFile writes a device-info file atomically, mode 0644 (CNI plugins
+// may run as another user), into a directory that is checked first
+// (safefile.EnsureDir): a link or a directory others can write, where the
+// file would land somewhere else, is an error.
+func writeFile(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	if _, err := safefile.EnsureDirUnder(filepath.Dir(dir), filepath.Base(dir), 0o755); err != nil {
+		return fmt.Errorf("device-info directory: %w", err)
+	}
+	return atomicfile.WriteFile(path, data, 0o644)
+}
+
+// RemoveFile removes a device-info file; a missing file (or directory) is
+// fine. Its directory is checked first, as for writes: the removal must not
+// happen through a link to some other directory.
 func RemoveFile(path string) error {
+	dir := filepath.Dir(path)
+	if _, err := safefile.CheckDirUnder(filepath.Dir(dir), filepath.Base(dir)); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("remove device-info file %s: %w", path, err)
+	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove device-info file: %w", err)
 	}

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/devplumb/devplumb/pkg/safefile"
 )
 
 func pciInfo(addr string) *DeviceInfo {
@@ -144,8 +146,20 @@ func TestReadRefusesNonRegularFiles(t *testing.T) {
 	}
 	big, _ := s.DPPath("example.com/net", "big")
 	writeRaw(t, big, bytes.Repeat([]byte(" "), maxFileSize+1))
-	if _, err := s.ReadDP("example.com/net", "big"); err == nil || !strings.Contains(err.Error(), "more than a device-info file") {
+	if _, err := s.ReadDP("example.com/net", "big"); err == nil || !errors.Is(err, safefile.ErrTooLarge) {
 		t.Fatalf("want a size error, got %v", err)
+	}
+	// Links are not followed: one to /dev/zero, or to a valid file elsewhere.
+	elsewhere := filepath.Join(t.TempDir(), "valid.json")
+	writeRaw(t, elsewhere, []byte(`{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:01:00.1"}}`))
+	for dev, target := range map[string]string{"zero": "/dev/zero", "valid": elsewhere} {
+		p, _ := s.DPPath("example.com/net", dev)
+		if err := os.Symlink(target, p); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.ReadDP("example.com/net", dev); !errors.Is(err, safefile.ErrNotRegular) || !strings.Contains(err.Error(), p) {
+			t.Errorf("DP file linked to %s: %v", target, err)
+		}
 	}
 }
 
@@ -274,5 +288,60 @@ func assertOnlyFiles(t *testing.T, dir string, want ...string) {
 	})
 	if !reflect.DeepEqual(got, want) && (len(got) != 0 || len(want) != 0) {
 		t.Errorf("files under %s = %v, want %v", dir, got, want)
+	}
+}
+
+// A cni/ or dp/ directory that is a link (or writable by others) is never
+// written or removed in: the file would land in, or vanish from, the link's
+// target.
+func TestLinkedDirectoriesAreRefused(t *testing.T) {
+	for _, kind := range []string{KindCNI, KindDP} {
+		for _, how := range []string{"link", "writable"} {
+			s, target := NewStore(t.TempDir()), t.TempDir()
+			victim := filepath.Join(target, "x")
+			writeRaw(t, victim, []byte("keep"))
+			dir := filepath.Join(s.Dir, kind)
+			if how == "link" {
+				if err := os.Symlink(target, dir); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := os.Mkdir(dir, 0o777); err != nil || os.Chmod(dir, 0o777) != nil {
+				t.Fatal(err)
+			}
+			var err error
+			if kind == KindCNI {
+				err = s.WriteDP("example.com/net", "d0", pciInfo("0000:01:00.1"))
+				if err == nil {
+					_, err = s.CopyDPToCNI("example.com/net", "d0", filepath.Join(dir, "x"))
+				}
+			} else {
+				err = s.WriteDP("example.com/net", "d0", pciInfo("0000:01:00.1"))
+			}
+			if !errors.Is(err, safefile.ErrUnsafeDir) {
+				t.Errorf("%s %s: write: %v", kind, how, err)
+			}
+			if err := RemoveFile(filepath.Join(dir, "x")); !errors.Is(err, safefile.ErrUnsafeDir) {
+				t.Errorf("%s %s: remove: %v", kind, how, err)
+			}
+			if data, err := os.ReadFile(victim); err != nil || string(data) != "keep" {
+				t.Errorf("%s %s: target touched: %q %v", kind, how, data, err)
+			}
+		}
+	}
+}
+
+// A CNI file name too long for a file keeps within the limit, stays
+// deterministic and tells two attachments apart.
+func TestCNIFileNameLong(t *testing.T) {
+	cid := strings.Repeat("c", 300)
+	a, b := CNIFileName("net", cid, "net1"), CNIFileName("net", cid, "net2")
+	if len(a) > 255 || a == b || a != CNIFileName("net", cid, "net1") {
+		t.Errorf("%d-byte %q, %q", len(a), a, b)
+	}
+	if _, err := NewStore("/d").CNIPath(a); err != nil {
+		t.Error(err)
+	}
+	if got := CNIFileName("net", "c1", "net1"); got != "net-c1_net1" {
+		t.Errorf("short name changed: %q", got)
 	}
 }

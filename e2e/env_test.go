@@ -6,6 +6,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/sha512"
 	"encoding/hex"
@@ -16,6 +17,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
@@ -35,6 +37,16 @@ type env struct {
 	bin, root                                string
 	devinfoDir, stateDir, recordDir, confDir string
 	pr                                       *podresourcestest.Server
+	// extraPath, when set, is searched for plugins before bin.
+	extraPath string
+}
+
+// cniPath is the CNI_PATH devplumb runs with.
+func (e *env) cniPath() string {
+	if e.extraPath != "" {
+		return e.extraPath + ":" + e.bin
+	}
+	return e.bin
 }
 
 func newEnv(t *testing.T) *env {
@@ -111,16 +123,25 @@ type cniErr struct {
 	Details    string `json:"details"`
 }
 
+// runBound is how long one devplumb run may take before the test calls it
+// hung: far beyond any real run, so it only turns a hang into a failure.
+const runBound = 2 * time.Minute
+
 // run executes devplumb directly, as a runtime would.
 func (e *env) run(cmd string, stdin []byte, containerID, netns, ifName, args string) ([]byte, *cniErr) {
 	e.t.Helper()
-	c := exec.Command(filepath.Join(e.bin, "devplumb"))
+	ctx, cancel := context.WithTimeout(context.Background(), runBound)
+	defer cancel()
+	c := exec.CommandContext(ctx, filepath.Join(e.bin, "devplumb"))
 	c.Env = append(os.Environ(), "CNI_COMMAND="+cmd, "CNI_CONTAINERID="+containerID, "CNI_NETNS="+netns,
-		"CNI_IFNAME="+ifName, "CNI_ARGS="+args, "CNI_PATH="+e.bin)
+		"CNI_IFNAME="+ifName, "CNI_ARGS="+args, "CNI_PATH="+e.cniPath())
 	c.Stdin = bytes.NewReader(stdin)
 	var out, errOut bytes.Buffer
 	c.Stdout, c.Stderr = &out, &errOut
 	if err := c.Run(); err != nil {
+		if ctx.Err() != nil {
+			e.t.Fatalf("devplumb %s did not finish within %s (killed)\nstderr: %s", cmd, runBound, errOut.String())
+		}
 		ce := &cniErr{}
 		if jerr := json.Unmarshal(out.Bytes(), ce); jerr != nil || ce.Code == 0 {
 			e.t.Fatalf("devplumb %s failed without a CNI error JSON: %v\nstdout: %s\nstderr: %s", cmd, err, out.String(), errOut.String())
@@ -258,6 +279,16 @@ func newNS(t *testing.T) ns.NetNS {
 		_ = testutils.UnmountNS(n)
 	})
 	return n
+}
+
+// removeNS removes a netns before the test ends, as a runtime removes a
+// sandbox's.
+func removeNS(t *testing.T, n ns.NetNS) {
+	t.Helper()
+	n.Close()
+	if err := testutils.UnmountNS(n); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // uniqueName is a link name no other test (or leftover of a killed run) uses.

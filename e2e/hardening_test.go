@@ -4,17 +4,21 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/devplumb/devplumb/pkg/claims"
+	"github.com/devplumb/devplumb/podresources/podresourcestest"
 )
 
 // A caller-given CNIDeviceInfoFile outside the device-info directories is
-// refused by ADD and DEL alike: devplumb would overwrite it on ADD and remove
-// it on DEL.
+// refused by ADD (devplumb would overwrite it) and ignored by DEL, which
+// succeeds without removing it.
 func TestCNIDeviceInfoFileOutsideIsRefused(t *testing.T) {
 	e := newEnv(t)
 	pod := newNS(t)
@@ -27,15 +31,16 @@ func TestCNIDeviceInfoFileOutsideIsRefused(t *testing.T) {
 	conf["runtimeConfig"] = map[string]string{"deviceID": "0000:05:00.1", "CNIDeviceInfoFile": victim}
 	for _, cmd := range []string{"ADD", "DEL"} {
 		_, ce := e.run(cmd, mustJSON(t, conf), "c1", pod.Path(), "net1", podArgs("default", "p1"))
-		if ce == nil || ce.Code != types.ErrInvalidNetworkConfig || !contains(ce.Msg, "must be a file directly in "+e.devinfoDir+"/cni") {
+		refused := ce != nil && ce.Code == types.ErrInvalidNetworkConfig && contains(ce.Msg, "must be a file directly in "+e.devinfoDir+"/cni")
+		if refused != (cmd == "ADD") {
 			t.Errorf("%s with CNIDeviceInfoFile %s: %+v", cmd, victim, ce)
 		}
 		if data, err := os.ReadFile(victim); err != nil || string(data) != "keep me" {
 			t.Fatalf("%s touched %s: %q %v", cmd, victim, data, err)
 		}
 	}
-	if _, err := os.Stat(e.recordDir); err == nil {
-		t.Error("the delegate ran")
+	if _, err := os.Stat(filepath.Join(e.recordDir, "ADD-c1_net1.json")); err == nil {
+		t.Error("the delegate ADD ran")
 	}
 }
 
@@ -204,5 +209,286 @@ func TestRepeatedAddWithOtherInputs(t *testing.T) {
 	}
 	if st := e.state(); len(st) != 1 || !st[0].Complete {
 		t.Errorf("state %+v", st)
+	}
+}
+
+// State records that are a FIFO or links (to /dev/zero, or to a record
+// elsewhere) neither block nor mislead ADD, which reads every record under
+// the node-wide lock: ADD of another pod succeeds, and each hostile record's
+// own DEL succeeds and removes it (the link, never its target).
+func TestHostileStateRecords(t *testing.T) {
+	e := newEnv(t)
+	e.setPod("default", "b", "dev-b")
+	e.install(e.conf("fast-net", e.recorder(nil)))
+	att := filepath.Join(e.stateDir, "attachments")
+	if err := os.MkdirAll(att, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(e.root, "elsewhere.json")
+	if err := os.WriteFile(target, []byte(`{"network":"fast-net","containerID":"c-link","ifName":"net1","deviceID":"dev-b"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hostile := map[string]func(string) error{
+		"c-fifo": func(p string) error { return syscall.Mkfifo(p, 0o600) },
+		"c-zero": func(p string) error { return os.Symlink("/dev/zero", p) },
+		"c-link": func(p string) error { return os.Symlink(target, p) },
+	}
+	for cid, mk := range hostile {
+		if err := mk(filepath.Join(att, "fast-net:"+cid+":net1.json")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := newNS(t)
+	if _, ce := e.run("ADD", mustJSON(t, e.conf("fast-net", e.recorder(nil))), "c-b", b.Path(), "net1", podArgs("default", "b")); ce != nil {
+		t.Fatalf("ADD beside hostile records: %+v", ce)
+	}
+	for cid := range hostile {
+		if _, ce := e.run("DEL", mustJSON(t, e.conf("fast-net", e.recorder(nil))), cid, "", "net1", podArgs("default", "x")); ce != nil {
+			t.Errorf("DEL of %s: %+v", cid, ce)
+		}
+	}
+	if ents, _ := os.ReadDir(att); len(ents) != 1 || ents[0].Name() != "fast-net:c-b:net1.json" {
+		t.Errorf("state left: %v", ents)
+	}
+	if _, err := os.Stat(target); err != nil {
+		t.Errorf("DEL removed the link's target: %v", err)
+	}
+}
+
+// A link at <deviceInfoDir>/cni, stateDir/lock, stateDir/attachments or
+// stateDir/libcni, or a stateDir others can write, makes ADD fail with a
+// state or I/O error: devplumb writes nothing in the link's target and runs
+// no delegate.
+func TestLinkedDirectoriesAreRefused(t *testing.T) {
+	cases := map[string]func(e *env, target string) error{
+		"devinfo cni": func(e *env, target string) error { return os.Symlink(target, filepath.Join(e.devinfoDir, "cni")) },
+		"state lock": func(e *env, target string) error {
+			return os.Symlink(filepath.Join(target, "lock"), filepath.Join(e.stateDir, "lock"))
+		},
+		"state attachments": func(e *env, target string) error {
+			return os.Symlink(target, filepath.Join(e.stateDir, "attachments"))
+		},
+		"state libcni":            func(e *env, target string) error { return os.Symlink(target, filepath.Join(e.stateDir, "libcni")) },
+		"stateDir world-writable": func(e *env, _ string) error { return os.Chmod(e.stateDir, 0o777) },
+	}
+	for name, setup := range cases {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			pod := newNS(t)
+			e.pciPod("p1", "0000:05:00.1")
+			target := t.TempDir()
+			if err := os.MkdirAll(e.stateDir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := setup(e, target); err != nil {
+				t.Fatal(err)
+			}
+			_, ce := e.run("ADD", mustJSON(t, e.conf("fast-net", e.recorder(nil))), "c1", pod.Path(), "net1", podArgs("default", "p1"))
+			if ce == nil || (!contains(ce.Msg+ce.Details, "unsafe directory") && !contains(ce.Details, "symbolic link")) {
+				t.Errorf("ADD: %+v", ce)
+			}
+			if ents, _ := os.ReadDir(target); len(ents) != 0 {
+				t.Errorf("written in the link's target: %v", ents)
+			}
+			if _, err := os.Stat(e.recordDir); err == nil {
+				t.Error("the delegate ran")
+			}
+		})
+	}
+}
+
+// Names that cannot be files are refused at ADD with error 7 naming the
+// input, and DEL of the same attachment succeeds and leaves nothing; names
+// long but valid work, their state record under a hashed name.
+func TestNamesPastFileLimits(t *testing.T) {
+	e := newEnv(t)
+	pod := newNS(t)
+	e.pciPod("p1", "0000:05:00.1")
+	cniDir := filepath.Join(e.devinfoDir, "cni")
+	withFile := func(f string) map[string]any {
+		c := e.conf("fast-net", e.recorder(nil))
+		c["runtimeConfig"] = map[string]string{"CNIDeviceInfoFile": f}
+		return c
+	}
+	refused := []struct {
+		name, cid, want string
+		conf            map[string]any
+	}{
+		{"300-byte container ID", strings.Repeat("c", 300), "container ID (300 bytes)", e.conf("fast-net", e.recorder(nil))},
+		{"NUL in CNIDeviceInfoFile", "c1", "runtimeConfig.CNIDeviceInfoFile", withFile(cniDir + "/a\x00b")},
+		{"300-byte CNIDeviceInfoFile", "c1", "runtimeConfig.CNIDeviceInfoFile", withFile(cniDir + "/" + strings.Repeat("f", 300))},
+	}
+	for _, tc := range refused {
+		stdin := mustJSON(t, tc.conf)
+		_, ce := e.run("ADD", stdin, tc.cid, pod.Path(), "net1", podArgs("default", "p1"))
+		if ce == nil || ce.Code != types.ErrInvalidNetworkConfig || !contains(ce.Msg, tc.want) {
+			t.Errorf("%s: ADD %+v", tc.name, ce)
+		}
+		if _, ce := e.run("DEL", stdin, tc.cid, pod.Path(), "net1", podArgs("default", "p1")); ce != nil {
+			t.Errorf("%s: DEL %+v", tc.name, ce)
+		}
+		e.assertNoAttachments(t, tc.name)
+	}
+	// 230 + 16 + 4 bytes fit libcni's and the CNI file's names, not the record's plain name.
+	long := e.conf(strings.Repeat("n", 230), e.recorder(nil))
+	cid := strings.Repeat("c", 16)
+	if _, ce := e.run("ADD", mustJSON(t, long), cid, pod.Path(), "net1", podArgs("default", "p1")); ce != nil {
+		t.Fatalf("ADD with a 230-byte network name: %+v", ce)
+	}
+	if st := e.state(); len(st) != 1 || st[0].Network != long["name"] || st[0].CNIFile == "" {
+		t.Errorf("state %+v", st)
+	}
+	if _, ce := e.run("DEL", mustJSON(t, long), cid, pod.Path(), "net1", podArgs("default", "p1")); ce != nil {
+		t.Errorf("DEL with a 230-byte network name: %+v", ce)
+	}
+	e.assertNoAttachments(t, "230-byte network name")
+}
+
+// assertNoAttachments fails when state records or CNI device-info files exist.
+func (e *env) assertNoAttachments(t *testing.T, what string) {
+	t.Helper()
+	for _, d := range []string{filepath.Join(e.stateDir, "attachments"), filepath.Join(e.devinfoDir, "cni")} {
+		if ents, _ := os.ReadDir(d); len(ents) != 0 {
+			t.Errorf("%s: left in %s: %v", what, d, ents)
+		}
+	}
+}
+
+// devplumb never runs itself: a delegate that is devplumb under another name
+// (a link in the CNI bin dir), a copy of it, or devplumb as a delegate's IPAM
+// plugin makes ADD fail, DEL of the attachment succeeds, and nothing is
+// left; every run ends (a recursion would fill the process table).
+func TestSelfDelegation(t *testing.T) {
+	e := newEnv(t)
+	pod := newNS(t)
+	e.extraPath = t.TempDir()
+	if err := os.Symlink(filepath.Join(e.bin, "devplumb"), filepath.Join(e.extraPath, "selfie")); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(e.bin, "devplumb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(e.extraPath, "selfcopy"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	inner := func(typ string) map[string]any {
+		c := e.conf("inner", e.recorder(nil))
+		c["type"] = typ
+		delete(c, "cniVersion")
+		delete(c, "name")
+		return c
+	}
+	cases := map[string]map[string]any{
+		"link":      inner("selfie"),
+		"copy":      inner("selfcopy"),
+		"link IPAM": {"type": "host-device", "ipam": map[string]any{"type": "selfie"}},
+		"copy IPAM": {"type": "host-device", "ipam": map[string]any{"type": "selfcopy"}},
+	}
+	dev := veth(t) // host-device runs its IPAM plugin only with a real device
+	for name, delegate := range cases {
+		conf := e.conf("fast-net", delegate)
+		conf["deviceID"], conf["injectDeviceID"] = dev, []string{"device"}
+		stdin := mustJSON(t, conf)
+		if _, ce := e.run("ADD", stdin, "c1", pod.Path(), "net1", podArgs("default", "p1")); ce == nil || !contains(ce.Msg, "itself") {
+			t.Errorf("%s: ADD %+v", name, ce)
+		}
+		if _, ce := e.run("DEL", stdin, "c1", pod.Path(), "net1", podArgs("default", "p1")); ce != nil {
+			t.Errorf("%s: DEL %+v", name, ce)
+		}
+		e.assertNoAttachments(t, name)
+		if !hostLink(dev) {
+			t.Fatalf("%s: the device did not come back to the host", name)
+		}
+	}
+}
+
+// The kubelet is never asked while the node-wide state lock is held (a slow
+// kubelet would make every ADD on the node wait): here, with a stale claim
+// to take over, every PodResources call finds the lock free.
+func TestKubeletNotAskedUnderStateLock(t *testing.T) {
+	var mu sync.Mutex
+	var calls, underLock int
+	e := newEnv(t)
+	e.pr = podresourcestest.NewServer(t, podresourcestest.WithOnCall(func(string) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if lockHeld(filepath.Join(e.stateDir, "lock")) {
+			underLock++
+		}
+	}))
+	oldPod, newPod := newNS(t), newNS(t)
+	e.pciPod("old", "0000:01:02.3")
+	e.install(e.conf("fast-net", e.recorder(nil)))
+	e.mustCnitool("add", "fast-net", oldPod.Path(), "net1", podArgs("default", "old"), "")
+	e.pr.DeletePod("default", "old")
+	e.setPod("default", "new", "0000:01:02.3")
+	e.mustCnitool("add", "fast-net", newPod.Path(), "net1", podArgs("default", "new"), "")
+	if st := e.state(); len(st) != 1 || st[0].Pod.Name != "new" {
+		t.Fatalf("stale claim not taken over: %+v", st)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if calls < 3 || underLock != 0 {
+		t.Errorf("%d of %d PodResources calls came while the state lock was held", underLock, calls)
+	}
+}
+
+// lockHeld reports whether someone holds the flock on path.
+func lockHeld(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return true
+	}
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return false
+}
+
+// A new sandbox takes over only its own pod's claims, and only once the old
+// sandbox is gone: not while it is still there, and not those of a pod of
+// the same name with another UID whose sandbox is still there.
+func TestSandboxTakeoverNeedsSamePodAndGoneSandbox(t *testing.T) {
+	e := newEnv(t)
+	e.pciPod("p1", "0000:01:02.3")
+	e.install(e.conf("fast-net", e.recorder(nil)))
+	old, cur := newNS(t), newNS(t)
+	e.mustCnitool("add", "fast-net", old.Path(), "net1", podArgs("default", "p1"), "")
+	recreated := strings.Replace(podArgs("default", "p1"), "uid-p1", "uid-p1-again", 1)
+	for _, args := range []string{podArgs("default", "p1"), recreated} {
+		_, errOut, err := e.cnitool("add", "fast-net", cur.Path(), "net1", args, "")
+		if err == nil || !contains(errOut, "held by pod default/p1") {
+			t.Errorf("ADD of a new sandbox while the old one is there (%s): %v %s", args, err, errOut)
+		}
+	}
+	if st := e.state(); len(st) != 1 || st[0].ContainerID != cnitoolID(old.Path()) {
+		t.Fatalf("the old sandbox lost its claim: %+v", st)
+	}
+	removeNS(t, old)
+	e.mustCnitool("add", "fast-net", cur.Path(), "net1", recreated, "")
+	if st := e.state(); len(st) != 1 || st[0].ContainerID != cnitoolID(cur.Path()) || st[0].Pod.UID != "uid-p1-again" {
+		t.Errorf("the recreated pod did not take the gone sandbox's device: %+v", st)
+	}
+}
+
+// A device plugin file whose PCI address is not the device it is filed
+// under (a rogue or broken device plugin steering the delegate to another
+// device) fails ADD with 102 naming both, and leaves nothing.
+func TestDeviceInfoForAnotherDevice(t *testing.T) {
+	e := newEnv(t)
+	pod := newNS(t)
+	e.setPod("default", "p1", "0000:05:00.1")
+	e.writeDP("0000:05:00.1", pciInfo("0000:05:00.2"))
+	_, ce := e.run("ADD", mustJSON(t, e.conf("fast-net", e.recorder(nil))), "c1", pod.Path(), "net1", podArgs("default", "p1"))
+	if ce == nil || ce.Code != 102 || !contains(ce.Details, "filed under device 0000:05:00.1 describes PCI device 0000:05:00.2") {
+		t.Fatalf("ADD: %+v", ce)
+	}
+	e.assertNoAttachments(t, "mismatched device-info")
+	if _, err := os.Stat(filepath.Join(e.recordDir, "ADD-c1_net1.json")); err == nil {
+		t.Error("the delegate ADD ran")
 	}
 }

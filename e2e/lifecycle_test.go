@@ -86,7 +86,8 @@ func TestResultInConfigVersion(t *testing.T) {
 	}
 }
 
-// A new sandbox of the same pod takes over the device of the old one.
+// A new sandbox of the same pod takes over the device of the old one once
+// that one is gone.
 func TestNewSandboxDropsOlderClaims(t *testing.T) {
 	e := newEnv(t)
 	old, cur := newNS(t), newNS(t)
@@ -94,6 +95,7 @@ func TestNewSandboxDropsOlderClaims(t *testing.T) {
 	e.install(e.conf("fast-net", e.recorder(nil)))
 	args := podArgs("default", "p1")
 	e.mustCnitool("add", "fast-net", old.Path(), "net1", args, "")
+	removeNS(t, old)
 	e.mustCnitool("add", "fast-net", cur.Path(), "net1", args, "")
 	st := e.state()
 	if len(st) != 1 || st[0].ContainerID != cnitoolID(cur.Path()) {

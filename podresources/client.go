@@ -49,9 +49,10 @@ var (
 	ErrUnavailable = errors.New("PodResources API unavailable")
 )
 
-// getUnusable remembers, per socket path, that the kubelet behind it has no
-// usable Get, so later clients in this process go straight to List.
-var getUnusable sync.Map // string -> struct{}
+// getRecheck is how long a client keeps to List after Get failed as
+// unusable: a kubelet restarted with the feature gate on (or upgraded)
+// answers Get again, and a long-running client must find out.
+const getRecheck = time.Minute
 
 type options struct {
 	timeout time.Duration
@@ -85,6 +86,10 @@ type Client struct {
 	opts   options
 	conn   *grpc.ClientConn
 	api    v1.PodResourcesListerClient
+
+	mu        sync.Mutex
+	listUntil time.Time        // until then, Get goes straight to List
+	now       func() time.Time // the clock (tests set it)
 }
 
 // New checks that socket exists and is a socket and prepares a connection;
@@ -110,7 +115,7 @@ func New(socket string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("PodResources socket %s: %w", abs, err)
 	}
-	return &Client{socket: abs, opts: o, conn: conn, api: v1.NewPodResourcesListerClient(conn)}, nil
+	return &Client{socket: abs, opts: o, conn: conn, api: v1.NewPodResourcesListerClient(conn), now: time.Now}, nil
 }
 
 func checkSocket(path string) error {
@@ -138,16 +143,31 @@ func (c *Client) Close() error { return c.conn.Close() }
 func (c *Client) Get(ctx context.Context, namespace, name string) (*v1.PodResources, error) {
 	ctx, cancel := c.deadline(ctx)
 	defer cancel()
-	if _, listOnly := getUnusable.Load(c.socket); !listOnly {
+	if !c.listOnly() {
 		p, err := c.get(ctx, namespace, name)
 		if !getIsUnusable(err) {
 			return p, err
 		}
-		getUnusable.Store(c.socket, struct{}{})
-		c.opts.log.Info("PodResources Get unusable, using List from now on",
-			"socket", c.socket, "reason", status.Convert(err).Message())
+		c.useListFor(getRecheck)
+		c.opts.log.Info("PodResources Get unusable, using List for a while",
+			"socket", c.socket, "recheck", getRecheck, "reason", status.Convert(err).Message())
 	}
 	return c.findInList(ctx, namespace, name)
+}
+
+// listOnly reports whether Get failed as unusable within getRecheck. It is
+// this client's memory, not the process's: another client (of another
+// kubelet behind the same path, after a restart) asks Get itself.
+func (c *Client) listOnly() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now().Before(c.listUntil)
+}
+
+func (c *Client) useListFor(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.listUntil = c.now().Add(d)
 }
 
 func (c *Client) get(ctx context.Context, namespace, name string) (*v1.PodResources, error) {

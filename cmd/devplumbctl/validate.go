@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/containernetworking/cni/libcni"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/config"
+	"github.com/devplumb/devplumb/pkg/safefile"
 )
 
 var validators = map[string]func(path string, data []byte) error{
@@ -31,6 +31,10 @@ const validateUsage = `usage: devplumbctl validate devinfo|netconf|cdi FILE...
 exit 0 when all are valid, else one "FILE: reason" line each and exit 1
 `
 
+// maxInput bounds a file to validate: a FIFO or /dev/zero given by mistake
+// is refused instead of blocking or filling memory.
+const maxInput = 16 << 20
+
 func validate(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
 		fmt.Fprint(stdout, validateUsage)
@@ -43,7 +47,7 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	check := validators[args[0]]
 	failed := false
 	for _, path := range args[1:] {
-		data, err := os.ReadFile(path)
+		data, err := safefile.ReadFile(path, maxInput, safefile.Follow)
 		if err == nil {
 			err = check(path, data)
 		}

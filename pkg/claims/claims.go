@@ -89,8 +89,15 @@ type Request struct {
 	Candidates []string
 	// Stale, when set, is asked (under the lock) about another pod's claim
 	// on a candidate; true drops that claim. The kubelet gave the device to
-	// this pod, so a holder the kubelet no longer knows missed its DEL.
+	// this pod, so a holder the kubelet no longer knows missed its DEL. It
+	// runs under the node-wide lock, so it must not block: the caller asks
+	// the kubelet first and Stale only checks the answer still applies.
 	Stale func(*Attachment) bool
+	// SandboxGone, when set, tells (under the lock, without blocking)
+	// whether the sandbox of a record of this pod under another container
+	// ID is gone; only then does this attachment take over its claims.
+	// Unset, none is taken over.
+	SandboxGone func(*Attachment) bool
 }
 
 // Claimed is the outcome of Claim.
@@ -189,11 +196,15 @@ func (s *Store) pick(req Request, held map[string]*Attachment, out *Claimed) err
 	return noFreeError(req, held)
 }
 
-// olderSandbox: a record of the same pod under another container ID belongs
-// to a sandbox the runtime replaced; its device is this pod's again.
+// olderSandbox: a record of the same pod (namespace, name and UID: a pod
+// recreated under the same name is another pod) under another container ID
+// whose sandbox is gone belongs to a sandbox the runtime replaced; its
+// device is this pod's again. A sandbox still there keeps its claims until
+// its DEL.
 func olderSandbox(a *Attachment, req Request) bool {
 	return req.Pod.Known() && a.Pod.Namespace == req.Pod.Namespace && a.Pod.Name == req.Pod.Name &&
-		a.ContainerID != req.ContainerID
+		req.Pod.UID != "" && a.Pod.UID == req.Pod.UID && a.ContainerID != req.ContainerID &&
+		req.SandboxGone != nil && req.SandboxGone(a)
 }
 
 func noFreeError(req Request, held map[string]*Attachment) error {

@@ -10,12 +10,15 @@ import (
 	"testing"
 )
 
+// req asks for a device for pod ns/pod (UID "uid-"+pod); every other
+// sandbox counts as gone.
 func req(pod, cid, ifname string, cands ...string) Request {
 	return Request{
 		Key:          Key{Network: "net", ContainerID: cid, IfName: ifname},
-		Pod:          Pod{Namespace: "ns", Name: pod},
+		Pod:          Pod{Namespace: "ns", Name: pod, UID: "uid-" + pod},
 		ResourceName: "example.com/vf",
 		Candidates:   cands,
+		SandboxGone:  func(*Attachment) bool { return true },
 	}
 }
 

@@ -1,6 +1,8 @@
 package claims
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/devplumb/devplumb/pkg/atomicfile"
+	"github.com/devplumb/devplumb/pkg/safefile"
 )
 
 // This file is the record store: one file per attachment, the lock, and
@@ -40,21 +43,38 @@ func (s *Store) path(k Key) (string, error) {
 				k.Network, k.ContainerID, k.IfName, c.what, c.val, err.Msg)
 		}
 	}
-	name := k.Network + ":" + k.ContainerID + ":" + k.IfName + ".json"
-	if len(name) > 255 {
-		return "", fmt.Errorf("attachment %s/%s/%s: state file name is longer than 255 bytes", k.Network, k.ContainerID, k.IfName)
-	}
-	return filepath.Join(s.attachDir(), name), nil
+	return filepath.Join(s.attachDir(), recordName(k)), nil
 }
 
-// Locked runs fn while holding the store's exclusive lock.
-func (s *Store) Locked(fn func() error) error {
-	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
-		return fmt.Errorf("create state dir: %w", err)
+// maxName is the longest file name the filesystems devplumb runs on take.
+const maxName = 255
+
+// recordName is the record's file name: the readable "<network>:<container
+// ID>:<ifname>.json" while it fits in a file name, else "h:<sha256 of
+// that>.json". The CNI specification limits none of the three in length, so
+// a long container ID must still give a name: DEL must find (and remove) the
+// record of any attachment ADD accepted. A hashed name has one ':', a plain
+// one two, so the two kinds never meet.
+func recordName(k Key) string {
+	plain := k.Network + ":" + k.ContainerID + ":" + k.IfName
+	if len(plain)+len(".json") <= maxName {
+		return plain + ".json"
 	}
-	f, err := os.OpenFile(filepath.Join(s.Dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	sum := sha256.Sum256([]byte(plain))
+	return "h:" + hex.EncodeToString(sum[:]) + ".json"
+}
+
+// Locked runs fn while holding the store's exclusive lock. The state dir
+// is checked (safefile.CheckDir) and the lock is never a link: a NAD author
+// who names a stateDir someone else can write in gets an error, not writes
+// in that someone's chosen place.
+func (s *Store) Locked(fn func() error) error {
+	if err := safefile.EnsureDir(s.Dir, 0o700); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	f, err := openLock(filepath.Join(s.Dir, "lock"))
 	if err != nil {
-		return fmt.Errorf("open state lock: %w", err)
+		return err
 	}
 	defer f.Close()
 	for {
@@ -70,6 +90,41 @@ func (s *Store) Locked(fn func() error) error {
 	return fn()
 }
 
+// openLock opens (creating) the lock file, refusing a link or anything but
+// a regular file.
+func openLock(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o600)
+	if errors.Is(err, unix.ELOOP) {
+		return nil, fmt.Errorf("state lock %s: %w: it is a symbolic link", path, safefile.ErrNotRegular)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open state lock: %w", err)
+	}
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("state lock %s: %w (%v)", path, safefile.ErrNotRegular, err)
+	}
+	return f, nil
+}
+
+// records checks the records directory (creating it if create) and
+// returns it; ok is false when it does not exist (no records).
+func (s *Store) records(create bool) (dir string, ok bool, err error) {
+	dir = s.attachDir()
+	if create {
+		_, err = safefile.EnsureDirUnder(s.Dir, "attachments", 0o700)
+	} else {
+		_, err = safefile.CheckDirUnder(s.Dir, "attachments")
+	}
+	if errors.Is(err, os.ErrNotExist) {
+		return dir, false, nil
+	}
+	if err != nil {
+		return dir, false, fmt.Errorf("state: %w", err)
+	}
+	return dir, true, nil
+}
+
 // Get returns the record of k, or nil when there is none. Callers that
 // modify state hold the lock.
 func (s *Store) Get(k Key) (*Attachment, error) {
@@ -77,16 +132,26 @@ func (s *Store) Get(k Key) (*Attachment, error) {
 	if err != nil {
 		return nil, err
 	}
+	if _, ok, err := s.records(false); !ok || err != nil {
+		return nil, err
+	}
 	return readRecord(p)
 }
 
+// maxRecordSize bounds a state record: one holds a delegate config and its
+// result, a few KiB; anything near this limit was not written by devplumb.
+const maxRecordSize = 4 << 20
+
+// readRecord reads one record. It is never a link, FIFO or device when
+// devplumb wrote it, so such a file is refused (as corrupt) rather than
+// followed, blocked on or read without end while the state lock is held.
 func readRecord(p string) (*Attachment, error) {
-	data, err := os.ReadFile(p)
+	data, err := safefile.ReadFile(p, maxRecordSize, safefile.NoFollow)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read state %s: %w", p, err)
+		return nil, fmt.Errorf("state file %s is unusable (%w): remove it and run DEL again", p, err)
 	}
 	a := &Attachment{}
 	if err := json.Unmarshal(data, a); err != nil {
@@ -108,6 +173,9 @@ func (s *Store) Put(a *Attachment) error {
 	if err != nil {
 		return fmt.Errorf("encode state: %w", err)
 	}
+	if _, _, err := s.records(true); err != nil {
+		return err
+	}
 	if err := atomicfile.WriteFileVolatile(p, data, 0o600); err != nil {
 		return fmt.Errorf("write state: %w", err)
 	}
@@ -118,6 +186,9 @@ func (s *Store) Put(a *Attachment) error {
 func (s *Store) Remove(k Key) error {
 	p, err := s.path(k)
 	if err != nil {
+		return err
+	}
+	if _, ok, err := s.records(false); !ok || err != nil {
 		return err
 	}
 	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -139,10 +210,10 @@ func (s *Store) List() ([]*Attachment, error) {
 // list returns the readable records, the errors of corrupt ones apart, and
 // err when the directory itself cannot be read.
 func (s *Store) list() (out []*Attachment, corrupt, err error) {
-	entries, err := os.ReadDir(s.attachDir())
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil, nil
+	if _, ok, err := s.records(false); !ok || err != nil {
+		return nil, nil, err
 	}
+	entries, err := os.ReadDir(s.attachDir())
 	if err != nil {
 		return nil, nil, fmt.Errorf("list state: %w", err)
 	}
@@ -165,7 +236,8 @@ func (s *Store) list() (out []*Attachment, corrupt, err error) {
 }
 
 // keyOf parses a record's file name back into its key: the names are
-// unambiguous, so even a record too corrupt to read can be told apart.
+// unambiguous, so even a record too corrupt to read can be told apart. A
+// hashed name does not parse: such a corrupt record goes with its own DEL.
 func keyOf(name string) (Key, bool) {
 	base, ok := strings.CutSuffix(name, ".json")
 	parts := strings.Split(base, ":")
@@ -180,10 +252,10 @@ func keyOf(name string) (Key, bool) {
 func (s *Store) RemoveCorrupt(network string, keep func(Key) bool) ([]Key, error) {
 	var removed []Key
 	err := s.Locked(func() error {
-		entries, err := os.ReadDir(s.attachDir())
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
+		if _, ok, err := s.records(false); !ok || err != nil {
+			return err
 		}
+		entries, err := os.ReadDir(s.attachDir())
 		if err != nil {
 			return fmt.Errorf("list state: %w", err)
 		}

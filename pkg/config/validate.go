@@ -92,11 +92,29 @@ func CheckCNIDeviceInfoFile(key, path string, dirs []string) error {
 	if err := checkPath(key, path); err != nil {
 		return err
 	}
+	if err := checkFileName(key, path); err != nil {
+		return err
+	}
 	if !strings.HasSuffix(path, "/") && slices.Contains(dirs, filepath.Dir(path)) {
 		return nil
 	}
 	return fmt.Errorf("%q %q must be a file directly in %s (where device-info files live; Multus uses the latter)",
 		key, path, strings.Join(dirs, " or "))
+}
+
+// checkFileName refuses a path that can name no file: a NUL byte, a name
+// over 255 bytes or a path over 4095 (Linux's NAME_MAX and PATH_MAX). Such
+// a file could never be written at ADD nor removed at DEL.
+func checkFileName(key, path string) error {
+	switch {
+	case strings.ContainsRune(path, 0):
+		return fmt.Errorf("%q %q contains a NUL byte: no file can have that name", key, path)
+	case len(filepath.Base(path)) > 255:
+		return fmt.Errorf("%q %.60q... has a file name of %d bytes: the limit is 255", key, path, len(filepath.Base(path)))
+	case len(path) > 4095:
+		return fmt.Errorf("%q %.60q... is %d bytes long: the limit is 4095", key, path, len(path))
+	}
+	return nil
 }
 
 // checkPath accepts only absolute, clean paths, so a config can never point

@@ -24,8 +24,12 @@ func (s *Server) Run(ctx context.Context) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("device plugin %s: Run called twice", s.cfg.ResourceName)
 	}
-	if err := os.MkdirAll(s.cfg.PluginDir, 0o755); err != nil {
-		return fmt.Errorf("device plugin %s: create plugin dir: %w", s.cfg.ResourceName, err)
+	// Only the plugin dir itself is created, never its parents: a missing
+	// parent means a wrong path (or a kubelet root that is not there yet),
+	// and creating it would serve where no kubelet ever looks.
+	if err := os.Mkdir(s.cfg.PluginDir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("device plugin %s: create plugin dir %s (its parent must exist; is the path right?): %w",
+			s.cfg.ResourceName, s.cfg.PluginDir, err)
 	}
 	if err := s.CheckSocketFree(); err != nil {
 		return err

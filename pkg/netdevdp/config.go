@@ -9,13 +9,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/devplumb/devplumb/pkg/dpmetrics"
 	"github.com/devplumb/devplumb/pkg/netdevpool"
 	"github.com/devplumb/devplumb/pkg/pcipool"
 	"github.com/devplumb/devplumb/pkg/resname"
+	"github.com/devplumb/devplumb/pkg/safefile"
 	"github.com/devplumb/devplumb/pkg/sockpool"
 	"github.com/devplumb/devplumb/pkg/vdpapool"
 )
@@ -69,9 +69,14 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 // MarshalJSON writes the duration as a string.
 func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
 
-// LoadConfig reads and checks a config file. Unknown keys are errors.
+// maxConfigSize bounds the config file: a real one is a few KiB.
+const maxConfigSize = 4 << 20
+
+// LoadConfig reads and checks a config file. Unknown keys are errors. A
+// link is followed (a ConfigMap's files are links), but only a regular file
+// of at most maxConfigSize is read: a FIFO or /dev/zero is refused at once.
 func LoadConfig(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := safefile.ReadFile(path, maxConfigSize, safefile.Follow)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}

@@ -1,7 +1,12 @@
 package netdevdp
 
 import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -89,6 +94,46 @@ func TestCDIAnnotationKeyFallsBackToHash(t *testing.T) {
 	for k := range ann {
 		if len(k) > len("cdi.k8s.io/")+63 {
 			t.Errorf("key %q too long", k)
+		}
+	}
+}
+
+// LoadConfig reads only a regular file of bounded size, never blocking: a
+// FIFO or /dev/zero given as --config is an error naming it. A link to a
+// good file (a ConfigMap mount) is followed.
+func TestLoadConfigHostileFiles(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good")
+	if err := os.WriteFile(good, []byte(`{"resources":[{"resourceName":"example.com/a","netdevs":{"names":["x"]}}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(dir, "big")
+	if err := os.WriteFile(big, bytes.Repeat([]byte(" "), maxConfigSize+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	links := map[string]string{"zero": "/dev/zero", "lfifo": fifo, "lgood": good}
+	for name, target := range links {
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, name := range []string{"fifo", "zero", "lfifo", "big", "good", "lgood"} {
+		path := filepath.Join(dir, name)
+		done := make(chan error, 1)
+		go func() { _, err := LoadConfig(path); done <- err }()
+		select {
+		case err := <-done:
+			if ok := strings.HasSuffix(name, "good"); ok != (err == nil) || (err != nil && !strings.Contains(err.Error(), path)) {
+				t.Errorf("%s: %v", name, err)
+			}
+		case <-ctx.Done():
+			t.Fatalf("LoadConfig(%s) did not return", path)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package netdevdp
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 
@@ -66,9 +67,24 @@ func identity(kind string, d devpool.Device) string {
 	case d.Info != nil && d.Info.Pci != nil && d.Info.Pci.PciAddress != "":
 		return "PCI device " + d.Info.Pci.PciAddress
 	case d.Info != nil && d.Info.VhostUser != nil:
-		return "socket " + d.Info.VhostUser.Path
+		return "socket " + realPath(d.Info.VhostUser.Path)
 	case d.Info != nil && d.Info.Memif != nil:
-		return "socket " + d.Info.Memif.Path
+		return "socket " + realPath(d.Info.Memif.Path)
 	}
 	return kind + " device " + d.ID
+}
+
+// realPath is path with every link resolved, so two resources whose socket
+// directories are a link and its target (or two links to one directory) are
+// seen to share their sockets. The socket itself may not exist yet (a
+// server-mode socket is made by the pod), so its directory is resolved; if
+// that fails too, the path is taken as it is.
+func realPath(path string) string {
+	if p, err := filepath.EvalSymlinks(path); err == nil {
+		return p
+	}
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil {
+		return filepath.Join(dir, filepath.Base(path))
+	}
+	return path
 }

@@ -206,7 +206,11 @@ func (v *View) collectFiles() error {
 	}
 	for _, f := range files {
 		vf := File{File: f, Claimed: claimed[f.Path]}
-		if _, err := devinfo.ReadFile(f.Path); err != nil {
+		info, err := devinfo.ReadFile(f.Path)
+		if id, ok := devinfo.DeviceIDOfDPName(f.Name); err == nil && ok && f.Kind == devinfo.KindDP {
+			err = devinfo.CheckFiledUnder(info, id)
+		}
+		if err != nil {
 			vf.Error = err.Error()
 			v.problem("%s: %v", f.Path, err)
 		}

@@ -21,12 +21,18 @@ import (
 
 // Add is CNI ADD.
 func (p *Plugin) Add(args *skel.CmdArgs) error {
+	if err := tooDeep(); err != nil {
+		return cniError(types.ErrInvalidNetworkConfig, err.Error(), nil)
+	}
 	c, cerr := p.newCall(args, true)
 	if cerr != nil {
 		return cerr
 	}
 	defer c.close()
 	defer c.t.log(p.Log, "ADD")
+	if cerr := c.checkFileNames(); cerr != nil {
+		return cerr
+	}
 	rec, cerr := c.claim()
 	if cerr != nil {
 		return cerr
@@ -46,6 +52,25 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		}
 	}
 	return types.PrintResult(result, c.conf.CNIVersion)
+}
+
+// maxFileName is the longest file name Linux filesystems take.
+const maxFileName = 255
+
+// checkFileNames refuses, before anything is claimed or written, an
+// attachment whose names cannot form the file names it needs: libcni's
+// cache "<network>-<containerID>-<ifname>" and the CNI device-info file
+// "<network>-<containerID>_<ifname>" (the CNI specification limits none
+// of the three in length). DEL needs no such check: it finds nothing.
+func (c *call) checkFileNames() *types.Error {
+	n := len(c.conf.Name) + len(c.args.ContainerID) + len(c.args.IfName) + 2
+	if n <= maxFileName {
+		return nil
+	}
+	return cniError(types.ErrInvalidNetworkConfig, fmt.Sprintf("container ID (%d bytes), network name %q and interface name %q "+
+		"together make a %d-byte file name (<network>-<containerID>-<ifname>, libcni's cache and the CNI device-info file): "+
+		"the limit is %d; use a shorter container ID or network name",
+		len(c.args.ContainerID), c.conf.Name, c.args.IfName, n, maxFileName), nil)
 }
 
 // cleanEarlierAdd undoes the delegates of an earlier ADD of this attachment
@@ -72,6 +97,9 @@ func (c *call) claim() (*claims.Attachment, *types.Error) {
 		return nil, cniError(types.ErrDecodingFailure, err.Error(), nil)
 	}
 	c.prev = prev
+	if cerr := c.refuseSelf(); cerr != nil {
+		return nil, cerr
+	}
 	res, cerr := c.resourceName()
 	if cerr != nil {
 		return nil, cerr
@@ -82,7 +110,7 @@ func (c *call) claim() (*claims.Attachment, *types.Error) {
 	}
 	c.t.mark(phasePodResources)
 	claimed, err := c.claims.Claim(claims.Request{Key: c.key, Pod: c.pod, ResourceName: res, Candidates: cands,
-		Stale: c.staleClaim})
+		Stale: c.staleHolders(res, cands), SandboxGone: sandboxGone})
 	c.t.mark(phaseClaim)
 	if claimed != nil {
 		if claimed.Unreadable != nil {
@@ -97,6 +125,19 @@ func (c *call) claim() (*claims.Attachment, *types.Error) {
 		return nil, cniError(ErrState, "cannot record the device claim in \"stateDir\" "+c.conf.StateDir, err)
 	}
 	return claimed.Attachment, nil
+}
+
+// refuseSelf fails ADD, before anything is claimed, when a delegate is
+// devplumb: nothing recorded then names it for a later DEL to run.
+func (c *call) refuseSelf() *types.Error {
+	list, cerr := c.buildList("")
+	if cerr != nil {
+		return cerr
+	}
+	if err := c.delegatesSafe(list); err != nil {
+		return cniError(types.ErrInvalidNetworkConfig, `invalid "delegate": `+err.Error(), nil)
+	}
+	return nil
 }
 
 // replay answers an ADD repeated (without DEL) for an attachment completed
@@ -226,7 +267,12 @@ func stateError(stateDir string, err error) *types.Error {
 func (c *call) copyDeviceInfo(rec *claims.Attachment) *types.Error {
 	err := devinfo.ErrNotFound
 	if rec.ResourceName != "" {
-		_, err = c.files.CopyDPToCNI(rec.ResourceName, rec.DeviceID, rec.CNIFile)
+		var info *devinfo.DeviceInfo
+		info, err = c.files.CopyDPToCNI(rec.ResourceName, rec.DeviceID, rec.CNIFile)
+		if err == nil {
+			// Checked after the copy so that rollback removes the copy.
+			err = devinfo.CheckFiledUnder(info, rec.DeviceID)
+		}
 	}
 	if errors.Is(err, devinfo.ErrNotFound) && c.conf.RuntimeConfig.CNIDeviceInfoFile == "" {
 		// A file left at our deterministic name by a crashed attachment

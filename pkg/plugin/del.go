@@ -1,7 +1,9 @@
 package plugin
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/claims"
+	"github.com/devplumb/devplumb/pkg/config"
 	"github.com/devplumb/devplumb/pkg/delegate"
 )
 
@@ -19,7 +22,12 @@ import (
 // it runs the delegate DEL from the stdin config and removes the
 // deterministic CNI file. Something already gone is never an error.
 func (p *Plugin) Del(args *skel.CmdArgs) error {
-	c, cerr := p.newCall(args, false)
+	if err := tooDeep(); err != nil {
+		// Under devplumb, ADD refused everything: there is nothing to undo.
+		p.Log.Warn("DEL does nothing", "error", err)
+		return nil
+	}
+	c, cerr := p.newCall(p.withoutBadCNIFile(args), false)
 	if cerr != nil {
 		return cerr
 	}
@@ -36,7 +44,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		return cerr
 	}
 	c.t.mark(phaseState)
-	err = c.inv.Del(context.Background(), list, rt)
+	err = c.delegateDel(list, rt)
 	c.t.mark(phaseDelegate)
 	if err != nil {
 		if rec != nil {
@@ -60,6 +68,49 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	c.removeStatus(rec)
 	c.t.mark(phaseKube)
 	return nil
+}
+
+// delegateDel runs the delegate DEL, unless a delegate is devplumb itself:
+// that DEL would recurse, and ADD never let such a delegate run.
+func (c *call) delegateDel(list *libcni.NetworkConfigList, rt *libcni.RuntimeConf) error {
+	if err := c.delegatesSafe(list); err != nil {
+		c.p.Log.Warn("not running the delegate DEL", "error", err)
+		return nil
+	}
+	return c.inv.Del(context.Background(), list, rt)
+}
+
+// withoutBadCNIFile drops a runtimeConfig.CNIDeviceInfoFile that ADD
+// refused (outside the device-info dirs, a NUL byte, a name too long): ADD
+// never wrote it, so DEL has nothing to remove there, and failing on it
+// would make DEL fail for ever. DEL then removes only the file of the
+// deterministic name, in devplumb's own directory.
+func (p *Plugin) withoutBadCNIFile(args *skel.CmdArgs) *skel.CmdArgs {
+	if _, err := config.Parse(args.StdinData); err == nil {
+		return args
+	}
+	var raw map[string]any
+	dec := json.NewDecoder(bytes.NewReader(args.StdinData))
+	dec.UseNumber() // numbers in the delegate config pass through as written
+	if dec.Decode(&raw) != nil {
+		return args
+	}
+	rc, ok := raw["runtimeConfig"].(map[string]any)
+	if !ok || rc["CNIDeviceInfoFile"] == nil {
+		return args
+	}
+	delete(rc, "CNIDeviceInfoFile")
+	stdin, err := json.Marshal(raw)
+	if err != nil {
+		return args
+	}
+	if _, err := config.Parse(stdin); err != nil {
+		return args // something else is wrong: report that
+	}
+	p.Log.Warn("DEL ignores runtimeConfig.CNIDeviceInfoFile, which ADD refuses", "file", rc["CNIDeviceInfoFile"])
+	own := *args
+	own.StdinData = stdin
+	return &own
 }
 
 // forgetGoneNetns clears a netns that no longer exists: the sandbox is gone

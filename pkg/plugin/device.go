@@ -105,23 +105,55 @@ func (c *call) close() {
 	}
 }
 
-// staleClaim reports whether another pod's claim on a device the kubelet
-// gave this pod is left over: the kubelet no longer lists the device for the
-// holder (its DEL never came, e.g. after a node crash).
+// staleHolders asks the kubelet, before the node-wide state lock is taken
+// (a slow kubelet must not make every ADD on the node queue behind this
+// one), which other attachments' claims on the candidates are left over.
+// It returns the check Claim runs under the lock: the record is still the
+// very claim judged stale (same attachment, pod and device), as devplumbctl
+// gc re-checks under the lock.
+func (c *call) staleHolders(res string, cands []string) func(*claims.Attachment) bool {
+	recs, _ := c.claims.List() // unreadable records are Claim's to report
+	stale := map[claims.Key]*claims.Attachment{}
+	for _, a := range recs {
+		if a.Key != c.key && a.ResourceName == res && slices.Contains(cands, a.DeviceID) && c.staleClaim(a) {
+			stale[a.Key] = a
+		}
+	}
+	return func(a *claims.Attachment) bool {
+		s := stale[a.Key]
+		if s == nil || s.DeviceID != a.DeviceID || s.Pod != a.Pod || s.ResourceName != a.ResourceName {
+			return false
+		}
+		c.p.Log.Warn("taking over a stale claim: the kubelet no longer gives the device to its holder",
+			"device", a.DeviceID, "holder", a.Pod.String(), "container", a.ContainerID)
+		return true
+	}
+}
+
+// staleClaim reports whether another attachment's claim on a device the
+// kubelet gave this pod is left over: the kubelet no longer lists the
+// device for the holder (its DEL never came, e.g. after a node crash). A
+// holder of this pod's namespace and name but another UID is a pod deleted
+// and created again: the kubelet's answer is about the new pod, so the old
+// one's claim is left over when its sandbox is gone.
 func (c *call) staleClaim(a *claims.Attachment) bool {
 	if c.pr == nil || !a.Pod.Known() || a.ResourceName == "" {
 		return false
 	}
+	if a.Pod.Namespace == c.pod.Namespace && a.Pod.Name == c.pod.Name {
+		return a.Pod.UID != "" && c.pod.UID != "" && a.Pod.UID != c.pod.UID && sandboxGone(a)
+	}
 	ctx, cancel := c.ctx()
 	defer cancel()
 	pod, err := c.pr.Get(ctx, a.Pod.Namespace, a.Pod.Name)
-	stale := errors.Is(err, podresources.ErrPodNotFound) ||
+	return errors.Is(err, podresources.ErrPodNotFound) ||
 		(err == nil && !slices.Contains(podresources.DevicesOf(pod, a.ResourceName), a.DeviceID))
-	if stale {
-		c.p.Log.Warn("taking over a stale claim: the kubelet no longer gives the device to its holder",
-			"device", a.DeviceID, "holder", a.Pod.String(), "container", a.ContainerID)
-	}
-	return stale
+}
+
+// sandboxGone reports whether an attachment's sandbox is gone: its netns
+// no longer exists, or its ADD never got as far as recording one.
+func sandboxGone(a *claims.Attachment) bool {
+	return existingNetns(a.NetNS) == ""
 }
 
 // checkKubelet confirms the kubelet still assigns a claimed device to the pod.

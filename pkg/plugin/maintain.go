@@ -42,6 +42,9 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	if cerr != nil {
 		return cerr
 	}
+	if err := c.delegatesSafe(list); err != nil {
+		return cniError(types.ErrInvalidNetworkConfig, `invalid "delegate": `+err.Error(), nil)
+	}
 	err = c.inv.Check(context.Background(), list, rt)
 	if errors.Is(err, libcni.ErrorCheckNotSupp) {
 		// A delegate pinned to a cniVersion before 0.4.0 has no CHECK; what
@@ -69,6 +72,9 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 	list, cerr := c.buildList("")
 	if cerr != nil {
 		return cerr
+	}
+	if err := c.delegatesSafe(list); err != nil {
+		return cniError(types.ErrInvalidNetworkConfig, `invalid "delegate": `+err.Error(), nil)
 	}
 	if err := c.inv.Status(context.Background(), list); err != nil {
 		var te *types.Error
@@ -112,7 +118,9 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 	if cerr != nil {
 		return cerr
 	}
-	if err := c.inv.GC(context.Background(), list, c.conf.ValidAttachments); err != nil {
+	if err := c.delegatesSafe(list); err != nil {
+		p.Log.Warn("not running the delegate GC", "error", err)
+	} else if err := c.inv.GC(context.Background(), list, c.conf.ValidAttachments); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -179,7 +187,14 @@ func (c *call) undoDelegate(rec *claims.Attachment) error {
 	// A sandbox already gone left nothing inside it: DEL without netns.
 	rt := &libcni.RuntimeConf{ContainerID: rec.ContainerID, IfName: rec.IfName, NetNS: existingNetns(rec.NetNS),
 		Args: rec.CNIArgs, CapabilityArgs: rec.CapabilityArgs}
-	inv := invoker(c.args.Path, c.conf.StateDir, rec.Network) // rec may be of another network of the pod
+	if err := c.delegatesSafe(list); err != nil {
+		c.p.Log.Warn("not running the recorded delegate DEL", "container", rec.ContainerID, "error", err)
+		return nil
+	}
+	inv, err := invoker(c.args.Path, c.conf.StateDir, rec.Network) // rec may be of another network of the pod
+	if err != nil {
+		return err
+	}
 	if err := inv.Del(context.Background(), list, rt); err != nil {
 		return fmt.Errorf("delegate DEL of container %s interface %s: %w", rec.ContainerID, rec.IfName, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
@@ -21,6 +22,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/claims"
 	"github.com/devplumb/devplumb/pkg/config"
 	"github.com/devplumb/devplumb/pkg/delegate"
+	"github.com/devplumb/devplumb/pkg/safefile"
 	"github.com/devplumb/devplumb/podresources"
 )
 
@@ -112,6 +114,7 @@ type call struct {
 	pr     *podresources.Client // opened on first use
 	prev   *current.Result      // ADD: the chain's prevResult, if any
 	t      *phases              // timings of the call's steps
+	depth  int                  // devplumb runs above this one (DepthEnv)
 }
 
 func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Error) {
@@ -132,6 +135,10 @@ func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Err
 		}
 		p.Log.Warn("ignoring unparsable CNI_ARGS", "error", err)
 	}
+	inv, err := invoker(args.Path, conf.StateDir, conf.Name)
+	if err != nil {
+		return nil, cniError(ErrState, "unusable \"stateDir\" "+conf.StateDir, err)
+	}
 	own := *args // DEL may clear Netns; the caller's args stay as given
 	return &call{
 		p: p, args: &own, conf: conf, pod: pod,
@@ -139,14 +146,22 @@ func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Err
 		cni:    delegate.ParseArgs(args.Args),
 		files:  devinfo.NewStore(conf.DeviceInfoDir),
 		claims: claims.New(conf.StateDir),
-		inv:    invoker(args.Path, conf.StateDir, conf.Name),
+		inv:    inv,
+		depth:  markDepth(),
 		t:      t.mark(phaseConfig),
 	}, nil
 }
 
-// invoker runs delegates with one libcni cache per devplumb network.
-func invoker(cniPath, stateDir, network string) *delegate.Invoker {
-	return delegate.New(cniPath, delegate.CacheDir(stateDir, network))
+// invoker runs delegates with one libcni cache per devplumb network: GC of
+// one network must never see (and DEL) another network's delegates, even if
+// they share a name. The cache directory is checked like all of stateDir:
+// libcni writes and removes results there.
+func invoker(cniPath, stateDir, network string) (*delegate.Invoker, error) {
+	dir, err := safefile.EnsureDirUnder(stateDir, filepath.Join("libcni", network), 0o700)
+	if err != nil {
+		return nil, fmt.Errorf("delegate cache: %w", err)
+	}
+	return delegate.New(cniPath, dir), nil
 }
 
 // k8sArgs are the pod identity keys runtimes put in CNI_ARGS.

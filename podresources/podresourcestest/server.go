@@ -39,6 +39,12 @@ func WithoutRateLimit() ServerOption {
 	return func(c *prserver.Config) { c.NoRateLimit = true }
 }
 
+// WithOnCall calls f with each call's method name ("List", "Get", ...) as it
+// arrives, before it is answered: a test sees what holds at that moment.
+func WithOnCall(f func(method string)) ServerOption {
+	return func(c *prserver.Config) { c.OnCall = f }
+}
+
 // Server is a PodResources server whose pods the test sets.
 type Server struct {
 	// Socket is the unix socket path to give to podresources.New.
@@ -65,7 +71,13 @@ func NewServer(t testing.TB, opts ...ServerOption) *Server {
 		allocatable: &v1.AllocatableResourcesResponse{},
 		calls:       map[string]int{},
 	}
-	cfg.OnCall = s.count
+	user := cfg.OnCall
+	cfg.OnCall = func(method string) {
+		s.count(method)
+		if user != nil {
+			user(method)
+		}
+	}
 	srv, err := prserver.Start(s.Socket, s, cfg)
 	if err != nil {
 		t.Fatalf("start PodResources test server: %v", err)

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A --plugin-dir whose parent does not exist is an error naming it, and
+// netdev-dp creates nothing: not the parents, not the dir.
+func TestPluginDirParentsAreNotCreated(t *testing.T) {
+	sockDir, work := t.TempDir(), t.TempDir()
+	config := vhostUserSetup(t, sockDir, work, "a.sock")
+	pluginDir := filepath.Join(work, "no", "such", "device-plugins")
+	var stderr bytes.Buffer
+	code := run([]string{"--config", config, "--plugin-dir", pluginDir, "--devinfo-dir", filepath.Join(work, "devinfo"),
+		"--cdi-dir", filepath.Join(work, "cdi")}, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), pluginDir) {
+		t.Errorf("exit %d, want 1 naming %s:\n%s", code, pluginDir, stderr.String())
+	}
+	if _, err := os.Stat(filepath.Join(work, "no")); !os.IsNotExist(err) {
+		t.Errorf("a parent of --plugin-dir was created: %v", err)
+	}
+}
+
+// Two resources whose socket directories are a directory and a link to it
+// (or two links to one) select the same sockets: netdev-dp refuses to start.
+func TestSocketDirLinksOverlap(t *testing.T) {
+	sockDir, work := t.TempDir(), t.TempDir()
+	vhostUserSetup(t, sockDir, work, "a.sock")
+	l1, l2 := filepath.Join(work, "l1"), filepath.Join(work, "l2")
+	for _, l := range []string{l1, l2} {
+		if err := os.Symlink(sockDir, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, dirs := range [][2]string{{sockDir, l1}, {l1, l2}} {
+		cfg, err := json.Marshal(map[string]any{"resources": []map[string]any{
+			{"resourceName": "example.com/a", "vhostUser": map[string]string{"socketDir": dirs[0], "mode": "client"}},
+			{"resourceName": "example.com/b", "vhostUser": map[string]string{"socketDir": dirs[1], "mode": "client"}},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		config := filepath.Join(work, "overlap.json")
+		if err := os.WriteFile(config, cfg, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var stderr bytes.Buffer
+		code := run([]string{"--config", config, "--plugin-dir", t.TempDir(), "--devinfo-dir", filepath.Join(work, "devinfo"),
+			"--cdi-dir", filepath.Join(work, "cdi")}, &stderr)
+		if code != 1 || !strings.Contains(stderr.String(), "resources overlap") {
+			t.Errorf("socket dirs %v: exit %d, want 1 with an overlap error:\n%s", dirs, code, stderr.String())
+		}
+	}
+}

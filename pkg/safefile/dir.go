@@ -1,0 +1,146 @@
+package safefile
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// ErrUnsafeDir is matched (errors.Is) by CheckDir's and EnsureDir's errors.
+var ErrUnsafeDir = errors.New("unsafe directory")
+
+// CheckDir makes sure that what devplumb writes or deletes in dir stays in
+// dir: dir is a directory and not a symbolic link, and neither it nor any
+// directory above it can be changed by anyone but root (or the user running
+// this process), so no one else can swap a part of the path for a link
+// between this check and the use. A directory above may be writable by
+// others only with the sticky bit (/tmp): there, others cannot rename or
+// remove root's entries. A link above dir (/var/run -> /run) is followed
+// when it belongs to root. dir must be absolute; a missing dir matches
+// fs.ErrNotExist.
+func CheckDir(dir string) error {
+	if !filepath.IsAbs(dir) {
+		return fmt.Errorf("directory %q: %w: not an absolute path", dir, ErrUnsafeDir)
+	}
+	dir = filepath.Clean(dir)
+	prefix := "/"
+	for _, part := range append([]string{""}, strings.Split(dir, "/")[1:]...) {
+		prefix = filepath.Join(prefix, part)
+		if err := checkComponent(dir, prefix, prefix == dir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkComponent checks one directory on the way to dir (last: dir itself).
+func checkComponent(dir, path string, last bool) error {
+	lst, err := os.Lstat(path)
+	if err != nil {
+		return err // *PathError names it; keeps fs.ErrNotExist
+	}
+	if lst.Mode()&fs.ModeSymlink != 0 {
+		if last {
+			return fmt.Errorf("directory %s: %w: it is a symbolic link", dir, ErrUnsafeDir)
+		}
+		if !trustedOwner(lst) {
+			return fmt.Errorf("directory %s: %w: %s is a symbolic link of uid %d", dir, ErrUnsafeDir, path, uid(lst))
+		}
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !st.IsDir():
+		return fmt.Errorf("directory %s: %w: %s is not a directory", dir, ErrUnsafeDir, path)
+	case !trustedOwner(st):
+		return fmt.Errorf("directory %s: %w: %s belongs to uid %d, not root", dir, ErrUnsafeDir, path, uid(st))
+	case st.Mode().Perm()&0o022 != 0 && (last || st.Mode()&fs.ModeSticky == 0):
+		return fmt.Errorf("directory %s: %w: %s is writable by group or others (mode %v)", dir, ErrUnsafeDir, path, st.Mode())
+	}
+	return nil
+}
+
+// CheckDirUnder checks root with CheckDir and then each directory of rel
+// below it as CheckDir checks its last one: below a root devplumb owns, no
+// directory may be a link, even root's own. It returns root/rel.
+func CheckDirUnder(root, rel string) (string, error) {
+	return underRoot(root, rel, 0, false)
+}
+
+// EnsureDirUnder is CheckDirUnder, creating what is missing (mode perm).
+func EnsureDirUnder(root, rel string, perm os.FileMode) (string, error) {
+	return underRoot(root, rel, perm, true)
+}
+
+func underRoot(root, rel string, perm os.FileMode, create bool) (string, error) {
+	check := CheckDir
+	if create {
+		check = func(d string) error { return EnsureDir(d, perm) }
+	}
+	if err := check(root); err != nil {
+		return "", err
+	}
+	dir := filepath.Join(root, rel)
+	if !strings.HasPrefix(dir, filepath.Clean(root)+"/") {
+		return "", fmt.Errorf("directory %s: %w: not below %s", dir, ErrUnsafeDir, root)
+	}
+	path := filepath.Clean(root)
+	for _, part := range strings.Split(filepath.Clean(rel), "/") {
+		path = filepath.Join(path, part)
+		err := checkComponent(dir, path, true)
+		if create && errors.Is(err, fs.ErrNotExist) {
+			err = mkdir(path, perm)
+		}
+		if err != nil {
+			return "", err
+		}
+	}
+	return dir, nil
+}
+
+// mkdir makes one directory, mode perm whatever the umask, then checks it.
+func mkdir(path string, perm os.FileMode) error {
+	if err := os.Mkdir(path, perm); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("create directory %s: %w", path, err)
+	}
+	if err := os.Chmod(path, perm); err != nil {
+		return fmt.Errorf("chmod directory %s: %w", path, err)
+	}
+	return checkComponent(path, path, true)
+}
+
+// EnsureDir creates dir if it is missing (missing parents too, mode perm
+// whatever the umask), then checks it with CheckDir.
+func EnsureDir(dir string, perm os.FileMode) error {
+	err := CheckDir(dir)
+	if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := os.MkdirAll(dir, perm); err != nil {
+		return fmt.Errorf("create directory %s: %w", dir, err)
+	}
+	// MkdirAll applies the umask; the mode of a directory others read
+	// (device-info) must not depend on it.
+	if err := os.Chmod(dir, perm); err != nil {
+		return fmt.Errorf("chmod directory %s: %w", dir, err)
+	}
+	return CheckDir(dir)
+}
+
+func trustedOwner(st fs.FileInfo) bool {
+	u := uid(st)
+	return u == 0 || u == os.Geteuid()
+}
+
+func uid(st fs.FileInfo) int {
+	if s, ok := st.Sys().(*syscall.Stat_t); ok {
+		return int(s.Uid)
+	}
+	return -1
+}

@@ -1,0 +1,91 @@
+package safefile
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// Each way a path can lead elsewhere is refused: the directory is a link,
+// it or a parent is writable by others or belongs to another user, or it
+// is not a directory. Root's links above it and sticky parents are fine.
+func TestCheckDir(t *testing.T) {
+	base := t.TempDir() // under /tmp: sticky and world-writable
+	mk := func(name string, mode os.FileMode) string {
+		p := filepath.Join(base, name)
+		if err := os.MkdirAll(p, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := mk("good", 0o755)
+	link := filepath.Join(base, "link")
+	if err := os.Symlink(good, link); err != nil {
+		t.Fatal(err)
+	}
+	groupW := mk("groupw", 0o775)
+	foreign := mk("foreign", 0o755)
+	if err := os.Chown(foreign, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(base, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	unsafe := []string{link, groupW, mk("groupw/sub", 0o700), foreign, mk("foreign/sub", 0o700),
+		mk("sticky", 0o777|os.ModeSticky), file, "relative/dir"}
+	for _, d := range unsafe {
+		if err := CheckDir(d); !errors.Is(err, ErrUnsafeDir) {
+			t.Errorf("CheckDir(%s) = %v, want ErrUnsafeDir", d, err)
+		}
+		if err := EnsureDir(filepath.Join(d, "new"), 0o700); err == nil && d != link && d != filepath.Join(base, "sticky") {
+			t.Errorf("EnsureDir below %s succeeded", d)
+		}
+	}
+	for _, d := range []string{good, mk("good/sub", 0o700), filepath.Join(link, "sub"), mk("sticky/sub", 0o700)} {
+		if err := CheckDir(d); err != nil {
+			t.Errorf("CheckDir(%s): %v", d, err)
+		}
+	}
+	if err := CheckDir(filepath.Join(base, "missing")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing: %v", err)
+	}
+	made := filepath.Join(base, "made", "deep")
+	if err := EnsureDir(made, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(made); err != nil || st.Mode().Perm() != 0o755 {
+		t.Errorf("EnsureDir made %v %v", st, err)
+	}
+}
+
+// Below an owned root no directory may be a link, not even root's own.
+func TestDirUnder(t *testing.T) {
+	root, target := t.TempDir(), t.TempDir()
+	if err := os.Symlink(target, filepath.Join(root, "libcni")); err != nil {
+		t.Fatal(err)
+	}
+	for _, rel := range []string{"libcni", "libcni/net", "../x"} {
+		if _, err := EnsureDirUnder(root, rel, 0o700); !errors.Is(err, ErrUnsafeDir) {
+			t.Errorf("EnsureDirUnder(%s): %v", rel, err)
+		}
+		if _, err := CheckDirUnder(root, rel); !errors.Is(err, ErrUnsafeDir) {
+			t.Errorf("CheckDirUnder(%s): %v", rel, err)
+		}
+	}
+	if ents, _ := os.ReadDir(target); len(ents) != 0 {
+		t.Errorf("created in the link's target: %v", ents)
+	}
+	dir, err := EnsureDirUnder(filepath.Join(root, "new"), "a/b", 0o700)
+	if err != nil || dir != filepath.Join(root, "new", "a", "b") {
+		t.Fatalf("EnsureDirUnder: %s %v", dir, err)
+	}
+	if _, err := CheckDirUnder(root, "missing/x"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing: %v", err)
+	}
+}
