@@ -124,7 +124,7 @@ func parsePhases(stderr []byte) ([]phase, error) {
 		var out []phase
 		for _, f := range strings.Fields(line) {
 			k, v, ok := strings.Cut(f, "=")
-			if !ok || k == "time" || k == "level" || k == "msg" || k == "op" {
+			if !ok || k == "time" || k == "level" || k == "msg" || k == "op" || k == "network" {
 				continue
 			}
 			d, err := time.ParseDuration(v)

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"log/slog"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -15,13 +16,14 @@ import (
 )
 
 func main() {
-	plugin.NewKube = func(kubeconfig string, timeout time.Duration) (plugin.Kube, error) {
-		c, err := kube.New(kubeconfig, timeout)
+	p := plugin.New()
+	p.NewKube = func(kubeconfig string, timeout time.Duration, log *slog.Logger) (plugin.Kube, error) {
+		c, err := kube.New(kubeconfig, timeout, log)
 		if err != nil {
 			return nil, err // not a typed nil inside the interface
 		}
 		return c, nil
 	}
-	skel.PluginMainFuncs(plugin.New().Funcs(), version.PluginSupports(config.SupportedVersions...),
+	skel.PluginMainFuncs(p.Funcs(), version.PluginSupports(config.SupportedVersions...),
 		"devplumb "+pversion.Get().String()+": CNI meta-plugin for device plugin resources (NPWG device-info spec 1.1.0)")
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,7 +18,7 @@ func TestPluginDirParentsAreNotCreated(t *testing.T) {
 	pluginDir := filepath.Join(work, "no", "such", "device-plugins")
 	var stderr bytes.Buffer
 	code := run([]string{"--config", config, "--plugin-dir", pluginDir, "--devinfo-dir", filepath.Join(work, "devinfo"),
-		"--cdi-dir", filepath.Join(work, "cdi")}, &stderr)
+		"--cdi-dir", filepath.Join(work, "cdi")}, io.Discard, &stderr)
 	if code != 1 || !strings.Contains(stderr.String(), pluginDir) {
 		t.Errorf("exit %d, want 1 naming %s:\n%s", code, pluginDir, stderr.String())
 	}
@@ -51,7 +52,7 @@ func TestSocketDirLinksOverlap(t *testing.T) {
 		}
 		var stderr bytes.Buffer
 		code := run([]string{"--config", config, "--plugin-dir", t.TempDir(), "--devinfo-dir", filepath.Join(work, "devinfo"),
-			"--cdi-dir", filepath.Join(work, "cdi")}, &stderr)
+			"--cdi-dir", filepath.Join(work, "cdi")}, io.Discard, &stderr)
 		if code != 1 || !strings.Contains(stderr.String(), "resources overlap") {
 			t.Errorf("socket dirs %v: exit %d, want 1 with an overlap error:\n%s", dirs, code, stderr.String())
 		}

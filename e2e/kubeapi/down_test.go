@@ -124,7 +124,7 @@ func clientFor(t *testing.T, url string, bound time.Duration) *kube.Client {
 	t.Helper()
 	cfg := filepath.Join(t.TempDir(), "kubeconfig")
 	must(t, os.WriteFile(cfg, []byte(kubeapi.Kubeconfig(url, "x")), 0o600))
-	c, err := kube.New(cfg, bound)
+	c, err := kube.New(cfg, bound, nil)
 	must(t, err)
 	return c
 }

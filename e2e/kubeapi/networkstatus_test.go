@@ -26,7 +26,7 @@ func pciEntry(network, ifName, addr string) nadv1.NetworkStatus {
 
 func newClient(t *testing.T, timeout time.Duration) *kube.Client {
 	t.Helper()
-	c, err := kube.New(srv.Kubeconfig, timeout)
+	c, err := kube.New(srv.Kubeconfig, timeout, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ func TestShippedRBACIsEnoughAndNoMore(t *testing.T) {
 	must(t, err)
 	cfg := filepath.Join(t.TempDir(), "devplumb.kubeconfig")
 	must(t, os.WriteFile(cfg, []byte(kubeapi.Kubeconfig(srv.URL, srv.DevplumbToken)), 0o600))
-	c, err := kube.New(cfg, 10*time.Second)
+	c, err := kube.New(cfg, 10*time.Second, nil)
 	must(t, err)
 	entry := pciEntry("default/rbac-net", "net1", "0000:18:02.5")
 

@@ -10,6 +10,7 @@ package kube
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -46,6 +47,7 @@ var (
 
 // Client talks to one API server with the identity of one kubeconfig.
 type Client struct {
+	log     *slog.Logger
 	meta    metadata.Interface
 	host    string
 	timeout time.Duration
@@ -53,7 +55,8 @@ type Client struct {
 
 // New loads kubeconfig (a file path, required) and returns a client whose calls each
 // finish within timeout (DefaultTimeout when zero).
-func New(kubeconfig string, timeout time.Duration) (*Client, error) {
+// It logs through log (slog.Default() when nil), so one CNI call logs in one format.
+func New(kubeconfig string, timeout time.Duration, log *slog.Logger) (*Client, error) {
 	if kubeconfig == "" {
 		return nil, errors.New("kube: kubeconfig path is empty")
 	}
@@ -64,10 +67,13 @@ func New(kubeconfig string, timeout time.Duration) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kube: load kubeconfig %s: %w", kubeconfig, err)
 	}
-	return newFromConfig(cfg, timeout)
+	if log == nil {
+		log = slog.Default()
+	}
+	return newFromConfig(cfg, timeout, log)
 }
 
-func newFromConfig(cfg *rest.Config, timeout time.Duration) (*Client, error) {
+func newFromConfig(cfg *rest.Config, timeout time.Duration, log *slog.Logger) (*Client, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.UserAgent = "devplumb"
 	// One request must not use up the whole bound, so that a retry still fits.
@@ -79,5 +85,5 @@ func newFromConfig(cfg *rest.Config, timeout time.Duration) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kube: client for %s: %w", cfg.Host, err)
 	}
-	return &Client{meta: mc, host: cfg.Host, timeout: timeout}, nil
+	return &Client{log: log, meta: mc, host: cfg.Host, timeout: timeout}, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -41,12 +40,12 @@ func (c *Client) RemoveNetworkStatus(ctx context.Context, namespace, name, uid, 
 	case err == nil:
 		return nil
 	case isAny(err, ErrPodNotFound, ErrPodUIDMismatch):
-		slog.Debug("network-status: pod gone, nothing to remove", "pod", namespace+"/"+name, "reason", err)
+		c.log.Debug("network-status: pod gone, nothing to remove", "pod", namespace+"/"+name, "reason", err)
 		return nil
 	case isAny(err, ErrBadAnnotation):
 		// Someone else wrote an unreadable list; our entry cannot be found in it, and
 		// failing DEL would only stop the pod's teardown.
-		slog.Warn("network-status: unreadable annotation left as it is", "pod", namespace+"/"+name, "error", err)
+		c.log.Warn("network-status: unreadable annotation left as it is", "pod", namespace+"/"+name, "err", err)
 		return nil
 	default:
 		return fmt.Errorf("kube: remove network-status %q/%q of pod %s/%s: %w", network, ifName, namespace, name, err)

@@ -124,17 +124,17 @@ func TestParseStatusRejectsGarbage(t *testing.T) {
 }
 
 func TestNewRejectsBadKubeconfig(t *testing.T) {
-	if _, err := New("", 0); err == nil {
+	if _, err := New("", 0, nil); err == nil {
 		t.Fatal("empty path accepted")
 	}
 	p := filepath.Join(t.TempDir(), "kubeconfig")
-	if _, err := New(p, 0); err == nil || !strings.Contains(err.Error(), p) {
+	if _, err := New(p, 0, nil); err == nil || !strings.Contains(err.Error(), p) {
 		t.Fatalf("missing file: %v", err)
 	}
 	if err := os.WriteFile(p, []byte("clusters: [[["), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(p, 0); err == nil || !strings.Contains(err.Error(), p) {
+	if _, err := New(p, 0, nil); err == nil || !strings.Contains(err.Error(), p) {
 		t.Fatalf("garbage file: %v", err)
 	}
 }

@@ -53,7 +53,7 @@ func TestWrongCertificateFailsAtOnce(t *testing.T) {
 	must(t, os.WriteFile(caPath, ca, 0o600))
 	cfg := filepath.Join(dir, "kubeconfig")
 	must(t, os.WriteFile(cfg, []byte(kc), 0o600))
-	c, err := New(cfg, time.Minute)
+	c, err := New(cfg, time.Minute, nil)
 	must(t, err)
 	err = c.SetNetworkStatus(context.Background(), "default", "p", "", nadv1.NetworkStatus{Name: "n", Interface: "net1"})
 	if err == nil || errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "certificate") {

@@ -29,7 +29,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		return cerr
 	}
 	defer c.close()
-	defer c.t.log(p.Log, "ADD")
+	defer c.t.log(c.p.Log, "ADD")
 	if cerr := c.checkFileNames(); cerr != nil {
 		return cerr
 	}
@@ -85,7 +85,7 @@ func (c *call) cleanEarlierAdd(rec *claims.Attachment) {
 	}
 	c.p.Log.Info("undoing the delegates of an earlier ADD of this attachment", "container", rec.ContainerID, "ifname", rec.IfName)
 	if err := c.undoDelegate(rec); err != nil {
-		c.p.Log.Warn("cannot undo the delegates of an earlier ADD of this attachment", "error", err)
+		c.p.Log.Warn("cannot undo the delegates of an earlier ADD of this attachment", "err", err)
 	}
 }
 
@@ -114,7 +114,7 @@ func (c *call) claim() (*claims.Attachment, *types.Error) {
 	c.t.mark(phaseClaim)
 	if claimed != nil {
 		if claimed.Unreadable != nil {
-			c.p.Log.Warn("passing over corrupt state records; remove them or run DEL of their attachments", "error", claimed.Unreadable)
+			c.p.Log.Warn("passing over corrupt state records; remove them or run DEL of their attachments", "err", claimed.Unreadable)
 		}
 		c.dropOlderSandboxes(claimed.Dropped)
 	}
@@ -199,7 +199,7 @@ func (c *call) dropOlderSandboxes(dropped []*claims.Attachment) {
 	for _, a := range dropped {
 		c.p.Log.Info("dropping an older claim of the device", "pod", a.Pod.String(), "container", a.ContainerID, "device", a.DeviceID)
 		if err := c.undo(a); err != nil {
-			c.p.Log.Warn("cannot undo the attachment of a dropped claim", "container", a.ContainerID, "error", err)
+			c.p.Log.Warn("cannot undo the attachment of a dropped claim", "container", a.ContainerID, "err", err)
 		}
 	}
 }
@@ -376,7 +376,7 @@ func (c *call) setStatus(entry *nadv1.NetworkStatus) *types.Error {
 // rollback undoes a started delegate ADD, then the files and the claim.
 func (c *call) rollback(list *libcni.NetworkConfigList, rt *libcni.RuntimeConf, rec *claims.Attachment) {
 	if err := c.inv.Del(context.Background(), list, rt); err != nil {
-		c.p.Log.Error("rollback: delegate DEL failed", "error", err)
+		c.p.Log.Error("rollback: delegate DEL failed", "err", err)
 	}
 	c.rollbackFiles(rec)
 }
@@ -384,7 +384,7 @@ func (c *call) rollback(list *libcni.NetworkConfigList, rt *libcni.RuntimeConf, 
 func (c *call) rollbackFiles(rec *claims.Attachment) {
 	if rec.CNIFile != "" {
 		if err := devinfo.RemoveFile(rec.CNIFile); err != nil {
-			c.p.Log.Error("rollback: cannot remove CNI device-info file", "error", err)
+			c.p.Log.Error("rollback: cannot remove CNI device-info file", "err", err)
 		}
 	}
 	c.release(rec)
@@ -392,6 +392,6 @@ func (c *call) rollbackFiles(rec *claims.Attachment) {
 
 func (c *call) release(rec *claims.Attachment) {
 	if err := c.claims.ReleaseHeld(rec); err != nil {
-		c.p.Log.Error("rollback: cannot release claim", "error", err)
+		c.p.Log.Error("rollback: cannot release claim", "err", err)
 	}
 }

@@ -24,19 +24,19 @@ import (
 func (p *Plugin) Del(args *skel.CmdArgs) error {
 	if err := tooDeep(); err != nil {
 		// Under devplumb, ADD refused everything: there is nothing to undo.
-		p.Log.Warn("DEL does nothing", "error", err)
+		p.Log.Warn("DEL does nothing", "err", err)
 		return nil
 	}
 	c, cerr := p.newCall(p.withoutBadCNIFile(args), false)
 	if cerr != nil {
 		return cerr
 	}
-	defer c.t.log(p.Log, "DEL")
+	defer c.t.log(c.p.Log, "DEL")
 	c.forgetGoneNetns()
 	rec, err := c.claims.Get(c.key)
 	if err != nil {
 		// A corrupt record cannot guide DEL; fall back to the stateless path.
-		p.Log.Warn("ignoring unreadable state", "error", err)
+		c.p.Log.Warn("ignoring unreadable state", "err", err)
 		rec = nil
 	}
 	list, rt, cniFile, cerr := c.delInputs(rec)
@@ -51,7 +51,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 			return delegateError("delegate DEL failed (state kept, DEL can be retried)", err)
 		}
 		// Without state nothing proves ADD ever ran here.
-		p.Log.Warn("delegate DEL failed for an attachment devplumb has no state of", "error", err)
+		c.p.Log.Warn("delegate DEL failed for an attachment devplumb has no state of", "err", err)
 	}
 	if cniFile != "" {
 		if err := devinfo.RemoveFile(cniFile); err != nil {
@@ -74,7 +74,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 // that DEL would recurse, and ADD never let such a delegate run.
 func (c *call) delegateDel(list *libcni.NetworkConfigList, rt *libcni.RuntimeConf) error {
 	if err := c.delegatesSafe(list); err != nil {
-		c.p.Log.Warn("not running the delegate DEL", "error", err)
+		c.p.Log.Warn("not running the delegate DEL", "err", err)
 		return nil
 	}
 	return c.inv.Del(context.Background(), list, rt)
@@ -141,7 +141,7 @@ func (c *call) delInputs(rec *claims.Attachment) (*libcni.NetworkConfigList, *li
 			rt.CapabilityArgs = rec.CapabilityArgs
 			return list, rt, c.ownedCNIFile(rec.CNIFile), nil
 		}
-		c.p.Log.Warn("cached delegate config unusable; using the stdin config", "error", err)
+		c.p.Log.Warn("cached delegate config unusable; using the stdin config", "err", err)
 	}
 	dev := c.conf.DeviceIDFromConfig()
 	if rec != nil {
@@ -150,7 +150,7 @@ func (c *call) delInputs(rec *claims.Attachment) (*libcni.NetworkConfigList, *li
 	cniFile, err := c.cniFile()
 	if err != nil {
 		// Names that cannot form a file name cannot have a file.
-		c.p.Log.Warn("no CNI device-info file name for this attachment", "error", err)
+		c.p.Log.Warn("no CNI device-info file name for this attachment", "err", err)
 		cniFile = ""
 	}
 	list, cerr := c.buildList(dev)
@@ -180,6 +180,6 @@ func (c *call) removeStatus(rec *claims.Attachment) {
 	}
 	if err != nil {
 		// DEL must not fail on the API server: the pod may be gone already.
-		c.p.Log.Warn(fmt.Sprintf("removing network-status of pod %s failed", pod), "error", err)
+		c.p.Log.Warn(fmt.Sprintf("removing network-status of pod %s failed", pod), "err", err)
 	}
 }

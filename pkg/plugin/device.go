@@ -73,7 +73,7 @@ func (c *call) candidates(resourceName string) ([]string, *types.Error) {
 	var ids []string
 	for _, id := range podresources.DevicesOf(pod, resourceName) {
 		if err := config.CheckDeviceID("kubelet device ID", id); err != nil {
-			c.p.Log.Warn("skipping device the kubelet reported", "error", err)
+			c.p.Log.Warn("skipping device the kubelet reported", "err", err)
 			continue
 		}
 		ids = append(ids, id)
@@ -99,6 +99,10 @@ func (c *call) podResources() (*podresources.Client, *types.Error) {
 }
 
 func (c *call) close() {
+	if c.closeLog != nil {
+		c.closeLog()
+		c.closeLog = nil
+	}
 	if c.pr != nil {
 		_ = c.pr.Close()
 		c.pr = nil

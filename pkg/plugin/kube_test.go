@@ -92,7 +92,7 @@ func newKubeEnv(t *testing.T) *kubeEnv {
 	}
 	k := &fakeKube{nads: map[string]string{"default/fast-net": "example.com/vf", "infra/sriov": "example.com/vf"}}
 	p := &Plugin{Log: slog.New(slog.NewTextHandler(os.Stderr, nil)), Timeout: 5 * time.Second,
-		NewKube: func(kubeconfig string, _ time.Duration) (Kube, error) {
+		NewKube: func(kubeconfig string, _ time.Duration, _ *slog.Logger) (Kube, error) {
 			if kubeconfig != "/etc/cni/kc" {
 				t.Errorf("kubeconfig %q", kubeconfig)
 			}
@@ -236,9 +236,6 @@ func TestKubeconfigWithoutClient(t *testing.T) {
 	k := newKubeEnv(t)
 	k.conf["resourceName"] = "example.com/vf"
 	k.p.NewKube = nil
-	saved := NewKube
-	NewKube = nil
-	t.Cleanup(func() { NewKube = saved })
 	err := k.p.Add(k.args())
 	var te *types.Error
 	if !errors.As(err, &te) || te.Code != ErrKube || !strings.Contains(te.Details, "no Kubernetes client") {

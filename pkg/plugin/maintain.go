@@ -49,7 +49,7 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	if errors.Is(err, libcni.ErrorCheckNotSupp) {
 		// A delegate pinned to a cniVersion before 0.4.0 has no CHECK; what
 		// devplumb itself set up was checked above.
-		p.Log.Debug("delegate CHECK skipped", "reason", err)
+		c.p.Log.Debug("delegate CHECK skipped", "reason", err)
 		return nil
 	}
 	if err != nil {
@@ -119,7 +119,7 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 		return cerr
 	}
 	if err := c.delegatesSafe(list); err != nil {
-		p.Log.Warn("not running the delegate GC", "error", err)
+		c.p.Log.Warn("not running the delegate GC", "err", err)
 	} else if err := c.inv.GC(context.Background(), list, c.conf.ValidAttachments); err != nil {
 		errs = append(errs, err)
 	}
@@ -135,7 +135,7 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 func (c *call) collectStale(valid func(claims.Key) bool) []error {
 	recs, err := c.claims.List()
 	if err != nil {
-		c.p.Log.Warn("some state is unreadable; GC continues with the rest", "error", err)
+		c.p.Log.Warn("some state is unreadable; GC continues with the rest", "err", err)
 	}
 	var errs []error
 	for _, rec := range recs {
@@ -188,7 +188,7 @@ func (c *call) undoDelegate(rec *claims.Attachment) error {
 	rt := &libcni.RuntimeConf{ContainerID: rec.ContainerID, IfName: rec.IfName, NetNS: existingNetns(rec.NetNS),
 		Args: rec.CNIArgs, CapabilityArgs: rec.CapabilityArgs}
 	if err := c.delegatesSafe(list); err != nil {
-		c.p.Log.Warn("not running the recorded delegate DEL", "container", rec.ContainerID, "error", err)
+		c.p.Log.Warn("not running the recorded delegate DEL", "container", rec.ContainerID, "err", err)
 		return nil
 	}
 	inv, err := invoker(c.args.Path, c.conf.StateDir, rec.Network) // rec may be of another network of the pod

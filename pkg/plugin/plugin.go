@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -45,9 +46,6 @@ type Kube interface {
 	NADResourceName(ctx context.Context, namespace, name string) (string, error)
 }
 
-// NewKube builds the Kubernetes client; set by cmd/devplumb when available.
-var NewKube func(kubeconfig string, timeout time.Duration) (Kube, error)
-
 // DefaultTimeout bounds each call to the kubelet and the API server.
 const DefaultTimeout = 10 * time.Second
 
@@ -55,8 +53,13 @@ const DefaultTimeout = 10 * time.Second
 type Plugin struct {
 	Log     *slog.Logger
 	Timeout time.Duration
-	// NewKube overrides the package NewKube (tests).
-	NewKube func(kubeconfig string, timeout time.Duration) (Kube, error)
+	// LogTo, when set, is where each call logs, at its network's logLevel
+	// and to its logFile (config logLevel, logFile, logToStderr); unset,
+	// every call logs through Log.
+	LogTo io.Writer
+	// NewKube builds the Kubernetes client for a config's kubeconfig,
+	// logging through log; cmd/devplumb passes pkg/kube's.
+	NewKube func(kubeconfig string, timeout time.Duration, log *slog.Logger) (Kube, error)
 }
 
 // New returns a plugin logging to stderr (stdout carries the CNI result).
@@ -67,6 +70,7 @@ func New() *Plugin {
 	}
 	return &Plugin{
 		Log:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
+		LogTo:   os.Stderr,
 		Timeout: DefaultTimeout,
 	}
 }
@@ -114,6 +118,8 @@ type call struct {
 	pr     *podresources.Client // opened on first use
 	prev   *current.Result      // ADD: the chain's prevResult, if any
 	t      *phases              // timings of the call's steps
+	// closeLog ends the call's log file, if its network has one.
+	closeLog func()
 	depth  int                  // devplumb runs above this one (DepthEnv)
 }
 
@@ -133,15 +139,16 @@ func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Err
 			return nil, cniError(types.ErrInvalidEnvironmentVariables, "invalid CNI_ARGS: "+err.Error()+
 				" (add IgnoreUnknown=1 to pass keys devplumb does not know)", nil)
 		}
-		p.Log.Warn("ignoring unparsable CNI_ARGS", "error", err)
+		p.Log.Warn("ignoring unparsable CNI_ARGS", "err", err)
 	}
 	inv, err := invoker(args.Path, conf.StateDir, conf.Name)
 	if err != nil {
 		return nil, cniError(ErrState, "unusable \"stateDir\" "+conf.StateDir, err)
 	}
 	own := *args // DEL may clear Netns; the caller's args stay as given
+	p, closeLog := p.forCall(conf)
 	return &call{
-		p: p, args: &own, conf: conf, pod: pod,
+		p: p, args: &own, closeLog: closeLog, conf: conf, pod: pod,
 		key:    claims.Key{Network: conf.Name, ContainerID: args.ContainerID, IfName: args.IfName},
 		cni:    delegate.ParseArgs(args.Args),
 		files:  devinfo.NewStore(conf.DeviceInfoDir),
@@ -207,7 +214,7 @@ func (c *call) ownedCNIFile(path string) string {
 		return ""
 	}
 	if err := config.CheckCNIDeviceInfoFile("recorded CNI device-info file", path, c.conf.CNIDeviceInfoDirs()); err != nil {
-		c.p.Log.Warn("leaving a file devplumb does not own", "error", err)
+		c.p.Log.Warn("leaving a file devplumb does not own", "err", err)
 		return ""
 	}
 	return path
@@ -226,20 +233,16 @@ func (c *call) kube() (Kube, error) {
 	if c.conf.Kubeconfig == "" {
 		return nil, nil
 	}
-	newKube := c.p.NewKube
-	if newKube == nil {
-		newKube = NewKube
-	}
-	if newKube == nil {
+	if c.p.NewKube == nil {
 		return nil, errors.New("this devplumb build has no Kubernetes client")
 	}
-	return newKube(c.conf.Kubeconfig, c.p.Timeout)
+	return c.p.NewKube(c.conf.Kubeconfig, c.p.Timeout, c.p.Log)
 }
 
 // kubeFailed applies networkStatus: "required" fails, "best-effort" logs.
 func (c *call) kubeFailed(what string, err error) *types.Error {
 	if c.conf.NetworkStatus == config.NetworkStatusBestEffort {
-		c.p.Log.Warn(what+" failed; continuing (networkStatus is best-effort)", "error", err)
+		c.p.Log.Warn(what+" failed; continuing (networkStatus is best-effort)", "err", err)
 		return nil
 	}
 	return cniError(ErrKube, what+" failed: check kubeconfig "+c.conf.Kubeconfig+
