@@ -28,9 +28,18 @@ func p5(cfg Config, r *Report) error {
 		return err
 	}
 	runs := []*p5Run{{col: "disk", state: filepath.Join(e.dir, "state")}, {col: "tmpfs", state: filepath.Join(e.shm, "state")}}
-	for _, run := range runs {
+	if cfg.kube != nil {
+		runs = append(runs, &p5Run{col: "disk, with kubeconfig", state: filepath.Join(e.dir, "state-kube"), kube: true})
+	}
+	for i, run := range runs {
 		run.ops = map[string]*opPhases{"ADD": newOpPhases(), "DEL": newOpPhases()}
-		if run.stdin, err = json.Marshal(e.devplumbConf("phases-"+run.col, "10.126.0.0/24", run.state)); err != nil {
+		conf := e.devplumbConf(fmt.Sprintf("phases%d", i), "10.126.0.0/24", run.state)
+		if run.kube {
+			if conf, err = e.withKube(conf, podName(0)); err != nil {
+				return err
+			}
+		}
+		if run.stdin, err = json.Marshal(conf); err != nil {
 			return err
 		}
 	}
@@ -53,6 +62,7 @@ func p5(cfg Config, r *Report) error {
 // p5Run is devplumb with its state in one place.
 type p5Run struct {
 	col, state string
+	kube       bool
 	stdin      []byte
 	ops        map[string]*opPhases
 }
@@ -163,7 +173,7 @@ func p5Table(runs []*p5Run) Table {
 		}
 		t.Rows = append(t.Rows, row)
 	}
-	t.Notes = []string{"config: parse the config and CNI_ARGS; podResources: dial the kubelet socket and Get; claim: the claim under the state lock (ADD: claim and record the delegate run, two writes); deviceInfo: copy or remove the CNI device-info file; delegate: bridge + host-local; networkStatus: build the entry and the result; state: ADD writes the completed record, DEL reads it; kube: the API server write (no kubeconfig here: nothing).",
+	t.Notes = []string{"config: parse the config and CNI_ARGS; podResources: dial the kubelet socket and Get; claim: the claim under the state lock (ADD: claim and record the delegate run, two writes); deviceInfo: copy or remove the CNI device-info file; delegate: bridge + host-local; networkStatus: build the entry and the result; state: ADD writes the completed record, DEL reads it; kube: build the Kubernetes client and write (DEL: remove) the network-status entry, nothing without a kubeconfig.",
 		"The completed ADD keeps its phases up to networkStatus in its state record: devplumbctl inspect shows them."}
 	return t
 }
