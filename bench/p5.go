@@ -51,9 +51,13 @@ func p5(cfg Config, r *Report) error {
 		}
 	}
 	r.Tables = append(r.Tables, p5Table(runs))
-	panel := Panel{Title: "P5: where one devplumb ADD goes (direct call, no cnitool, state on disk)", Unit: "ms"}
-	for _, name := range runs[0].ops["ADD"].order {
-		panel.Bars = append(panel.Bars, Bar{Label: "ADD " + name, S: Summarize(runs[0].ops["ADD"].ms[name])})
+	shown := runs[0]
+	if last := runs[len(runs)-1]; last.kube {
+		shown = last // the whole path, network-status write included
+	}
+	panel := Panel{Title: "P5: where one devplumb ADD goes (direct call, state on " + shown.col + ")", Unit: "ms"}
+	for _, name := range shown.ops["ADD"].order {
+		panel.Bars = append(panel.Bars, Bar{Label: "ADD " + name, S: Summarize(shown.ops["ADD"].ms[name])})
 	}
 	r.Panels = append(r.Panels, panel)
 	return nil
@@ -149,7 +153,7 @@ func parsePhases(stderr []byte) ([]phase, error) {
 }
 
 func p5Table(runs []*p5Run) Table {
-	t := Table{Title: "P5: devplumb ADD and DEL by phase (direct call with DEVPLUMB_DEBUG=1), state on disk and on tmpfs",
+	t := Table{Title: "P5: devplumb ADD and DEL by phase (direct call with DEVPLUMB_DEBUG=1): state on disk, on tmpfs, with a kubeconfig",
 		Header: []string{"phase"}}
 	var names []string
 	seen := map[string]bool{}
