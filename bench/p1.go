@@ -144,7 +144,7 @@ func p1Table(vs []*variant, cfg Config) Table {
 	}
 	t.Notes = append(t.Notes, "Targets: devplumb's cycle at most 1.3 × the floor, its added time at most half of Multus thin's.",
 		"devplumb asks the PodResources server for the pod's device on every ADD; without a kubeconfig, as Multus here, unless the row says API: then it writes and removes its network-status entry on a real kube-apiserver (make bench runs one).",
-		"Multus thick (shim + daemon) is not run: its daemon needs a Kubernetes API server and the pod object to start and to serve ADD.")
+		"Multus thick (shim + daemon) is not run: the project builds only Multus thin, and the thick daemon needs its own daemon config and socket, the pod in the API server, and runs as a node DaemonSet.")
 	if cfg.Multus == "" {
 		t.Notes = append(t.Notes, "Multus thin not run: no binary given (make bench builds it with scripts/build-multus.sh).")
 	}
