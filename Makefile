@@ -47,11 +47,12 @@ e2e:
 # and run, so no end-to-end TestMain starts an API server for nothing.
 pkgs_with = $$(grep -rl --include='*_test.go' '^func $(1)' . | xargs -r -n1 dirname | sort -u)
 
-# P1-P5 of devplumb's cost per pod start, as root: a table, and bench/results/results.md
-# and chart.png. BENCHFLAGS e.g. "-runs 10 -baseline old/devplumb".
+# P1-P5 of devplumb's cost per pod start, as root, with Multus thin and a real
+# kube-apiserver: a table, and bench/results/results.md and chart.png.
+# BENCHFLAGS e.g. "-runs 10 -baseline old/devplumb".
 BENCHFLAGS ?=
 bench: build cni-plugins
-	$(GO) run ./bench/cmd/bench -multus "$$(scripts/build-multus.sh | tail -1)" $(BENCHFLAGS)
+	$(KUBE_ENV) $(GO) run ./bench/cmd/bench -kube $(BENCHFLAGS)
 
 # The Go micro-benchmarks of the libraries.
 bench-go:

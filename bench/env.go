@@ -66,18 +66,28 @@ func newEnv(cfg Config, prCfg prserver.Config) (*env, error) {
 var live = struct {
 	sync.Mutex
 	envs map[*env]bool
+	kube *kubeNode
 }{envs: map[*env]bool{}}
 
-// Abort closes every env still open: on a signal, the bench removes what it made
-// before it exits.
+// Abort closes every env still open and stops the API server: on a signal, the bench
+// removes what it made before it exits.
 func Abort() {
 	live.Lock()
-	envs := live.envs
-	live.envs = map[*env]bool{}
+	envs, k := live.envs, live.kube
+	live.envs, live.kube = map[*env]bool{}, nil
 	live.Unlock()
 	for e := range envs {
 		e.close()
 	}
+	if k != nil {
+		k.close()
+	}
+}
+
+func setLiveKube(k *kubeNode) {
+	live.Lock()
+	live.kube = k
+	live.Unlock()
 }
 
 func (e *env) setup(prCfg prserver.Config) error {
@@ -171,15 +181,30 @@ func (e *env) writeNet(conf map[string]any) error {
 	return os.WriteFile(filepath.Join(e.netDir, conf["name"].(string)+".conf"), b, 0o644)
 }
 
-// cniArgs is the pod identity a runtime passes.
-func cniArgs(pod string) string {
-	return "IgnoreUnknown=1;K8S_POD_NAMESPACE=" + podNS + ";K8S_POD_NAME=" + pod + ";K8S_POD_UID=uid-" + pod
+// cniArgs is the pod identity a runtime passes: the UID of the pod in the API server,
+// when the bench made one.
+func (e *env) cniArgs(pod string) string {
+	uid, ok := e.cfg.kube.podUID(pod)
+	if !ok {
+		uid = "uid-" + pod
+	}
+	return "IgnoreUnknown=1;K8S_POD_NAMESPACE=" + podNS + ";K8S_POD_NAME=" + pod + ";K8S_POD_UID=" + uid
+}
+
+// withKube adds the API server's kubeconfig to a devplumb config and creates pod in the
+// API server: devplumb then writes its network-status entry there.
+func (e *env) withKube(conf map[string]any, pod string) (map[string]any, error) {
+	if _, err := e.cfg.kube.pod(pod); err != nil {
+		return nil, err
+	}
+	conf["kubeconfig"] = e.cfg.kube.srv.Kubeconfig
+	return conf, nil
 }
 
 // cnitool runs `cnitool cmd net netns` as a runtime would and returns its wall time.
 func (e *env) cnitool(cmd, net, netns, ifName, pod string) (time.Duration, error) {
 	c := exec.Command(filepath.Join(e.bin, "cnitool"), cmd, net, netns)
-	c.Env = append(os.Environ(), "CNI_PATH="+e.bin, "NETCONFPATH="+e.netDir, "CNI_IFNAME="+ifName, "CNI_ARGS="+cniArgs(pod))
+	c.Env = append(os.Environ(), "CNI_PATH="+e.bin, "NETCONFPATH="+e.netDir, "CNI_IFNAME="+ifName, "CNI_ARGS="+e.cniArgs(pod))
 	start := time.Now()
 	out, err := c.CombinedOutput()
 	d := time.Since(start)

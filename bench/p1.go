@@ -80,19 +80,26 @@ func p1Variants(e *env) ([]*variant, error) {
 		label string
 		conf  map[string]any
 		skip  bool
+		kube  bool // with a kubeconfig: network-status written to the API server
 	}{
-		{"bridge + host-local alone (floor)", floor, false},
-		{"devplumb -> bridge (state on disk)", e.devplumbConf("dp", "10.123.1.0/24", filepath.Join(e.dir, "state")), false},
-		{"devplumb -> bridge (state on tmpfs)", e.devplumbConf("dpshm", "10.123.2.0/24", filepath.Join(e.shm, "state")), false},
-		{"devplumb baseline -> bridge (disk)", baselineConf(e), e.cfg.Baseline == ""},
+		{"bridge + host-local alone (floor)", floor, false, false},
+		{"devplumb -> bridge (state on disk)", e.devplumbConf("dp", "10.123.1.0/24", filepath.Join(e.dir, "state")), false, false},
+		{"devplumb -> bridge (state on tmpfs)", e.devplumbConf("dpshm", "10.123.2.0/24", filepath.Join(e.shm, "state")), false, false},
+		{"devplumb -> bridge + network-status (API)", e.devplumbConf("dpkube", "10.123.5.0/24", filepath.Join(e.dir, "state")), e.cfg.kube == nil, true},
+		{"devplumb baseline -> bridge (disk)", baselineConf(e), e.cfg.Baseline == "", false},
 		{"Multus thin -> bridge", map[string]any{"cniVersion": "1.0.0", "name": "multus", "type": "multus",
 			"binDir": e.bin, "cniDir": filepath.Join(e.dir, "multus"), "logLevel": "error",
-			"delegates": []any{multusDelegate}}, e.cfg.Multus == ""},
+			"delegates": []any{multusDelegate}}, e.cfg.Multus == "", false},
 	}
 	var vs []*variant
 	for _, n := range nets {
 		if n.skip {
 			continue
+		}
+		if n.kube {
+			if _, err := e.withKube(n.conf, podName(len(vs))); err != nil {
+				return nil, err
+			}
 		}
 		if err := e.writeNet(n.conf); err != nil {
 			return nil, err
@@ -136,8 +143,8 @@ func p1Table(vs []*variant, cfg Config) Table {
 			fmt.Sprintf("%.1f ms", added), vsMultus})
 	}
 	t.Notes = append(t.Notes, "Targets: devplumb's cycle at most 1.3 × the floor, its added time at most half of Multus thin's.",
-		"devplumb asks the PodResources server for the pod's device on every ADD; no kubeconfig (no API server), as Multus here.",
-		"Multus thick (shim + daemon) is not run: its daemon needs a Kubernetes API server and the pod object to start and to serve ADD.")
+		"devplumb asks the PodResources server for the pod's device on every ADD; without a kubeconfig, as Multus here, unless the row says API: then it writes and removes its network-status entry on a real kube-apiserver (make bench runs one).",
+		"Multus thick (shim + daemon) is not run: the project builds only Multus thin, and the thick daemon needs its own daemon config and socket, the pod in the API server, and runs as a node DaemonSet.")
 	if cfg.Multus == "" {
 		t.Notes = append(t.Notes, "Multus thin not run: no binary given (make bench builds it with scripts/build-multus.sh).")
 	}

@@ -28,9 +28,18 @@ func p5(cfg Config, r *Report) error {
 		return err
 	}
 	runs := []*p5Run{{col: "disk", state: filepath.Join(e.dir, "state")}, {col: "tmpfs", state: filepath.Join(e.shm, "state")}}
-	for _, run := range runs {
+	if cfg.kube != nil {
+		runs = append(runs, &p5Run{col: "disk, with kubeconfig", state: filepath.Join(e.dir, "state-kube"), kube: true})
+	}
+	for i, run := range runs {
 		run.ops = map[string]*opPhases{"ADD": newOpPhases(), "DEL": newOpPhases()}
-		if run.stdin, err = json.Marshal(e.devplumbConf("phases-"+run.col, "10.126.0.0/24", run.state)); err != nil {
+		conf := e.devplumbConf(fmt.Sprintf("phases%d", i), "10.126.0.0/24", run.state)
+		if run.kube {
+			if conf, err = e.withKube(conf, podName(0)); err != nil {
+				return err
+			}
+		}
+		if run.stdin, err = json.Marshal(conf); err != nil {
 			return err
 		}
 	}
@@ -42,9 +51,13 @@ func p5(cfg Config, r *Report) error {
 		}
 	}
 	r.Tables = append(r.Tables, p5Table(runs))
-	panel := Panel{Title: "P5: where one devplumb ADD goes (direct call, no cnitool, state on disk)", Unit: "ms"}
-	for _, name := range runs[0].ops["ADD"].order {
-		panel.Bars = append(panel.Bars, Bar{Label: "ADD " + name, S: Summarize(runs[0].ops["ADD"].ms[name])})
+	shown := runs[0]
+	if last := runs[len(runs)-1]; last.kube {
+		shown = last // the whole path, network-status write included
+	}
+	panel := Panel{Title: "P5: where one devplumb ADD goes (direct call, state on " + shown.col + ")", Unit: "ms"}
+	for _, name := range shown.ops["ADD"].order {
+		panel.Bars = append(panel.Bars, Bar{Label: "ADD " + name, S: Summarize(shown.ops["ADD"].ms[name])})
 	}
 	r.Panels = append(r.Panels, panel)
 	return nil
@@ -53,6 +66,7 @@ func p5(cfg Config, r *Report) error {
 // p5Run is devplumb with its state in one place.
 type p5Run struct {
 	col, state string
+	kube       bool
 	stdin      []byte
 	ops        map[string]*opPhases
 }
@@ -139,7 +153,7 @@ func parsePhases(stderr []byte) ([]phase, error) {
 }
 
 func p5Table(runs []*p5Run) Table {
-	t := Table{Title: "P5: devplumb ADD and DEL by phase (direct call with DEVPLUMB_DEBUG=1), state on disk and on tmpfs",
+	t := Table{Title: "P5: devplumb ADD and DEL by phase (direct call with DEVPLUMB_DEBUG=1): state on disk, on tmpfs, with a kubeconfig",
 		Header: []string{"phase"}}
 	var names []string
 	seen := map[string]bool{}
@@ -163,7 +177,7 @@ func p5Table(runs []*p5Run) Table {
 		}
 		t.Rows = append(t.Rows, row)
 	}
-	t.Notes = []string{"config: parse the config and CNI_ARGS; podResources: dial the kubelet socket and Get; claim: the claim under the state lock (ADD: claim and record the delegate run, two writes); deviceInfo: copy or remove the CNI device-info file; delegate: bridge + host-local; networkStatus: build the entry and the result; state: ADD writes the completed record, DEL reads it; kube: the API server write (no kubeconfig here: nothing).",
+	t.Notes = []string{"config: parse the config and CNI_ARGS; podResources: dial the kubelet socket and Get; claim: the claim under the state lock (ADD: claim and record the delegate run, two writes); deviceInfo: copy or remove the CNI device-info file; delegate: bridge + host-local; networkStatus: build the entry and the result; state: ADD writes the completed record, DEL reads it; kube: build the Kubernetes client and write (DEL: remove) the network-status entry, nothing without a kubeconfig.",
 		"The completed ADD keeps its phases up to networkStatus in its state record: devplumbctl inspect shows them."}
 	return t
 }

@@ -20,6 +20,11 @@ type Config struct {
 	Runs     int       // ADD+DEL cycles per P1 variant and samples per P4/P5 figure
 	Pods     int       // P3: pods added at once
 	Log      io.Writer // progress
+	// Kube runs devplumb also with a kubeconfig against a real kube-apiserver (P1, P5),
+	// found as the e2e tests find it (DEVPLUMB_KUBE_APISERVER, DEVPLUMB_ETCD).
+	Kube bool
+
+	kube *kubeNode
 }
 
 func (c Config) plugin(name string) string { return filepath.Join(c.CNIBin, name) }
@@ -41,6 +46,17 @@ func Run(cfg Config) (*Report, error) {
 	cfg.Runs = max(cfg.Runs, 5)
 	cfg.Pods = max(cfg.Pods, 1)
 	defer removeIfCreated("/var/lib/cni/results", "/var/lib/cni")()
+	if cfg.Kube {
+		cfg.logf("== starting etcd and kube-apiserver")
+		k, err := startKube()
+		if err != nil {
+			return nil, err
+		}
+		setLiveKube(k)
+		defer setLiveKube(nil)
+		defer k.close()
+		cfg.kube = k
+	}
 	r := &Report{Title: "devplumb bench", Intro: intro(cfg)}
 	steps := []struct {
 		name string
