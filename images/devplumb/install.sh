@@ -72,10 +72,11 @@ credentials() { cat "$SA/token" "$SA/ca.crt"; }
 # run refreshes until SIGTERM. As a container's PID 1 the shell gets no default signal
 # action, so it traps TERM, and sleeps in the background so the trap runs at once rather
 # than after the sleep (the kubelet would otherwise wait out the grace period and kill).
+# $last must hold the credentials read before the kubeconfig was last written: read
+# after it, a rotation in between would look already done and never be written.
 run() {
 	sleeper=
 	trap 'log "stopping"; [ -z "$sleeper" ] || kill "$sleeper" 2>/dev/null; exit 0' TERM INT
-	last=$(credentials)
 	while :; do
 		sleep "$REFRESH_SECONDS" &
 		sleeper=$!
@@ -97,6 +98,7 @@ install)
 	;;
 run)
 	install_bin
+	last=$(credentials)
 	write_kubeconfig
 	run
 	;;
