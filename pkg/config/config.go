@@ -14,12 +14,14 @@ import (
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/devplumb/devplumb/devinfo"
 )
 
 // Defaults of DESIGN.md.
 const (
 	DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
-	DefaultDeviceInfoDir      = "/var/run/k8s.cni.cncf.io/devinfo"
+	DefaultDeviceInfoDir      = devinfo.DefaultDir
 	DefaultStateDir           = "/var/lib/cni/devplumb"
 	DefaultInjectKey          = "deviceID"
 

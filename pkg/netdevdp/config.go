@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/devplumb/devplumb/pkg/dpmetrics"
 	"github.com/devplumb/devplumb/pkg/netdevpool"
 	"github.com/devplumb/devplumb/pkg/pcipool"
@@ -27,12 +29,12 @@ const DefaultResync = 5 * time.Second
 // Config is the netdev-dp config file. Directories given as flags override
 // the file's.
 type Config struct {
-	PluginDir  string     `json:"pluginDir,omitempty"`
-	DevInfoDir string     `json:"deviceInfoDir,omitempty"`
-	CDIDir     string     `json:"cdiDir,omitempty"`
-	SysfsRoot  string     `json:"sysfsRoot,omitempty"`
-	Resync     Duration   `json:"resyncInterval,omitempty"`
-	Resources  []Resource `json:"resources"`
+	PluginDir  string          `json:"pluginDir,omitempty"`
+	DevInfoDir string          `json:"deviceInfoDir,omitempty"`
+	CDIDir     string          `json:"cdiDir,omitempty"`
+	SysfsRoot  string          `json:"sysfsRoot,omitempty"`
+	Resync     metav1.Duration `json:"resyncInterval,omitempty"` // "5s"; default DefaultResync
+	Resources  []Resource      `json:"resources"`
 
 	// Metrics, when set, counts what every resource's plugin does and
 	// serves it (set by the command line, not the file).
@@ -48,26 +50,6 @@ type Resource struct {
 	VhostUser    *sockpool.VhostUser `json:"vhostUser,omitempty"`
 	Memif        *sockpool.Memif     `json:"memif,omitempty"`
 }
-
-// Duration is a time.Duration written as "5s" in JSON (resyncInterval).
-type Duration struct{ time.Duration }
-
-// UnmarshalJSON parses a Go duration string.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("resyncInterval must be a string like \"5s\": %w", err)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil || v <= 0 {
-		return fmt.Errorf("resyncInterval %q is not a positive Go duration like \"5s\"", s)
-	}
-	d.Duration = v
-	return nil
-}
-
-// MarshalJSON writes the duration as a string.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
 
 // maxConfigSize bounds the config file: a real one is a few KiB.
 const maxConfigSize = 4 << 20
@@ -127,6 +109,9 @@ func position(data []byte, err error) string {
 
 // Validate checks everything that can be checked without the host.
 func (c *Config) Validate() error {
+	if c.Resync.Duration < 0 {
+		return fmt.Errorf("resyncInterval %s is negative: give a positive duration like \"5s\"", c.Resync.Duration)
+	}
 	if len(c.Resources) == 0 {
 		return fmt.Errorf("resources: at least one resource is required")
 	}

@@ -13,13 +13,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/pkg/netdevpool"
 	"github.com/devplumb/devplumb/pkg/pcipool"
 	"github.com/devplumb/devplumb/pkg/pcisysfs/sysfstest"
 	"github.com/devplumb/devplumb/pkg/sockpool"
 	"github.com/devplumb/devplumb/pkg/vdpapool"
-	"github.com/vishvananda/netlink"
 )
 
 const (
@@ -62,7 +64,7 @@ func newFixture(t *testing.T) *fixture {
 		DevInfoDir: f.devinfoDir,
 		CDIDir:     f.cdiDir,
 		SysfsRoot:  f.sysfs,
-		Resync:     Duration{100 * time.Millisecond},
+		Resync:     metav1.Duration{Duration: 100 * time.Millisecond},
 		Resources: []Resource{
 			{ResourceName: resVF, PCI: &pcipoolSelectors{PFNames: []string{"ens1f0"}}},
 			{ResourceName: resVeth, NetDevs: &netdevConfig{Names: []string{f.vethPrefix + "*"}}},

@@ -118,9 +118,9 @@ type call struct {
 	pr     *podresources.Client // opened on first use
 	prev   *current.Result      // ADD: the chain's prevResult, if any
 	t      *phases              // timings of the call's steps
+	depth  int                  // devplumb runs above this one (DepthEnv)
 	// closeLog ends the call's log file, if its network has one.
 	closeLog func()
-	depth  int                  // devplumb runs above this one (DepthEnv)
 }
 
 func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Error) {
