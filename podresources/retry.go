@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
+	"math"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Backoff bounds between attempts refused by the rate limiter. The kubelet
@@ -19,11 +20,16 @@ const (
 	maxBackoff = 500 * time.Millisecond
 )
 
+// backoff doubles from minBackoff/2 to maxBackoff, each wait jittered up to
+// twice its base, so clients refused together do not come back together.
+func backoff() *wait.Backoff {
+	return &wait.Backoff{Duration: minBackoff / 2, Factor: 2, Jitter: 1, Steps: math.MaxInt32, Cap: maxBackoff}
+}
+
 // retry runs call until it succeeds, fails with something other than
-// ResourceExhausted, or ctx ends. Waits grow exponentially with full jitter so
-// clients refused together do not come back together.
+// ResourceExhausted, or ctx ends, waiting as backoff says between attempts.
 func (c *Client) retry(ctx context.Context, method string, call func(context.Context) error) error {
-	backoff := minBackoff
+	b := backoff()
 	var limited error // the last ResourceExhausted answer
 	for attempt := 1; ; attempt++ {
 		err := call(ctx)
@@ -38,7 +44,7 @@ func (c *Client) retry(ctx context.Context, method string, call func(context.Con
 			return c.describe(method, err)
 		}
 		limited = err
-		wait := backoff/2 + rand.N(backoff/2+1)
+		wait := b.Step()
 		c.opts.log.Debug("PodResources call rate limited, retrying",
 			"method", method, "attempt", attempt, "wait", wait)
 		t := time.NewTimer(wait)
@@ -48,7 +54,6 @@ func (c *Client) retry(ctx context.Context, method string, call func(context.Con
 			return c.limitedErr(method, attempt, limited)
 		case <-t.C:
 		}
-		backoff = min(backoff*2, maxBackoff)
 	}
 }
 

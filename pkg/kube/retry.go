@@ -6,10 +6,11 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"math/rand/v2"
+	"math"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Backoff between attempts: short, because a CNI ADD waits for it, and jittered, because a
@@ -19,11 +20,17 @@ const (
 	maxBackoff = 500 * time.Millisecond
 )
 
+// backoff doubles from minBackoff/2 to maxBackoff, each wait jittered up to
+// twice its base.
+func backoff() *wait.Backoff {
+	return &wait.Backoff{Duration: minBackoff / 2, Factor: 2, Jitter: 1, Steps: math.MaxInt32, Cap: maxBackoff}
+}
+
 // retry runs op until it is done, fails with an error that retrying cannot fix, or ctx
 // ends. op returns done=true to stop with its error (nil or not); done=false with an error
 // asks for another attempt when the error is transient (conflict, transport, 429, 5xx).
 func (c *Client) retry(ctx context.Context, op func(context.Context) (bool, error)) error {
-	backoff := minBackoff
+	b := backoff()
 	var last error
 	for attempt := 1; ; attempt++ {
 		done, err := op(ctx)
@@ -36,18 +43,16 @@ func (c *Client) retry(ctx context.Context, op func(context.Context) (bool, erro
 		last = err
 		if apierrors.IsConflict(err) {
 			// The object moved on: read it again soon, do not wait long.
-			backoff = minBackoff
+			b = backoff()
 		}
-		sleep := backoff/2 + rand.N(backoff/2+1)
 		select {
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.Canceled) {
 				return fmt.Errorf("cancelled after %d attempts: %w", attempt, last)
 			}
 			return c.boundError(attempt, last)
-		case <-time.After(sleep):
+		case <-time.After(b.Step()):
 		}
-		backoff = min(2*backoff, maxBackoff)
 	}
 }
 
