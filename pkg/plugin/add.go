@@ -17,6 +17,7 @@ import (
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/claims"
 	"github.com/devplumb/devplumb/pkg/delegate"
+	"github.com/devplumb/devplumb/pkg/failpoint"
 )
 
 // Add is CNI ADD.
@@ -36,6 +37,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	if cerr != nil {
 		return cerr
 	}
+	failpoint.Hit("add-claimed")
 	result, replayed := c.replay(rec)
 	switch {
 	case replayed && rec.NetworkStatus != nil:
@@ -214,15 +216,18 @@ func (c *call) attach(rec *claims.Attachment) (types.Result, *types.Error) {
 		c.release(rec)
 		return nil, stateError(c.conf.StateDir, err)
 	}
+	failpoint.Hit("add-recorded")
 	if cerr := c.copyDeviceInfo(rec); cerr != nil {
 		c.rollbackFiles(rec)
 		return nil, cerr
 	}
+	failpoint.Hit("add-devinfo-copied")
 	result, err := c.inv.Add(context.Background(), list, rt)
 	if err != nil {
 		c.rollback(list, rt, rec)
 		return nil, delegateError(fmt.Sprintf("delegate ADD failed for device %s", rec.DeviceID), err)
 	}
+	failpoint.Hit("add-delegated")
 	out, cerr := c.finish(rec, result)
 	if cerr != nil {
 		c.rollback(list, rt, rec)
@@ -318,6 +323,7 @@ func (c *call) finish(rec *claims.Attachment, result types.Result) (types.Result
 	if err := c.claims.Update(rec); err != nil {
 		return nil, stateError(c.conf.StateDir, err)
 	}
+	failpoint.Hit("add-completed")
 	// Last, so that no failure after it leaves an entry on the pod.
 	return out, c.setStatus(entry)
 }

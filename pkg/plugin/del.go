@@ -16,6 +16,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/claims"
 	"github.com/devplumb/devplumb/pkg/config"
 	"github.com/devplumb/devplumb/pkg/delegate"
+	"github.com/devplumb/devplumb/pkg/failpoint"
 )
 
 // Del is CNI DEL. With state it undoes exactly what ADD did; without state
@@ -43,17 +44,22 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		return cerr
 	}
 	if err := c.delegateDel(list, rt); err != nil {
-		if rec != nil {
+		if rec != nil && rec.Complete {
 			return delegateError("delegate DEL failed (state kept, DEL can be retried)", err)
 		}
-		// Without state nothing proves ADD ever ran here.
-		p.Log.Warn("delegate DEL failed for an attachment devplumb has no state of", "error", err)
+		// Without a completed ADD nothing proves the delegate ADD ran (or
+		// a DEL killed after it already undid it): a delegate whose DEL
+		// fails on what is not there (host-device) must not fail DEL.
+		p.Log.Warn("delegate DEL failed for an attachment with no completed ADD", "error", err)
 	}
+	c.markUndone(rec)
+	failpoint.Hit("del-delegated")
 	if cniFile != "" {
 		if err := devinfo.RemoveFile(cniFile); err != nil {
 			return cniError(types.ErrIOFailure, "cannot remove the CNI device-info file", err)
 		}
 	}
+	failpoint.Hit("del-file-removed")
 	if err := c.claims.Release(c.key); err != nil {
 		return cniError(ErrState, "cannot release the device claim in \"stateDir\" "+c.conf.StateDir, err)
 	}
@@ -61,6 +67,19 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	// device must not wait for that.
 	c.removeStatus(rec)
 	return nil
+}
+
+// markUndone records that the delegates of a completed attachment are
+// undone, so a DEL killed before it removes the record and run again does
+// not fail on a second delegate DEL.
+func (c *call) markUndone(rec *claims.Attachment) {
+	if rec == nil || !rec.Complete {
+		return
+	}
+	rec.Complete = false
+	if err := c.claims.Update(rec); err != nil {
+		c.p.Log.Warn("cannot record that the delegates are undone", "error", err)
+	}
 }
 
 // delegateDel runs the delegate DEL, unless a delegate is devplumb itself:
