@@ -22,8 +22,8 @@ import (
 	"unicode"
 
 	"github.com/devplumb/devplumb/pkg/atomicfile"
-	"github.com/devplumb/devplumb/pkg/safefile"
 	"github.com/devplumb/devplumb/pkg/devpool"
+	"github.com/devplumb/devplumb/pkg/safefile"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 	cdispecs "tags.cncf.io/container-device-interface/specs-go"
