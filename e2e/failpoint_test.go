@@ -17,15 +17,15 @@ var (
 	delFailpoints = []string{"del-delegated", "del-file-removed"}
 )
 
-// devplumb killed (SIGKILL) at each step of ADD, then DEL, or ADD then DEL,
-// leaves nothing: no claim, no CNI file, no libcni cache entry, the device
+// devplumb killed (SIGKILL) at each step of ADD, then DEL, ADD then DEL, or
+// GC, leaves nothing: no claim, no CNI file, no libcni cache entry, the device
 // back on the host and out of the pod. Killed at each step of DEL, the DEL
 // run again does the same.
 func TestKilledAtEachStep(t *testing.T) {
 	type plan struct{ killAt, then string }
 	var plans []plan
 	for _, fp := range addFailpoints {
-		plans = append(plans, plan{fp, "DEL"}, plan{fp, "ADD+DEL"})
+		plans = append(plans, plan{fp, "DEL"}, plan{fp, "ADD+DEL"}, plan{fp, "GC"})
 	}
 	for _, fp := range delFailpoints {
 		plans = append(plans, plan{fp, "DEL"})
@@ -52,7 +52,13 @@ func TestKilledAtEachStep(t *testing.T) {
 					t.Fatal("ADD after the kill: the device is not in the pod")
 				}
 			}
-			if _, ce := e.run("DEL", stdin, "c1", pod.Path(), "net1", args); ce != nil {
+			if p.then == "GC" {
+				// GC with no valid attachment: as after a node crash.
+				conf["cniVersion"] = "1.1.0"
+				if _, ce := e.run("GC", mustJSON(t, conf), "", "", "", ""); ce != nil {
+					t.Fatalf("GC after the kill: %+v", ce)
+				}
+			} else if _, ce := e.run("DEL", stdin, "c1", pod.Path(), "net1", args); ce != nil {
 				t.Fatalf("DEL after the kill: %+v", ce)
 			}
 			e.assertNoAttachments(t, p.killAt)
