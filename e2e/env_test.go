@@ -39,6 +39,10 @@ type env struct {
 	pr                                       *podresourcestest.Server
 	// extraPath, when set, is searched for plugins before bin.
 	extraPath string
+	// exe, when set, is the devplumb binary run; extraEnv is added to its
+	// environment.
+	exe      string
+	extraEnv []string
 }
 
 // cniPath is the CNI_PATH devplumb runs with.
@@ -132,12 +136,7 @@ func (e *env) run(cmd string, stdin []byte, containerID, netns, ifName, args str
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), runBound)
 	defer cancel()
-	c := exec.CommandContext(ctx, filepath.Join(e.bin, "devplumb"))
-	c.Env = append(os.Environ(), "CNI_COMMAND="+cmd, "CNI_CONTAINERID="+containerID, "CNI_NETNS="+netns,
-		"CNI_IFNAME="+ifName, "CNI_ARGS="+args, "CNI_PATH="+e.cniPath())
-	c.Stdin = bytes.NewReader(stdin)
-	var out, errOut bytes.Buffer
-	c.Stdout, c.Stderr = &out, &errOut
+	c, out, errOut := e.command(ctx, cmd, stdin, containerID, netns, ifName, args)
 	if err := c.Run(); err != nil {
 		if ctx.Err() != nil {
 			e.t.Fatalf("devplumb %s did not finish within %s (killed)\nstderr: %s", cmd, runBound, errOut.String())
@@ -149,6 +148,24 @@ func (e *env) run(cmd string, stdin []byte, containerID, netns, ifName, args str
 		return out.Bytes(), ce
 	}
 	return out.Bytes(), nil
+}
+
+// command is the devplumb run of a CNI command, with its output buffers.
+// e.exe, when set, is the devplumb binary (one built with failpoints), and
+// e.extraEnv is added to its environment.
+func (e *env) command(ctx context.Context, cmd string, stdin []byte, containerID, netns, ifName, args string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
+	exe := e.exe
+	if exe == "" {
+		exe = filepath.Join(e.bin, "devplumb")
+	}
+	c := exec.CommandContext(ctx, exe)
+	c.Env = append(os.Environ(), "CNI_COMMAND="+cmd, "CNI_CONTAINERID="+containerID, "CNI_NETNS="+netns,
+		"CNI_IFNAME="+ifName, "CNI_ARGS="+args, "CNI_PATH="+e.cniPath())
+	c.Env = append(c.Env, e.extraEnv...)
+	c.Stdin = bytes.NewReader(stdin)
+	var out, errOut bytes.Buffer
+	c.Stdout, c.Stderr = &out, &errOut
+	return c, &out, &errOut
 }
 
 func podArgs(namespace, name string) string {

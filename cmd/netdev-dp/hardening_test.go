@@ -2,12 +2,19 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/devplumb/devplumb/pkg/failpoint"
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
 // A --plugin-dir whose parent does not exist is an error naming it, and
@@ -56,5 +63,32 @@ func TestSocketDirLinksOverlap(t *testing.T) {
 		if code != 1 || !strings.Contains(stderr.String(), "resources overlap") {
 			t.Errorf("socket dirs %v: exit %d, want 1 with an overlap error:\n%s", dirs, code, stderr.String())
 		}
+	}
+}
+
+// netdev-dp killed (SIGKILL) after writing its CDI spec, after writing the
+// device-info files, and after registering: the next start takes over what
+// the killed one left, and SIGTERM then leaves nothing.
+func TestKilledAtEachStep(t *testing.T) {
+	tagged := filepath.Join(testenv.BuildTagged(t, "failpoints", "./cmd/netdev-dp"), "netdev-dp")
+	for _, fp := range []string{"netdevdp-cdi-written", "netdevdp-devinfo-written", "deviceplugin-registered"} {
+		t.Run(fp, func(t *testing.T) {
+			b := newBinNode(t, "a.sock", "b.sock")
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			var stderr bytes.Buffer
+			cmd := exec.CommandContext(ctx, tagged, "--config", b.config, "--plugin-dir", b.node.PluginDir(),
+				"--devinfo-dir", b.devinfoDir, "--cdi-dir", b.cdiDir)
+			cmd.Env = append(os.Environ(), failpoint.Env+"="+fp)
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			st, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+			if ctx.Err() != nil || !st.Signaled() || st.Signal() != syscall.SIGKILL {
+				t.Fatalf("netdev-dp with failpoint %s: %v, want death by SIGKILL\n%s", fp, err, stderr.String())
+			}
+			again, out := b.start()
+			b.waitDevices(2, out)
+			b.sigterm(again, out)
+		})
 	}
 }

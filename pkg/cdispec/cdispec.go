@@ -23,6 +23,7 @@ import (
 
 	"github.com/devplumb/devplumb/pkg/atomicfile"
 	"github.com/devplumb/devplumb/pkg/devpool"
+	"github.com/devplumb/devplumb/pkg/safefile"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 	cdispecs "tags.cncf.io/container-device-interface/specs-go"
@@ -166,7 +167,9 @@ func (w *Writer) Write(devs []devpool.Device) error {
 		return fmt.Errorf("CDI spec %s: encode: %w", w.path, err)
 	}
 	data = append(data, '\n')
-	if old, err := os.ReadFile(w.path); err == nil && bytes.Equal(old, data) {
+	// Bounded and never through a link or a FIFO someone left in the
+	// shared CDI dir: anything unreadable is simply written over.
+	if old, err := safefile.ReadFile(w.path, int64(len(data)), safefile.NoFollow); err == nil && bytes.Equal(old, data) {
 		return nil
 	}
 	if err := w.validate(data); err != nil {

@@ -1,9 +1,12 @@
 package cdispec
 
 import (
+	"context"
 	"errors"
 	"os"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/devplumb/devplumb/pkg/devpool"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
@@ -121,5 +124,36 @@ func TestDeviceName(t *testing.T) {
 	}
 	if got := EnvName("example.com/netdev", "veth0"); got != "CDI_EXAMPLE_COM_NETDEV_VETH0" {
 		t.Errorf("EnvName = %q", got)
+	}
+}
+
+// A FIFO, or a link to /dev/zero, left at the spec's path neither blocks
+// Write nor is followed: the spec is written over it.
+func TestWriteOverHostileFile(t *testing.T) {
+	for _, mk := range []func(string) error{
+		func(p string) error { return syscall.Mkfifo(p, 0o644) },
+		func(p string) error { return os.Symlink("/dev/zero", p) },
+	} {
+		dir := t.TempDir()
+		w, err := New(dir, "example.com/net")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := mk(w.Path()); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		done := make(chan error, 1)
+		go func() { done <- w.Write([]devpool.Device{{ID: "d0", Healthy: true, NUMANode: devpool.NoNUMA}}) }()
+		select {
+		case err := <-done:
+			st, serr := os.Lstat(w.Path())
+			if err != nil || serr != nil || !st.Mode().IsRegular() {
+				t.Errorf("Write over a hostile file: %v, %v %v", err, st, serr)
+			}
+		case <-ctx.Done():
+			t.Fatal("Write did not return")
+		}
+		cancel()
 	}
 }

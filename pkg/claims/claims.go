@@ -56,7 +56,8 @@ type Attachment struct {
 	CNIArgs        [][2]string     `json:"cniArgs,omitempty"`
 	CapabilityArgs map[string]any  `json:"capabilityArgs,omitempty"`
 	// Complete is set when ADD finished; an incomplete record is an ADD in
-	// progress or one that crashed half way (GC and DEL clean it).
+	// progress or one that crashed half way (GC and DEL clean it), or a DEL
+	// that undid the delegates and was killed before removing the record.
 	Complete      bool                 `json:"complete"`
 	Result        json.RawMessage      `json:"result,omitempty"`
 	NetworkStatus *nadv1.NetworkStatus `json:"networkStatus,omitempty"`

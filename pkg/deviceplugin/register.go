@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/devplumb/devplumb/pkg/failpoint"
 )
 
 // ErrRegistrationRejected: the kubelet answered the registration with an
@@ -96,6 +98,7 @@ func (s *Server) registered(ino uint64) {
 	s.live.Store(true)
 	s.observe(EventRegistered)
 	s.log.Info("registered with kubelet", "endpoint", s.cfg.Endpoint)
+	failpoint.Hit("deviceplugin-registered")
 }
 
 // answered tells a kubelet's error answer from a kubelet that is not there

@@ -16,6 +16,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/deviceplugin"
 	"github.com/devplumb/devplumb/pkg/devpool"
 	"github.com/devplumb/devplumb/pkg/dpmetrics"
+	"github.com/devplumb/devplumb/pkg/failpoint"
 )
 
 // resource keeps one resource's plugin, CDI spec and device-info files in
@@ -95,8 +96,10 @@ func (r *resource) sync() error {
 	if err := r.cdi.Write(devs); err != nil {
 		errs = append(errs, fmt.Errorf("resource %s: %w", r.name, err))
 	}
+	failpoint.Hit("netdevdp-cdi-written")
 	next := devpool.Index(devs)
 	errs = append(errs, r.syncFiles(next)...)
+	failpoint.Hit("netdevdp-devinfo-written")
 	for id := range r.devices {
 		if _, ok := next[id]; !ok {
 			r.log.Info("device left", "device", id)

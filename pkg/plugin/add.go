@@ -16,6 +16,7 @@ import (
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/claims"
 	"github.com/devplumb/devplumb/pkg/delegate"
+	"github.com/devplumb/devplumb/pkg/failpoint"
 	"github.com/devplumb/devplumb/pkg/netstatus"
 )
 
@@ -37,6 +38,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	if cerr != nil {
 		return cerr
 	}
+	failpoint.Hit("add-claimed")
 	result, replayed := c.replay(rec)
 	switch {
 	case replayed && rec.NetworkStatus != nil:
@@ -218,17 +220,20 @@ func (c *call) attach(rec *claims.Attachment) (types.Result, *types.Error) {
 		return nil, stateError(c.conf.StateDir, err)
 	}
 	c.t.mark(phaseClaim)
+	failpoint.Hit("add-recorded")
 	if cerr := c.copyDeviceInfo(rec); cerr != nil {
 		c.rollbackFiles(rec)
 		return nil, cerr
 	}
 	c.t.mark(phaseDeviceInfo)
+	failpoint.Hit("add-devinfo-copied")
 	result, err := c.inv.Add(context.Background(), list, rt)
 	c.t.mark(phaseDelegate)
 	if err != nil {
 		c.rollback(list, rt, rec)
 		return nil, delegateError(fmt.Sprintf("delegate ADD failed for device %s", rec.DeviceID), err)
 	}
+	failpoint.Hit("add-delegated")
 	out, cerr := c.finish(rec, result)
 	if cerr != nil {
 		c.rollback(list, rt, rec)
@@ -326,6 +331,7 @@ func (c *call) finish(rec *claims.Attachment, result types.Result) (types.Result
 		return nil, stateError(c.conf.StateDir, err)
 	}
 	c.t.mark(phaseState)
+	failpoint.Hit("add-completed")
 	// Last, so that no failure after it leaves an entry on the pod.
 	cerr = c.setStatus(entry)
 	c.t.mark(phaseKube)

@@ -16,6 +16,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/claims"
 	"github.com/devplumb/devplumb/pkg/config"
 	"github.com/devplumb/devplumb/pkg/delegate"
+	"github.com/devplumb/devplumb/pkg/failpoint"
 )
 
 // Del is CNI DEL. With state it undoes exactly what ADD did; without state
@@ -47,18 +48,23 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	err = c.delegateDel(list, rt)
 	c.t.mark(phaseDelegate)
 	if err != nil {
-		if rec != nil {
+		if rec != nil && rec.Complete {
 			return delegateError("delegate DEL failed (state kept, DEL can be retried)", err)
 		}
-		// Without state nothing proves ADD ever ran here.
-		c.p.Log.Warn("delegate DEL failed for an attachment devplumb has no state of", "err", err)
+		// Without a completed ADD nothing proves the delegate ADD ran (or
+		// a DEL killed after it already undid it): a delegate whose DEL
+		// fails on what is not there (host-device) must not fail DEL.
+		c.p.Log.Warn("delegate DEL failed for an attachment with no completed ADD", "err", err)
 	}
+	c.markUndone(rec)
+	failpoint.Hit("del-delegated")
 	if cniFile != "" {
 		if err := devinfo.RemoveFile(cniFile); err != nil {
 			return cniError(types.ErrIOFailure, "cannot remove the CNI device-info file", err)
 		}
 	}
 	c.t.mark(phaseDeviceInfo)
+	failpoint.Hit("del-file-removed")
 	if err := c.claims.Release(c.key); err != nil {
 		return cniError(ErrState, "cannot release the device claim in \"stateDir\" "+c.conf.StateDir, err)
 	}
@@ -68,6 +74,19 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	c.removeStatus(rec)
 	c.t.mark(phaseKube)
 	return nil
+}
+
+// markUndone records that the delegates of a completed attachment are
+// undone, so a DEL killed before it removes the record and run again does
+// not fail on a second delegate DEL.
+func (c *call) markUndone(rec *claims.Attachment) {
+	if rec == nil || !rec.Complete {
+		return
+	}
+	rec.Complete = false
+	if err := c.claims.Update(rec); err != nil {
+		c.p.Log.Warn("cannot record that the delegates are undone", "err", err)
+	}
 }
 
 // delegateDel runs the delegate DEL, unless a delegate is devplumb itself:

@@ -166,7 +166,12 @@ func (c *call) collect(rec *claims.Attachment) error {
 // and removes its CNI file; the claim is the caller's.
 func (c *call) undo(rec *claims.Attachment) error {
 	if err := c.undoDelegate(rec); err != nil {
-		return err
+		if rec.Complete {
+			return err
+		}
+		// As in DEL: an ADD that never completed may never have run the
+		// delegate, whose DEL then fails on what is not there.
+		c.p.Log.Warn("delegate DEL failed for an attachment with no completed ADD", "container", rec.ContainerID, "err", err)
 	}
 	if f := c.ownedCNIFile(rec.CNIFile); f != "" {
 		return devinfo.RemoveFile(f)

@@ -45,26 +45,40 @@ func CNIPlugins(t testing.TB) string {
 // that directory. Each binary is named after the last element of its path.
 func Build(t testing.TB, pkgs ...string) string {
 	t.Helper()
+	return BuildTagged(t, "", pkgs...)
+}
+
+// BuildTagged is Build with `go build -tags tags`, into a subdirectory of
+// Build's named after the tags, so tagged binaries (failpoints) never
+// replace the normal ones.
+func BuildTagged(t testing.TB, tags string, pkgs ...string) string {
+	t.Helper()
 	dir, err := BinDir()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if tags != "" {
+		dir = filepath.Join(dir, "tags-"+strings.ReplaceAll(tags, ",", "-"))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	mu.Lock()
 	defer mu.Unlock()
 	var todo []string
 	for _, p := range pkgs {
-		if !built[p] {
+		if !built[tags+" "+p] {
 			todo = append(todo, p)
 		}
 	}
 	if len(todo) == 0 {
 		return dir
 	}
-	if err := buildLocked(dir, todo); err != nil {
+	if err := buildLocked(dir, tags, todo); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range todo {
-		built[p] = true
+		built[tags+" "+p] = true
 	}
 	return dir
 }
@@ -92,7 +106,7 @@ func ModuleRoot() string {
 
 // buildLocked runs one `go build` per package under an exclusive file lock,
 // so parallel test processes never write the same binary at once.
-func buildLocked(dir string, pkgs []string) error {
+func buildLocked(dir, tags string, pkgs []string) error {
 	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return fmt.Errorf("open build lock: %w", err)
@@ -104,7 +118,7 @@ func buildLocked(dir string, pkgs []string) error {
 	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
 	for _, p := range pkgs {
 		out := filepath.Join(dir, path.Base(p))
-		cmd := exec.Command("go", "build", "-o", out, p)
+		cmd := exec.Command("go", "build", "-tags", tags, "-o", out, p)
 		cmd.Dir = ModuleRoot()
 		if msg, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("go build %s: %w\n%s", p, err, strings.TrimSpace(string(msg)))
