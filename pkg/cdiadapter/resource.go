@@ -116,7 +116,7 @@ func (r *resource) writeSpecLocked() error {
 		if a.Devices == nil {
 			continue
 		}
-		d := devpool.Device{ID: id, Healthy: true, NUMANode: deviceplugin.NoNUMA}
+		d := devpool.Device{Device: deviceplugin.Device{ID: id, Healthy: true, NUMANode: deviceplugin.NoNUMA}}
 		for _, p := range uniq(a.Devices) {
 			d.DevNodes = append(d.DevNodes, devpool.DevNode{HostPath: p, ContainerPath: p, Permissions: "rw"})
 		}

@@ -11,10 +11,8 @@ import (
 	"strings"
 
 	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/deviceplugin"
 )
-
-// NoNUMA marks a device without NUMA affinity.
-const NoNUMA = -1
 
 // DevNode is a host device node a container needs (e.g. /dev/vfio/12).
 type DevNode struct {
@@ -32,9 +30,9 @@ type Mount struct {
 
 // Device is one allocatable device of a pool.
 type Device struct {
-	ID       string
-	Healthy  bool
-	NUMANode int                 // NoNUMA when unknown
+	// ID, health and NUMA node (deviceplugin.NoNUMA when unknown), as
+	// the kubelet sees them: one type for one thing.
+	deviceplugin.Device
 	Info     *devinfo.DeviceInfo // nil when no device-info type describes it
 	DevNodes []DevNode
 	Mounts   []Mount

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/deviceplugin"
 	"github.com/devplumb/devplumb/pkg/devpool"
 )
 
@@ -72,7 +73,7 @@ func TestAdoptsFilesOfAKilledRun(t *testing.T) {
 func TestListedDeviceKeepsFileWithoutInfo(t *testing.T) {
 	r := &resource{name: resVF, store: devinfo.NewStore(t.TempDir()), log: slog.Default(),
 		files: map[string]*devinfo.DeviceInfo{}}
-	dev := devpool.Device{ID: "0000:01:01.0", Healthy: true, Info: pciInfo("0000:01:01.0")}
+	dev := devpool.Device{Device: deviceplugin.Device{ID: "0000:01:01.0", Healthy: true}, Info: pciInfo("0000:01:01.0")}
 	if errs := r.syncFiles(devpool.Index([]devpool.Device{dev})); len(errs) != 0 {
 		t.Fatal(errs)
 	}
@@ -134,7 +135,7 @@ func TestSecondInstanceLeavesTheFirstAlone(t *testing.T) {
 func TestRemovedFileIsWrittenAgain(t *testing.T) {
 	r := &resource{name: resVF, store: devinfo.NewStore(t.TempDir()), log: slog.Default(),
 		files: map[string]*devinfo.DeviceInfo{}}
-	devs := devpool.Index([]devpool.Device{{ID: "0000:01:01.0", Healthy: true, Info: pciInfo("0000:01:01.0")}})
+	devs := devpool.Index([]devpool.Device{{Device: deviceplugin.Device{ID: "0000:01:01.0", Healthy: true}, Info: pciInfo("0000:01:01.0")}})
 	if errs := r.syncFiles(devs); len(errs) != 0 {
 		t.Fatal(errs)
 	}

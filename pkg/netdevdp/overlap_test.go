@@ -8,6 +8,7 @@ import (
 
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/cdispec"
+	"github.com/devplumb/devplumb/pkg/deviceplugin"
 	"github.com/devplumb/devplumb/pkg/devpool"
 )
 
@@ -30,7 +31,7 @@ func (p *listPool) set(ids ...string) {
 	defer p.mu.Unlock()
 	p.devs = nil
 	for _, id := range ids {
-		p.devs = append(p.devs, devpool.Device{ID: id, Healthy: true, NUMANode: devpool.NoNUMA})
+		p.devs = append(p.devs, devpool.Device{Device: deviceplugin.Device{ID: id, Healthy: true, NUMANode: deviceplugin.NoNUMA}})
 	}
 }
 

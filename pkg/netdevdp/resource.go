@@ -161,7 +161,7 @@ func (r *resource) fileExists(id string) bool {
 func toPlugin(devs []devpool.Device) []deviceplugin.Device {
 	out := make([]deviceplugin.Device, 0, len(devs))
 	for _, d := range devs {
-		out = append(out, deviceplugin.Device{ID: d.ID, Healthy: d.Healthy, NUMANode: d.NUMANode})
+		out = append(out, d.Device)
 	}
 	return out
 }

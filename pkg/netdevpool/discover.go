@@ -8,8 +8,10 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/devplumb/devplumb/pkg/devpool"
 	"github.com/vishvananda/netlink"
+
+	"github.com/devplumb/devplumb/pkg/deviceplugin"
+	"github.com/devplumb/devplumb/pkg/devpool"
 )
 
 // DefaultNetnsDirs are where named network namespaces live (ip netns,
@@ -95,7 +97,7 @@ func (p *Pool) discoverIn(path string, hostLinks []netlink.Link) []string {
 		if a.Alias == "" || !p.matches(a.Alias) {
 			continue
 		}
-		m := moved{dev: devpool.Device{ID: a.Alias, Healthy: true, NUMANode: devpool.NoNUMA}}
+		m := moved{dev: devpool.Device{Device: deviceplugin.Device{ID: a.Alias, Healthy: true, NUMANode: deviceplugin.NoNUMA}}}
 		if _, isVeth := l.(*netlink.Veth); isVeth && hostPeer(hostLinks, a.ParentIndex) {
 			m.peerIndex = a.ParentIndex
 		}

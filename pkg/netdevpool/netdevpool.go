@@ -8,10 +8,12 @@ import (
 	"sync"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/vishvananda/netlink"
+
+	"github.com/devplumb/devplumb/pkg/deviceplugin"
 	"github.com/devplumb/devplumb/pkg/devpool"
 	"github.com/devplumb/devplumb/pkg/pcipool"
 	"github.com/devplumb/devplumb/pkg/pcisysfs"
-	"github.com/vishvananda/netlink"
 )
 
 // Config selects interfaces.
@@ -139,7 +141,7 @@ func (p *Pool) listedIndex(i int) bool {
 
 // describe builds the device of a host interface.
 func (p *Pool) describe(name string) devpool.Device {
-	d := devpool.Device{ID: name, Healthy: true, NUMANode: devpool.NoNUMA}
+	d := devpool.Device{Device: deviceplugin.Device{ID: name, Healthy: true, NUMANode: deviceplugin.NoNUMA}}
 	devLink := filepath.Join(p.sysfs, "class", "net", name, "device")
 	if _, err := os.Lstat(devLink); err == nil {
 		if _, err := os.Stat(devLink); err != nil {
@@ -180,7 +182,7 @@ func (p *Pool) linkGone(link netlink.Link, index int, movedTo int, wasMoved bool
 	}
 	dev, ok := p.last[a.Name]
 	if !ok {
-		dev = devpool.Device{ID: a.Name, Healthy: true, NUMANode: devpool.NoNUMA}
+		dev = devpool.Device{Device: deviceplugin.Device{ID: a.Name, Healthy: true, NUMANode: deviceplugin.NoNUMA}}
 	}
 	p.seq++
 	m := moved{dev: dev, seq: p.seq}

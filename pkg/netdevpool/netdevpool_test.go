@@ -9,9 +9,11 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/vishvananda/netlink"
+
+	"github.com/devplumb/devplumb/pkg/deviceplugin"
 	"github.com/devplumb/devplumb/pkg/devpool"
 	"github.com/devplumb/devplumb/pkg/pcisysfs/sysfstest"
-	"github.com/vishvananda/netlink"
 )
 
 // vethPair creates a veth pair with unique names (prefix+"a", prefix+"b") and
@@ -204,7 +206,7 @@ func TestPCIBackedInterfaceIsDescribed(t *testing.T) {
 	if a.Info == nil || a.Info.Pci.PciAddress != "0000:03:00.0" || a.NUMANode != 1 || !a.Healthy {
 		t.Errorf("PCI-backed interface %+v", a)
 	}
-	if b.Info != nil || b.NUMANode != devpool.NoNUMA {
+	if b.Info != nil || b.NUMANode != deviceplugin.NoNUMA {
 		t.Errorf("plain veth %+v", b)
 	}
 	// The interface outlives its device: Unhealthy.

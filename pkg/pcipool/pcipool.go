@@ -19,6 +19,7 @@ import (
 	"sync"
 
 	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/deviceplugin"
 	"github.com/devplumb/devplumb/pkg/devpool"
 	"github.com/devplumb/devplumb/pkg/pcisysfs"
 )
@@ -163,9 +164,7 @@ func anyIn(list, vals []string) bool {
 // device turns a sysfs device into a pool device.
 func device(d *pcisysfs.Device) devpool.Device {
 	return devpool.Device{
-		ID:       d.Address,
-		Healthy:  true,
-		NUMANode: d.NUMANode,
+		Device:   deviceplugin.Device{ID: d.Address, Healthy: true, NUMANode: d.NUMANode},
 		Info:     Info(d),
 		DevNodes: VFIONodes(d),
 	}

@@ -27,10 +27,12 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/fsnotify/fsnotify"
+
 	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/deviceplugin"
 	"github.com/devplumb/devplumb/pkg/devpool"
 	"github.com/devplumb/devplumb/pkg/dirwatch"
-	"github.com/fsnotify/fsnotify"
 )
 
 // DefaultSocketName is the socket a container creates in its subdirectory.
@@ -152,11 +154,9 @@ func (p *Pool) Scan() ([]devpool.Device, error) {
 
 func (p *Pool) device(id, mount, socket string) devpool.Device {
 	return devpool.Device{
-		ID:       id,
-		Healthy:  true,
-		NUMANode: devpool.NoNUMA,
-		Info:     p.info(socket),
-		Mounts:   []devpool.Mount{{HostPath: mount, ContainerPath: mount}},
+		Device: deviceplugin.Device{ID: id, Healthy: true, NUMANode: deviceplugin.NoNUMA},
+		Info:   p.info(socket),
+		Mounts: []devpool.Mount{{HostPath: mount, ContainerPath: mount}},
 	}
 }
 

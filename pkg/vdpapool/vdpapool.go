@@ -17,6 +17,7 @@ import (
 	"sync"
 
 	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/deviceplugin"
 	"github.com/devplumb/devplumb/pkg/devpool"
 	"github.com/devplumb/devplumb/pkg/pcisysfs"
 )
@@ -93,7 +94,7 @@ func (p *Pool) read(name string) (devpool.Device, bool) {
 		return devpool.Device{}, false
 	}
 	info := &devinfo.VdpaDevice{ParentDevice: name, Driver: driver, Path: path}
-	d := devpool.Device{ID: name, Healthy: true, NUMANode: devpool.NoNUMA}
+	d := devpool.Device{Device: deviceplugin.Device{ID: name, Healthy: true, NUMANode: deviceplugin.NoNUMA}}
 	if target, err := filepath.EvalSymlinks(dir); err == nil {
 		if parent := filepath.Base(filepath.Dir(target)); pcisysfs.IsAddress(parent) {
 			info.PciAddress = parent
