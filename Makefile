@@ -2,14 +2,17 @@
 GO       ?= go
 BIN      := bin
 CMDS     := devplumb devplumbctl netdev-dp nodesim cdi-devnodes cdi-adapter
-# Prebuilt real parts for the Kubernetes and Multus end-to-end tests, built from
-# the Go module proxy at pinned versions into ~/.cache/devplumb (see scripts/).
+# Prebuilt real parts for the Kubernetes, Multus and real-node end-to-end tests, built
+# from the Go module proxy at pinned versions into ~/.cache/devplumb (see scripts/). The
+# node's Kubernetes binaries come after the apiserver: they share its compiled packages.
 KUBE_ENV  = DEVPLUMB_KUBE_APISERVER=$$(scripts/build-kube-apiserver.sh | tail -1) \
+            DEVPLUMB_KUBE_NODE=$$(scripts/build-kube-node.sh | tail -1) \
+            DEVPLUMB_CONTAINERD=$$(scripts/build-containerd.sh | tail -1) \
             DEVPLUMB_MULTUS=$$(scripts/build-multus.sh | tail -1) \
             DEVPLUMB_ETCD=$$(command -v etcd)
 TESTFLAGS ?= -race -timeout 45m -count=1
 
-.PHONY: all build test unit e2e bench bench-go demo fuzz lint images cni-plugins clean
+.PHONY: all build test unit e2e bench bench-go demo fuzz lint images cni-plugins clean setup
 
 all: build
 
@@ -17,30 +20,35 @@ all: build
 # about-string): `git describe` of the checkout, or VERSION=v1.2.3 for a
 # release. A plain `go build` shows the module version and VCS revision.
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null)
-LDFLAGS  := $(if $(VERSION),-X github.com/devplumb/devplumb/pkg/version.version=$(VERSION))
+LDFLAGS  := -s -w $(if $(VERSION),-X github.com/devplumb/devplumb/pkg/version.version=$(VERSION))
 
-# devplumb starts once per CNI call: static, stripped and without gRPC's x/net/trace
-# (grpcnotrace) it starts faster and smaller (see make bench).
-LEAN := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -tags grpcnotrace
+# Release builds: static (no libc needed) and stripped, as the images have them.
+# devplumb starts once per CNI call: without gRPC's x/net/trace (grpcnotrace) it
+# starts faster and smaller (see make bench).
+STATIC := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ $(addprefix ./cmd/,$(filter-out devplumb,$(CMDS)))
-	$(LEAN) -o $(BIN)/ ./cmd/devplumb
+	$(STATIC) -o $(BIN)/ $(addprefix ./cmd/,$(filter-out devplumb,$(CMDS)))
+	$(STATIC) -tags grpcnotrace -o $(BIN)/ ./cmd/devplumb
 
 # The CNI plugins and cnitool at the versions pinned in go.mod (tool directives).
 cni-plugins:
 	@mkdir -p $(BIN)/cni
 	$(GO) build -o $(BIN)/cni/ $$($(GO) list -f '{{.ImportPath}}' tool | grep -v '^$$')
 
+# The Debian packages the tests need (installed when root; scripts/setup-host.sh says which).
+setup:
+	@scripts/setup-host.sh
+
 # Unit, integration and end-to-end tests, with -race, as root.
-test:
+test: setup
 	$(KUBE_ENV) $(GO) test $(TESTFLAGS) ./...
 
-unit:
+unit: setup
 	$(GO) test $(TESTFLAGS) $$($(GO) list ./... | grep -v /e2e)
 
-e2e:
+e2e: setup
 	$(KUBE_ENV) $(GO) test $(TESTFLAGS) ./e2e/...
 
 # The packages whose tests define $(1) (Benchmark, Fuzz): only those are built
@@ -75,10 +83,11 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(GO) vet ./...
 
+# The images as docker-archive tarballs, built without Docker (the code the real-node
+# tests use): bin/images/devplumb.tar and netdev-dp.tar, for `docker load -i` or
+# `ctr -n k8s.io images import`. Needs a static busybox (Debian busybox-static).
 images:
-	@command -v docker >/dev/null && docker info >/dev/null 2>&1 || { echo "make images needs a running Docker engine"; exit 1; }
-	docker build -f images/devplumb/Dockerfile -t devplumb:dev .
-	docker build -f images/netdev-dp/Dockerfile -t netdev-dp:dev .
+	$(GO) run ./images/build -o $(BIN)/images
 
 clean:
 	rm -rf $(BIN)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"testing"
 
@@ -11,11 +12,30 @@ import (
 )
 
 // The NAD client only knows DefaultDir, so these tests use the real directory
-// with a resource name of their own and remove what they wrote.
+// with a resource name of their own and remove what they wrote, and the directories
+// the NAD client made for it (dp/ and cni/ with mode 000, and their parents).
 func nadResource(t *testing.T) string {
+	removeMadeDirs(t)
 	res := fmt.Sprintf("devplumb-test.example.com/nad-%d", os.Getpid())
 	t.Cleanup(func() { NewStore("").RemoveDP(res, "0000:01:02.2") })
 	return res
+}
+
+// removeMadeDirs removes, at the end of the test (after its other cleanups), the
+// directories of DefaultDir that did not exist before it, if they are empty.
+func removeMadeDirs(t *testing.T) {
+	dirs := []string{filepath.Dir(DefaultDir), DefaultDir, filepath.Join(DefaultDir, KindDP), filepath.Join(DefaultDir, KindCNI)}
+	var made []string
+	for _, d := range dirs {
+		if _, err := os.Lstat(d); errors.Is(err, os.ErrNotExist) {
+			made = append(made, d)
+		}
+	}
+	t.Cleanup(func() {
+		for i := len(made) - 1; i >= 0; i-- {
+			_ = os.Remove(made[i]) // fails, harmlessly, when something else put a file there
+		}
+	})
 }
 
 func TestNADClientWritesWeRead(t *testing.T) {

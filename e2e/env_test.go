@@ -101,6 +101,9 @@ func (e *env) install(conf map[string]any) {
 
 // cnitool runs `cnitool cmd network netns`; it returns stdout and stderr.
 func (e *env) cnitool(cmd, network, netns, ifName, cniArgs, capArgs string) (string, string, error) {
+	if cmd == "add" {
+		e.cachedResult(network, cnitoolID(netns), ifName)
+	}
 	c := exec.Command(filepath.Join(e.bin, "cnitool"), cmd, network, netns)
 	c.Env = append(os.Environ(), "CNI_PATH="+e.bin, "NETCONFPATH="+e.confDir, "CNI_IFNAME="+ifName,
 		"CNI_ARGS="+cniArgs, "CAP_ARGS="+capArgs)
@@ -108,6 +111,20 @@ func (e *env) cnitool(cmd, network, netns, ifName, cniArgs, capArgs string) (str
 	c.Stdout, c.Stderr = &out, &errOut
 	err := c.Run()
 	return out.String(), errOut.String(), err
+}
+
+// cnitoolCache is where libcni (in cnitool) caches each ADD's result; cnitool has no
+// option to move it.
+const cnitoolCache = "/var/lib/cni/results"
+
+// cachedResult removes, at the end of the test, the result libcni caches for an ADD (a
+// DEL removes it; a test that ends without DEL would leave it on the host).
+func (e *env) cachedResult(network, containerID, ifName string) {
+	f := filepath.Join(cnitoolCache, network+"-"+containerID+"-"+ifName)
+	if _, err := os.Lstat(f); err == nil {
+		return // not this test's
+	}
+	e.t.Cleanup(func() { _ = os.Remove(f) })
 }
 
 func (e *env) mustCnitool(cmd, network, netns, ifName, cniArgs, capArgs string) string {

@@ -1,10 +1,11 @@
-// Package images holds the Dockerfiles; its tests run the installer script the devplumb
-// image uses, against temp directories standing in for the host and the service account,
-// and check that the Dockerfiles build what they claim.
+// The installer script the devplumb image runs, against temp directories standing in for
+// the host and the service account.
+
 package images
 
 import (
 	"encoding/base64"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -200,4 +201,52 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestInstallScriptAPIServerAndReachability runs the script as the image does, under
+// busybox's shell and tools: the kubeconfig names API_SERVER when it is set (clusters
+// without kube-proxy, where the service address does not work from the host network),
+// and the script warns when the server it wrote does not answer, and only then.
+func TestInstallScriptAPIServerAndReachability(t *testing.T) {
+	tools := busyboxTools(t)
+	open, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	defer open.Close()
+	shut, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	shut.Close() // nothing listens there any more
+	for _, tc := range []struct {
+		url  string
+		warn bool
+	}{{"https://" + open.Addr().String(), false}, {"https://" + shut.Addr().String(), true}} {
+		in := newInstaller(t)
+		cmd := in.cmd("60", "install")
+		cmd.Path, cmd.Args = "/bin/busybox", append([]string{"busybox", "sh"}, cmd.Args[1:]...)
+		cmd.Env = append(cmd.Env, "PATH="+tools, "API_SERVER="+tc.url)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("install.sh: %v\n%s", err, out)
+		}
+		if h := in.kubeconfig(t).Host; h != tc.url {
+			t.Errorf("kubeconfig server %q, want API_SERVER %q", h, tc.url)
+		}
+		if got := strings.Contains(string(out), "does not answer"); got != tc.warn {
+			t.Errorf("server %s: warning %v, want %v; output:\n%s", tc.url, got, tc.warn, out)
+		}
+	}
+}
+
+// busyboxTools is a directory with a link to /bin/busybox (Debian busybox-static, which
+// the devplumb image has) for each of its applets: the image's PATH.
+func busyboxTools(t *testing.T) string {
+	t.Helper()
+	list, err := exec.Command("/bin/busybox", "--list").Output()
+	if err != nil {
+		t.Fatalf("/bin/busybox (Debian busybox-static; make test installs it): %v", err)
+	}
+	dir := t.TempDir()
+	for _, a := range strings.Fields(string(list)) {
+		must(t, os.Symlink("/bin/busybox", filepath.Join(dir, a)))
+	}
+	return dir
 }

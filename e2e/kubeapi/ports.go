@@ -59,3 +59,6 @@ func bindable(port int) bool {
 	l.Close()
 	return true
 }
+
+// FreePort is a free TCP port on 127.0.0.1 below the ephemeral range.
+func FreePort() (int, error) { return freePort() }

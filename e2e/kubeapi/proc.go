@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // proc is a child process and the channel closed when it has exited (and been reaped).
@@ -80,4 +81,41 @@ func stop(p *proc) {
 	}
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	<-p.done
+}
+
+// Proc is a process started by Spawn, for harnesses built on this package (e2e/node).
+type Proc struct{ p *proc }
+
+// Spawn starts bin with its output in dir/<name>.log, as the API server's processes are
+// started: it gets SIGKILL if the test process dies.
+func Spawn(dir, name, bin string, args ...string) (*Proc, error) {
+	p, err := spawn(dir, name, bin, args...)
+	if err != nil {
+		return nil, err
+	}
+	return &Proc{p: p}, nil
+}
+
+// Pid is the process's id.
+func (p *Proc) Pid() int { return p.p.cmd.Process.Pid }
+
+// Exited tells whether the process has ended, and how.
+func (p *Proc) Exited() (bool, error) {
+	if p.p.exited() {
+		return true, p.p.err
+	}
+	return false, nil
+}
+
+// Kill kills the process group and waits until the process is reaped.
+func (p *Proc) Kill() { stop(p.p) }
+
+// Terminate sends SIGTERM and waits up to grace for the process to exit, then kills it.
+func (p *Proc) Terminate(grace time.Duration) {
+	_ = p.p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.p.done:
+	case <-time.After(grace):
+		stop(p.p)
+	}
 }

@@ -17,9 +17,15 @@ import (
 // version waits for it and then uses its binary instead of building again in the same
 // work directory (parallel CI jobs share the cache).
 func TestBuildScriptsWaitForEachOther(t *testing.T) {
-	for _, tc := range []struct{ script, work, out string }{
-		{"build-kube-apiserver.sh", "kube-apiserver-" + K8sVersion, "kube-apiserver-" + K8sVersion},
-		{"build-multus.sh", "multus-v4.2.3", "multus-v4.2.3"},
+	for _, tc := range []struct {
+		script, work, out string
+		files             []string // the binaries in out, a directory, when set
+	}{
+		{"build-kube-apiserver.sh", "kube-apiserver-" + K8sVersion, "kube-apiserver-" + K8sVersion, nil},
+		{"build-multus.sh", "multus-v4.2.3", "multus-v4.2.3", nil},
+		{"build-kube-node.sh", "kube-node-" + K8sVersion, "kube-node-" + K8sVersion,
+			[]string{"kubelet", "kube-scheduler", "kube-controller-manager"}},
+		{"build-containerd.sh", "containerd-v1.7.29", "containerd-v1.7.29", []string{"containerd", "containerd-shim-runc-v2", "ctr"}},
 	} {
 		t.Run(tc.script, func(t *testing.T) {
 			cache := t.TempDir()
@@ -36,7 +42,7 @@ func TestBuildScriptsWaitForEachOther(t *testing.T) {
 				t.Fatal(err)
 			}
 			cmd := exec.Command(filepath.Join(testenv.ModuleRoot(), "scripts", tc.script))
-			cmd.Env = append(os.Environ(), "DEVPLUMB_CACHE="+cache, "K8S_VERSION="+K8sVersion, "MULTUS_VERSION=v4.2.3",
+			cmd.Env = append(os.Environ(), "DEVPLUMB_CACHE="+cache, "K8S_VERSION="+K8sVersion, "MULTUS_VERSION=v4.2.3", "CONTAINERD_VERSION=v1.7.29",
 				"GOFLAGS=-mod=mod", "GOPROXY=off") // a build that starts anyway fails fast
 			var out strings.Builder
 			cmd.Stdout = &out
@@ -50,9 +56,7 @@ func TestBuildScriptsWaitForEachOther(t *testing.T) {
 				t.Fatalf("%s did not wait for the lock: %v (output %q)", tc.script, err, out.String())
 			}
 			bin := filepath.Join(cache, "bin", tc.out)
-			if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
-				t.Fatal(err)
-			}
+			writeBinaries(t, bin, tc.files)
 			_ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
 			select {
 			case err := <-done:
@@ -67,6 +71,27 @@ func TestBuildScriptsWaitForEachOther(t *testing.T) {
 				t.Fatalf("the waiting script built anyway (go.mod in %s): %v", work, err)
 			}
 		})
+	}
+}
+
+// writeBinaries stands in for a finished build: the executable bin, or the directory bin
+// holding files.
+func writeBinaries(t *testing.T, bin string, files []string) {
+	t.Helper()
+	paths := []string{bin}
+	if len(files) > 0 {
+		if err := os.MkdirAll(bin, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		paths = nil
+		for _, f := range files {
+			paths = append(paths, filepath.Join(bin, f))
+		}
+	}
+	for _, p := range paths {
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

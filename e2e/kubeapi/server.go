@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -36,6 +37,7 @@ type Server struct {
 	apiserverBin string
 	port         int
 	etcdURL      string
+	opts         Options
 	etcd         *proc
 	apiserver    *proc
 }
@@ -44,9 +46,33 @@ type Server struct {
 // exits while starting (a port taken by someone else between pick and bind).
 const startAttempts = 3
 
+// Options change how the API server runs; the zero value is what Start uses.
+type Options struct {
+	// Address and Port to serve on; default 127.0.0.1 and a free port. A real node's pods
+	// reach the API server at the first address of ServiceCIDR, port 443.
+	Address string
+	Port    int
+	// ServiceCIDR is --service-cluster-ip-range; default 10.96.0.0/16.
+	ServiceCIDR string
+	// ServiceAccounts turns the ServiceAccount admission plugin on, so pods get their
+	// service account token volume (a real node has kube-controller-manager to back it).
+	ServiceAccounts bool
+}
+
 // Start runs etcd and kube-apiserver under dir (created) and waits until the API server
 // is ready. Close stops both. A missing binary is an error that says how to get it.
 func Start(dir string) (*Server, error) {
+	return StartWith(dir, Options{})
+}
+
+// StartWith is Start with options.
+func StartWith(dir string, o Options) (*Server, error) {
+	if o.Address == "" {
+		o.Address = "127.0.0.1"
+	}
+	if o.ServiceCIDR == "" {
+		o.ServiceCIDR = "10.96.0.0/16"
+	}
 	apiBin, err := findAPIServer()
 	if err != nil {
 		return nil, err
@@ -57,7 +83,7 @@ func Start(dir string) (*Server, error) {
 	}
 	var errs []error
 	for attempt := 1; attempt <= startAttempts; attempt++ {
-		s, err := start(filepath.Join(dir, fmt.Sprintf("try%d", attempt)), apiBin, etcdBin)
+		s, err := start(filepath.Join(dir, fmt.Sprintf("try%d", attempt)), apiBin, etcdBin, o)
 		if err == nil {
 			return s, nil
 		}
@@ -72,20 +98,23 @@ func Start(dir string) (*Server, error) {
 // errExited marks a server process that ended while it was being started.
 var errExited = errors.New("exited while starting")
 
-func start(dir, apiBin, etcdBin string) (*Server, error) {
+func start(dir, apiBin, etcdBin string, o Options) (*Server, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("kubeapi: %w", err)
 	}
-	s := &Server{Dir: dir, apiserverBin: apiBin, Token: randomHex(16)}
+	s := &Server{Dir: dir, apiserverBin: apiBin, Token: randomHex(16), opts: o}
 	err := s.startEtcd(etcdBin)
 	if err == nil {
 		err = s.writeAuth()
 	}
 	if err == nil {
-		s.port, err = freePort()
+		s.port = o.Port
+		if s.port == 0 {
+			s.port, err = freePort()
+		}
 	}
 	if err == nil {
-		s.URL = "https://127.0.0.1:" + strconv.Itoa(s.port)
+		s.URL = "https://" + net.JoinHostPort(o.Address, strconv.Itoa(s.port))
 		err = s.StartAPIServer()
 	}
 	if err == nil {
@@ -123,10 +152,14 @@ func (s *Server) StartAPIServer() error {
 	if s.apiserver != nil {
 		return fmt.Errorf("kubeapi: kube-apiserver already running (pid %d)", s.apiserver.cmd.Process.Pid)
 	}
+	admission := "--disable-admission-plugins=ServiceAccount"
+	if s.opts.ServiceAccounts {
+		admission = "--enable-admission-plugins=ServiceAccount"
+	}
 	p, err := spawn(s.Dir, "kube-apiserver", s.apiserverBin,
 		"--etcd-servers="+s.etcdURL,
-		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(s.port),
-		"--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
+		"--bind-address="+s.opts.Address, "--secure-port="+strconv.Itoa(s.port),
+		"--advertise-address="+s.opts.Address, "--endpoint-reconciler-type=none",
 		"--cert-dir="+filepath.Join(s.Dir, "certs"),
 		"--token-auth-file="+filepath.Join(s.Dir, "tokens.csv"),
 		// RBAC, so the shipped deployments/rbac.yaml is tested as it is; the admin token is
@@ -135,8 +168,8 @@ func (s *Server) StartAPIServer() error {
 		"--service-account-key-file="+filepath.Join(s.Dir, "sa.pub"),
 		"--service-account-signing-key-file="+filepath.Join(s.Dir, "sa.key"),
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-cluster-ip-range=10.96.0.0/16",
-		"--disable-admission-plugins=ServiceAccount")
+		"--service-cluster-ip-range="+s.opts.ServiceCIDR,
+		admission)
 	if err != nil {
 		return err
 	}

@@ -23,7 +23,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
-const resourceName = "example.com/netdev"
+const resourceName = "example.com/hostdev"
 
 // TestMultusDelegatesToDevplumb runs Multus thin as the runtime would, for a pod whose
 // networks annotation selects the NAD of deployments/nads/multus-delegation.yaml:

@@ -4,7 +4,8 @@
 #   run      install, then rewrite the kubeconfig whenever the service account token or
 #            CA changes (the kubelet rotates projected tokens), until SIGTERM
 # Env: CNI_BIN_DIR (/host/opt/cni/bin), KUBECONFIG_DIR (/host/etc/cni/net.d/devplumb.d),
-#      REFRESH_SECONDS (60), SA_DIR (the service account mount). Every file is written to a
+#      REFRESH_SECONDS (60), SA_DIR (the service account mount), API_SERVER (the API
+#      server's URL as the node reaches it; default the "kubernetes" service address). Every file is written to a
 #      temp name and renamed into place, so a CNI call never sees a half-written binary or
 #      kubeconfig.
 set -eu
@@ -23,7 +24,14 @@ install_bin() {
 	log "installed $CNI_BIN_DIR/devplumb"
 }
 
+# server is the URL devplumb uses. It runs in the host's network namespace (the runtime
+# calls it there), where the "kubernetes" service address works only through kube-proxy
+# or its replacement: API_SERVER overrides it for clusters without one.
 server() {
+	if [ -n "${API_SERVER:-}" ]; then
+		echo "$API_SERVER"
+		return 0
+	fi
 	host=${KUBERNETES_SERVICE_HOST:-}
 	if [ -z "$host" ]; then
 		log "not running in a pod: KUBERNETES_SERVICE_HOST unset"
@@ -32,6 +40,22 @@ server() {
 	port=${KUBERNETES_SERVICE_PORT:-443}
 	case "$host" in *:*) host="[$host]" ;; esac
 	echo "https://$host:$port"
+}
+
+# check_reachable says so when the kubeconfig's server does not answer from here (this
+# pod has the host's network, as devplumb does): the kubeconfig is written all the same.
+check_reachable() {
+	command -v nc >/dev/null 2>&1 || return 0
+	hostport=${1#https://}
+	hostport=${hostport%%/*}
+	host=${hostport%:*}
+	port=${hostport##*:}
+	[ "$port" != "$hostport" ] || port=443
+	host=${host#[}
+	host=${host%]}
+	if ! nc -w 3 "$host" "$port" -e true </dev/null >/dev/null 2>&1; then
+		log "warning: the API server $1 does not answer from the host network; without kube-proxy (or a replacement) the service address does not work there: set API_SERVER in the DaemonSet to an address the node reaches"
+	fi
 }
 
 # write_kubeconfig checks every step itself (it also runs where set -e does not apply) and
@@ -63,7 +87,8 @@ contexts:
 current-context: devplumb
 KC
 	mv -f "$tmp" "$KUBECONFIG_DIR/devplumb.kubeconfig" || return 1
-	log "wrote $KUBECONFIG_DIR/devplumb.kubeconfig"
+	log "wrote $KUBECONFIG_DIR/devplumb.kubeconfig (server $srv)"
+	check_reachable "$srv"
 }
 
 # credentials is what the kubeconfig is made of and may change under us.

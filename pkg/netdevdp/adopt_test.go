@@ -2,6 +2,7 @@ package netdevdp
 
 import (
 	"log/slog"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -168,4 +169,29 @@ func TestOverlappingResourcesRefused(t *testing.T) {
 		}
 	}
 	assertCleanedUp(t, f)
+}
+
+// TestOwnsDPDirectoryMode: the NAD client library (Multus, the SR-IOV device plugin)
+// creates devinfo/dp with mode 000, which netdev-dp's DaemonSet (no CAP_DAC_OVERRIDE)
+// could not list. netdev-dp gives it 0755 before it adopts files there, and keeps them.
+func TestOwnsDPDirectoryMode(t *testing.T) {
+	f := newFixture(t)
+	dp := filepath.Join(f.devinfoDir, "dp")
+	if err := os.MkdirAll(f.devinfoDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dp, 0); err != nil {
+		t.Fatal(err)
+	}
+	f.run()
+	st, err := os.Stat(dp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o755 {
+		t.Fatalf("dp/ has mode %04o after netdev-dp started, want 0755", st.Mode().Perm())
+	}
+	if len(dirEntries(t, dp)) == 0 {
+		t.Fatal("netdev-dp wrote no device-info file into dp/")
+	}
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -40,6 +42,9 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		}
 	}
 	defer cleanup(resources, log)
+	if err := ownDPDir(cfg.DevInfoDir); err != nil {
+		return err
+	}
 	if err := adopt(resources, devinfo.NewStore(cfg.DevInfoDir)); err != nil {
 		return err
 	}
@@ -53,6 +58,27 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		return err
 	}
 	return serve(ctx, cfg, resources)
+}
+
+// ownDPDir gives the device-info dp/ directory the mode netdev-dp needs: the NAD client
+// library (which Multus and the SR-IOV device plugin use) creates the device-info
+// directories with mode 000, which netdev-dp's DaemonSet, without CAP_DAC_OVERRIDE,
+// could not list or write. dp/ is the device plugins' directory; netdev-dp is one.
+func ownDPDir(devinfoDir string) error {
+	dp := filepath.Join(devinfo.NewStore(devinfoDir).Dir, devinfo.KindDP)
+	st, err := os.Stat(dp)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // made with the right mode on the first write
+	}
+	if err != nil {
+		return fmt.Errorf("device-info directory: %w", err)
+	}
+	if st.Mode().Perm() != 0o755 {
+		if err := os.Chmod(dp, 0o755); err != nil {
+			return fmt.Errorf("device-info directory %s has mode %04o and cannot be given 0755: %w", dp, st.Mode().Perm(), err)
+		}
+	}
+	return nil
 }
 
 // build creates the pools and resources.

@@ -1,0 +1,99 @@
+// Package images builds the project's container images without Docker: the static
+// binaries, then the same content the Dockerfiles describe, as docker-archive tarballs
+// (images/imagebuild). `make images` and the real-node tests (e2e/node) both use Build,
+// so the tests run what users get.
+package images
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/devplumb/devplumb/images/imagebuild"
+)
+
+// The images' references, as the DaemonSets in deployments/ name them.
+const (
+	DevplumbRef = "devplumb:dev"
+	NetdevDPRef = "netdev-dp:dev"
+)
+
+// Commands are the main packages the images contain.
+var Commands = []string{"./cmd/devplumb", "./cmd/devplumbctl", "./cmd/netdev-dp"}
+
+// Options says where things are.
+type Options struct {
+	Root    string // module root (go.mod)
+	Out     string // where the tarballs go: <name>.tar
+	Busybox string // a static busybox for the devplumb image's shell; default /bin/busybox
+}
+
+// Build compiles the commands static and stripped, as release builds are, and writes
+// devplumb.tar and netdev-dp.tar into o.Out. It returns the tarballs' paths by reference.
+func Build(o Options) (map[string]string, error) {
+	if o.Busybox == "" {
+		o.Busybox = "/bin/busybox"
+	}
+	bin := filepath.Join(o.Out, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		return nil, fmt.Errorf("images: %w", err)
+	}
+	if err := GoBuild(o.Root, bin, Commands...); err != nil {
+		return nil, err
+	}
+	specs, err := Specs(o.Root, bin, o.Busybox)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for file, spec := range specs {
+		p := filepath.Join(o.Out, file+".tar")
+		if err := imagebuild.Write(spec, p); err != nil {
+			return nil, err
+		}
+		out[spec.Ref] = p
+	}
+	return out, nil
+}
+
+// GoBuild builds pkgs (relative to root) into dir as `make build` does: static
+// (CGO_ENABLED=0), without local paths (-trimpath) and stripped (-s -w).
+func GoBuild(root, dir string, pkgs ...string) error {
+	args := append([]string{"build", "-trimpath", "-ldflags=-s -w", "-o", dir + "/"}, pkgs...)
+	cmd := exec.Command("go", args...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("images: go %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// Specs are the two images (by tarball name) over the binaries in bin.
+func Specs(root, bin, busybox string) (map[string]imagebuild.Spec, error) {
+	for _, b := range []string{"devplumb", "devplumbctl", "netdev-dp"} {
+		if err := imagebuild.CheckStatic(filepath.Join(bin, b)); err != nil {
+			return nil, fmt.Errorf("images: %w", err)
+		}
+	}
+	// images/devplumb/Dockerfile: busybox for the installer's shell and tools.
+	dp, err := imagebuild.Busybox(busybox)
+	if err != nil {
+		return nil, fmt.Errorf("images: devplumb image: %w", err)
+	}
+	dp = append(dp,
+		imagebuild.File{Path: "/usr/local/bin/devplumb", Mode: 0o755, Source: filepath.Join(bin, "devplumb")},
+		imagebuild.File{Path: "/usr/local/bin/devplumbctl", Mode: 0o755, Source: filepath.Join(bin, "devplumbctl")},
+		imagebuild.File{Path: "/usr/local/bin/devplumb-install", Mode: 0o755, Source: filepath.Join(root, "images", "devplumb", "install.sh")})
+	// images/netdev-dp/Dockerfile: distroless/static, the binary alone.
+	nd := append(imagebuild.BaseFiles(),
+		imagebuild.File{Path: "/usr/local/bin/netdev-dp", Mode: 0o755, Source: filepath.Join(bin, "netdev-dp")})
+	return map[string]imagebuild.Spec{
+		"devplumb": {Ref: DevplumbRef, Files: dp, User: "65532:65532",
+			Entrypoint: []string{"/usr/local/bin/devplumb-install"}, Cmd: []string{"run"}},
+		"netdev-dp": {Ref: NetdevDPRef, Files: nd, User: "65532:65532",
+			Entrypoint: []string{"/usr/local/bin/netdev-dp"}},
+	}, nil
+}
