@@ -111,13 +111,19 @@ func TestHelmChartRendersThePlainManifests(t *testing.T) {
 func TestHelmChartValues(t *testing.T) {
 	objs := render(t, map[string]any{
 		"nodeSelector": map[string]any{"devplumb.io/node": "yes"},
-		"devplumb":     map[string]any{"image": map[string]any{"repository": "registry.example/devplumb", "tag": "v1.2.3"}},
+		"devplumb": map[string]any{"image": map[string]any{"repository": "registry.example/devplumb", "tag": "v1.2.3"},
+			"apiServer": "https://192.0.2.1:6443"},
 		"netdevDP": map[string]any{"logLevel": "debug", "resources": map[string]any{"limits": map[string]any{"memory": "256Mi"}},
 			"config": map[string]any{"resources": []any{map[string]any{"resourceName": "example.com/x", "netdevs": map[string]any{"names": []any{"eth9"}}}}}},
 	})
 	ds := daemonSet(t, []runtime.Object{objs["*v1.DaemonSet/kube-system/devplumb"]})
 	if c := ds.Spec.Template.Spec.Containers[0]; c.Image != "registry.example/devplumb:v1.2.3" || ds.Spec.Template.Spec.NodeSelector["devplumb.io/node"] != "yes" {
 		t.Errorf("devplumb DaemonSet: image %q nodeSelector %v", c.Image, ds.Spec.Template.Spec.NodeSelector)
+	}
+	if env := ds.Spec.Template.Spec.Containers[0].Env; !slices.ContainsFunc(env, func(e corev1.EnvVar) bool {
+		return e.Name == "API_SERVER" && e.Value == "https://192.0.2.1:6443"
+	}) {
+		t.Errorf("devplumb.apiServer did not reach the installer: %v", env)
 	}
 	dp := daemonSet(t, []runtime.Object{objs["*v1.DaemonSet/kube-system/netdev-dp"]})
 	c := dp.Spec.Template.Spec.Containers[0]
