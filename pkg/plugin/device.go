@@ -3,6 +3,7 @@ package plugin
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"slices"
 	"strings"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/devplumb/devplumb/pkg/claims"
 	"github.com/devplumb/devplumb/pkg/config"
+	"github.com/devplumb/devplumb/pkg/safefile"
 	"github.com/devplumb/devplumb/podresources"
 )
 
@@ -89,6 +91,11 @@ func (c *call) candidates(resourceName string) ([]string, *types.Error) {
 func (c *call) podResources() (*podresources.Client, *types.Error) {
 	if c.pr != nil {
 		return c.pr, nil
+	}
+	// The kubelet decides which pod has which device: a socket a NAD author
+	// made (in a directory of theirs) must not.
+	if err := safefile.CheckOwnedFile(c.conf.PodResourcesSocket); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, cniError(ErrPodResources, "refusing \"podResourcesSocket\": it must be the kubelet's", err)
 	}
 	pr, err := podresources.New(c.conf.PodResourcesSocket, podresources.WithTimeout(c.p.Timeout), podresources.WithLogger(c.p.Log))
 	if err != nil {

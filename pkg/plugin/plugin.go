@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -229,6 +230,11 @@ func (c *call) kube() (Kube, error) {
 	}
 	if newKube == nil {
 		return nil, errors.New("this devplumb build has no Kubernetes client")
+	}
+	// Credentials and server come from this file: one a NAD author wrote
+	// would point devplumb at their own API server.
+	if err := safefile.CheckOwnedFile(c.conf.Kubeconfig); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("refusing kubeconfig: %w", err)
 	}
 	return newKube(c.conf.Kubeconfig, c.p.Timeout)
 }
