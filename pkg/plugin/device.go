@@ -119,13 +119,13 @@ func (c *call) close() {
 // very claim judged stale (same attachment, pod and device), as devplumbctl
 // gc re-checks under the lock.
 func (c *call) staleHolders(res string, cands []string) func(*claims.Attachment) bool {
-	stale := map[claims.Key]*claims.Attachment{}
 	if c.pr == nil {
 		// No kubelet asked for the candidates (an explicit device): none
 		// to ask about their holders either.
 		return func(*claims.Attachment) bool { return false }
 	}
 	recs, _ := c.claims.List() // unreadable records are Claim's to report
+	stale := map[claims.Key]*claims.Attachment{}
 	for _, a := range recs {
 		if a.Key != c.key && a.ResourceName == res && slices.Contains(cands, a.DeviceID) && c.staleClaim(a) {
 			stale[a.Key] = a
