@@ -157,11 +157,25 @@ func (s *Store) WriteDP(resourceName, deviceID string, info *DeviceInfo) error {
 
 // ReadDP reads and validates the device plugin file of a device.
 func (s *Store) ReadDP(resourceName, deviceID string) (*DeviceInfo, error) {
+	_, info, err := s.readDP(resourceName, deviceID)
+	return info, err
+}
+
+// readDP reads a device plugin file from a checked dp/ directory: a NAD
+// names deviceInfoDir, and one in a directory its author controls must not
+// feed devplumb device-info files of the author's making.
+func (s *Store) readDP(resourceName, deviceID string) ([]byte, *DeviceInfo, error) {
 	path, err := s.DPPath(resourceName, deviceID)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return ReadFile(path)
+	if _, err := safefile.CheckDirUnder(s.Dir, KindDP); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, &notFoundError{path: path}
+		}
+		return nil, nil, fmt.Errorf("device-info directory: %w", err)
+	}
+	return readFile(path)
 }
 
 // RemoveDP removes the device plugin file of a device; a missing file is fine.
@@ -181,7 +195,7 @@ func (s *Store) CopyDPToCNI(resourceName, deviceID, cniPath string) (*DeviceInfo
 	if err != nil {
 		return nil, err
 	}
-	data, info, err := readFile(src)
+	data, info, err := s.readDP(resourceName, deviceID)
 	if err != nil {
 		return nil, err
 	}

@@ -326,6 +326,13 @@ func TestLinkedDirectoriesAreRefused(t *testing.T) {
 			if data, err := os.ReadFile(victim); err != nil || string(data) != "keep" {
 				t.Errorf("%s %s: target touched: %q %v", kind, how, data, err)
 			}
+			if kind == KindDP {
+				// Nor is a device plugin file read from such a directory.
+				writeRaw(t, filepath.Join(target, "example.com-net-d0-device.json"), []byte(`{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:01:00.1"}}`))
+				if _, err := s.ReadDP("example.com/net", "d0"); !errors.Is(err, safefile.ErrUnsafeDir) {
+					t.Errorf("dp %s: read: %v", how, err)
+				}
+			}
 		}
 	}
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -491,4 +492,40 @@ func TestDeviceInfoForAnotherDevice(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(e.recordDir, "ADD-c1_net1.json")); err == nil {
 		t.Error("the delegate ADD ran")
 	}
+}
+
+// A podResourcesSocket or kubeconfig that someone other than root could
+// have made (in a directory others can write, or a file others can write)
+// is refused: the kubelet's answer decides who gets a device, and a
+// kubeconfig names the API server devplumb trusts.
+func TestUntrustedSocketAndKubeconfig(t *testing.T) {
+	e := newEnv(t)
+	pod := newNS(t)
+	e.setPod("default", "p1", "dev-1")
+	open := filepath.Join(e.root, "open")
+	if err := os.Mkdir(open, 0o777); err != nil || os.Chmod(open, 0o777) != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("unix", filepath.Join(open, "kubelet.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	conf := e.conf("fast-net", e.recorder(nil))
+	conf["podResourcesSocket"] = filepath.Join(open, "kubelet.sock")
+	_, ce := e.run("ADD", mustJSON(t, conf), "c1", pod.Path(), "net1", podArgs("default", "p1"))
+	if ce == nil || ce.Code != 104 || !contains(ce.Msg, "podResourcesSocket") || !contains(ce.Details, "writable by group or others") {
+		t.Errorf("ADD with a socket in a world-writable dir: %+v", ce)
+	}
+	kubeconfig := filepath.Join(e.root, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte("apiVersion: v1\nkind: Config\n"), 0o666); err != nil || os.Chmod(kubeconfig, 0o666) != nil {
+		t.Fatal(err)
+	}
+	conf = e.conf("fast-net", e.recorder(nil))
+	conf["kubeconfig"] = kubeconfig
+	_, ce = e.run("ADD", mustJSON(t, conf), "c1", pod.Path(), "net1", podArgs("default", "p1"))
+	if ce == nil || ce.Code != 106 || !contains(ce.Details, "refusing kubeconfig") {
+		t.Errorf("ADD with a world-writable kubeconfig: %+v", ce)
+	}
+	e.assertNoAttachments(t, "untrusted socket and kubeconfig")
 }

@@ -79,6 +79,7 @@ func TestParseErrors(t *testing.T) {
 		{"bad logLevel", base(`,"logLevel":"loud"`), `"logLevel" "loud": want one of debug, error, info, panic, verbose, warn, warning`, false},
 		{"relative logFile", base(`,"logFile":"devplumb.log"`), `"logFile" "devplumb.log" must be an absolute path`, false},
 		{"logs nowhere", base(`,"logToStderr":false`), `the logs would go nowhere`, false},
+		{"logFile not a log", base(`,"logFile":"/etc/cron.d/devplumb"`), `must name a file ending in ".log"`, false},
 		{"wrong type logToStderr", base(`,"logToStderr":"no"`), `key "logToStderr" must be of type bool`, true},
 		// The kubelet refuses a device plugin resource without a domain: so does the config.
 		{"resourceName without domain", base(`,"resourceName":"netdev"`), `must be domain-qualified`, false},

@@ -3,6 +3,7 @@ package plugin
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"slices"
 	"strings"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/devplumb/devplumb/pkg/claims"
 	"github.com/devplumb/devplumb/pkg/config"
+	"github.com/devplumb/devplumb/pkg/safefile"
 	"github.com/devplumb/devplumb/podresources"
 )
 
@@ -90,6 +92,11 @@ func (c *call) podResources() (*podresources.Client, *types.Error) {
 	if c.pr != nil {
 		return c.pr, nil
 	}
+	// The kubelet decides which pod has which device: a socket a NAD author
+	// made (in a directory of theirs) must not.
+	if err := safefile.CheckOwnedFile(c.conf.PodResourcesSocket); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, cniError(ErrPodResources, "refusing \"podResourcesSocket\": it must be the kubelet's", err)
+	}
 	pr, err := podresources.New(c.conf.PodResourcesSocket, podresources.WithTimeout(c.p.Timeout), podresources.WithLogger(c.p.Log))
 	if err != nil {
 		return nil, cniError(ErrPodResources, "cannot reach the kubelet PodResources API: check \"podResourcesSocket\"", err)
@@ -116,6 +123,11 @@ func (c *call) close() {
 // very claim judged stale (same attachment, pod and device), as devplumbctl
 // gc re-checks under the lock.
 func (c *call) staleHolders(res string, cands []string) func(*claims.Attachment) bool {
+	if c.pr == nil {
+		// No kubelet asked for the candidates (an explicit device): none
+		// to ask about their holders either.
+		return func(*claims.Attachment) bool { return false }
+	}
 	recs, _ := c.claims.List() // unreadable records are Claim's to report
 	stale := map[claims.Key]*claims.Attachment{}
 	for _, a := range recs {

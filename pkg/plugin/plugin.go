@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -235,6 +236,11 @@ func (c *call) kube() (Kube, error) {
 	}
 	if c.p.NewKube == nil {
 		return nil, errors.New("this devplumb build has no Kubernetes client")
+	}
+	// Credentials and server come from this file: one a NAD author wrote
+	// would point devplumb at their own API server.
+	if err := safefile.CheckOwnedFile(c.conf.Kubeconfig); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("refusing kubeconfig: %w", err)
 	}
 	return c.p.NewKube(c.conf.Kubeconfig, c.p.Timeout, c.p.Log)
 }

@@ -144,3 +144,25 @@ func uid(st fs.FileInfo) int {
 	}
 	return -1
 }
+
+// CheckOwnedFile makes sure that what devplumb takes from the file (or
+// socket) at path comes from root: its directory passes CheckDir, and the
+// file belongs to root (or this process's user) and, unless a socket, is not
+// writable by group or others. A NAD names such paths (the kubelet's socket,
+// a kubeconfig); one of its author's making must not be trusted.
+func CheckOwnedFile(path string) error {
+	if err := CheckDir(filepath.Dir(path)); err != nil {
+		return err
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !trustedOwner(st):
+		return fmt.Errorf("%s: %w: it belongs to uid %d, not root", path, ErrUnsafeDir, uid(st))
+	case st.Mode()&fs.ModeSocket == 0 && st.Mode().Perm()&0o022 != 0:
+		return fmt.Errorf("%s: %w: it is writable by group or others (mode %v)", path, ErrUnsafeDir, st.Mode())
+	}
+	return nil
+}

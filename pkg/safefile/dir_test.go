@@ -3,6 +3,7 @@ package safefile
 import (
 	"errors"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -87,5 +88,55 @@ func TestDirUnder(t *testing.T) {
 	}
 	if _, err := CheckDirUnder(root, "missing/x"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("missing: %v", err)
+	}
+}
+
+// A file or socket is trusted only when root's, not writable by others
+// (sockets excepted: their mode only says who may connect), in a checked
+// directory.
+func TestCheckOwnedFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, mode os.FileMode, owner int) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, nil, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, owner, owner); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	sock := filepath.Join(dir, "s.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := os.Chmod(sock, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{write("ok", 0o600, 0), sock} {
+		if err := CheckOwnedFile(p); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+	for _, p := range []string{write("writable", 0o666, 0), write("foreign", 0o600, 65534)} {
+		if err := CheckOwnedFile(p); !errors.Is(err, ErrUnsafeDir) {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+	open := filepath.Join(dir, "open")
+	if err := os.Mkdir(open, 0o777); err != nil || os.Chmod(open, 0o777) != nil {
+		t.Fatal(err)
+	}
+	inOpen := filepath.Join(open, "f")
+	if err := os.WriteFile(inOpen, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckOwnedFile(inOpen); !errors.Is(err, ErrUnsafeDir) {
+		t.Errorf("file in a world-writable dir: %v", err)
 	}
 }
