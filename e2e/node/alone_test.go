@@ -159,12 +159,18 @@ func events(c context.Context, pod *corev1.Pod) string {
 // podDevices are the pod's devices of resource, as the kubelet's PodResources API says.
 func podDevices(t *testing.T, pod *corev1.Pod, res string) []string {
 	t.Helper()
-	cl, err := podresources.New(nd.HostPath("/var/lib/kubelet/pod-resources/kubelet.sock"))
-	must(t, err)
-	defer cl.Close()
-	devs, err := cl.Devices(ctx(t), pod.Namespace, pod.Name, res)
+	devs, err := podDevicesErr(ctx(t), pod, res)
 	must(t, err)
 	return devs
+}
+
+func podDevicesErr(c context.Context, pod *corev1.Pod, res string) ([]string, error) {
+	cl, err := podresources.New(nd.HostPath("/var/lib/kubelet/pod-resources/kubelet.sock"))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	return cl.Devices(c, pod.Namespace, pod.Name, res)
 }
 
 // networkStatus is the pod's network-status entry for network and interface.

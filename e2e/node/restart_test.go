@@ -1,0 +1,127 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/devplumb/devplumb/e2e/node"
+)
+
+// TestKubeletAndNetdevDPRestart (scenario 5): the kubelet restarts under a running pod
+// whose device devplumb moved into it: netdev-dp registers again with the new kubelet,
+// the pod keeps its device, and a new pod gets the other one. Then netdev-dp is restarted
+// by its DaemonSet: it adopts its device-info files and no pod loses anything.
+func TestKubeletAndNetdevDPRestart(t *testing.T) {
+	deployed(t)
+	c := ctx(t)
+	must(t, nd.SetConflist(c, "devplumb-alone", []byte(aloneConflist)))
+	t.Cleanup(func() { must(t, nd.SetConflist(context.Background(), "cluster", []byte(node.DefaultConflist))) })
+	first := createPod(t, "before-restart", map[string]string{"example.com/hostdev": "1"})
+	waitRunning(t, first)
+	dev := podDevices(t, first, "example.com/hostdev")
+
+	registered := registrations(t)
+	sock := nd.HostPath("/var/lib/kubelet/device-plugins/kubelet.sock")
+	old, err := os.Stat(sock)
+	must(t, err)
+	nd.StopKubelet()
+	must(t, nd.StartKubelet())
+	var sockAt time.Time
+	waitFor(t, "the new kubelet's socket", func(context.Context) error {
+		st, err := os.Stat(sock)
+		if err != nil {
+			return err
+		}
+		if os.SameFile(st, old) {
+			return fmt.Errorf("%s is still the old kubelet's", sock)
+		}
+		sockAt = time.Now()
+		return nil
+	})
+	waitFor(t, "netdev-dp registering with the new kubelet", func(context.Context) error {
+		if n := registrations(t); n <= registered {
+			return fmt.Errorf("%d registrations of example.com/hostdev in the kubelet's log, %d before the restart", n, registered)
+		}
+		return nil
+	})
+	// Logged, not asserted (no timed tests): the issue asks for 2 s.
+	t.Logf("netdev-dp registered again at most %s after the new kubelet's socket was seen", time.Since(sockAt).Round(100*time.Millisecond))
+	checkKept(t, first, dev)
+
+	second := createPod(t, "after-restart", map[string]string{"example.com/hostdev": "1"})
+	waitRunning(t, second)
+	if got := podDevices(t, second, "example.com/hostdev"); len(got) != 1 || got[0] == dev[0] {
+		t.Fatalf("the new pod got %v, the first has %v", got, dev)
+	}
+
+	// netdev-dp restarted by its DaemonSet.
+	pods, err := nd.Client.CoreV1().Pods("kube-system").List(c, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=netdev-dp"})
+	must(t, err)
+	dp := files(t, nd.HostPath("/run/k8s.cni.cncf.io/devinfo/dp"))
+	for _, p := range pods.Items {
+		must(t, nd.Client.CoreV1().Pods("kube-system").Delete(c, p.Name, metav1.DeleteOptions{}))
+	}
+	waitFor(t, "a new netdev-dp pod", func(c context.Context) error {
+		ps, err := nd.Client.CoreV1().Pods("kube-system").List(c, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=netdev-dp"})
+		if err != nil {
+			return err
+		}
+		if len(ps.Items) != 1 || ps.Items[0].Name == pods.Items[0].Name || ps.Items[0].Status.Phase != "Running" {
+			return fmt.Errorf("netdev-dp pods: %s", podStates(c, "kube-system"))
+		}
+		return nil
+	})
+	waitDaemonSet(t, "kube-system", "netdev-dp")
+	waitAllocatable(t, map[string]string{"example.com/hostdev": "2"})
+	checkKept(t, first, dev)
+	if got := files(t, nd.HostPath("/run/k8s.cni.cncf.io/devinfo/dp")); strings.Join(got, " ") != strings.Join(dp, " ") {
+		t.Errorf("device-info files before netdev-dp's restart %v, after %v", dp, got)
+	}
+}
+
+// checkKept: the pod still runs with its device (once the restarted kubelet lists it
+// again), which is still in it (not on the host).
+func checkKept(t *testing.T, pod *corev1.Pod, dev []string) {
+	t.Helper()
+	p, err := nd.Client.CoreV1().Pods("default").Get(ctx(t), pod.GetName(), metav1.GetOptions{})
+	must(t, err)
+	if p.Status.Phase != "Running" {
+		t.Fatalf("pod %s is %s", p.Name, p.Status.Phase)
+	}
+	waitFor(t, "PodResources listing "+p.Name+"'s device", func(c context.Context) error {
+		got, err := podDevicesErr(c, p, "example.com/hostdev")
+		if err != nil {
+			return err
+		}
+		if strings.Join(got, ",") != strings.Join(dev, ",") {
+			return fmt.Errorf("pod %s has %v, had %v", p.Name, got, dev)
+		}
+		return nil
+	})
+	if _, err := netlink.LinkByName(dev[0]); err == nil {
+		t.Fatalf("%s is back on the host while its pod runs", dev[0])
+	}
+}
+
+// registrations counts netdev-dp's registrations of example.com/hostdev in the kubelet's log.
+func registrations(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(nd.Dir, "kubelet.log"))
+	must(t, err)
+	n := 0
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "Got registration request from device plugin") && strings.Contains(l, "example.com/hostdev") {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,114 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/devplumb/devplumb/e2e/node"
+)
+
+const stormPods = 20
+
+// stormConflist is devplumb alone with the storm's resource.
+const stormConflist = `{
+  "cniVersion": "1.0.0",
+  "name": "devplumb-storm",
+  "plugins": [{
+    "type": "devplumb",
+    "resourceName": "example.com/storm",
+    "injectDeviceID": ["device"],
+    "kubeconfig": "/etc/cni/net.d/devplumb.d/devplumb.kubeconfig",
+    "delegate": {"type": "host-device", "ipam": {"type": "static", "addresses": [{"address": "192.0.2.20/24"}]}}
+  }]
+}`
+
+// TestTwentyPodsAtOnce (scenario 6): the user adds a resource of 20 netdevs to netdev-dp's
+// ConfigMap (netdev-dp restarted by its DaemonSet reads it); 20 pods created at once, one
+// device each, all run, no device twice, and each pod's device (the one PodResources
+// lists) has left the host for it. Deleting them brings every device back.
+func TestTwentyPodsAtOnce(t *testing.T) {
+	deployed(t)
+	c := ctx(t)
+	var names []string
+	for i := range stormPods {
+		names = append(names, fmt.Sprintf("dpstorm%02d", i))
+	}
+	hostNetdevs(t, names...)
+	addStormResource(t)
+	waitAllocatable(t, map[string]string{"example.com/storm": fmt.Sprint(stormPods)})
+	must(t, nd.SetConflist(c, "devplumb-storm", []byte(stormConflist)))
+	t.Cleanup(func() { must(t, nd.SetConflist(context.Background(), "cluster", []byte(node.DefaultConflist))) })
+
+	pods := make([]*corev1.Pod, stormPods)
+	var wg sync.WaitGroup
+	for i := range pods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pods[i] = createPod(t, fmt.Sprintf("storm-%02d", i), map[string]string{"example.com/storm": "1"})
+		}()
+	}
+	wg.Wait()
+	owner := map[string]string{}
+	for _, p := range pods {
+		waitRunning(t, p)
+		devs := podDevices(t, p, "example.com/storm")
+		if len(devs) != 1 {
+			t.Fatalf("pod %s has %v", p.Name, devs)
+		}
+		if o, dup := owner[devs[0]]; dup {
+			t.Fatalf("device %s given to %s and %s", devs[0], o, p.Name)
+		}
+		owner[devs[0]] = p.Name
+		if _, err := netlink.LinkByName(devs[0]); err == nil {
+			t.Errorf("%s, pod %s's device, is still on the host", devs[0], p.Name)
+		}
+	}
+	for _, p := range pods {
+		deletePod(t, p)
+	}
+	waitFor(t, "every device back on the host", func(context.Context) error {
+		var missing []string
+		for _, n := range names {
+			if _, err := netlink.LinkByName(n); err != nil {
+				missing = append(missing, n)
+			}
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("not back: %s", strings.Join(missing, " "))
+		}
+		return nil
+	})
+}
+
+// addStormResource adds example.com/storm (dpstorm00 to dpstorm19, not their peers
+// dpstorm00p...) to the shipped ConfigMap's resources and restarts netdev-dp through its
+// DaemonSet, as a user editing it would.
+func addStormResource(t *testing.T) {
+	t.Helper()
+	c := ctx(t)
+	cms := nd.Client.CoreV1().ConfigMaps("kube-system")
+	cm, err := cms.Get(c, "netdev-dp", metav1.GetOptions{})
+	must(t, err)
+	conf := cm.Data["config.json"]
+	i := strings.Index(conf, `"resources": [`)
+	if i < 0 {
+		t.Fatalf("netdev-dp ConfigMap has no resources list: %s", conf)
+	}
+	i += len(`"resources": [`)
+	cm.Data["config.json"] = conf[:i] + `{"resourceName": "example.com/storm", "netdevs": {"names": ["dpstorm[0-9][0-9]"]}},` + conf[i:]
+	_, err = cms.Update(c, cm, metav1.UpdateOptions{})
+	must(t, err)
+	pods, err := nd.Client.CoreV1().Pods("kube-system").List(c, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=netdev-dp"})
+	must(t, err)
+	for _, p := range pods.Items {
+		must(t, nd.Client.CoreV1().Pods("kube-system").Delete(c, p.Name, metav1.DeleteOptions{}))
+	}
+}
