@@ -170,7 +170,9 @@ func (l *loop) restart(ctx context.Context) error {
 	l.stopServing(false)
 	srv, served, err := s.serve()
 	if err != nil {
-		if _, serr := os.Stat(s.cfg.PluginDir); errors.Is(serr, os.ErrNotExist) {
+		// The directory may be gone when Listen ran and back by now: its
+		// Gone and Back events are queued, and Back serves again.
+		if _, serr := os.Stat(s.cfg.PluginDir); errors.Is(err, os.ErrNotExist) || errors.Is(serr, os.ErrNotExist) {
 			s.log.Warn("plugin dir is gone; serving again when it is created", "dir", s.cfg.PluginDir)
 			return nil
 		}
