@@ -79,8 +79,6 @@ func p1Variants(e *env) ([]*variant, error) {
 	floor["cniVersion"], floor["name"] = "1.0.0", "floor"
 	multusDelegate := e.bridge("10.123.4.0/24")
 	multusDelegate["cniVersion"], multusDelegate["name"] = "1.0.0", "multus-bridge"
-	thickDelegate := e.bridge("10.123.6.0/24")
-	thickDelegate["cniVersion"], thickDelegate["name"] = "1.0.0", "multus-thick-bridge"
 	nets := []struct {
 		label string
 		conf  map[string]any
@@ -95,7 +93,7 @@ func p1Variants(e *env) ([]*variant, error) {
 		{"Multus thin -> bridge", map[string]any{"cniVersion": "1.0.0", "name": "multus", "type": "multus",
 			"binDir": e.bin, "cniDir": filepath.Join(e.dir, "multus"), "logLevel": "error",
 			"delegates": []any{multusDelegate}}, e.cfg.Multus == "", false},
-		{thickLabel, thickShimConf(e, thickDelegate), thickSkipReason(e.cfg) != nil, false},
+		{thickLabel, thickShimConf(e), thickSkipReason(e.cfg) != nil, false},
 	}
 	var vs []*variant
 	for _, n := range nets {

@@ -81,23 +81,24 @@ type thickDaemon struct {
 	err     error // the process's exit, once exited is closed
 }
 
-// daemonConfig is multus-daemon's config file (its -config). Every key in it also
-// overrides the same key of the network config the shim forwards, so it holds only what
-// the daemon needs: its socket, where it logs, and a user-provided Multus config
-// (multusConfigFile not "auto": no config manager watching a CNI config dir), which the
-// daemon only copies into cniConfigDir.
+// daemonConfig is multus-daemon's config file (its -config), as the upstream DaemonSet
+// has it: multusConfigFile "auto" (the default), a config manager that watches the CNI
+// config dir for the primary network and writes 00-multus.conf next to it. With a
+// user-provided multusConfigFile instead, v4.2.3's main returns, and the daemon exits,
+// as soon as it has started. Every key here also overrides the same key of the network
+// config the shim forwards, so it holds only what the daemon needs.
 func daemonConfig(dir, sockDir string) map[string]any {
+	netDir := filepath.Join(dir, "net.d")
 	return map[string]any{"cniVersion": "1.0.0", "logLevel": "error", "logToStderr": true,
-		"socketDir": sockDir, "cniConfigDir": filepath.Join(dir, "net.d"),
-		"multusConfigFile": filepath.Join(dir, "00-multus.conf")}
+		"socketDir": sockDir, "cniConfigDir": netDir, "multusAutoconfigDir": netDir}
 }
 
-// startThick starts multus-daemon from bin under dir as a pod on node would run it, and
-// waits until it answers on its socket.
-func startThick(dir, bin, node string, k *kubeNode) (*thickDaemon, error) {
+// startThick starts multus-daemon from bin under dir as a pod on node would run it, with
+// primary as the node's primary network, and waits until it answers on its socket.
+func startThick(dir, bin, node string, k *kubeNode, primary map[string]any) (*thickDaemon, error) {
 	t := &thickDaemon{dir: dir, sockDir: filepath.Join(dir, "run"), log: filepath.Join(dir, "multus-daemon.log"),
 		exited: make(chan struct{})}
-	if err := t.writeConfig(); err != nil {
+	if err := t.writeConfig(primary); err != nil {
 		return nil, err
 	}
 	c, err := inClusterCmd(filepath.Join(dir, "ns"), k.srv.URL, k.srv.Token,
@@ -125,19 +126,22 @@ func startThick(dir, bin, node string, k *kubeNode) (*thickDaemon, error) {
 	return t, nil
 }
 
-func (t *thickDaemon) writeConfig() error {
+// writeConfig writes the daemon's config and the primary network in its CNI config dir.
+func (t *thickDaemon) writeConfig(primary map[string]any) error {
 	if err := os.MkdirAll(filepath.Join(t.dir, "net.d"), 0o755); err != nil {
 		return err
 	}
-	b, err := json.Marshal(daemonConfig(t.dir, t.sockDir))
-	if err != nil {
-		return err
+	files := map[string]any{"daemon-config.json": daemonConfig(t.dir, t.sockDir), filepath.Join("net.d", "10-primary.conf"): primary}
+	for name, v := range files {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(t.dir, name), b, 0o644); err != nil {
+			return err
+		}
 	}
-	if err := os.WriteFile(filepath.Join(t.dir, "daemon-config.json"), b, 0o644); err != nil {
-		return err
-	}
-	placeholder := `{"cniVersion":"1.0.0","name":"multus-cni-network","type":"multus-shim"}`
-	return os.WriteFile(filepath.Join(t.dir, "00-multus.conf"), []byte(placeholder), 0o644)
+	return nil
 }
 
 // thickReadyBound bounds the wait for the daemon: it syncs its pod and NAD informers
@@ -216,10 +220,18 @@ func thickDir(e *env) string { return filepath.Join(e.dir, "multus-daemon") }
 // thickShimConf is the network cnitool runs through multus-shim. Multus's own keys (the
 // delegate, where it finds the plugins and keeps its cache) are read by the daemon, which
 // gets the whole config over the socket.
-func thickShimConf(e *env, delegate map[string]any) map[string]any {
+func thickShimConf(e *env) map[string]any {
 	return map[string]any{"cniVersion": "1.0.0", "name": "multusthick", "type": "multus-shim",
 		"daemonSocketDir": filepath.Join(thickDir(e), "run"), "binDir": e.bin,
-		"cniDir": filepath.Join(e.dir, "multus-thick"), "delegates": []any{delegate}}
+		"cniDir": filepath.Join(e.dir, "multus-thick"), "delegates": []any{thickPrimary(e)}}
+}
+
+// thickPrimary is the bridge network Multus thick delegates to, which is also the node's
+// primary network in the daemon's CNI config dir (its config manager requires one).
+func thickPrimary(e *env) map[string]any {
+	c := e.bridge("10.123.6.0/24")
+	c["cniVersion"], c["name"] = "1.0.0", "multus-thick-bridge"
+	return c
 }
 
 // startThickIfRun starts the env's multus-daemon when P1 runs the thick variant, after
@@ -233,7 +245,15 @@ func startThickIfRun(e *env, vs []*variant) error {
 		if _, err := e.cfg.kube.pod(v.pod); err != nil {
 			return err
 		}
-		t, err := startThick(thickDir(e), filepath.Join(e.cfg.MultusThick, "multus-daemon"), kubeNodeName, e.cfg.kube)
+		// As in a cluster running Multus: without the NAD CRD the daemon's NAD informer
+		// fails to list, and its start waits 20 s for that informer's sync.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err := e.cfg.kube.srv.InstallNADCRD(ctx)
+		cancel()
+		if err != nil {
+			return err
+		}
+		t, err := startThick(thickDir(e), filepath.Join(e.cfg.MultusThick, "multus-daemon"), kubeNodeName, e.cfg.kube, thickPrimary(e))
 		if err != nil {
 			return err
 		}
