@@ -55,16 +55,16 @@ func inClusterCmd(dir, apiURL, token, caFile string, argv ...string) (*exec.Cmd,
 		return nil, fmt.Errorf("API server CA: %w", err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("in-cluster work dir: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "token"), []byte(token), 0o600); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("service account token: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), ca, 0o644); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("service account CA: %w", err)
 	}
-	// Propagation slave: the host's mounts stay private to it in both directions except
-	// that netns mounted on the host later still show up in the daemon's /run/netns.
+	// Propagation slave: what is mounted in the namespace never reaches the host, while
+	// a netns the host mounts later still shows up in the namespace's /run/netns.
 	args := append([]string{"--mount", "--propagation", "slave", "--", "sh", "-c", inClusterScript, "sh", dir}, argv...)
 	c := exec.Command("unshare", args...)
 	c.Env = append(os.Environ(), "KUBERNETES_SERVICE_HOST="+u.Hostname(), "KUBERNETES_SERVICE_PORT="+u.Port())
@@ -138,7 +138,7 @@ func (t *thickDaemon) writeConfig(primary map[string]any) error {
 			return err
 		}
 		if err := os.WriteFile(filepath.Join(t.dir, name), b, 0o644); err != nil {
-			return err
+			return fmt.Errorf("multus-daemon config: %w", err)
 		}
 	}
 	return nil
@@ -212,7 +212,7 @@ func thickSkipReason(cfg Config) error {
 	return nil
 }
 
-const thickLabel = "Multus thick (shim + daemon) -> bridge + network-status (API)"
+const thickLabel = "Multus thick -> bridge + network-status (API)"
 
 // thickDir is where the env's multus-daemon keeps its config, socket and log.
 func thickDir(e *env) string { return filepath.Join(e.dir, "multus-daemon") }
@@ -236,7 +236,7 @@ func thickPrimary(e *env) map[string]any {
 
 // startThickIfRun starts the env's multus-daemon when P1 runs the thick variant, after
 // its pod exists in the API server (the daemon reads it, and checks its UID) and the
-// network namespaces exist (the daemon's mount namespace takes /run/netns as it is).
+// network namespaces exist.
 func startThickIfRun(e *env, vs []*variant) error {
 	for _, v := range vs {
 		if v.label != thickLabel {
