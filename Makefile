@@ -60,7 +60,8 @@ pkgs_with = $$(grep -rl --include='*_test.go' '^func $(1)' . | xargs -r -n1 dirn
 # BENCHFLAGS e.g. "-runs 10 -baseline old/devplumb".
 BENCHFLAGS ?=
 bench: build cni-plugins
-	$(KUBE_ENV) $(GO) run ./bench/cmd/bench -kube $(BENCHFLAGS)
+	$(KUBE_ENV) DEVPLUMB_MULTUS_THICK=$$(scripts/build-multus.sh thick | tail -1) \
+	  $(GO) run ./bench/cmd/bench -kube $(BENCHFLAGS)
 
 # The Go micro-benchmarks of the libraries.
 bench-go:

@@ -38,6 +38,7 @@ type env struct {
 	pr     *prserver.Server
 	mu     sync.Mutex
 	netns  []ns.NetNS
+	thick  *thickDaemon // P1's multus-daemon, when it runs
 }
 
 func newEnv(cfg Config, prCfg prserver.Config) (*env, error) {
@@ -101,6 +102,9 @@ func (e *env) setup(prCfg prserver.Config) error {
 	if e.cfg.Multus != "" {
 		links["multus"] = e.cfg.Multus
 	}
+	if e.cfg.MultusThick != "" {
+		links["multus-shim"] = filepath.Join(e.cfg.MultusThick, "multus-shim")
+	}
 	for name, target := range links {
 		abs, err := filepath.Abs(target)
 		if err != nil {
@@ -130,6 +134,8 @@ func (e *env) close() {
 		e.pr.Stop()
 	}
 	e.mu.Lock()
+	e.thick.stop() // before the netns and dirs it uses go
+	e.thick = nil
 	for _, n := range e.netns {
 		_ = n.Close()
 		_ = testutils.UnmountNS(n)

@@ -11,6 +11,9 @@ import (
 	"github.com/devplumb/devplumb/e2e/kubeapi"
 )
 
+// kubeNodeName is the node the bench's pods are scheduled to: multus-daemon watches its pods.
+const kubeNodeName = "bench-node"
+
 // kubeNode is a real etcd + kube-apiserver (the e2e tests' harness) with the bench's
 // pods in it, so that devplumb writes its network-status entry as it does in a cluster.
 type kubeNode struct {
@@ -51,7 +54,7 @@ func (k *kubeNode) pod(name string) (string, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	p, err := k.srv.CreatePod(ctx, podNS, name, "bench-node", nil)
+	p, err := k.srv.CreatePod(ctx, podNS, name, kubeNodeName, nil)
 	if err != nil {
 		return "", err
 	}

@@ -38,6 +38,9 @@ func p1(cfg Config, r *Report) error {
 			return err
 		}
 	}
+	if err := startThickIfRun(e, vs); err != nil {
+		return err
+	}
 	const warmup = 2
 	for round := range warmup + cfg.Runs {
 		for i := range vs {
@@ -90,6 +93,7 @@ func p1Variants(e *env) ([]*variant, error) {
 		{"Multus thin -> bridge", map[string]any{"cniVersion": "1.0.0", "name": "multus", "type": "multus",
 			"binDir": e.bin, "cniDir": filepath.Join(e.dir, "multus"), "logLevel": "error",
 			"delegates": []any{multusDelegate}}, e.cfg.Multus == "", false},
+		{thickLabel, thickShimConf(e), thickSkipReason(e.cfg) != nil, false},
 	}
 	var vs []*variant
 	for _, n := range nets {
@@ -124,29 +128,42 @@ func baselineConf(e *env) map[string]any {
 
 func p1Table(vs []*variant, cfg Config) Table {
 	t := Table{Title: "P1: ADD+DEL wall time through cnitool",
-		Header: []string{"what", "ADD+DEL", "× floor", "added over the floor", "added ÷ Multus thin's"}}
+		Header: []string{"what", "ADD+DEL", "× floor", "added over the floor", "added ÷ Multus thin's", "added ÷ Multus thick's"}}
 	floor := Summarize(vs[0].ms).Median
-	multus := -1.0
-	for _, v := range vs {
-		if v.net == "multus" {
-			multus = Summarize(v.ms).Median - floor
-		}
-	}
+	thin, thick := addedOf(vs, "multus", floor), addedOf(vs, "multusthick", floor)
 	for _, v := range vs {
 		s := Summarize(v.ms)
 		added := s.Median - floor
-		vsMultus := "–"
-		if multus > 0 && v != vs[0] {
-			vsMultus = fmt.Sprintf("%.2f", added/multus)
-		}
 		t.Rows = append(t.Rows, []string{v.label, s.Format("ms"), fmt.Sprintf("%.2f", s.Median/floor),
-			fmt.Sprintf("%.1f ms", added), vsMultus})
+			fmt.Sprintf("%.1f ms", added), ratio(added, thin, v == vs[0]), ratio(added, thick, v == vs[0])})
 	}
 	t.Notes = append(t.Notes, "Targets: devplumb's cycle at most 1.3 × the floor, its added time at most half of Multus thin's.",
-		"devplumb asks the PodResources server for the pod's device on every ADD; without a kubeconfig, as Multus here, unless the row says API: then it writes and removes its network-status entry on a real kube-apiserver (make bench runs one).",
-		"Multus thick (shim + daemon) is not run: the project builds only Multus thin, and the thick daemon needs its own daemon config and socket, the pod in the API server, and runs as a node DaemonSet.")
+		"devplumb asks the PodResources server for the pod's device on every ADD; without a kubeconfig, as Multus thin here, unless the row says API: then it writes and removes its network-status entry on a real kube-apiserver (make bench runs one).")
 	if cfg.Multus == "" {
 		t.Notes = append(t.Notes, "Multus thin not run: no binary given (make bench builds it with scripts/build-multus.sh).")
 	}
+	if err := thickSkipReason(cfg); err != nil {
+		t.Notes = append(t.Notes, "Multus thick not run: "+err.Error()+".")
+	} else {
+		t.Notes = append(t.Notes, "Multus thick: multus-shim forwards each call over a unix socket to one multus-daemon started for the run (a DaemonSet on a node; here a local process in a mount namespace of its own that gives it the service-account token of the bench's kube-apiserver, the in-cluster config it requires). The daemon reads the pod from its informer and writes Multus's network-status annotation, so its row compares with devplumb's API row.")
+	}
 	return t
+}
+
+// addedOf is the median time the network net adds over the floor, or -1 when not run.
+func addedOf(vs []*variant, net string, floor float64) float64 {
+	for _, v := range vs {
+		if v.net == net {
+			return Summarize(v.ms).Median - floor
+		}
+	}
+	return -1
+}
+
+// ratio is added ÷ of as a table cell: "–" for the floor and when of was not measured.
+func ratio(added, of float64, isFloor bool) string {
+	if of <= 0 || isFloor {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", added/of)
 }

@@ -15,6 +15,9 @@ type Config struct {
 	Devplumb string // the devplumb binary
 	CNIBin   string // bridge, host-local and cnitool
 	Multus   string // Multus thin; "" skips it (and says so)
+	// MultusThick is a directory with multus-shim and multus-daemon; "" skips Multus
+	// thick (and says so). It needs Kube.
+	MultusThick string
 	// Baseline, when set, is another devplumb binary (an earlier build) run next to it.
 	Baseline string
 	Runs     int       // ADD+DEL cycles per P1 variant and samples per P4/P5 figure

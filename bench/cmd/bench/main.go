@@ -18,6 +18,7 @@ func main() {
 	flag.StringVar(&cfg.Devplumb, "devplumb", "bin/devplumb", "the devplumb binary")
 	flag.StringVar(&cfg.CNIBin, "cni-bin", "bin/cni", "directory with bridge, host-local and cnitool")
 	flag.StringVar(&cfg.Multus, "multus", os.Getenv("DEVPLUMB_MULTUS"), "Multus thin binary (empty: not run)")
+	flag.StringVar(&cfg.MultusThick, "multus-thick", os.Getenv("DEVPLUMB_MULTUS_THICK"), "directory with Multus thick's multus-shim and multus-daemon (empty: not run; needs -kube)")
 	flag.BoolVar(&cfg.Kube, "kube", false, "also run devplumb with a kubeconfig against a real kube-apiserver (DEVPLUMB_KUBE_APISERVER, DEVPLUMB_ETCD)")
 	flag.StringVar(&cfg.Baseline, "baseline", "", "an earlier devplumb build to run side by side (optional)")
 	flag.IntVar(&cfg.Runs, "runs", 30, "samples per figure")
