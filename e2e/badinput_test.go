@@ -54,6 +54,11 @@ func TestBadInput(t *testing.T) {
 		{name: "unknown CNI_ARGS", stdin: good(nil), args: "FOO=bar;K8S_POD_NAMESPACE=default;K8S_POD_NAME=p1",
 			code: types.ErrInvalidEnvironmentVariables, msg: "IgnoreUnknown"},
 		{name: "no device source", stdin: good(set("resourceName", "")), code: 107, msg: "no device source"},
+		// Under Multus, a pod that does not request the NAD's resource gets no deviceID.
+		{name: "no device from Multus", stdin: good(func(c map[string]any) {
+			c["resourceName"] = ""
+			c["capabilities"] = map[string]bool{"deviceID": true}
+		}), code: 107, msg: `pod default/p1 has no device for network "fast-net": the caller passed no runtimeConfig.deviceID`},
 		{name: "prevResult not a result", stdin: good(set("prevResult", 5)), code: types.ErrDecodingFailure, msg: `"prevResult"`},
 		{name: "unsupported version", stdin: good(set("cniVersion", "0.2.0")), msg: "0.2.0"},
 	}

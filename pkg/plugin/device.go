@@ -12,9 +12,25 @@ import (
 
 	"github.com/devplumb/devplumb/pkg/claims"
 	"github.com/devplumb/devplumb/pkg/config"
+	"github.com/devplumb/devplumb/pkg/delegate"
 	"github.com/devplumb/devplumb/pkg/safefile"
 	"github.com/devplumb/devplumb/podresources"
 )
+
+// noDeviceSource says what is missing. A config declaring the deviceID
+// capability expects its caller (Multus) to pass the device; Multus passes
+// one only for a pod that requests the resource its NAD's resourceName
+// annotation names: that, not the config, is then what is missing.
+func (c *call) noDeviceSource() *types.Error {
+	if c.conf.Capabilities[delegate.CapDeviceID] {
+		return cniError(ErrNoDeviceSource, fmt.Sprintf("pod %s/%s has no device for network %q: the caller passed no runtimeConfig.deviceID; "+
+			"Multus passes one only when the pod's containers request the resource the NetworkAttachmentDefinition's "+
+			"k8s.v1.cni.cncf.io/resourceName annotation names: request that resource in the pod, or set \"resourceName\"",
+			c.pod.Namespace, c.pod.Name, c.conf.Name), nil)
+	}
+	return cniError(ErrNoDeviceSource, `no device source: set "resourceName", pass the device as runtimeConfig.deviceID `+
+		`(capability "deviceID") or "deviceID", or set "kubeconfig" so devplumb reads resourceName from the NetworkAttachmentDefinition`, nil)
+}
 
 // resourceName is the configured resourceName, else (with no explicit
 // device) the one the NetworkAttachmentDefinition names.
@@ -27,8 +43,7 @@ func (c *call) resourceName() (string, *types.Error) {
 		return "", cniError(ErrKube, "cannot build the Kubernetes client to read resourceName from the NetworkAttachmentDefinition", err)
 	}
 	if k == nil {
-		return "", cniError(ErrNoDeviceSource, `no device source: set "resourceName", pass the device as runtimeConfig.deviceID `+
-			`(capability "deviceID") or "deviceID", or set "kubeconfig" so devplumb reads resourceName from the NetworkAttachmentDefinition`, nil)
+		return "", c.noDeviceSource()
 	}
 	ns, name := c.conf.NADRef(c.pod.Namespace)
 	ctx, cancel := c.ctx()
