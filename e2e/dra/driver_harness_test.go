@@ -217,21 +217,22 @@ func (n *driverNode) waitDevices(what string, cond func(map[string]resourceapi.D
 	}
 }
 
-// impersonating is a kubeconfig acting as user (and the service accounts' groups).
+// drvKubeconfig is the test server's admin kubeconfig acting as user, in the service
+// accounts' groups.
 func drvKubeconfig(server, token, user string) string {
-	return fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: e2e
-  cluster: {server: %q, insecure-skip-tls-verify: true}
-users:
-- name: e2e
-  user: {token: %q, as: %q, as-groups: ["system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"]}
-contexts:
-- name: e2e
-  context: {cluster: e2e, user: e2e}
-current-context: e2e
-`, server, token, user)
+	cfg, err := clientcmd.Load([]byte(kubeapi.Kubeconfig(server, token)))
+	if err != nil {
+		panic(err) // kubeapi.Kubeconfig's own output
+	}
+	for _, a := range cfg.AuthInfos {
+		a.Impersonate = user
+		a.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"}
+	}
+	out, err := clientcmd.Write(*cfg)
+	if err != nil {
+		panic(err)
+	}
+	return string(out)
 }
 
 // applyDRADeployment creates the objects of deployments/dra (the RBAC, the DeviceClasses,
@@ -268,6 +269,10 @@ func applyDRADeployment(t *testing.T) {
 	for {
 		_, err := as.ResourceV1().ResourceSlices().List(ctx(t), metav1.ListOptions{Limit: 1})
 		if err == nil {
+			// The driver really runs as that account: what the RBAC does not grant is refused.
+			if _, err := as.CoreV1().Secrets("kube-system").List(ctx(t), metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+				t.Fatalf("%s lists secrets: %v, want Forbidden", netdevDPUser, err)
+			}
 			return
 		}
 		if time.Now().After(deadline) {

@@ -138,9 +138,9 @@ func TestBadClaimsFailAlone(t *testing.T) {
 	unallocated.Status.Allocation = nil
 	bad := map[*resourceapi.ResourceClaim]string{
 		claim("other-node", "node-b", DeviceName(resVF, "0000:01:01.1")): `device 0000-01-01-1-7739c206 is in pool "node-b", not in this node's pool "node-a"`,
-		claim("unknown", node, "no-such-device"):                          `claim ns/unknown: device "no-such-device" is not in pool "node-a"`,
-		claim("taken", node, vf):                                          `is prepared for claim ns/good (uid-good) already`,
-		unallocated:                                                       "claim ns/unalloc is not allocated",
+		claim("unknown", node, "no-such-device"):                         `claim ns/unknown: device "no-such-device" is not in pool "node-a"`,
+		claim("taken", node, vf):                                         `is prepared for claim ns/good (uid-good) already`,
+		unallocated:                                                      "claim ns/unalloc is not allocated",
 	}
 	all := []*resourceapi.ResourceClaim{good}
 	for c := range bad {

@@ -28,7 +28,7 @@ type scanned struct {
 // device that is gone (one a pod holds stays listed by its pool, healthy).
 // A name two resources' devices would share goes to the first resource
 // in config order; the later one is left out and reported.
-func inventory(driver, sysfs string, scans []scanned) (devices map[string]entry, problems []string) {
+func inventory(scans []scanned) (devices map[string]entry, problems []string) {
 	devices = map[string]entry{}
 	for _, s := range scans {
 		for _, d := range s.devs {

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -37,7 +38,7 @@ func (d *Driver) sync() error {
 		problems = append(problems, conflicts...)
 		scans = append(scans, scanned{res: r, devs: kept})
 	}
-	devices, more := inventory(d.name, d.sysfs, scans)
+	devices, more := inventory(scans)
 	problems = append(problems, more...)
 	dr, more := driverResources(d.name, d.pool, d.sysfs, devices)
 	problems = append(problems, more...)
@@ -115,13 +116,15 @@ func (d *Driver) watch(ctx context.Context, p publisher) {
 		default:
 		}
 	}
+	var wg sync.WaitGroup
+	defer wg.Wait() // the pools' watchers end with ctx
 	for _, r := range d.resources {
 		if n, ok := r.pool.(devpool.Notifier); ok {
-			go func() {
+			wg.Go(func() {
 				if err := n.Watch(ctx, changed); err != nil {
 					d.log.Error("watching the pool failed; relying on periodic rescans", "resource", r.name, "err", err)
 				}
-			}()
+			})
 		}
 	}
 	ticker := time.NewTicker(d.resync)
