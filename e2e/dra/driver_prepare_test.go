@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -177,6 +178,15 @@ func TestDriverPreparesClaims(t *testing.T) {
 		t.Errorf("prepare after restart: %q %v", g.GetError(), cdiIDs(g))
 	}
 	n.checkFiles(t, wantCDI, true)
+
+	// Stopped with SIGTERM (a DaemonSet update), it exits 0 and leaves them as well.
+	n.proc.Terminate(30 * time.Second)
+	if exited, err := n.proc.Exited(); !exited || err != nil {
+		t.Errorf("netdev-dp on SIGTERM: exited %v, %v", exited, err)
+	}
+	n.checkFiles(t, wantCDI, true)
+	n.start()
+	dra = n.draClient()
 
 	unreq := &drapb.NodeUnprepareResourcesRequest{Claims: prepareReq(claim, bad).Claims}
 	for range 2 {

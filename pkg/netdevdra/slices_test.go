@@ -1,15 +1,18 @@
 package netdevdra
 
 import (
+	"context"
 	"maps"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/devplumb/devplumb/pkg/pcisysfs/sysfstest"
 )
@@ -157,5 +160,45 @@ func TestOverlapAtStartIsAnError(t *testing.T) {
 	}
 	if err := d.conflictsAtStart(); err == nil || !strings.Contains(err.Error(), "0000:01:01.0") {
 		t.Errorf("overlap: %v", err)
+	}
+}
+
+// recorder is a publisher keeping what it was given.
+type recorder struct {
+	got chan resourceslice.DriverResources
+}
+
+func (r recorder) PublishResources(_ context.Context, dr resourceslice.DriverResources) error {
+	r.got <- dr
+	return nil
+}
+
+// TestWatchPublishesChanges: the watch loop publishes at once, and again when a pool
+// changes (a new socket, seen by the socket dir's watcher or the rescan), not otherwise.
+func TestWatchPublishesChanges(t *testing.T) {
+	f := newFixture(t)
+	d := f.driver()
+	d.resync = 50 * time.Millisecond // the watcher may start after the socket comes
+	c, cancel := context.WithCancel(context.Background())
+	rec := recorder{got: make(chan resourceslice.DriverResources, 16)}
+	done := make(chan struct{})
+	go func() { d.watch(c, rec); close(done) }()
+	defer func() { cancel(); <-done }()
+	names := func(dr resourceslice.DriverResources) []string {
+		var out []string
+		for _, s := range dr.Pools[node].Slices {
+			for _, dev := range s.Devices {
+				out = append(out, dev.Name)
+			}
+		}
+		return out
+	}
+	if first := names(<-rec.got); len(first) != 9 {
+		t.Fatalf("first publish: %v", first)
+	}
+	f.listen("vhu7.sock")
+	want := DeviceName(resVhost, "vhu7.sock")
+	if next := names(<-rec.got); !slices.Contains(next, want) || len(next) != 10 {
+		t.Errorf("published after a new socket: %v", next)
 	}
 }
