@@ -66,6 +66,7 @@ type Driver struct {
 	devices   map[string]entry // published devices by slice device name
 	published *resourceslice.DriverResources
 	problems  []string // reported at the last sync, to report each once
+	conflicts []string // devices two resources select, at the last sync
 	prepared  map[types.UID]*record
 
 	fatalMu sync.Mutex

@@ -27,19 +27,19 @@ type publisher interface {
 // scan errors; devices of a pool that failed keep their last state.
 func (d *Driver) sync() error {
 	var scans []scanned
-	var errs, problems []string
+	var errs, conflicts []string
 	for _, r := range d.resources {
 		devs, err := r.pool.Scan()
 		if err != nil {
 			errs = append(errs, fmt.Sprintf("resource %s: scan: %v", r.name, err))
 			devs = d.lastDevices(r)
 		}
-		kept, conflicts := d.owners.Claim(r.name, r.pool.Kind(), devs)
-		problems = append(problems, conflicts...)
+		kept, c := d.owners.Claim(r.name, r.pool.Kind(), devs)
+		conflicts = append(conflicts, c...)
 		scans = append(scans, scanned{res: r, devs: kept})
 	}
 	devices, more := inventory(scans)
-	problems = append(problems, more...)
+	problems := append(slices.Clone(conflicts), more...)
 	dr, more := driverResources(d.name, d.pool, d.sysfs, devices)
 	problems = append(problems, more...)
 
@@ -50,7 +50,7 @@ func (d *Driver) sync() error {
 			d.log.Error("device left out or described partly", "problem", p)
 		}
 	}
-	d.problems = problems
+	d.problems, d.conflicts = problems, conflicts
 	d.logChanges(devices)
 	d.devices = devices
 	if d.published == nil || !reflect.DeepEqual(*d.published, dr) {
@@ -93,15 +93,9 @@ func (d *Driver) logChanges(next map[string]entry) {
 func (d *Driver) conflictsAtStart() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var conflicts []string
-	for _, p := range d.problems {
-		if strings.Contains(p, " both select ") {
-			conflicts = append(conflicts, p)
-		}
-	}
-	if len(conflicts) > 0 {
+	if len(d.conflicts) > 0 {
 		return fmt.Errorf("resources overlap (a device would be given to two claims at once; make the selectors disjoint): %s",
-			strings.Join(conflicts, "; "))
+			strings.Join(d.conflicts, "; "))
 	}
 	return nil
 }
