@@ -53,12 +53,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	metricsAddr := fs.String("metrics-address", "", "serve /metrics, /healthz and /readyz on this address (host:port); empty: off")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	mode := fs.String("mode", "deviceplugin", "deviceplugin or dra")
-	var dra netdevdra.Options
-	fs.StringVar(&dra.DriverName, "driver-name", netdevdra.DefaultDriverName, "dra mode: the DRA driver name (and its attributes' domain)")
-	fs.StringVar(&dra.NodeName, "node-name", os.Getenv("NODE_NAME"), "dra mode: this node's name (default $NODE_NAME)")
-	fs.StringVar(&dra.RegistrarDir, "kubelet-registrar-dir", kubeletplugin.KubeletRegistryDir, "dra mode: the kubelet's plugin registration dir")
-	fs.StringVar(&dra.PluginsDir, "kubelet-plugins-dir", kubeletplugin.KubeletPluginsDir, "dra mode: the kubelet's plugins dir (socket in <dir>/<driver>/dra.sock)")
-	kubeconfig := fs.String("kubeconfig", "", "dra mode: kubeconfig file (default: the pod's service account)")
+	dra, kubeconfig := draFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // asked for, and printed: not an error
@@ -77,8 +72,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "netdev-dp: %v\n", err)
 		return 2
 	}
-	if *mode != "deviceplugin" && *mode != "dra" {
-		fmt.Fprintf(stderr, "netdev-dp: --mode %q: want deviceplugin or dra\n", *mode)
+	if err := checkMode(*mode, *metricsAddr); err != nil {
+		fmt.Fprintf(stderr, "netdev-dp: %v\n", err)
 		return 2
 	}
 	if *configPath == "" || fs.NArg() != 0 {
@@ -98,10 +93,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if *mode == "dra" && *metricsAddr != "" {
-		fmt.Fprintln(stderr, "netdev-dp: --metrics-address serves the device plugins' metrics and is not taken with --mode dra")
-		return 2
-	}
 	if *metricsAddr != "" {
 		cfg.Metrics = dpmetrics.New("netdev_dp")
 		stopMetrics, err := serveMetrics(*metricsAddr, cfg.Metrics.Handler(), log)
@@ -112,7 +103,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		defer stopMetrics()
 	}
 	if *mode == "dra" {
-		return runDRA(ctx, cfg, dra, *kubeconfig, log)
+		return runDRA(ctx, cfg, *dra, *kubeconfig, log)
 	}
 	if err := netdevdp.Run(ctx, cfg, log); err != nil {
 		log.Error("netdev-dp failed", "err", err)
@@ -120,6 +111,29 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	log.Info("netdev-dp stopped")
 	return 0
+}
+
+// draFlags registers the flags of DRA mode.
+func draFlags(fs *flag.FlagSet) (*netdevdra.Options, *string) {
+	var o netdevdra.Options
+	fs.StringVar(&o.DriverName, "driver-name", netdevdra.DefaultDriverName, "dra mode: the DRA driver name (and its attributes' domain)")
+	fs.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "dra mode: this node's name (default $NODE_NAME)")
+	fs.StringVar(&o.RegistrarDir, "kubelet-registrar-dir", kubeletplugin.KubeletRegistryDir, "dra mode: the kubelet's plugin registration dir")
+	fs.StringVar(&o.PluginsDir, "kubelet-plugins-dir", kubeletplugin.KubeletPluginsDir, "dra mode: the kubelet's plugins dir (socket in <dir>/<driver>/dra.sock)")
+	kubeconfig := fs.String("kubeconfig", "", "dra mode: kubeconfig file (default: the pod's service account)")
+	return &o, kubeconfig
+}
+
+// checkMode refuses an unknown mode, and metrics in DRA mode: they count what the
+// device plugins do.
+func checkMode(mode, metricsAddr string) error {
+	switch {
+	case mode != "deviceplugin" && mode != "dra":
+		return fmt.Errorf("--mode %q: want deviceplugin or dra", mode)
+	case mode == "dra" && metricsAddr != "":
+		return errors.New("--metrics-address serves the device plugins' metrics and is not taken with --mode dra")
+	}
+	return nil
 }
 
 // runDRA serves cfg as a DRA driver until ctx ends.

@@ -167,26 +167,7 @@ func TestDriverPreparesClaims(t *testing.T) {
 		t.Errorf("prepare again: %q %v", g.GetError(), cdiIDs(g))
 	}
 
-	// A killed driver leaves the claim prepared; the next run takes it over.
-	n.proc.Kill()
-	n.checkFiles(t, wantCDI, true)
-	n.start()
-	dra = n.draClient()
-	after, err := dra.NodePrepareResources(ctx(t), prepareReq(claim))
-	drvMust(t, err)
-	if g := after.Claims[string(claim.UID)]; g.GetError() != "" || !slices.Equal(cdiIDs(g), wantCDI) {
-		t.Errorf("prepare after restart: %q %v", g.GetError(), cdiIDs(g))
-	}
-	n.checkFiles(t, wantCDI, true)
-
-	// Stopped with SIGTERM (a DaemonSet update), it exits 0 and leaves them as well.
-	n.proc.Terminate(30 * time.Second)
-	if exited, err := n.proc.Exited(); !exited || err != nil {
-		t.Errorf("netdev-dp on SIGTERM: exited %v, %v", exited, err)
-	}
-	n.checkFiles(t, wantCDI, true)
-	n.start()
-	dra = n.draClient()
+	dra = n.restartKeepsPrepared(claim, wantCDI)
 
 	unreq := &drapb.NodeUnprepareResourcesRequest{Claims: prepareReq(claim, bad).Claims}
 	for range 2 {
@@ -202,6 +183,33 @@ func TestDriverPreparesClaims(t *testing.T) {
 	if left := filesUnder(t, filepath.Join(n.plugins, drvDriver, "claims")); len(left) != 0 {
 		t.Errorf("checkpoints left: %v", left)
 	}
+}
+
+// restartKeepsPrepared kills the driver and starts it again, then stops it with SIGTERM
+// and starts it again: each time the prepared claim and its files stay, and the new run
+// answers prepare the same. It returns the last run's DRA client.
+func (n *driverNode) restartKeepsPrepared(claim *resourceapi.ResourceClaim, wantCDI []string) drapb.DRAPluginClient {
+	t := n.t
+	t.Helper()
+	// A killed driver leaves the claim prepared; the next run takes it over.
+	n.proc.Kill()
+	n.checkFiles(t, wantCDI, true)
+	n.start()
+	after, err := n.draClient().NodePrepareResources(ctx(t), prepareReq(claim))
+	drvMust(t, err)
+	if g := after.Claims[string(claim.UID)]; g.GetError() != "" || !slices.Equal(cdiIDs(g), wantCDI) {
+		t.Errorf("prepare after restart: %q %v", g.GetError(), cdiIDs(g))
+	}
+	n.checkFiles(t, wantCDI, true)
+
+	// Stopped with SIGTERM (a DaemonSet update), it exits 0 and leaves them as well.
+	n.proc.Terminate(30 * time.Second)
+	if exited, err := n.proc.Exited(); !exited || err != nil {
+		t.Errorf("netdev-dp on SIGTERM: exited %v, %v", exited, err)
+	}
+	n.checkFiles(t, wantCDI, true)
+	n.start()
+	return n.draClient()
 }
 
 // checkFiles checks the CDI devices and DP files of a prepared claim, or that none is left.
