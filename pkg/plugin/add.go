@@ -21,7 +21,7 @@ import (
 )
 
 // Add is CNI ADD.
-func (p *Plugin) Add(args *skel.CmdArgs) error {
+func (p *Plugin) Add(args *skel.CmdArgs) (err error) {
 	if err := tooDeep(); err != nil {
 		return cniError(types.ErrInvalidNetworkConfig, err.Error(), nil)
 	}
@@ -30,7 +30,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		return cerr
 	}
 	defer c.close()
-	defer c.t.log(c.p.Log, "ADD")
+	defer func() { c.endTiming("ADD", err) }()
 	if cerr := c.checkFileNames(); cerr != nil {
 		return cerr
 	}

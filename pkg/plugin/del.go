@@ -22,7 +22,7 @@ import (
 // Del is CNI DEL. With state it undoes exactly what ADD did; without state
 // it runs the delegate DEL from the stdin config and removes the
 // deterministic CNI file. Something already gone is never an error.
-func (p *Plugin) Del(args *skel.CmdArgs) error {
+func (p *Plugin) Del(args *skel.CmdArgs) (retErr error) {
 	if err := tooDeep(); err != nil {
 		// Under devplumb, ADD refused everything: there is nothing to undo.
 		p.Log.Warn("DEL does nothing", "err", err)
@@ -32,7 +32,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	if cerr != nil {
 		return cerr
 	}
-	defer c.t.log(c.p.Log, "DEL")
+	defer func() { c.endTiming("DEL", retErr) }()
 	c.forgetGoneNetns()
 	rec, err := c.claims.Get(c.key)
 	if err != nil {
