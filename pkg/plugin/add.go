@@ -65,14 +65,18 @@ const maxFileName = 255
 // "<network>-<containerID>_<ifname>" (the CNI specification limits none
 // of the three in length). DEL needs no such check: it finds nothing.
 func (c *call) checkFileNames() *types.Error {
-	n := len(c.conf.Name) + len(c.args.ContainerID) + len(c.args.IfName) + 2
+	network := c.conf.Name // libcni's cache
+	if len(c.networkName()) > len(network) {
+		network = c.networkName() // the CNI device-info file
+	}
+	n := len(network) + len(c.args.ContainerID) + len(c.args.IfName) + 2
 	if n <= maxFileName {
 		return nil
 	}
 	return cniError(types.ErrInvalidNetworkConfig, fmt.Sprintf("container ID (%d bytes), network name %q and interface name %q "+
 		"together make a %d-byte file name (<network>-<containerID>-<ifname>, libcni's cache and the CNI device-info file): "+
 		"the limit is %d; use a shorter container ID or network name",
-		len(c.args.ContainerID), c.conf.Name, c.args.IfName, n, maxFileName), nil)
+		len(c.args.ContainerID), network, c.args.IfName, n, maxFileName), nil)
 }
 
 // cleanEarlierAdd undoes the delegates of an earlier ADD of this attachment
@@ -317,7 +321,7 @@ func (c *call) finish(rec *claims.Attachment, result types.Result) (types.Result
 		return nil, cniError(ErrDeviceInfo, "the CNI device-info file is invalid after the delegate ran: "+
 			"the delegate must write the spec's format", err)
 	}
-	entry, err := networkStatus(result, c.conf.Name, c.args.IfName, info)
+	entry, err := networkStatus(result, c.networkName(), c.args.IfName, info)
 	if err != nil {
 		return nil, cniError(ErrDelegate, "cannot read the delegate's result", err)
 	}

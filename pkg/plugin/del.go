@@ -63,6 +63,9 @@ func (p *Plugin) Del(args *skel.CmdArgs) (retErr error) {
 			return cniError(types.ErrIOFailure, "cannot remove the CNI device-info file", err)
 		}
 	}
+	if rec == nil {
+		c.removeLegacyCNIFile()
+	}
 	c.t.mark(phaseDeviceInfo)
 	failpoint.Hit("del-file-removed")
 	if err := c.claims.Release(c.key); err != nil {
@@ -179,6 +182,29 @@ func (c *call) delInputs(rec *claims.Attachment) (*libcni.NetworkConfigList, *li
 	return list, c.runtime(dev, cniFile), cniFile, nil
 }
 
+// removeLegacyCNIFile removes, for a DEL without state, the CNI device-info file an
+// older devplumb would have named after the config's name. A failure only leaves a
+// file that gc reports.
+func (c *call) removeLegacyCNIFile() {
+	if f := c.legacyCNIFile(); f != "" {
+		if err := devinfo.RemoveFile(f); err != nil {
+			c.p.Log.Warn("cannot remove an older CNI device-info file", "file", f, "err", err)
+		}
+	}
+}
+
+// statusNames are the network names this attachment's network-status entry may have:
+// the one ADD recorded, else today's and an older devplumb's (the config's name).
+func (c *call) statusNames(rec *claims.Attachment) []string {
+	if rec != nil && rec.NetworkStatus != nil && rec.NetworkStatus.Name != "" {
+		return []string{rec.NetworkStatus.Name}
+	}
+	if n := c.networkName(); n != c.conf.Name {
+		return []string{n, c.conf.Name}
+	}
+	return []string{c.conf.Name}
+}
+
 // removeStatus drops this attachment's network-status entry.
 func (c *call) removeStatus(rec *claims.Attachment) {
 	pod := c.pod
@@ -195,7 +221,11 @@ func (c *call) removeStatus(rec *claims.Attachment) {
 	if err == nil {
 		ctx, cancel := c.ctx()
 		defer cancel()
-		err = k.RemoveNetworkStatus(ctx, pod.Namespace, pod.Name, pod.UID, c.conf.Name, c.args.IfName)
+		for _, network := range c.statusNames(rec) {
+			if err = k.RemoveNetworkStatus(ctx, pod.Namespace, pod.Name, pod.UID, network, c.args.IfName); err != nil {
+				break
+			}
+		}
 	}
 	if err != nil {
 		// DEL must not fail on the API server: the pod may be gone already.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -123,7 +124,8 @@ func (k *kubeEnv) claims() []*claims.Attachment {
 }
 
 // ADD reads resourceName from the NAD named by the network, writes the
-// network-status entry; DEL removes it.
+// network-status entry under the NAD's name, as Multus names it ("<namespace>/<NAD>",
+// and the CNI device-info file "<namespace>-<NAD>-<containerID>_<ifname>"); DEL removes it.
 func TestKubeHookAddDel(t *testing.T) {
 	k := newKubeEnv(t)
 	if err := k.p.Add(k.args()); err != nil {
@@ -136,14 +138,50 @@ func TestKubeHookAddDel(t *testing.T) {
 		t.Fatalf("status set %v for %v", k.kube.set, k.kube.setPod)
 	}
 	e := k.kube.set[0]
-	if e.Name != "fast-net" || e.Interface != "net1" || e.DeviceInfo == nil || e.DeviceInfo.Pci.PciAddress != "0000:01:02.3" {
+	if st := k.claims(); len(st) != 1 || filepath.Base(st[0].CNIFile) != "default-fast-net-c1_net1" {
+		t.Errorf("claims %+v, want the CNI file default-fast-net-c1_net1", st)
+	}
+	if e.Name != "default/fast-net" || e.Interface != "net1" || e.DeviceInfo == nil || e.DeviceInfo.Pci.PciAddress != "0000:01:02.3" {
 		t.Errorf("entry %+v", e)
 	}
 	if err := k.p.Del(k.args()); err != nil {
 		t.Fatal(err)
 	}
-	if len(k.kube.removed) != 1 || k.kube.removed[0] != "default/p1/u1/fast-net/net1" {
+	if len(k.kube.removed) != 1 || k.kube.removed[0] != "default/p1/u1/default/fast-net/net1" {
 		t.Errorf("removed %v", k.kube.removed)
+	}
+}
+
+// A DEL without state (an older devplumb's attachment, or state lost) removes the
+// entry and the CNI device-info file under both names: today's, the NAD's, and an
+// older devplumb's, the config's.
+func TestDelWithoutStateFindsOlderNames(t *testing.T) {
+	k := newKubeEnv(t)
+	k.conf["resourceName"] = "example.com/vf"
+	k.conf["networkAttachmentDefinition"] = "nets/fast"
+	cni := filepath.Join(k.root, "devinfo", "cni")
+	if err := os.MkdirAll(cni, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	for _, name := range []string{"nets-fast-c1_net1", "fast-net-c1_net1"} {
+		f := filepath.Join(cni, name)
+		if err := os.WriteFile(f, []byte(`{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:01:02.3"}}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	if err := k.p.Del(k.args()); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Errorf("%s after DEL: %v", f, err)
+		}
+	}
+	want := []string{"default/p1/u1/nets/fast/net1", "default/p1/u1/fast-net/net1"}
+	if !slices.Equal(k.kube.removed, want) {
+		t.Errorf("removed %v, want %v", k.kube.removed, want)
 	}
 }
 

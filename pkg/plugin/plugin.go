@@ -195,7 +195,44 @@ func (c *call) cniFile() (string, error) {
 	if f := c.conf.RuntimeConfig.CNIDeviceInfoFile; f != "" {
 		return f, nil
 	}
-	return c.files.CNIPath(devinfo.CNIFileName(c.conf.Name, c.args.ContainerID, c.args.IfName))
+	return c.files.CNIPath(devinfo.CNIFileName(c.networkName(), c.args.ContainerID, c.args.IfName))
+}
+
+// networkName names the attachment's network in network-status and in the CNI
+// device-info file's name. Multus names a network after its NetworkAttachmentDefinition,
+// "<namespace>/<name>" (the file "<namespace>-<name>-<containerID>_<ifname>"); devplumb
+// does the same when it has one, so the pod's annotation and the node's files read the
+// same under Multus and without it. Else it is the config's name.
+func (c *call) networkName() string {
+	if !c.fromNAD() {
+		return c.conf.Name
+	}
+	ns, name := c.conf.NADRef(c.pod.Namespace)
+	if ns == "" {
+		return c.conf.Name // no pod namespace to complete the reference with
+	}
+	return ns + "/" + name
+}
+
+// fromNAD: the config names a NetworkAttachmentDefinition, or takes its resourceName
+// from one (no resourceName, no device given, a kubeconfig to read the NAD with).
+// It depends on the config alone, so DEL names things as ADD did.
+func (c *call) fromNAD() bool {
+	return c.conf.NAD != "" ||
+		(c.conf.ResourceName == "" && c.conf.DeviceIDFromConfig() == "" && c.conf.Kubeconfig != "")
+}
+
+// legacyCNIFile is the CNI device-info file an older devplumb, which named every file
+// after the config's name, made for this attachment; "" when that is today's name.
+func (c *call) legacyCNIFile() string {
+	if c.conf.RuntimeConfig.CNIDeviceInfoFile != "" || c.networkName() == c.conf.Name {
+		return ""
+	}
+	p, err := c.files.CNIPath(devinfo.CNIFileName(c.conf.Name, c.args.ContainerID, c.args.IfName))
+	if err != nil {
+		return ""
+	}
+	return p
 }
 
 // buildList is the delegate conflist with dev injected ("" injects nothing).
