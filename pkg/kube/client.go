@@ -19,8 +19,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-// DefaultTimeout bounds one call (all its retries) when New is given zero.
-const DefaultTimeout = 10 * time.Second
 
 // ResourceNameAnnot is the NetworkAttachmentDefinition annotation naming the device
 // plugin resource that backs the network.
@@ -54,14 +52,15 @@ type Client struct {
 }
 
 // New loads kubeconfig (a file path, required) and returns a client whose calls each
-// finish within timeout (DefaultTimeout when zero).
+// finish within timeout (required: its caller, devplumb, bounds the kubelet and the API
+// server alike, so the bound is the caller's, not a second default here).
 // It logs through log (slog.Default() when nil), so one CNI call logs in one format.
 func New(kubeconfig string, timeout time.Duration, log *slog.Logger) (*Client, error) {
 	if kubeconfig == "" {
 		return nil, errors.New("kube: kubeconfig path is empty")
 	}
 	if timeout <= 0 {
-		timeout = DefaultTimeout
+		return nil, fmt.Errorf("kube: timeout %v: must be positive", timeout)
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {

@@ -47,9 +47,6 @@ type Kube interface {
 	NADResourceName(ctx context.Context, namespace, name string) (string, error)
 }
 
-// DefaultTimeout bounds each call to the kubelet and the API server.
-const DefaultTimeout = 10 * time.Second
-
 // Plugin holds what does not come from a CNI call.
 type Plugin struct {
 	Log     *slog.Logger
@@ -72,7 +69,7 @@ func New() *Plugin {
 	return &Plugin{
 		Log:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
 		LogTo:   os.Stderr,
-		Timeout: DefaultTimeout,
+		Timeout: podresources.DefaultTimeout, // the API server gets the kubelet's bound too
 	}
 }
 
@@ -261,7 +258,7 @@ func (c *call) ownedCNIFile(path string) string {
 func (c *call) ctx() (context.Context, context.CancelFunc) {
 	t := c.p.Timeout
 	if t <= 0 {
-		t = DefaultTimeout
+		t = podresources.DefaultTimeout
 	}
 	return context.WithTimeout(context.Background(), t)
 }
