@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-
 // ResourceNameAnnot is the NetworkAttachmentDefinition annotation naming the device
 // plugin resource that backs the network.
 const ResourceNameAnnot = "k8s.v1.cni.cncf.io/resourceName"
