@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -220,4 +221,16 @@ func (c *Client) applyStatus(ctx context.Context, claim dradev.Claim, obj *resou
 		return d.resource.Patch(types.ApplyPatchType).Namespace(claim.Namespace).Resource("resourceclaims").
 			Name(claim.Name).SubResource("status").VersionedParams(opts, d.params).Body(body).Do(ctx).Error()
 	})
+}
+
+// NewForConfig is New for a rest.Config already loaded (tests count its
+// requests through cfg.WrapTransport).
+func NewForConfig(cfg *rest.Config, timeout time.Duration, log *slog.Logger) (*Client, error) {
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return newFromConfig(cfg, timeout, log)
 }
