@@ -351,4 +351,3 @@ func (n *cniNode) nothingWritten(pod *corev1.Pod, claim, dev string) {
 		t.Errorf("CNI device-info files left: %d", len(files))
 	}
 }
-
