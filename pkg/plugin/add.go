@@ -207,6 +207,8 @@ func (c *call) dropOlderSandboxes(dropped []*claims.Attachment) {
 		if err := c.undo(a); err != nil {
 			c.p.Log.Warn("cannot undo the attachment of a dropped claim", "container", a.ContainerID, "err", err)
 		}
+		// Before this ADD applies its own: the device may be the same.
+		c.removeClaimStatus(a)
 	}
 }
 
