@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -117,6 +118,85 @@ func applyCNIRBAC(t *testing.T) {
 	for !cniAllowed(t, "patch", "resourceclaims", "status") {
 		if time.Now().After(deadline) {
 			t.Fatal("the authorizer does not grant the shipped RBAC within a minute")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// A claim status devplumb may not write fails ADD under "networkStatus":
+// "required" (the default), before anything is on the pod, and rolls back;
+// under "best-effort" ADD succeeds with the network-status entry alone.
+func TestCNIClaimStatusRequiredOrBestEffort(t *testing.T) {
+	rules := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "patch"}},
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get"}},
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"list"}},
+	}
+	bindCNIRole(t, "cni-no-claim-status", rules)
+	n := newCNINode(t)
+	kc := filepath.Join(n.dir, "devplumb.kubeconfig")
+	cniMust(t, os.WriteFile(kc, []byte(kubeapi.Kubeconfig(srv.URL, srv.DevplumbToken)), 0o600))
+	dev := n.veth()
+	n.slice(cniDev{"dev-0", attrs(dev, cniResource)})
+	claimName := "claim-" + cniRandom()
+	pod := n.pod("pod-"+cniRandom(), claimName, false)
+	n.claim(claimName, nil, []*corev1.Pod{pod}, "dev-0")
+	conf := n.conf(map[string]any{"resourceClaim": "net", "kubeconfig": kc})
+	netns := newCNINetNS(t)
+
+	res := n.run("ADD", conf, netns, pod, "net1")
+	if res.Code != 106 || !strings.Contains(res.Msg, "writing the status of ResourceClaim default/"+claimName) ||
+		!strings.Contains(res.Details, "forbidden") {
+		t.Fatalf("required ADD without claim status rights: %+v", res)
+	}
+	n.nothingWritten(pod, claimName, dev)
+
+	conf["networkStatus"] = "best-effort"
+	if res := n.run("ADD", conf, netns, pod, "net1"); res.Code != 0 {
+		t.Fatalf("best-effort ADD: %+v", res)
+	}
+	if ns := networkStatus(t, pod.Name); len(ns) != 1 || ns[0].Interface != "net1" {
+		t.Errorf("best-effort ADD: network-status %+v", ns)
+	}
+	if st := deviceStatus(t, claimName, n.driver, "dev-0"); st != nil {
+		t.Errorf("claim status written without the right: %+v", st)
+	}
+	if res := n.run("DEL", conf, netns, pod, "net1"); res.Code != 0 {
+		t.Fatalf("DEL: %+v", res)
+	}
+	if !onHost(dev) {
+		t.Errorf("device not back after DEL")
+	}
+}
+
+// bindCNIRole gives devplumb's service account a ClusterRole of rules until
+// the test ends, waiting for the authorizer both ways.
+func bindCNIRole(t *testing.T, name string, rules []rbacv1.PolicyRule) {
+	t.Helper()
+	c := srv.Client
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: name},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "devplumb", Namespace: "kube-system"}}}
+	_, err := c.RbacV1().ClusterRoles().Create(ctx(t), role, metav1.CreateOptions{})
+	cniMust(t, err)
+	_, err = c.RbacV1().ClusterRoleBindings().Create(ctx(t), binding, metav1.CreateOptions{})
+	cniMust(t, err)
+	t.Cleanup(func() {
+		_ = c.RbacV1().ClusterRoleBindings().Delete(ctx(t), name, metav1.DeleteOptions{})
+		_ = c.RbacV1().ClusterRoles().Delete(ctx(t), name, metav1.DeleteOptions{})
+		deadline := time.Now().Add(time.Minute)
+		for cniAllowed(t, "get", "resourceclaims", "") {
+			if time.Now().After(deadline) {
+				t.Fatal("the authorizer still grants the role a minute after it was deleted")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	deadline := time.Now().Add(time.Minute)
+	for !cniAllowed(t, "get", "resourceclaims", "") {
+		if time.Now().After(deadline) {
+			t.Fatal("the authorizer does not grant the role within a minute")
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
