@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -52,6 +53,7 @@ type Client struct {
 	host    string
 	timeout time.Duration
 	cfg     *rest.Config // for the DRA clients, made on first use (dra.go)
+	draMu   sync.Mutex
 	dra     *draClients
 }
 

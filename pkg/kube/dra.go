@@ -62,6 +62,8 @@ func draTypes() (*runtime.Scheme, serializer.CodecFactory) {
 
 // draClient makes the DRA clients on first use.
 func (c *Client) draClient() (*draClients, error) {
+	c.draMu.Lock()
+	defer c.draMu.Unlock()
 	if c.dra != nil {
 		return c.dra, nil
 	}
@@ -84,8 +86,8 @@ func (c *Client) draClient() (*draClients, error) {
 	return c.dra, nil
 }
 
-// get runs one request within the client's bound, retrying what retry retries.
-func (c *Client) get(ctx context.Context, op func(context.Context, *draClients) error) error {
+// do runs one request within the client's bound, retrying what retry retries.
+func (c *Client) do(ctx context.Context, op func(context.Context, *draClients) error) error {
 	d, err := c.draClient()
 	if err != nil {
 		return err
@@ -101,7 +103,7 @@ func (c *Client) get(ctx context.Context, op func(context.Context, *draClients) 
 // Pod reads the pod object.
 func (c *Client) Pod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
 	pod := &corev1.Pod{}
-	err := c.get(ctx, func(ctx context.Context, d *draClients) error {
+	err := c.do(ctx, func(ctx context.Context, d *draClients) error {
 		return d.core.Get().Namespace(namespace).Resource("pods").Name(name).Do(ctx).Into(pod)
 	})
 	if err != nil {
@@ -113,7 +115,7 @@ func (c *Client) Pod(ctx context.Context, namespace, name string) (*corev1.Pod, 
 // ResourceClaim reads one ResourceClaim.
 func (c *Client) ResourceClaim(ctx context.Context, namespace, name string) (*resourcev1.ResourceClaim, error) {
 	var claim *resourcev1.ResourceClaim
-	err := c.get(ctx, func(ctx context.Context, d *draClients) (err error) {
+	err := c.do(ctx, func(ctx context.Context, d *draClients) (err error) {
 		claim = &resourcev1.ResourceClaim{}
 		return d.resource.Get().Namespace(namespace).Resource("resourceclaims").Name(name).Do(ctx).Into(claim)
 	})
@@ -130,7 +132,7 @@ func (c *Client) ResourceSlices(ctx context.Context, node, driver string) ([]res
 	sel := fields.Set{resourcev1.ResourceSliceSelectorNodeName: node, resourcev1.ResourceSliceSelectorDriver: driver}
 	list := &resourcev1.ResourceSliceList{}
 	opts := &metav1.ListOptions{FieldSelector: sel.AsSelector().String()}
-	err := c.get(ctx, func(ctx context.Context, d *draClients) error {
+	err := c.do(ctx, func(ctx context.Context, d *draClients) error {
 		return d.resource.Get().Resource("resourceslices").VersionedParams(opts, d.params).Do(ctx).Into(list)
 	})
 	if err != nil {
@@ -217,7 +219,7 @@ func (c *Client) applyStatus(ctx context.Context, claim dradev.Claim, obj *resou
 	}
 	force := true
 	opts := &metav1.PatchOptions{FieldManager: FieldManager(claim), Force: &force}
-	return c.get(ctx, func(ctx context.Context, d *draClients) error {
+	return c.do(ctx, func(ctx context.Context, d *draClients) error {
 		return d.resource.Patch(types.ApplyPatchType).Namespace(claim.Namespace).Resource("resourceclaims").
 			Name(claim.Name).SubResource("status").VersionedParams(opts, d.params).Body(body).Do(ctx).Error()
 	})
