@@ -160,7 +160,9 @@ func (c *call) setClaimStatus(rec *claims.Attachment, entry *nadv1.NetworkStatus
 }
 
 // removeClaimStatus removes devplumb's part of the claim's entry; like
-// network-status on DEL, a failure is logged, never fatal.
+// network-status on DEL, a failure is logged, never fatal. It goes by the
+// state record alone (no API read): a DEL without state knows no claim, and
+// its entry then goes with the claim (a template's claim goes with the pod).
 func (c *call) removeClaimStatus(rec *claims.Attachment) {
 	if rec == nil || rec.Claim == nil {
 		return
