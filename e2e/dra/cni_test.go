@@ -56,16 +56,24 @@ func TestCNIDeviceFromClaim(t *testing.T) {
 		conf     map[string]any
 		report   bool // the kubelet reports the claim with its CDI device
 		template bool // the claim is made from a template
+		noCDI    bool // the kubelet reports the claim without a CDI device
+		noIDAttr bool // the slice has no deviceID attribute: the CDI rule gives the ID
 	}{
-		{"local resourceName", map[string]any{"resourceName": cniResource}, true, false},
-		{"api resourceName network-only claim", map[string]any{"resourceName": cniResource}, false, true},
-		{"api resourceClaim", map[string]any{"resourceClaim": "net", "request": "net"}, true, false},
-		{"api resourceClaim from template", map[string]any{"resourceClaim": "net"}, false, true},
+		{"local resourceName", map[string]any{"resourceName": cniResource}, true, false, false, false},
+		{"api resourceName network-only claim", map[string]any{"resourceName": cniResource}, false, true, false, false},
+		{"api resourceName no CDI device", map[string]any{"resourceName": cniResource}, true, false, true, false},
+		{"api resourceClaim", map[string]any{"resourceClaim": "net", "request": "net"}, true, false, false, false},
+		{"api resourceClaim from template", map[string]any{"resourceClaim": "net"}, false, true, false, false},
+		{"api resourceClaim ID by the CDI rule", map[string]any{"resourceClaim": "net"}, true, false, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newCNINode(t)
 			dev := n.veth()
-			n.slice(cniDev{"dev-0", attrs(dev, cniResource)})
+			idAttr := dev
+			if tc.noIDAttr {
+				idAttr = ""
+			}
+			n.slice(cniDev{"dev-0", attrs(idAttr, cniResource)})
 			claimName := "claim-" + cniRandom()
 			pod := n.pod("pod-"+cniRandom(), claimName, tc.template)
 			var owner *corev1.Pod
@@ -74,7 +82,11 @@ func TestCNIDeviceFromClaim(t *testing.T) {
 			}
 			n.claim(claimName, owner, []*corev1.Pod{pod}, "dev-0")
 			if tc.report {
-				n.report(pod, claimName, []string{"dev-0"}, []string{dev})
+				cdi := dev
+				if tc.noCDI {
+					cdi = ""
+				}
+				n.report(pod, claimName, []string{"dev-0"}, []string{cdi})
 			}
 			n.driverEntry(claimName, "dev-0")
 			netns := newCNINetNS(t)
