@@ -270,6 +270,13 @@ func TestCNIBadClaims(t *testing.T) {
 			return p, c
 		}, map[string]any{"resourceClaim": "net", "resourceName": "example.com/other"}, 100,
 			"has no allocated device with k8s.cni.cncf.io/resourceName=example.com/other"},
+		{"no device of the request", func(n *cniNode, dev string) (*corev1.Pod, string) {
+			c := "claim-" + cniRandom()
+			p := n.pod("pod-"+cniRandom(), c, false)
+			n.claim(c, nil, []*corev1.Pod{p}, "dev-0")
+			return p, c
+		}, map[string]any{"resourceClaim": "net", "request": "other"}, 100,
+			"has no allocated device of request other (allocated: request net: "},
 		{"resourceName matches no device", func(n *cniNode, dev string) (*corev1.Pod, string) {
 			c := "claim-" + cniRandom()
 			p := n.pod("pod-"+cniRandom(), c, false)
