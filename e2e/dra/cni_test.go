@@ -295,6 +295,12 @@ func TestCNIBadClaims(t *testing.T) {
 			n.claim(c, nil, []*corev1.Pod{p}, "noid")
 			return p, c
 		}, map[string]any{"resourceClaim": "net"}, 100, "has no attribute k8s.cni.cncf.io/deviceID"},
+		{"deviceID attribute not a device ID", func(n *cniNode, dev string) (*corev1.Pod, string) {
+			c := "claim-" + cniRandom()
+			p := n.pod("pod-"+cniRandom(), c, false)
+			n.claim(c, nil, []*corev1.Pod{p}, "evil")
+			return p, c
+		}, map[string]any{"resourceClaim": "net"}, 100, `DRA device ID of ResourceClaim`},
 		{"claim shared by two pods", func(n *cniNode, dev string) (*corev1.Pod, string) {
 			c := "claim-" + cniRandom()
 			p := n.pod("pod-"+cniRandom(), c, false)
@@ -306,7 +312,8 @@ func TestCNIBadClaims(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newCNINode(t)
 			dev := n.veth()
-			n.slice(cniDev{"dev-0", attrs(dev, cniResource)}, cniDev{"bare", nil}, cniDev{"noid", attrs("", cniResource)})
+			n.slice(cniDev{"dev-0", attrs(dev, cniResource)}, cniDev{"bare", nil}, cniDev{"noid", attrs("", cniResource)},
+				cniDev{"evil", attrs("../../etc/x", cniResource)})
 			pod, claim := tc.setup(n, dev)
 			res := n.run("ADD", n.conf(tc.conf), newCNINetNS(t), pod, "net1")
 			if res.Code != tc.code || !strings.Contains(res.Msg+" "+res.Details, tc.want) {

@@ -115,18 +115,24 @@ func (c *call) kubeletCandidates(resourceName string) ([]string, *types.Error) {
 		}
 		ids = append(ids, id)
 	}
-	ids = c.addDRA(ids, dradev.Local(pod, resourceName))
+	ids, refused := c.addDRA(ids, dradev.Local(pod, resourceName))
 	if len(ids) == 0 {
 		devs, cerr := c.apiDevices(resourceName, pod)
 		if cerr != nil {
 			return nil, cerr
 		}
-		ids = c.addDRA(ids, devs)
+		var more []string
+		ids, more = c.addDRA(ids, devs)
+		refused = append(refused, more...)
 	}
 	if len(ids) == 0 {
+		why := ""
+		if len(refused) > 0 {
+			why = "; refused: " + strings.Join(refused, "; ")
+		}
 		return nil, cniError(ErrNoDevice, fmt.Sprintf("pod %s has no usable device of resource %s: request %s in the pod spec, "+
-			"or claim a DRA device with attribute %s=%s (the kubelet returned %s)", c.pod, resourceName, resourceName,
-			dradev.AttrResourceName, resourceName, describe(pod)), nil)
+			"or claim a DRA device with attribute %s=%s (the kubelet returned %s%s)", c.pod, resourceName, resourceName,
+			dradev.AttrResourceName, resourceName, describe(pod), why), nil)
 	}
 	return ids, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
@@ -42,14 +43,23 @@ func (c *call) draKube() (DRAKube, error) {
 }
 
 // addDRA adds the DRA devices to the candidates: recorded in c.draDevs by
-// ID, so the claimed one's ResourceClaim goes into the state record.
-func (c *call) addDRA(ids []string, devs []dradev.Device) []string {
+// ID, so the claimed one's ResourceClaim goes into the state record. It
+// says why it passed over the devices it refused.
+func (c *call) addDRA(ids []string, devs []dradev.Device) ([]string, []string) {
+	var refused []string
 	if c.draDevs == nil {
 		c.draDevs = map[string]dradev.Device{}
 	}
 	for _, d := range devs {
-		if err := config.CheckDeviceID("DRA device ID of "+d.Claim.String(), d.ID); err != nil {
+		// Both name files under deviceInfoDir: attributes are the driver's
+		// (or a slice author's) input, checked as the kubelet's IDs are.
+		err := config.CheckDeviceID("DRA device ID of "+d.Claim.String(), d.ID)
+		if err == nil {
+			err = config.CheckResourceName("resource name of "+d.Claim.String(), d.ResourceName)
+		}
+		if err != nil {
 			c.p.Log.Warn("skipping a DRA device", "err", err)
+			refused = append(refused, err.Error())
 			continue
 		}
 		if _, dup := c.draDevs[d.ID]; dup || containsID(ids, d.ID) {
@@ -58,7 +68,7 @@ func (c *call) addDRA(ids []string, devs []dradev.Device) []string {
 		c.draDevs[d.ID] = d
 		ids = append(ids, d.ID)
 	}
-	return ids
+	return ids, refused
 }
 
 func containsID(ids []string, id string) bool {
@@ -120,9 +130,10 @@ func (c *call) claimCandidates(res string) ([]string, string, *types.Error) {
 				devs[0].ResourceName, d.ResourceName), nil)
 		}
 	}
-	ids := c.addDRA(nil, devs)
+	ids, refused := c.addDRA(nil, devs)
 	if len(ids) == 0 {
-		return nil, "", cniError(ErrNoDevice, fmt.Sprintf("claim %q of pod %s has no usable device", c.conf.ResourceClaim, c.pod), nil)
+		return nil, "", cniError(ErrNoDevice, fmt.Sprintf("claim %q of pod %s has no usable device: %s",
+			c.conf.ResourceClaim, c.pod, strings.Join(refused, "; ")), nil)
 	}
 	return ids, devs[0].ResourceName, nil
 }
