@@ -126,15 +126,21 @@ func (c *call) kubeletCandidates(resourceName string) ([]string, *types.Error) {
 		refused = append(refused, more...)
 	}
 	if len(ids) == 0 {
-		why := ""
-		if len(refused) > 0 {
-			why = "; refused: " + strings.Join(refused, "; ")
-		}
-		return nil, cniError(ErrNoDevice, fmt.Sprintf("pod %s has no usable device of resource %s: request %s in the pod spec, "+
-			"or claim a DRA device with attribute %s=%s (the kubelet returned %s%s)", c.pod, resourceName, resourceName,
-			dradev.AttrResourceName, resourceName, describe(pod), why), nil)
+		return nil, c.noDevice(resourceName, pod, refused)
 	}
 	return ids, nil
+}
+
+// noDevice says that the pod has no device of the resource, what the
+// kubelet reported, and which DRA devices were refused and why.
+func (c *call) noDevice(resourceName string, pod *v1.PodResources, refused []string) *types.Error {
+	why := ""
+	if len(refused) > 0 {
+		why = "; refused: " + strings.Join(refused, "; ")
+	}
+	return cniError(ErrNoDevice, fmt.Sprintf("pod %s has no usable device of resource %s: request %s in the pod spec, "+
+		"or claim a DRA device with attribute %s=%s (the kubelet returned %s%s)", c.pod, resourceName, resourceName,
+		dradev.AttrResourceName, resourceName, describe(pod), why), nil)
 }
 
 // podResources opens the kubelet client once per call; close releases it.
@@ -257,6 +263,16 @@ func describe(p *v1.PodResources) string {
 	for _, ctr := range p.GetContainers() {
 		for _, d := range ctr.GetDevices() {
 			parts = append(parts, fmt.Sprintf("container %s: %s=%v", ctr.GetName(), d.GetResourceName(), d.GetDeviceIds()))
+		}
+		for _, dr := range ctr.GetDynamicResources() {
+			for _, cr := range dr.GetClaimResources() {
+				var cdi []string
+				for _, d := range cr.GetCdiDevices() {
+					cdi = append(cdi, d.GetName())
+				}
+				parts = append(parts, fmt.Sprintf("container %s: claim %s/%s device %s/%s/%s CDI %v", ctr.GetName(),
+					dr.GetClaimNamespace(), dr.GetClaimName(), cr.GetDriverName(), cr.GetPoolName(), cr.GetDeviceName(), cdi))
+			}
 		}
 	}
 	if len(parts) == 0 {
