@@ -377,3 +377,41 @@ func (n *cniNode) nothingWritten(pod *corev1.Pod, claim, dev string) {
 		t.Errorf("CNI device-info files left: %d", len(files))
 	}
 }
+
+// CNI GC of an attachment the runtime no longer has removes devplumb's part
+// of the claim's status from the state record alone, with the delegate's
+// setup and the claim.
+func TestCNIGCRemovesClaimStatus(t *testing.T) {
+	n := newCNINode(t)
+	dev := n.veth()
+	n.slice(cniDev{"dev-0", attrs(dev, cniResource)})
+	claimName := "claim-" + cniRandom()
+	pod := n.pod("pod-"+cniRandom(), claimName, false)
+	n.claim(claimName, nil, []*corev1.Pod{pod}, "dev-0")
+	n.report(pod, claimName, []string{"dev-0"}, []string{dev})
+	n.driverEntry(claimName, "dev-0")
+	// GC is CNI 1.1.0.
+	conf := n.conf(map[string]any{"resourceName": cniResource, "cniVersion": "1.1.0"})
+	netns := newCNINetNS(t)
+	if res := n.run("ADD", conf, netns, pod, "net1"); res.Code != 0 {
+		t.Fatalf("ADD: %+v", res)
+	}
+	if st := deviceStatus(t, claimName, n.driver, "dev-0"); st == nil || st.NetworkData == nil {
+		t.Fatalf("claim status after ADD: %+v", st)
+	}
+	conf["cni.dev/valid-attachments"] = []any{}
+	if res := n.run("GC", conf, "", pod, ""); res.Code != 0 {
+		t.Fatalf("GC: %+v", res)
+	}
+	st := deviceStatus(t, claimName, n.driver, "dev-0")
+	if st == nil || st.NetworkData != nil || condition(st, "Ready") != nil || condition(st, "Prepared") == nil {
+		t.Errorf("after GC the entry must hold the driver's part only: %+v", st)
+	}
+	if !onHost(dev) {
+		t.Errorf("GC did not give the device back")
+	}
+	recs, _ := filepath.Glob(filepath.Join(n.dir, "state", "attachments", "*"))
+	if len(recs) != 0 {
+		t.Errorf("state left after GC: %v", recs)
+	}
+}
