@@ -23,6 +23,7 @@ require (
 	k8s.io/apimachinery v0.34.2
 	k8s.io/client-go v0.34.2
 	k8s.io/cri-api v0.34.2
+	k8s.io/dynamic-resource-allocation v0.34.2
 	k8s.io/kubelet v0.34.2
 	sigs.k8s.io/kustomize/api v0.20.1
 	sigs.k8s.io/kustomize/kyaml v0.20.1

@@ -24,6 +24,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/claims"
 	"github.com/devplumb/devplumb/pkg/config"
 	"github.com/devplumb/devplumb/pkg/delegate"
+	"github.com/devplumb/devplumb/pkg/dradev"
 	"github.com/devplumb/devplumb/pkg/safefile"
 	"github.com/devplumb/devplumb/podresources"
 )
@@ -115,8 +116,10 @@ type call struct {
 	inv    *delegate.Invoker
 	pr     *podresources.Client // opened on first use
 	prev   *current.Result      // ADD: the chain's prevResult, if any
-	t      *phases              // timings of the call's steps
-	depth  int                  // devplumb runs above this one (DepthEnv)
+	// draDevs are the DRA devices among the candidates, by device ID.
+	draDevs map[string]dradev.Device
+	t       *phases // timings of the call's steps
+	depth   int     // devplumb runs above this one (DepthEnv)
 	// closeLog ends the call's log file, if its network has one.
 	closeLog func()
 }
@@ -212,11 +215,11 @@ func (c *call) networkName() string {
 }
 
 // fromNAD: the config names a NetworkAttachmentDefinition, or takes its resourceName
-// from one (no resourceName, no device given, a kubeconfig to read the NAD with).
-// It depends on the config alone, so DEL names things as ADD did.
+// from one (no resourceName, claim or device given, a kubeconfig to read the NAD with:
+// resourceName()'s rule). It depends on the config alone, so DEL names things as ADD did.
 func (c *call) fromNAD() bool {
-	return c.conf.NAD != "" ||
-		(c.conf.ResourceName == "" && c.conf.DeviceIDFromConfig() == "" && c.conf.Kubeconfig != "")
+	return c.conf.NAD != "" || (c.conf.ResourceName == "" && c.conf.ResourceClaim == "" &&
+		c.conf.DeviceIDFromConfig() == "" && c.conf.Kubeconfig != "")
 }
 
 // legacyCNIFile is the CNI device-info file an older devplumb, which named every file
