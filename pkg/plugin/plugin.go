@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
@@ -59,6 +60,9 @@ type Plugin struct {
 	// NewKube builds the Kubernetes client for a config's kubeconfig,
 	// logging through log; cmd/devplumb passes pkg/kube's.
 	NewKube func(kubeconfig string, timeout time.Duration, log *slog.Logger) (Kube, error)
+	// Exec runs the delegates (libcni's invoke.Exec); nil runs the plugin binaries found
+	// on CNI_PATH. Tests stand in for a delegate with it.
+	Exec invoke.Exec
 }
 
 // New returns a plugin logging to stderr (stdout carries the CNI result).
@@ -142,7 +146,7 @@ func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Err
 		}
 		p.Log.Warn("ignoring unparsable CNI_ARGS", "err", err)
 	}
-	inv, err := invoker(args.Path, conf.StateDir, conf.Name)
+	inv, err := p.invoker(args.Path, conf.StateDir, conf.Name)
 	if err != nil {
 		return nil, cniError(ErrState, "unusable \"stateDir\" "+conf.StateDir, err)
 	}
@@ -164,12 +168,12 @@ func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Err
 // one network must never see (and DEL) another network's delegates, even if
 // they share a name. The cache directory is checked like all of stateDir:
 // libcni writes and removes results there.
-func invoker(cniPath, stateDir, network string) (*delegate.Invoker, error) {
+func (p *Plugin) invoker(cniPath, stateDir, network string) (*delegate.Invoker, error) {
 	dir, err := safefile.EnsureDirUnder(stateDir, filepath.Join("libcni", network), 0o700)
 	if err != nil {
 		return nil, fmt.Errorf("delegate cache: %w", err)
 	}
-	return delegate.New(cniPath, dir), nil
+	return delegate.NewWithExec(cniPath, dir, p.Exec), nil
 }
 
 // k8sArgs are the pod identity keys runtimes put in CNI_ARGS.
