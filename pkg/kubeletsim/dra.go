@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -20,6 +21,9 @@ import (
 // registered again, e.g. just after a restart.
 const driverWait = 30 * time.Second
 
+// registerNodeTimeout bounds registering the Node object at start.
+const registerNodeTimeout = 30 * time.Second
+
 // PluginsRegistryDir is where DRA kubelet plugins put their registration
 // sockets under a kubelet root.
 func PluginsRegistryDir(root string) string { return filepath.Join(root, "plugins_registry") }
@@ -35,12 +39,21 @@ func (n *Node) startDRA(opts *DRAOptions) error {
 	if opts.Client == nil || opts.NodeName == "" {
 		return errors.New("kubeletsim: DRA needs an API client and a node name")
 	}
+	n.cluster = dracluster.New(opts.Client, opts.NodeName, n.log)
+	ctx, cancel := context.WithTimeout(n.ctx, registerNodeTimeout)
+	defer cancel()
+	if err := n.cluster.RegisterNode(ctx); err != nil {
+		return fmt.Errorf("kubeletsim: %w", err)
+	}
+	// The kubelet creates both directories at its start.
+	if err := os.MkdirAll(PluginsDir(n.root), 0o750); err != nil {
+		return fmt.Errorf("create DRA plugins directory: %w", err)
+	}
 	m, err := draplugin.Start(PluginsRegistryDir(n.root), n.log)
 	if err != nil {
 		return err
 	}
 	n.dra = m
-	n.cluster = dracluster.New(opts.Client, opts.NodeName, n.log)
 	return nil
 }
 

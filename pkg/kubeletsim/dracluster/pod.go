@@ -148,3 +148,24 @@ func (c *Cluster) deletePod(ctx context.Context, namespace, name, uid string) er
 	}
 	return nil
 }
+
+// RegisterNode creates the Node object if it is absent, as a kubelet
+// registers its node: DRA drivers publish their ResourceSlices with the Node
+// as owner and look its UID up.
+func (c *Cluster) RegisterNode(ctx context.Context) error {
+	_, err := c.client.CoreV1().Nodes().Get(ctx, c.node, metav1.GetOptions{})
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return wrap(err, "get Node %s", c.node)
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: c.node,
+		Labels: map[string]string{corev1.LabelHostname: c.node}}}
+	_, err = c.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return wrap(err, "register Node %s", c.node)
+	}
+	c.log.Info("Registered Node object", "node", c.node)
+	return nil
+}
