@@ -2,6 +2,7 @@ package dra_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -38,6 +39,7 @@ type testDriver struct {
 	prepared   map[types.UID]string // claim UID -> namespace/name, while prepared
 	calls      [][]string           // claim names of each NodePrepareResources
 	unprepared []types.UID          // every claim NodeUnprepareResources got, in order
+	fail       string               // when set, every claim's prepare fails with it
 }
 
 // cdiName is the CDI device the test driver answers for a device.
@@ -88,6 +90,10 @@ func (d *testDriver) PrepareResourceClaims(_ context.Context, claims []*resource
 	for _, c := range claims {
 		names = append(names, c.Name)
 		var res kubeletplugin.PrepareResult
+		if d.fail != "" {
+			out[c.UID] = kubeletplugin.PrepareResult{Err: errors.New(d.fail)}
+			continue
+		}
 		for _, r := range c.Status.Allocation.Devices.Results {
 			if r.Driver != d.name {
 				continue
@@ -117,6 +123,12 @@ func (d *testDriver) UnprepareResourceClaims(_ context.Context, claims []kubelet
 
 func (d *testDriver) HandleError(_ context.Context, err error, msg string) {
 	d.t.Logf("test DRA driver %s: %s: %v", d.name, msg, err)
+}
+
+func (d *testDriver) setFail(msg string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.fail = msg
 }
 
 // state returns copies of what the driver saw.
@@ -208,13 +220,42 @@ func deleteNode(node string) {
 	_ = srv.Client.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{})
 }
 
-// namespace creates a namespace for one test.
+// namespace creates a namespace for one test, emptied when the test ends
+// (there is no namespace controller to delete it), so that -count=N works.
 func namespace(t *testing.T, name string) string {
 	t.Helper()
 	if err := srv.CreateNamespace(ctx(t), name); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { emptyNamespace(t, name) })
 	return name
+}
+
+func emptyNamespace(t *testing.T, ns string) {
+	c := context.Background()
+	rc := srv.Client.ResourceV1().ResourceClaims(ns)
+	list, err := rc.List(c, metav1.ListOptions{})
+	if err != nil {
+		t.Errorf("list claims in %s: %v", ns, err)
+		return
+	}
+	for _, cl := range list.Items {
+		if len(cl.Finalizers) > 0 { // a failed test may leave the scheduler's finalizer
+			cl.Finalizers = nil
+			_, _ = rc.Update(c, &cl, metav1.UpdateOptions{})
+		}
+	}
+	all := metav1.ListOptions{}
+	zero := metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}
+	for what, err := range map[string]error{
+		"claims":    rc.DeleteCollection(c, zero, all),
+		"templates": srv.Client.ResourceV1().ResourceClaimTemplates(ns).DeleteCollection(c, zero, all),
+		"pods":      srv.Client.CoreV1().Pods(ns).DeleteCollection(c, zero, all),
+	} {
+		if err != nil {
+			t.Errorf("delete %s in %s: %v", what, ns, err)
+		}
+	}
 }
 
 // deviceClass creates a DeviceClass selecting the devices of driver.

@@ -31,20 +31,20 @@ func (c *Cluster) ensurePod(ctx context.Context, p Pod) (*corev1.Pod, bool, erro
 	if err != nil {
 		return nil, false, wrap(err, "get Pod %s/%s", p.Namespace, p.Name)
 	}
-	if err := agree(p, pod); err != nil {
-		return nil, false, fmt.Errorf("%w: Pod %s/%s in the API server: %w", ErrInvalid, p.Namespace, p.Name, err)
+	if pod.Spec.NodeName != "" && pod.Spec.NodeName != c.node {
+		return nil, false, fmt.Errorf("%w: Pod %s/%s in the API server is on node %q, not on this node %q",
+			ErrInvalid, p.Namespace, p.Name, pod.Spec.NodeName, c.node)
 	}
 	if pod.DeletionTimestamp != nil {
 		return nil, false, fmt.Errorf("%w: Pod %s/%s in the API server is being deleted", ErrInvalid, p.Namespace, p.Name)
 	}
-	switch pod.Spec.NodeName {
-	case c.node:
-		return pod, false, nil
-	case "":
+	if err := agree(p, pod); err != nil {
+		return nil, false, fmt.Errorf("%w: Pod %s/%s in the API server: %w", ErrInvalid, p.Namespace, p.Name, err)
+	}
+	if pod.Spec.NodeName == "" {
 		return c.bind(ctx, pod)
 	}
-	return nil, false, fmt.Errorf("%w: Pod %s/%s in the API server is on node %q, not on this node %q",
-		ErrInvalid, p.Namespace, p.Name, pod.Spec.NodeName, c.node)
+	return pod, false, nil
 }
 
 // bind puts an unscheduled pod on this node, as the scheduler does.
