@@ -156,6 +156,8 @@ func TestNodesimDRABadInputLeavesNothing(t *testing.T) {
 		{"container references no pod claim", kubeletsim.PodSpec{Namespace: ns, Name: "p", Claims: []kubeletsim.PodClaim{tmpl("a", "one")},
 			Containers: []kubeletsim.ContainerSpec{{Name: "app", Claims: []string{"b"}}}},
 			kubeletsim.ErrInvalidPod, `container "app" references claim "b", which is not a claim of the pod`},
+		{"new pod without containers", kubeletsim.PodSpec{Namespace: ns, Name: "p", Claims: []kubeletsim.PodClaim{tmpl("a", "one")}},
+			kubeletsim.ErrInvalidPod, "a new one needs a container"},
 		{"claim and template both", webSpec(ns, "p", kubeletsim.PodClaim{Name: "a", ResourceClaimName: "direct", ResourceClaimTemplateName: "one"}),
 			kubeletsim.ErrInvalidPod, "exactly one of"},
 	} {

@@ -21,7 +21,13 @@ func (c *Cluster) ensurePod(ctx context.Context, p Pod) (*corev1.Pod, bool, erro
 	pods := c.client.CoreV1().Pods(p.Namespace)
 	pod, err := pods.Get(ctx, p.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
+		if len(p.Containers) == 0 {
+			return nil, false, fmt.Errorf("%w: Pod %s/%s is not in the API server and a new one needs a container", ErrInvalid, p.Namespace, p.Name)
+		}
 		pod, err = pods.Create(ctx, c.newPod(p), metav1.CreateOptions{})
+		if apierrors.IsInvalid(err) {
+			return nil, false, fmt.Errorf("%w: create Pod %s/%s in the API server: %w", ErrInvalid, p.Namespace, p.Name, err)
+		}
 		if err != nil {
 			return nil, false, wrap(err, "create Pod %s/%s in the API server", p.Namespace, p.Name)
 		}
