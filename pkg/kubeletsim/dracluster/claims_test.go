@@ -26,7 +26,7 @@ func TestClaimFromTemplate(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", UID: "u1"}}
 	tmpl := &resourceapi.ResourceClaimTemplate{Spec: resourceapi.ResourceClaimTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"a": "b"}, Labels: map[string]string{"l": "v"}},
-		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "net"}}}}}}
+		Spec:       resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "net"}}}}}}
 	c := claimFromTemplate(pod, "net", tmpl)
 	if c.GenerateName != "web-net-" || c.Annotations[PodClaimAnnotation] != "net" || c.Annotations["a"] != "b" ||
 		c.Labels["l"] != "v" || len(c.Spec.Devices.Requests) != 1 {
