@@ -39,6 +39,8 @@ Usage:
         DIR/plugins_registry/             DRA kubelet plugins register here (pluginregistration v1,
                                           DRA gRPC v1 or v1beta1); kept across restarts, so drivers
                                           are registered again from their sockets
+        DIR/plugins/                      for the drivers' DRA sockets (DIR/plugins/DRIVER/dra.sock)
+      it creates the Node object NODE if absent (drivers publish ResourceSlices owned by it),
       and pods with --claim are admitted as control plane and kubelet would (see pod add).
 
   nodesim pod add --root DIR --namespace NS --name NAME [--uid UID] \
@@ -80,7 +82,7 @@ Usage:
   nodesim version | --version
   nodesim COMMAND --help
 
-pod/pods/wait/resources talk to a running "nodesim serve --root DIR".
+pod/pods/wait/drivers/resources talk to a running "nodesim serve --root DIR".
 `
 
 // errUsage marks command line mistakes (exit 2).
