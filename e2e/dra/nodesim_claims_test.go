@@ -18,25 +18,25 @@ import (
 	"github.com/devplumb/devplumb/podresources"
 )
 
-const testDriverName = "nodesim-test.devplumb.io"
+const simDriverName = "nodesim-test.devplumb.io"
 
 func TestNodesimDRARegistration(t *testing.T) {
-	root, n := dranode(t, "reg-node")
-	d := startDriver(t, root, "reg-node", testDriverName, []string{"dev0"})
-	if err := n.WaitDRADriver(ctx(t), testDriverName); err != nil {
+	root, n := simNode(t, "reg-node")
+	d := simStartDriver(t, root, "reg-node", simDriverName, []string{"dev0"})
+	if err := n.WaitDRADriver(ctx(t), simDriverName); err != nil {
 		t.Fatal(err)
 	}
 	drivers := n.DRADrivers()
-	if len(drivers) != 1 || drivers[0].Driver != testDriverName || drivers[0].Service != drapbv1.DRAPluginService ||
-		drivers[0].Endpoint != filepath.Join(kubeletsim.PluginsDir(root), testDriverName, "dra.sock") {
-		t.Fatalf("registered drivers = %+v, want %s at its dra.sock speaking %s", drivers, testDriverName, drapbv1.DRAPluginService)
+	if len(drivers) != 1 || drivers[0].Driver != simDriverName || drivers[0].Service != drapbv1.DRAPluginService ||
+		drivers[0].Endpoint != filepath.Join(kubeletsim.PluginsDir(root), simDriverName, "dra.sock") {
+		t.Fatalf("registered drivers = %+v, want %s at its dra.sock speaking %s", drivers, simDriverName, drapbv1.DRAPluginService)
 	}
 	if st := d.helper.RegistrationStatus(); st == nil || !st.PluginRegistered || st.Error != "" {
 		t.Errorf("the driver was told %+v, want registered without error", st)
 	}
 
 	// A driver offering only v1beta1 is spoken to in v1beta1.
-	old := startDriver(t, root, "reg-node", "old.devplumb.io", []string{"o0"}, kubeletplugin.NodeV1(false))
+	old := simStartDriver(t, root, "reg-node", "old.devplumb.io", []string{"o0"}, kubeletplugin.NodeV1(false))
 	if err := n.WaitDRADriver(ctx(t), "old.devplumb.io"); err != nil {
 		t.Fatal(err)
 	}
@@ -45,9 +45,9 @@ func TestNodesimDRARegistration(t *testing.T) {
 			t.Errorf("v1beta1-only driver registered with service %s", p.Service)
 		}
 	}
-	ns := namespace(t, "nodesim-reg")
-	deviceClass(t, "nodesim-reg-old", "old.devplumb.io")
-	template(t, ns, "old", "nodesim-reg-old", 1)
+	ns := simNamespace(t, "nodesim-reg")
+	simDeviceClass(t, "nodesim-reg-old", "old.devplumb.io")
+	simTemplate(t, ns, "old", "nodesim-reg-old", 1)
 	alloc, err := n.AddPod(ctx(t), kubeletsim.PodSpec{Namespace: ns, Name: "p",
 		Containers: []kubeletsim.ContainerSpec{{Name: "app", Claims: []string{"net"}}},
 		Claims:     []kubeletsim.PodClaim{{Name: "net", ResourceClaimTemplateName: "old"}}})
@@ -55,7 +55,7 @@ func TestNodesimDRARegistration(t *testing.T) {
 		t.Fatalf("pod with a claim of the v1beta1 driver: %v", err)
 	}
 	if got := alloc.Claims[0].Devices; len(got) != 1 || got[0].Device != "o0" ||
-		!slices.Equal(got[0].CDIDeviceIDs, []string{cdiName("old.devplumb.io", "o0")}) {
+		!slices.Equal(got[0].CDIDeviceIDs, []string{simCDIName("old.devplumb.io", "o0")}) {
 		t.Errorf("prepared through v1beta1: %+v", got)
 	}
 	if err := n.DelPodContext(ctx(t), ns, "p"); err != nil {
@@ -68,15 +68,15 @@ func TestNodesimDRARegistration(t *testing.T) {
 
 func TestNodesimDRAPodsGetDistinctDevicesAndPodResourcesReportsReferencedClaims(t *testing.T) {
 	const node = "claims-node"
-	root, n := dranode(t, node)
-	d := startDriver(t, root, node, testDriverName, []string{"dev0", "dev1", "dev2", "dev3"})
-	if err := n.WaitDRADriver(ctx(t), testDriverName); err != nil {
+	root, n := simNode(t, node)
+	d := simStartDriver(t, root, node, simDriverName, []string{"dev0", "dev1", "dev2", "dev3"})
+	if err := n.WaitDRADriver(ctx(t), simDriverName); err != nil {
 		t.Fatal(err)
 	}
-	ns := namespace(t, "nodesim-claims")
-	deviceClass(t, "nodesim-claims", testDriverName)
-	template(t, ns, "net", "nodesim-claims", 1)
-	direct := claim(t, ns, "direct", "nodesim-claims")
+	ns := simNamespace(t, "nodesim-claims")
+	simDeviceClass(t, "nodesim-claims", simDriverName)
+	simTemplate(t, ns, "net", "nodesim-claims", 1)
+	direct := simClaim(t, ns, "direct", "nodesim-claims")
 
 	c, err := kubeletsim.NewControlClient(root)
 	if err != nil {
@@ -97,15 +97,15 @@ func TestNodesimDRAPodsGetDistinctDevicesAndPodResourcesReportsReferencedClaims(
 		t.Fatalf("pod add db: %v", err)
 	}
 
-	apiWeb, ok := getPod(t, ns, "web")
+	apiWeb, ok := simGetPod(t, ns, "web")
 	if !ok || string(apiWeb.UID) != web.UID || apiWeb.Spec.NodeName != node {
 		t.Fatalf("Pod object web: %+v (found %v), nodesim UID %s", apiWeb, ok, web.UID)
 	}
-	checkGenerated(t, web, apiWeb.UID, apiWeb.Status.ResourceClaimStatuses)
+	simCheckGenerated(t, web, apiWeb.UID, apiWeb.Status.ResourceClaimStatuses)
 	devices := map[string]string{}
 	for _, p := range []*kubeletsim.PodAllocation{web, db} {
 		for _, pc := range p.Claims {
-			checkAllocated(t, pc, types.UID(p.UID), node)
+			simCheckAllocated(t, pc, types.UID(p.UID), node)
 			if len(pc.Devices) != 1 {
 				t.Fatalf("claim %s prepared with devices %+v, want 1", pc.Name, pc.Devices)
 			}
@@ -120,26 +120,26 @@ func TestNodesimDRAPodsGetDistinctDevicesAndPodResourcesReportsReferencedClaims(
 	}
 	prepared, calls, _ := d.state()
 	want := []string{web.Claims[0].Name, web.Claims[1].Name, "direct"}
-	if len(prepared) != 3 || len(calls) != 2 || !slices.Equal(calls[0], sorted(want[:2])) || !slices.Equal(calls[1], want[2:]) {
-		t.Errorf("driver was asked to prepare %v (now prepared %v), want %v then [direct]", calls, prepared, sorted(want[:2]))
+	if len(prepared) != 3 || len(calls) != 2 || !slices.Equal(calls[0], simSorted(want[:2])) || !slices.Equal(calls[1], want[2:]) {
+		t.Errorf("driver was asked to prepare %v (now prepared %v), want %v then [direct]", calls, prepared, simSorted(want[:2]))
 	}
-	checkPodResources(t, n.PodResourcesSocket(), ns, web, db)
+	simCheckPodResources(t, n.PodResourcesSocket(), ns, web, db)
 
 	// pod del undoes everything in the API server, and the driver unprepares.
 	for _, p := range []string{"web", "db"} {
 		if err := c.DelPod(ctx(t), ns, p); err != nil {
 			t.Fatalf("pod del %s: %v", p, err)
 		}
-		if _, ok := getPod(t, ns, p); ok {
+		if _, ok := simGetPod(t, ns, p); ok {
 			t.Errorf("Pod object %s still there after pod del", p)
 		}
 	}
 	if prepared, _, unprepared := d.state(); len(prepared) != 0 || len(unprepared) != 3 {
 		t.Errorf("after pod del the driver has %v prepared and unprepared %v, want none and 3", prepared, unprepared)
 	}
-	left := claimsIn(t, ns)
+	left := simClaimsIn(t, ns)
 	if len(left) != 1 || left[0].Name != "direct" {
-		t.Fatalf("claims left: %v, want only the direct one", names(left))
+		t.Fatalf("claims left: %v, want only the direct one", simClaimNames(left))
 	}
 	if cl := left[0]; cl.Status.Allocation != nil || len(cl.Status.ReservedFor) != 0 || len(cl.Finalizers) != 0 {
 		t.Errorf("direct claim after pod del: allocation %v, reservedFor %v, finalizers %v; want none",
@@ -149,10 +149,10 @@ func TestNodesimDRAPodsGetDistinctDevicesAndPodResourcesReportsReferencedClaims(
 
 // checkGenerated: template claims are named, annotated and owned as the
 // resourceclaim controller does, and recorded in the pod's status.
-func checkGenerated(t *testing.T, p *kubeletsim.PodAllocation, uid types.UID, statuses []corev1.PodResourceClaimStatus) {
+func simCheckGenerated(t *testing.T, p *kubeletsim.PodAllocation, uid types.UID, statuses []corev1.PodResourceClaimStatus) {
 	t.Helper()
 	for _, pc := range p.Claims {
-		cl := getClaim(t, p.Namespace, pc.Name)
+		cl := simGetClaim(t, p.Namespace, pc.Name)
 		if !pc.OwnedByPod || !strings.HasPrefix(cl.Name, p.Name+"-"+pc.PodClaim+"-") ||
 			cl.Annotations["resource.kubernetes.io/pod-claim-name"] != pc.PodClaim {
 			t.Errorf("generated claim %s (%+v): name, annotation or ownership wrong: %v", cl.Name, pc, cl.Annotations)
@@ -170,25 +170,25 @@ func checkGenerated(t *testing.T, p *kubeletsim.PodAllocation, uid types.UID, st
 
 // checkAllocated: the claim is allocated on the node, reserved for the pod,
 // with the scheduler's finalizer, and prepared with that device.
-func checkAllocated(t *testing.T, pc kubeletsim.PreparedClaim, pod types.UID, node string) {
+func simCheckAllocated(t *testing.T, pc kubeletsim.PreparedClaim, pod types.UID, node string) {
 	t.Helper()
-	cl := getClaim(t, pc.Namespace, pc.Name)
+	cl := simGetClaim(t, pc.Namespace, pc.Name)
 	a := cl.Status.Allocation
-	if a == nil || len(a.Devices.Results) != 1 || a.Devices.Results[0].Driver != testDriverName || a.Devices.Results[0].Pool != node {
-		t.Fatalf("claim %s allocation %+v, want one device of %s in pool %s", cl.Name, a, testDriverName, node)
+	if a == nil || len(a.Devices.Results) != 1 || a.Devices.Results[0].Driver != simDriverName || a.Devices.Results[0].Pool != node {
+		t.Fatalf("claim %s allocation %+v, want one device of %s in pool %s", cl.Name, a, simDriverName, node)
 	}
 	if len(cl.Status.ReservedFor) != 1 || cl.Status.ReservedFor[0].UID != pod || !slices.Contains(cl.Finalizers, resourceapi.Finalizer) {
 		t.Errorf("claim %s reservedFor %+v finalizers %v, want the pod and %s", cl.Name, cl.Status.ReservedFor, cl.Finalizers, resourceapi.Finalizer)
 	}
 	if len(pc.Devices) == 1 && (pc.Devices[0].Device != a.Devices.Results[0].Device || pc.Devices[0].Pool != node ||
-		!slices.Equal(pc.Devices[0].CDIDeviceIDs, []string{cdiName(testDriverName, pc.Devices[0].Device)})) {
+		!slices.Equal(pc.Devices[0].CDIDeviceIDs, []string{simCDIName(simDriverName, pc.Devices[0].Device)})) {
 		t.Errorf("claim %s prepared %+v, allocated %+v", cl.Name, pc.Devices, a.Devices.Results[0])
 	}
 }
 
 // checkPodResources: Get and List report each claim for the containers that
 // reference it only; the claim no container references is reported nowhere.
-func checkPodResources(t *testing.T, socket, ns string, web, db *kubeletsim.PodAllocation) {
+func simCheckPodResources(t *testing.T, socket, ns string, web, db *kubeletsim.PodAllocation) {
 	t.Helper()
 	pr, err := podresources.New(socket)
 	if err != nil {
@@ -197,8 +197,8 @@ func checkPodResources(t *testing.T, socket, ns string, web, db *kubeletsim.PodA
 	defer pr.Close()
 	net, dev := web.Claims[0], web.Claims[0].Devices[0]
 	want := map[string]map[string]string{ // pod -> container -> "claim driver pool device cdi" or ""
-		"web": {"app": net.Name + " " + testDriverName + " " + dev.Pool + " " + dev.Device + " " + cdiName(testDriverName, dev.Device), "sidecar": ""},
-		"db":  {"db": "direct " + testDriverName + " " + db.Claims[0].Devices[0].Pool + " " + db.Claims[0].Devices[0].Device + " " + cdiName(testDriverName, db.Claims[0].Devices[0].Device)},
+		"web": {"app": net.Name + " " + simDriverName + " " + dev.Pool + " " + dev.Device + " " + simCDIName(simDriverName, dev.Device), "sidecar": ""},
+		"db":  {"db": "direct " + simDriverName + " " + db.Claims[0].Devices[0].Pool + " " + db.Claims[0].Devices[0].Device + " " + simCDIName(simDriverName, db.Claims[0].Devices[0].Device)},
 	}
 	list, err := pr.List(ctx(t))
 	if err != nil {
@@ -215,7 +215,7 @@ func checkPodResources(t *testing.T, socket, ns string, web, db *kubeletsim.PodA
 		}
 		for name, p := range map[string]*v1.PodResources{"Get": got, "List": list[i]} {
 			for _, c := range p.GetContainers() {
-				if s := dynamicString(ns, c.GetDynamicResources()); s != ctrs[c.GetName()] {
+				if s := simDynamicString(ns, c.GetDynamicResources()); s != ctrs[c.GetName()] {
 					t.Errorf("%s %s/%s container %s dynamic_resources %q, want %q", name, ns, pod, c.GetName(), s, ctrs[c.GetName()])
 				}
 			}
@@ -226,7 +226,7 @@ func checkPodResources(t *testing.T, socket, ns string, web, db *kubeletsim.PodA
 	}
 }
 
-func dynamicString(ns string, drs []*v1.DynamicResource) string {
+func simDynamicString(ns string, drs []*v1.DynamicResource) string {
 	var out []string
 	for _, dr := range drs {
 		if dr.GetClaimNamespace() != ns {
@@ -243,7 +243,7 @@ func dynamicString(ns string, drs []*v1.DynamicResource) string {
 	return strings.Join(out, "; ")
 }
 
-func names(cls []resourceapi.ResourceClaim) []string {
+func simClaimNames(cls []resourceapi.ResourceClaim) []string {
 	var out []string
 	for _, c := range cls {
 		out = append(out, c.Name)
@@ -251,7 +251,7 @@ func names(cls []resourceapi.ResourceClaim) []string {
 	return out
 }
 
-func sorted(s []string) []string {
+func simSorted(s []string) []string {
 	s = slices.Clone(s)
 	slices.Sort(s)
 	return s

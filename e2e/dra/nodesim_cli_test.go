@@ -24,24 +24,24 @@ func TestNodesimDRACommandLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(root) })
-	t.Cleanup(func() { deleteNode(node) })
+	t.Cleanup(func() { simDeleteNode(node) })
 	serve := func() *kubeapi.Proc {
 		p, err := kubeapi.Spawn(root, "nodesim", bin, "serve", "--root", root, "--kubeconfig", srv.Kubeconfig, "--node-name", node)
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFile(t, filepath.Join(root, "device-plugins", "kubelet.sock"), p, root)
+		simWaitFile(t, filepath.Join(root, "device-plugins", "kubelet.sock"), p, root)
 		return p
 	}
 	p := serve()
 	defer func() { p.Terminate(10 * time.Second) }()
-	d := startDriver(t, root, node, testDriverName, []string{"dev0", "dev1"})
-	ns := namespace(t, "nodesim-cli")
-	deviceClass(t, "nodesim-cli", testDriverName)
-	template(t, ns, "net", "nodesim-cli", 1)
-	nodesimCLI(t, bin, "wait", "--root", root, "--driver", testDriverName)
+	d := simStartDriver(t, root, node, simDriverName, []string{"dev0", "dev1"})
+	ns := simNamespace(t, "nodesim-cli")
+	simDeviceClass(t, "nodesim-cli", simDriverName)
+	simTemplate(t, ns, "net", "nodesim-cli", 1)
+	simCLI(t, bin, "wait", "--root", root, "--driver", simDriverName)
 
-	out := nodesimCLI(t, bin, "pod", "add", "--root", root, "--namespace", ns, "--name", "web",
+	out := simCLI(t, bin, "pod", "add", "--root", root, "--namespace", ns, "--name", "web",
 		"--claim", "net=template:net", "--container", "app=claim:net", "--container", "side")
 	var alloc kubeletsim.PodAllocation
 	if err := json.Unmarshal([]byte(out), &alloc); err != nil {
@@ -50,26 +50,26 @@ func TestNodesimDRACommandLine(t *testing.T) {
 	if len(alloc.Claims) != 1 || !strings.HasPrefix(alloc.Claims[0].Name, "web-net-") || len(alloc.Claims[0].Devices) != 1 {
 		t.Fatalf("pod add printed claims %+v", alloc.Claims)
 	}
-	if api, ok := getPod(t, ns, "web"); !ok || string(api.UID) != alloc.UID {
+	if api, ok := simGetPod(t, ns, "web"); !ok || string(api.UID) != alloc.UID {
 		t.Fatalf("Pod object %v (found %v), nodesim UID %s", api, ok, alloc.UID)
 	}
 
 	// Restart: the claim is still there, the driver registers again.
 	p.Terminate(10 * time.Second)
 	p = serve()
-	nodesimCLI(t, bin, "wait", "--root", root, "--driver", testDriverName)
-	if out := nodesimCLI(t, bin, "drivers", "--root", root); !strings.Contains(out, `"driver": "`+testDriverName+`"`) {
+	simCLI(t, bin, "wait", "--root", root, "--driver", simDriverName)
+	if out := simCLI(t, bin, "drivers", "--root", root); !strings.Contains(out, `"driver": "`+simDriverName+`"`) {
 		t.Errorf("drivers after restart: %s", out)
 	}
-	if out := nodesimCLI(t, bin, "pods", "--root", root); !strings.Contains(out, alloc.Claims[0].Name) {
+	if out := simCLI(t, bin, "pods", "--root", root); !strings.Contains(out, alloc.Claims[0].Name) {
 		t.Errorf("pods after restart lacks the claim: %s", out)
 	}
-	nodesimCLI(t, bin, "pod", "del", "--root", root, "--namespace", ns, "--name", "web")
+	simCLI(t, bin, "pod", "del", "--root", root, "--namespace", ns, "--name", "web")
 	if prepared, _, unprepared := d.state(); len(prepared) != 0 || len(unprepared) != 1 {
 		t.Errorf("after pod del: prepared %v unprepared %v", prepared, unprepared)
 	}
-	if _, ok := getPod(t, ns, "web"); ok || len(claimsIn(t, ns)) != 0 {
-		t.Errorf("pod del left the Pod object (%v) or claims %v", ok, names(claimsIn(t, ns)))
+	if _, ok := simGetPod(t, ns, "web"); ok || len(simClaimsIn(t, ns)) != 0 {
+		t.Errorf("pod del left the Pod object (%v) or claims %v", ok, simClaimNames(simClaimsIn(t, ns)))
 	}
 
 	// A bad claim: exit 1 and a message naming it.
@@ -80,7 +80,7 @@ func TestNodesimDRACommandLine(t *testing.T) {
 	}
 }
 
-func nodesimCLI(t *testing.T, bin string, args ...string) string {
+func simCLI(t *testing.T, bin string, args ...string) string {
 	t.Helper()
 	cmd := exec.CommandContext(ctx(t), bin, args...)
 	var stderr strings.Builder
@@ -93,7 +93,7 @@ func nodesimCLI(t *testing.T, bin string, args ...string) string {
 }
 
 // waitFile waits for a file the process creates when ready.
-func waitFile(t *testing.T, path string, p *kubeapi.Proc, logDir string) {
+func simWaitFile(t *testing.T, path string, p *kubeapi.Proc, logDir string) {
 	t.Helper()
 	c := ctx(t)
 	for {

@@ -25,11 +25,11 @@ import (
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 )
 
-// testDriver is a small DRA driver built with kubeletplugin, as a driver
+// simDriver is a small DRA driver built with kubeletplugin, as a driver
 // author would write one: it publishes a ResourceSlice with the given devices
 // in a pool named after the node and answers NodePrepareResources with one
 // CDI device "<driver>/net=<device>" per allocated device of its own.
-type testDriver struct {
+type simDriver struct {
 	t      *testing.T
 	name   string
 	node   string
@@ -43,13 +43,13 @@ type testDriver struct {
 }
 
 // cdiName is the CDI device the test driver answers for a device.
-func cdiName(driver, device string) string { return driver + "/net=" + device }
+func simCDIName(driver, device string) string { return driver + "/net=" + device }
 
 // startDriver runs a test driver for node under the kubelet root. opts are
 // more kubeletplugin options (e.g. NodeV1(false)).
-func startDriver(t *testing.T, root, node, name string, devices []string, opts ...kubeletplugin.Option) *testDriver {
+func simStartDriver(t *testing.T, root, node, name string, devices []string, opts ...kubeletplugin.Option) *simDriver {
 	t.Helper()
-	d := &testDriver{t: t, name: name, node: node, prepared: map[types.UID]string{}}
+	d := &simDriver{t: t, name: name, node: node, prepared: map[types.UID]string{}}
 	// Its DaemonSet would mount this directory with type DirectoryOrCreate.
 	if err := os.MkdirAll(filepath.Join(kubeletsim.PluginsDir(root), name), 0o750); err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func startDriver(t *testing.T, root, node, name string, devices []string, opts .
 	d.helper = h
 	t.Cleanup(func() {
 		h.Stop()
-		deleteSlices(t, node, name)
+		simDeleteSlices(t, node, name)
 	})
 	var devs []resourceapi.Device
 	for _, dev := range devices {
@@ -78,11 +78,11 @@ func startDriver(t *testing.T, root, node, name string, devices []string, opts .
 	if err != nil {
 		t.Fatalf("publish ResourceSlice of %s: %v", name, err)
 	}
-	waitSlice(t, node, name, len(devices))
+	simWaitSlice(t, node, name, len(devices))
 	return d
 }
 
-func (d *testDriver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+func (d *simDriver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := map[types.UID]kubeletplugin.PrepareResult{}
@@ -99,7 +99,7 @@ func (d *testDriver) PrepareResourceClaims(_ context.Context, claims []*resource
 				continue
 			}
 			res.Devices = append(res.Devices, kubeletplugin.Device{Requests: []string{r.Request},
-				PoolName: r.Pool, DeviceName: r.Device, CDIDeviceIDs: []string{cdiName(d.name, r.Device)}})
+				PoolName: r.Pool, DeviceName: r.Device, CDIDeviceIDs: []string{simCDIName(d.name, r.Device)}})
 		}
 		out[c.UID] = res
 		d.prepared[c.UID] = c.Namespace + "/" + c.Name
@@ -109,7 +109,7 @@ func (d *testDriver) PrepareResourceClaims(_ context.Context, claims []*resource
 	return out, nil
 }
 
-func (d *testDriver) UnprepareResourceClaims(_ context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+func (d *simDriver) UnprepareResourceClaims(_ context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := map[types.UID]error{}
@@ -121,18 +121,18 @@ func (d *testDriver) UnprepareResourceClaims(_ context.Context, claims []kubelet
 	return out, nil
 }
 
-func (d *testDriver) HandleError(_ context.Context, err error, msg string) {
+func (d *simDriver) HandleError(_ context.Context, err error, msg string) {
 	d.t.Logf("test DRA driver %s: %s: %v", d.name, msg, err)
 }
 
-func (d *testDriver) setFail(msg string) {
+func (d *simDriver) setFail(msg string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.fail = msg
 }
 
 // state returns copies of what the driver saw.
-func (d *testDriver) state() (prepared map[types.UID]string, calls [][]string, unprepared []types.UID) {
+func (d *simDriver) state() (prepared map[types.UID]string, calls [][]string, unprepared []types.UID) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	prepared = map[types.UID]string{}
@@ -142,16 +142,16 @@ func (d *testDriver) state() (prepared map[types.UID]string, calls [][]string, u
 	return prepared, slices.Clone(d.calls), slices.Clone(d.unprepared)
 }
 
-func sliceSelector(node, driver string) string {
+func simSliceSelector(node, driver string) string {
 	return fields.AndSelectors(fields.OneTermEqualSelector("spec.nodeName", node),
 		fields.OneTermEqualSelector("spec.driver", driver)).String()
 }
 
 // waitSlice waits until the node's slices of driver list n devices.
-func waitSlice(t *testing.T, node, driver string, n int) {
+func simWaitSlice(t *testing.T, node, driver string, n int) {
 	t.Helper()
 	c := ctx(t)
-	sel := sliceSelector(node, driver)
+	sel := simSliceSelector(node, driver)
 	for {
 		list, err := srv.Client.ResourceV1().ResourceSlices().List(c, metav1.ListOptions{FieldSelector: sel})
 		if err != nil {
@@ -178,60 +178,60 @@ func waitSlice(t *testing.T, node, driver string, n int) {
 	}
 }
 
-func deleteSlices(t *testing.T, node, driver string) {
+func simDeleteSlices(t *testing.T, node, driver string) {
 	err := srv.Client.ResourceV1().ResourceSlices().DeleteCollection(context.Background(), metav1.DeleteOptions{},
-		metav1.ListOptions{FieldSelector: sliceSelector(node, driver)})
+		metav1.ListOptions{FieldSelector: simSliceSelector(node, driver)})
 	if err != nil {
 		t.Errorf("delete ResourceSlices of %s on %s: %v", driver, node, err)
 	}
 }
 
 // dranode is a nodesim node with DRA against the test API server.
-func dranode(t *testing.T, node string) (root string, n *kubeletsim.Node) {
+func simNode(t *testing.T, node string) (root string, n *kubeletsim.Node) {
 	t.Helper()
 	root, err := os.MkdirTemp("", "ns")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(root) })
-	return root, startNode(t, root, node)
+	return root, simStartNode(t, root, node)
 }
 
-func startNode(t *testing.T, root, node string) *kubeletsim.Node {
+func simStartNode(t *testing.T, root, node string) *kubeletsim.Node {
 	t.Helper()
-	n, err := kubeletsim.StartWithOptions(context.Background(), root, quiet(),
+	n, err := kubeletsim.StartWithOptions(context.Background(), root, simLogger(),
 		kubeletsim.Options{DRA: &kubeletsim.DRAOptions{Client: srv.Client, NodeName: node}})
 	if err != nil {
 		t.Fatalf("start nodesim with DRA: %v", err)
 	}
 	t.Cleanup(n.Stop)
-	t.Cleanup(func() { deleteNode(node) })
+	t.Cleanup(func() { simDeleteNode(node) })
 	return n
 }
 
-func quiet() *slog.Logger {
+func simLogger() *slog.Logger {
 	if testing.Verbose() {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-func deleteNode(node string) {
+func simDeleteNode(node string) {
 	_ = srv.Client.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{})
 }
 
 // namespace creates a namespace for one test, emptied when the test ends
 // (there is no namespace controller to delete it), so that -count=N works.
-func namespace(t *testing.T, name string) string {
+func simNamespace(t *testing.T, name string) string {
 	t.Helper()
 	if err := srv.CreateNamespace(ctx(t), name); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { emptyNamespace(t, name) })
+	t.Cleanup(func() { simEmptyNamespace(t, name) })
 	return name
 }
 
-func emptyNamespace(t *testing.T, ns string) {
+func simEmptyNamespace(t *testing.T, ns string) {
 	c := context.Background()
 	rc := srv.Client.ResourceV1().ResourceClaims(ns)
 	list, err := rc.List(c, metav1.ListOptions{})
@@ -259,7 +259,7 @@ func emptyNamespace(t *testing.T, ns string) {
 }
 
 // deviceClass creates a DeviceClass selecting the devices of driver.
-func deviceClass(t *testing.T, name, driver string) {
+func simDeviceClass(t *testing.T, name, driver string) {
 	t.Helper()
 	dc := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
@@ -272,24 +272,24 @@ func deviceClass(t *testing.T, name, driver string) {
 	})
 }
 
-func claimSpec(class string, count int64) resourceapi.ResourceClaimSpec {
+func simClaimSpec(class string, count int64) resourceapi.ResourceClaimSpec {
 	return resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
 		Name: "net", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class,
 			AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: count}}}}}
 }
 
-func template(t *testing.T, ns, name, class string, count int64) {
+func simTemplate(t *testing.T, ns, name, class string, count int64) {
 	t.Helper()
 	tmpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: claimSpec(class, count)}}
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: simClaimSpec(class, count)}}
 	if _, err := srv.Client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx(t), tmpl, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create ResourceClaimTemplate %s/%s: %v", ns, name, err)
 	}
 }
 
-func claim(t *testing.T, ns, name, class string) *resourceapi.ResourceClaim {
+func simClaim(t *testing.T, ns, name, class string) *resourceapi.ResourceClaim {
 	t.Helper()
-	cl := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: claimSpec(class, 1)}
+	cl := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: simClaimSpec(class, 1)}
 	out, err := srv.Client.ResourceV1().ResourceClaims(ns).Create(ctx(t), cl, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create ResourceClaim %s/%s: %v", ns, name, err)
@@ -297,7 +297,7 @@ func claim(t *testing.T, ns, name, class string) *resourceapi.ResourceClaim {
 	return out
 }
 
-func getClaim(t *testing.T, ns, name string) *resourceapi.ResourceClaim {
+func simGetClaim(t *testing.T, ns, name string) *resourceapi.ResourceClaim {
 	t.Helper()
 	cl, err := srv.Client.ResourceV1().ResourceClaims(ns).Get(ctx(t), name, metav1.GetOptions{})
 	if err != nil {
@@ -307,7 +307,7 @@ func getClaim(t *testing.T, ns, name string) *resourceapi.ResourceClaim {
 }
 
 // claimsIn lists the namespace's claims.
-func claimsIn(t *testing.T, ns string) []resourceapi.ResourceClaim {
+func simClaimsIn(t *testing.T, ns string) []resourceapi.ResourceClaim {
 	t.Helper()
 	list, err := srv.Client.ResourceV1().ResourceClaims(ns).List(ctx(t), metav1.ListOptions{})
 	if err != nil {
@@ -316,7 +316,7 @@ func claimsIn(t *testing.T, ns string) []resourceapi.ResourceClaim {
 	return list.Items
 }
 
-func getPod(t *testing.T, ns, name string) (*corev1.Pod, bool) {
+func simGetPod(t *testing.T, ns, name string) (*corev1.Pod, bool) {
 	t.Helper()
 	p, err := srv.Client.CoreV1().Pods(ns).Get(ctx(t), name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
