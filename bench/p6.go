@@ -183,7 +183,7 @@ func p6Table(vs []*p6Variant) Table {
 	}
 	t.Notes = []string{
 		"devplumb run directly (as P5), delegating to bridge + host-local, each pod's network with a kubeconfig for a counting TLS proxy in front of the bench's kube-apiserver. The bench plays the DRA driver (a DeviceClass, a ResourceSlice of the node whose devices carry k8s.cni.cncf.io/deviceID and resourceName, the device-info files), the scheduler and the ResourceClaim controller (a claim made from a template, owned by the pod, allocated and reserved for it; the pod's status.resourceClaimStatuses naming it) and the kubelet (a PodResources server that reports the claim with its CDI device, or, for a network-only claim, the pod without it).",
-		"Every ADD writes network-status (GET pods (metadata), PATCH pods) and, for a DRA device, devplumb's part of the claim's status.devices[] entry (PATCH resourceclaims/status, server-side apply); every DEL removes both. Device reads: what finding the device asked the API server (the pod object, the claim, the slices of one driver on this node). Counts are per call; a range, when they varied over the samples.",
+		"Every ADD writes network-status (a read of the pod's metadata, GET pods (metadata), and a PATCH; on the API path it starts from the device lookup's read of the pod instead) and, for a DRA device, devplumb's part of the claim's status.devices[] entry (PATCH resourceclaims/status, server-side apply); every DEL removes both. Device reads: what finding the device asked the API server (the pod object, the claim, the slices of one driver on this node). Counts are per call; a range, when they varied over the samples. The proxy adds a hop to every request's time.",
 	}
 	return t
 }

@@ -23,7 +23,7 @@ type Config struct {
 	Runs     int       // ADD+DEL cycles per P1 variant and samples per P4/P5 figure
 	Pods     int       // P3: pods added at once
 	Log      io.Writer // progress
-	// Kube runs devplumb also with a kubeconfig against a real kube-apiserver (P1, P5),
+	// Kube runs devplumb also with a kubeconfig against a real kube-apiserver (P1, P5, P6),
 	// found as the e2e tests find it (DEVPLUMB_KUBE_APISERVER, DEVPLUMB_ETCD).
 	Kube bool
 
