@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
@@ -52,6 +53,10 @@ type Client struct {
 	cfg     *rest.Config // for the DRA clients, made on first use (dra.go)
 	draMu   sync.Mutex
 	dra     *draClients
+	podsMu  sync.Mutex
+	// pods are the pods Pod read, by namespace/name, until a network-status edit
+	// of the pod starts from one instead of reading the pod's metadata again.
+	pods map[string]*metav1.PartialObjectMetadata
 }
 
 // New loads kubeconfig (a file path, required) and returns a client whose calls each

@@ -109,7 +109,29 @@ func (c *Client) Pod(ctx context.Context, namespace, name string) (*corev1.Pod, 
 	if err != nil {
 		return nil, fmt.Errorf("kube: get pod %s/%s: %w", namespace, name, err)
 	}
+	c.keepPod(pod)
 	return pod, nil
+}
+
+// keepPod remembers the pod's metadata for the call's network-status edit.
+func (c *Client) keepPod(pod *corev1.Pod) {
+	c.podsMu.Lock()
+	defer c.podsMu.Unlock()
+	if c.pods == nil {
+		c.pods = map[string]*metav1.PartialObjectMetadata{}
+	}
+	c.pods[pod.Namespace+"/"+pod.Name] = &metav1.PartialObjectMetadata{ObjectMeta: *pod.ObjectMeta.DeepCopy()}
+}
+
+// keptPod returns, once, the metadata of the pod Pod read: a network-status edit starts
+// from it and saves a read (the pod is read once per ADD); when the pod changed since,
+// the patch's resourceVersion precondition fails and the edit reads it again.
+func (c *Client) keptPod(namespace, name string) *metav1.PartialObjectMetadata {
+	c.podsMu.Lock()
+	defer c.podsMu.Unlock()
+	pod := c.pods[namespace+"/"+name]
+	delete(c.pods, namespace+"/"+name)
+	return pod
 }
 
 // ResourceClaim reads one ResourceClaim.

@@ -36,6 +36,7 @@ type fakeKube struct {
 	setErr   error
 	nadAsked []string
 	onRemove func() // runs inside RemoveNetworkStatus
+	made     int    // clients built (NewKube calls)
 }
 
 func (f *fakeKube) SetNetworkStatus(_ context.Context, ns, name, uid string, e nadv1.NetworkStatus) error {
@@ -97,6 +98,9 @@ func newKubeEnv(t *testing.T) *kubeEnv {
 			if kubeconfig != "/etc/cni/kc" {
 				t.Errorf("kubeconfig %q", kubeconfig)
 			}
+			k.mu.Lock()
+			k.made++
+			k.mu.Unlock()
 			return k, nil
 		}}
 	conf := map[string]any{"cniVersion": "1.0.0", "name": "fast-net", "type": "devplumb",
@@ -133,6 +137,10 @@ func TestKubeHookAddDel(t *testing.T) {
 	}
 	if len(k.kube.nadAsked) != 1 || k.kube.nadAsked[0] != "default/fast-net" {
 		t.Errorf("NAD asked %v", k.kube.nadAsked)
+	}
+	// One client per call: the NAD read and the network-status write share it.
+	if k.kube.made != 1 {
+		t.Errorf("ADD built %d Kubernetes clients, want 1", k.kube.made)
 	}
 	if len(k.kube.set) != 1 || k.kube.setPod[0] != "default/p1/u1" {
 		t.Fatalf("status set %v for %v", k.kube.set, k.kube.setPod)

@@ -122,8 +122,14 @@ type call struct {
 	prev   *current.Result      // ADD: the chain's prevResult, if any
 	// draDevs are the DRA devices among the candidates, by device ID.
 	draDevs map[string]dradev.Device
-	t       *phases // timings of the call's steps
-	depth   int     // devplumb runs above this one (DepthEnv)
+	// kc is the call's API client, made on first use (kcMade): one per call,
+	// so that what one step read another can use (network-status starts from
+	// the pod object the DRA lookup read).
+	kc     Kube
+	kcErr  error
+	kcMade bool
+	t      *phases // timings of the call's steps
+	depth  int     // devplumb runs above this one (DepthEnv)
 	// closeLog ends the call's log file, if its network has one.
 	closeLog func()
 }
@@ -270,8 +276,16 @@ func (c *call) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), t)
 }
 
-// kube returns the API client, or nil when the config has no kubeconfig.
+// kube returns the call's API client, or nil when the config has no kubeconfig.
 func (c *call) kube() (Kube, error) {
+	if !c.kcMade {
+		c.kc, c.kcErr = c.newKube()
+		c.kcMade = true
+	}
+	return c.kc, c.kcErr
+}
+
+func (c *call) newKube() (Kube, error) {
 	if c.conf.Kubeconfig == "" {
 		return nil, nil
 	}
