@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/e2e/kubeapi"
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
 func TestSummarize(t *testing.T) {
@@ -132,5 +134,50 @@ func TestPodSetAndClaimCheck(t *testing.T) {
 	double, wrong, err := checkClaims(state)
 	if err != nil || double != 1 || wrong != 1 {
 		t.Fatalf("double=%d wrong=%d err=%v", double, wrong, err)
+	}
+}
+
+// P6 counts what it claims: with the node set up as a DRA driver, the scheduler and the
+// kubelet would, the local path asks the API server nothing to find the device (its
+// requests are network-status's and the claim status's), the API path reads the pod,
+// the claim and the driver's slices on the node once each, and every DRA ADD and DEL
+// writes the claim's status once (runP6 also checks the entry after the first ADD and
+// DEL). It needs what the e2e tests need (root, kube-apiserver, etcd, the CNI plugins):
+// make test sets DEVPLUMB_KUBE_APISERVER; make unit does not, and skips it.
+func TestP6CountsRequestsPerPath(t *testing.T) {
+	if os.Getenv(kubeapi.EnvKubeAPIServer) == "" {
+		t.Skipf("needs a kube-apiserver: $%s not set (make test and make e2e set it)", kubeapi.EnvKubeAPIServer)
+	}
+	k, err := startKube()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.close()
+	cfg := Config{Devplumb: filepath.Join(testenv.Build(t, "./cmd/devplumb"), "devplumb"), CNIBin: testenv.CNIPlugins(t),
+		Runs: 1, kube: k}
+	vs, err := runP6(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The API path's network-status starts from its pod read: no read of its own.
+	want := map[string]struct{ deviceReads, claimWrites, addTotal int }{
+		"device plugin": {0, 0, 2}, "DRA local": {0, 1, 3}, "DRA API, network-only claim": {3, 1, 5}, "DRA API, resourceClaim": {3, 1, 5}}
+	for _, v := range vs {
+		w, ok := want[v.short]
+		if !ok || len(v.addReq) != 1 || len(v.delReq) != 1 {
+			t.Fatalf("variant %q: %d ADD and %d DEL samples", v.short, len(v.addReq), len(v.delReq))
+		}
+		add, del := v.addReq[0], v.delReq[0]
+		reads := 0
+		for _, k := range deviceReads {
+			reads += add[k] + del[k]
+		}
+		if reads != w.deviceReads || kubeapi.Requests(add) != w.addTotal || add["PATCH resourceclaims/status"] != w.claimWrites ||
+			del["PATCH resourceclaims/status"] != w.claimWrites || add["PATCH pods (metadata)"] != 1 || del["PATCH pods (metadata)"] != 1 {
+			t.Errorf("%s: ADD %s; DEL %s: want %d device reads, %d requests per ADD, %d claim status writes per call, "+
+				"one network-status patch", v.short, kubeapi.DescribeCounts(add), kubeapi.DescribeCounts(del), w.deviceReads,
+				w.addTotal, w.claimWrites)
+		}
+		t.Logf("%s: ADD %s; DEL %s", v.short, describeRequests(v.addReq), describeRequests(v.delReq))
 	}
 }

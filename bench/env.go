@@ -238,10 +238,7 @@ func (s *podSet) set(n, devs int) error {
 		ids := make([]string, devs)
 		for d := range ids {
 			ids[d] = fmt.Sprintf("dev-%d-%d", i, d)
-			k := i*devs + d
-			pci := fmt.Sprintf("0000:%02x:%02x.%d", k/256%256, k/8%32, k%8)
-			info := &devinfo.DeviceInfo{Type: devinfo.TypePCI, Version: devinfo.Version, Pci: &devinfo.PciDevice{PciAddress: pci}}
-			if err := s.files.WriteDP(Resource, ids[d], info); err != nil {
+			if err := s.files.WriteDP(Resource, ids[d], pciInfo(i*devs+d)); err != nil {
 				return fmt.Errorf("device-info of %s: %w", ids[d], err)
 			}
 		}
@@ -256,6 +253,29 @@ func (s *podSet) set(n, devs int) error {
 	s.pods, s.byKey = pods, byKey
 	s.mu.Unlock()
 	return nil
+}
+
+// pciInfo is the device-info of the k-th PCI device of the node.
+func pciInfo(k int) *devinfo.DeviceInfo {
+	pci := fmt.Sprintf("0000:%02x:%02x.%d", k/256%256, k/8%32, k%8)
+	return &devinfo.DeviceInfo{Type: devinfo.TypePCI, Version: devinfo.Version, Pci: &devinfo.PciDevice{PciAddress: pci}}
+}
+
+// put adds pod p, or replaces the pod of its name.
+func (s *podSet) put(p *v1.PodResources) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := p.Namespace + "/" + p.Name
+	if s.byKey == nil {
+		s.byKey = map[string]*v1.PodResources{}
+	}
+	pods := make([]*v1.PodResources, 0, len(s.pods)+1) // a new list: ListPods' callers keep the old one
+	for _, q := range s.pods {
+		if q.Namespace+"/"+q.Name != key {
+			pods = append(pods, q)
+		}
+	}
+	s.pods, s.byKey[key] = append(pods, p), p
 }
 
 func podName(i int) string { return fmt.Sprintf("pod-%d", i) }

@@ -209,8 +209,13 @@ func addPeakRSS(e *env, label, bin string) (Summary, error) {
 
 // cniEnv is the environment of a direct plugin call for pod-0 in netns.
 func (e *env) cniEnv(cmd, netns, containerID string, debug bool) []string {
+	return e.cniEnvFor(cmd, netns, containerID, podName(0), debug)
+}
+
+// cniEnvFor is the environment of a direct plugin call for pod in netns.
+func (e *env) cniEnvFor(cmd, netns, containerID, pod string, debug bool) []string {
 	env := append(os.Environ(), "CNI_COMMAND="+cmd, "CNI_CONTAINERID="+containerID, "CNI_NETNS="+netns,
-		"CNI_IFNAME=net1", "CNI_PATH="+e.bin, "CNI_ARGS="+e.cniArgs(podName(0)))
+		"CNI_IFNAME=net1", "CNI_PATH="+e.bin, "CNI_ARGS="+e.cniArgs(pod))
 	if debug {
 		env = append(env, "DEVPLUMB_DEBUG=1")
 	}

@@ -23,7 +23,7 @@ type Config struct {
 	Runs     int       // ADD+DEL cycles per P1 variant and samples per P4/P5 figure
 	Pods     int       // P3: pods added at once
 	Log      io.Writer // progress
-	// Kube runs devplumb also with a kubeconfig against a real kube-apiserver (P1, P5),
+	// Kube runs devplumb also with a kubeconfig against a real kube-apiserver (P1, P5, P6),
 	// found as the e2e tests find it (DEVPLUMB_KUBE_APISERVER, DEVPLUMB_ETCD).
 	Kube bool
 
@@ -38,7 +38,7 @@ func (c Config) logf(format string, args ...any) {
 	}
 }
 
-// Run measures P1-P5 and returns the report. It needs root.
+// Run measures P1-P6 and returns the report. It needs root.
 func Run(cfg Config) (*Report, error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("the bench needs root (network namespaces, bridge)")
@@ -64,7 +64,7 @@ func Run(cfg Config) (*Report, error) {
 	steps := []struct {
 		name string
 		run  func(Config, *Report) error
-	}{{"P1 ADD+DEL cycle", p1}, {"P2 device lookup", p2}, {"P3 burst", p3}, {"P4 start-up", p4}, {"P5 phases", p5}}
+	}{{"P1 ADD+DEL cycle", p1}, {"P2 device lookup", p2}, {"P3 burst", p3}, {"P4 start-up", p4}, {"P5 phases", p5}, {"P6 DRA device", p6}}
 	for _, s := range steps {
 		start := time.Now()
 		cfg.logf("== %s", s.name)

@@ -1,9 +1,11 @@
 // Package bench measures what devplumb costs a pod start (issue 16, `make bench`): the
 // ADD+DEL cycle against the delegate alone and Multus (P1), device lookups against the
 // node's pod count (P2), a burst of pods against the kubelet's rate limit (P3), one
-// invocation's start-up, memory and size (P4), and where an ADD's time goes (P5). It
-// runs real binaries as root in temp dirs and network namespaces it makes and removes,
-// and writes a table, markdown and a chart. Figures report; nothing here fails a test.
+// invocation's start-up, memory and size (P4), where an ADD's time goes (P5), and a DRA
+// device's ADD and DEL from the kubelet and from the API server, with the API requests
+// each call makes (P6, issue 12). It runs real binaries as root in temp dirs and network
+// namespaces it makes and removes, and writes a table, markdown and a chart. Figures
+// report; nothing here fails a test.
 package bench
 
 import (

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/devplumb/devplumb/pkg/config"
@@ -43,10 +44,7 @@ func TestInstallerDaemonSetMatchesItsScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ds.Spec.Template.Spec.Containers) != 1 {
-		t.Fatalf("want one container, got %d", len(ds.Spec.Template.Spec.Containers))
-	}
-	c := ds.Spec.Template.Spec.Containers[0]
+	c := container(t, ds, "install")
 	env := map[string]string{}
 	for _, e := range c.Env {
 		env[e.Name] = e.Value
@@ -66,6 +64,38 @@ func TestInstallerDaemonSetMatchesItsScript(t *testing.T) {
 	}
 	if spec.AutomountServiceAccountToken != nil && !*spec.AutomountServiceAccountToken {
 		t.Error("the installer builds the kubeconfig from the service account token: it must be mounted")
+	}
+}
+
+func container(t *testing.T, ds *appsv1.DaemonSet, name string) corev1.Container {
+	t.Helper()
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("DaemonSet %s has no container %q", ds.Name, name)
+	return corev1.Container{}
+}
+
+// TestMetricsContainerReadsDevplumbState: the devplumb DaemonSet's metrics container
+// keeps its spool in the host's state directory, where devplumb (by default) writes,
+// and its probe asks the port it listens on.
+func TestMetricsContainerReadsDevplumbState(t *testing.T) {
+	ds := daemonSet(t, decode(t)["devplumb-daemonset.yaml"])
+	c := container(t, ds, "metrics")
+	args := map[string]string{}
+	for i := 1; i+1 < len(c.Args); i += 2 {
+		args[c.Args[i]] = c.Args[i+1]
+	}
+	if len(c.Command) != 1 || filepath.Base(c.Command[0]) != "devplumbctl" || len(c.Args) == 0 || c.Args[0] != "metrics" {
+		t.Fatalf("metrics container runs %q %q", c.Command, c.Args)
+	}
+	if got := hostPathOf(ds.Spec.Template.Spec, c, args["--state-dir"]); got != config.DefaultStateDir {
+		t.Errorf("--state-dir %s is %q on the host, want %s", args["--state-dir"], got, config.DefaultStateDir)
+	}
+	if p := c.LivenessProbe; p == nil || p.HTTPGet == nil || ":"+p.HTTPGet.Port.String() != args["--listen"] {
+		t.Errorf("liveness probe %+v does not ask --listen %s", p, args["--listen"])
 	}
 }
 

@@ -62,6 +62,7 @@ func TestKustomization(t *testing.T) {
 		}
 	}
 	slices.Sort(images)
+	images = slices.Compact(images)
 	if !slices.Equal(images, []string{"registry.example/devplumb:v1.2.3", "registry.example/netdev-dp:v1.2.3"}) {
 		t.Errorf("overlay images = %v", images)
 	}

@@ -69,8 +69,9 @@ func stages(ins []instruction) []stage {
 	for _, in := range ins {
 		if in.cmd == "FROM" {
 			s := stage{}
-			if len(in.args) == 3 && strings.EqualFold(in.args[1], "AS") {
-				s.name = in.args[2]
+			_, args := flags(in.args)
+			if len(args) == 3 && strings.EqualFold(args[1], "AS") {
+				s.name = args[2]
 			}
 			out = append(out, s)
 		}
@@ -110,11 +111,41 @@ func TestImagesAreWhatTheDockerfilesDescribe(t *testing.T) {
 				t.Fatalf("%s: want a build stage and a final stage, got %d stages", df, len(st))
 			}
 			checkGoVersion(t, df, root)
+			checkCrossBuild(t, df, st[0])
 			checkNotIgnored(t, root, readIgnore(t, df+".dockerignore"), buildArgs(st[0]))
 			img := readImage(t, tars[ref], ref)
 			checkConfig(t, df, st[1], img)
 			checkFiles(t, df, st[1], img)
 		})
+	}
+}
+
+// checkCrossBuild: the build stage runs on the builder's platform and every go build
+// compiles for the target's, so `docker buildx build --platform ...` makes each image
+// with binaries its platform runs (and fast, without emulation).
+func checkCrossBuild(t *testing.T, df string, build stage) {
+	t.Helper()
+	fl, _ := flags(build.ins[0].args)
+	if fl["platform"] != "$BUILDPLATFORM" {
+		t.Errorf("%s:%d: the build stage runs on %q, want --platform=$BUILDPLATFORM", df, build.ins[0].line, fl["platform"])
+	}
+	args := map[string]bool{}
+	builds := 0
+	for _, in := range build.ins {
+		switch {
+		case in.cmd == "ARG":
+			for _, a := range in.args {
+				args[a] = true
+			}
+		case in.cmd == "RUN" && slices.Contains(in.args, "build"):
+			builds++
+			if !slices.Contains(in.args, "GOOS=$TARGETOS") || !slices.Contains(in.args, "GOARCH=$TARGETARCH") {
+				t.Errorf("%s:%d: go build without GOOS=$TARGETOS GOARCH=$TARGETARCH builds for the builder", df, in.line)
+			}
+		}
+	}
+	if !args["TARGETOS"] || !args["TARGETARCH"] || builds == 0 {
+		t.Errorf("%s: the build stage must declare ARG TARGETOS TARGETARCH and go build with them", df)
 	}
 }
 

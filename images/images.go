@@ -9,7 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/devplumb/devplumb/images/imagebuild"
 )
@@ -61,25 +64,39 @@ func Build(o Options) (map[string]string, error) {
 // GoBuild builds pkgs (relative to root) into dir as `make build` does: static
 // (CGO_ENABLED=0), without local paths (-trimpath) and stripped (-s -w).
 func GoBuild(root, dir string, pkgs ...string) error {
+	return goBuild(root, dir, nil, pkgs...)
+}
+
+// goBuild is GoBuild with env added (GOOS, GOARCH for another platform).
+func goBuild(root, dir string, env []string, pkgs ...string) error {
 	args := append([]string{"build", "-trimpath", "-ldflags=-s -w", "-o", dir + "/"}, pkgs...)
 	cmd := exec.Command("go", args...)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Env = append(append(os.Environ(), "CGO_ENABLED=0"), env...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("images: go %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
 	return nil
 }
 
-// Specs are the two images (by tarball name) over the binaries in bin.
+// Specs are the two images (by tarball name) over the binaries in bin, for this machine.
 func Specs(root, bin, busybox string) (map[string]imagebuild.Spec, error) {
+	return specsFor(root, bin, busybox, busybox, v1.Platform{OS: "linux", Architecture: runtime.GOARCH})
+}
+
+// specsFor are the images for plat over the binaries in bin (built for plat), with
+// busybox (for plat) and the applets lister (a busybox that runs here) lists.
+func specsFor(root, bin, busybox, lister string, plat v1.Platform) (map[string]imagebuild.Spec, error) {
 	for _, b := range []string{"devplumb", "devplumbctl", "netdev-dp"} {
 		if err := imagebuild.CheckStatic(filepath.Join(bin, b)); err != nil {
 			return nil, fmt.Errorf("images: %w", err)
 		}
+		if err := imagebuild.CheckArch(filepath.Join(bin, b), plat.Architecture); err != nil {
+			return nil, fmt.Errorf("images: %w", err)
+		}
 	}
 	// images/devplumb/Dockerfile: busybox for the installer's shell and tools.
-	dp, err := imagebuild.Busybox(busybox)
+	dp, err := imagebuild.BusyboxListed(busybox, lister)
 	if err != nil {
 		return nil, fmt.Errorf("images: devplumb image: %w", err)
 	}
@@ -91,9 +108,9 @@ func Specs(root, bin, busybox string) (map[string]imagebuild.Spec, error) {
 	nd := append(imagebuild.BaseFiles(),
 		imagebuild.File{Path: "/usr/local/bin/netdev-dp", Mode: 0o755, Source: filepath.Join(bin, "netdev-dp")})
 	return map[string]imagebuild.Spec{
-		"devplumb": {Ref: DevplumbRef, Files: dp, User: "65532:65532",
+		"devplumb": {Ref: DevplumbRef, Files: dp, User: "65532:65532", Platform: plat,
 			Entrypoint: []string{"/usr/local/bin/devplumb-install"}, Cmd: []string{"run"}},
-		"netdev-dp": {Ref: NetdevDPRef, Files: nd, User: "65532:65532",
+		"netdev-dp": {Ref: NetdevDPRef, Files: nd, User: "65532:65532", Platform: plat,
 			Entrypoint: []string{"/usr/local/bin/netdev-dp"}},
 	}, nil
 }

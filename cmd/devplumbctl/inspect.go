@@ -132,12 +132,22 @@ func printView(w io.Writer, v *nodeview.View) {
 	}
 }
 
+// networkName is the attachment's network as the pod's network-status names it
+// ("<namespace>/<NAD>" when the config names a NetworkAttachmentDefinition), with the
+// config's name when that differs.
+func networkName(a nodeview.Attachment) string {
+	if a.NetworkStatus == nil || a.NetworkStatus.Name == "" || a.NetworkStatus.Name == a.Network {
+		return a.Network
+	}
+	return fmt.Sprintf("%s (config %q)", a.NetworkStatus.Name, a.Network)
+}
+
 func printAttachment(w io.Writer, a nodeview.Attachment) {
 	res := a.ResourceName
 	if res == "" {
 		res = "(deviceID from the config)"
 	}
-	fmt.Fprintf(w, "  network %s  interface %s  pod %s  %s device %s", a.Network, a.IfName, a.Pod, res, a.DeviceID)
+	fmt.Fprintf(w, "  network %s  interface %s  pod %s  %s device %s", networkName(a), a.IfName, a.Pod, res, a.DeviceID)
 	switch {
 	case !a.Complete:
 		fmt.Fprint(w, "  (ADD not finished)")

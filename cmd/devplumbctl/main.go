@@ -25,6 +25,8 @@ const usage = `usage:
       no longer gives the device (a claim whose netns still exists is kept), after
       running the recorded delegates' DEL (found in --cni-path, default /opt/cni/bin)
       so that their IPAM leases go too; a claim whose delegate DEL fails is kept
+  devplumbctl metrics [--listen ADDR] [--state-dir DIR]
+      serve the timings of devplumb's ADD and DEL phases as Prometheus histograms
   devplumbctl version | --version
   devplumbctl COMMAND --help
 `
@@ -45,6 +47,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return inspect(args[1:], stdout, stderr)
 	case "gc":
 		return gc(args[1:], stdout, stderr)
+	case "metrics":
+		return metrics(args[1:], stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

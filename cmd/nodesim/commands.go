@@ -12,6 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/pkg/kubeletsim/prserver"
 	"github.com/devplumb/devplumb/pkg/resname"
@@ -68,6 +72,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	burst := fs.Int("podresources-burst", prserver.DefaultBurst, "PodResources rate limit burst")
 	grace := fs.Duration("plugin-grace-period", kubeletsim.DefaultPluginGracePeriod,
 		"how long a dead plugin's devices stay listed (unhealthy) before they are dropped")
+	kubeconfig := fs.String("kubeconfig", "", "API server for DRA: pods with claims, DRA plugins in DIR/plugins_registry")
+	nodeName := fs.String("node-name", "", "this node's name in the API server (required with --kubeconfig)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -94,14 +100,40 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if *grace <= 0 {
 		return fmt.Errorf("%w: serve: --plugin-grace-period %v must be positive", errUsage, *grace)
 	}
+	dra, err := draOptions(*kubeconfig, *nodeName)
+	if err != nil {
+		return err
+	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
-	node, err := kubeletsim.StartWithOptions(ctx, *root, log, kubeletsim.Options{PodResources: cfg, PluginGracePeriod: *grace})
+	node, err := kubeletsim.StartWithOptions(ctx, *root, log, kubeletsim.Options{PodResources: cfg, PluginGracePeriod: *grace, DRA: dra})
 	if err != nil {
 		return err
 	}
 	<-ctx.Done()
 	node.Stop()
 	return nil
+}
+
+// draOptions builds the API client for DRA; no kubeconfig, no DRA.
+func draOptions(kubeconfig, nodeName string) (*kubeletsim.DRAOptions, error) {
+	if kubeconfig == "" {
+		if nodeName != "" {
+			return nil, fmt.Errorf("%w: serve: --node-name needs --kubeconfig", errUsage)
+		}
+		return nil, nil
+	}
+	if errs := validation.IsDNS1123Subdomain(nodeName); nodeName == "" || len(errs) > 0 {
+		return nil, fmt.Errorf("%w: serve: --kubeconfig needs --node-name, a valid node name (got %q)", errUsage, nodeName)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+	}
+	return &kubeletsim.DRAOptions{Client: client, NodeName: nodeName}, nil
 }
 
 // containerFlag collects repeated --container NAME=RES:COUNT[,RES:COUNT].
@@ -118,18 +150,26 @@ func (c *containerFlag) Set(v string) error {
 	return nil
 }
 
-// parseContainer reads NAME=RES:COUNT[,RES:COUNT]...; a bare NAME (or NAME=)
-// is a container without device requests.
+// parseContainer reads NAME=ITEM[,ITEM]... where an ITEM is RES:COUNT or
+// claim:PODCLAIM (resource names are domain-qualified, so "claim" is none);
+// a bare NAME (or NAME=) is a container without device requests.
 func parseContainer(v string) (kubeletsim.ContainerSpec, error) {
 	name, reqs, _ := strings.Cut(v, "=")
 	if name == "" {
-		return kubeletsim.ContainerSpec{}, fmt.Errorf("%q: container name missing (want NAME=RES:COUNT[,RES:COUNT])", v)
+		return kubeletsim.ContainerSpec{}, fmt.Errorf("%q: container name missing (want NAME=RES:COUNT[,RES:COUNT][,claim:PODCLAIM])", v)
 	}
 	spec := kubeletsim.ContainerSpec{Name: name}
 	if reqs == "" {
 		return spec, nil
 	}
 	for _, r := range strings.Split(reqs, ",") {
+		if claim, ok := strings.CutPrefix(r, "claim:"); ok {
+			if claim == "" {
+				return spec, fmt.Errorf("%q: %q names no pod claim", v, r)
+			}
+			spec.Claims = append(spec.Claims, claim)
+			continue
+		}
 		i := strings.LastIndex(r, ":")
 		if i <= 0 {
 			return spec, fmt.Errorf("%q: request %q is not RES:COUNT", v, r)
@@ -146,6 +186,30 @@ func parseContainer(v string) (kubeletsim.ContainerSpec, error) {
 	return spec, nil
 }
 
+// claimFlag collects repeated --claim PODCLAIM=claim:NAME|template:NAME.
+type claimFlag []kubeletsim.PodClaim
+
+func (c *claimFlag) String() string { return fmt.Sprint(len(*c)) }
+
+func (c *claimFlag) Set(v string) error {
+	name, src, _ := strings.Cut(v, "=")
+	kind, obj, _ := strings.Cut(src, ":")
+	if name == "" || obj == "" {
+		return fmt.Errorf("%q: want PODCLAIM=claim:NAME or PODCLAIM=template:NAME", v)
+	}
+	pc := kubeletsim.PodClaim{Name: name}
+	switch kind {
+	case "claim":
+		pc.ResourceClaimName = obj
+	case "template":
+		pc.ResourceClaimTemplateName = obj
+	default:
+		return fmt.Errorf("%q: %q is neither claim: nor template:", v, kind)
+	}
+	*c = append(*c, pc)
+	return nil
+}
+
 func podAdd(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := newFlags("pod add")
 	root := fs.String("root", "", "kubelet root directory of a running nodesim serve")
@@ -153,21 +217,23 @@ func podAdd(ctx context.Context, args []string, stdout io.Writer) error {
 	name := fs.String("name", "", "pod name")
 	uid := fs.String("uid", "", "pod UID (generated when empty)")
 	var ctrs containerFlag
-	fs.Var(&ctrs, "container", "NAME=RES:COUNT[,RES:COUNT]... (repeat for more containers)")
+	fs.Var(&ctrs, "container", "NAME=RES:COUNT[,RES:COUNT]...[,claim:PODCLAIM]... (repeat for more containers)")
+	var claims claimFlag
+	fs.Var(&claims, "claim", "PODCLAIM=claim:NAME or PODCLAIM=template:NAME: a pod-spec resource claim (repeat for more)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if err := required(fs, "root", "namespace", "name"); err != nil {
 		return err
 	}
-	if len(ctrs) == 0 {
-		return fmt.Errorf("%w: pod add: at least one --container is required", errUsage)
+	if len(ctrs) == 0 && len(claims) == 0 {
+		return fmt.Errorf("%w: pod add: at least one --container (or --claim) is required", errUsage)
 	}
 	c, err := kubeletsim.NewControlClient(*root)
 	if err != nil {
 		return err
 	}
-	alloc, err := c.AddPod(ctx, kubeletsim.PodSpec{Namespace: *ns, Name: *name, UID: *uid, Containers: ctrs})
+	alloc, err := c.AddPod(ctx, kubeletsim.PodSpec{Namespace: *ns, Name: *name, UID: *uid, Containers: ctrs, Claims: claims})
 	if err != nil {
 		return err
 	}
@@ -219,16 +285,32 @@ func listResources(ctx context.Context, args []string, stdout io.Writer) error {
 	return printJSON(stdout, res)
 }
 
+func listDrivers(ctx context.Context, args []string, stdout io.Writer) error {
+	c, err := controlFromRoot("drivers", args)
+	if err != nil {
+		return err
+	}
+	drivers, err := c.DRADrivers(ctx)
+	if err != nil {
+		return err
+	}
+	return printJSON(stdout, drivers)
+}
+
 func wait(ctx context.Context, args []string) error {
 	fs := newFlags("wait")
 	root := fs.String("root", "", "kubelet root directory of a running nodesim serve")
 	res := fs.String("resource", "", "extended resource name, e.g. example.com/vf")
+	driver := fs.String("driver", "", "DRA driver name, e.g. netdev.devplumb.io (instead of --resource)")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if err := required(fs, "root", "resource"); err != nil {
+	if err := required(fs, "root"); err != nil {
 		return err
+	}
+	if (*res == "") == (*driver == "") {
+		return fmt.Errorf("%w: wait: give one of --resource and --driver", errUsage)
 	}
 	c, err := kubeletsim.NewControlClient(*root)
 	if err != nil {
@@ -236,6 +318,12 @@ func wait(ctx context.Context, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
+	if *driver != "" {
+		if err := c.WaitDRADriver(ctx, *driver); err != nil {
+			return fmt.Errorf("DRA driver %s not registered: %w", *driver, err)
+		}
+		return nil
+	}
 	if err := c.WaitRegistered(ctx, *res); err != nil {
 		return fmt.Errorf("device plugin %s not registered: %w", *res, err)
 	}

@@ -21,6 +21,7 @@ Usage:
   nodesim serve --root DIR [--log-level debug|info|warn|error]
                 [--podresources-get enabled|disabled|unimplemented]
                 [--podresources-qps N] [--podresources-burst N] [--plugin-grace-period 5m]
+                [--kubeconfig FILE --node-name NODE]
       Serve until SIGINT/SIGTERM:
         DIR/device-plugins/kubelet.sock   device plugin Registration (deviceplugin v1beta1)
         DIR/pod-resources/kubelet.sock    PodResources v1 (List, Get, GetAllocatableResources),
@@ -34,22 +35,46 @@ Usage:
       registers again within --plugin-grace-period (the kubelet's 5m), they are dropped.
       Starting again on the same DIR is a kubelet restart: assignments survive, every socket
       in DIR/device-plugins is removed and kubelet.sock recreated, so plugins register again.
+      With --kubeconfig (and --node-name) the node also speaks DRA against that API server:
+        DIR/plugins_registry/             DRA kubelet plugins register here (pluginregistration v1,
+                                          DRA gRPC v1 or v1beta1); kept across restarts, so drivers
+                                          are registered again from their sockets
+        DIR/plugins/                      for the drivers' DRA sockets (DIR/plugins/DRIVER/dra.sock)
+      it creates the Node object NODE if absent (drivers publish ResourceSlices owned by it),
+      and pods with --claim are admitted as control plane and kubelet would (see pod add).
 
   nodesim pod add --root DIR --namespace NS --name NAME [--uid UID] \
-          --container NAME=RES:COUNT[,RES:COUNT]... [--container ...]
+          --container NAME=RES:COUNT[,RES:COUNT]...[,claim:PODCLAIM]... [--container ...] \
+          [--claim PODCLAIM=claim:NAME | --claim PODCLAIM=template:NAME ...]
       Admit a pod like the kubelet (healthy free devices, GetPreferredAllocation when offered,
       Allocate per container and resource, PreStartContainer when required). Prints JSON: per
       container the device IDs and the plugin's whole AllocateResponse.
+      --claim (needs serve --kubeconfig) adds a pod-spec resource claim: an existing ResourceClaim
+      or one made from a ResourceClaimTemplate; claim:PODCLAIM in --container makes the container
+      reference it (resources.claims). A claim no container references is prepared but, as on
+      the real kubelet, not reported by PodResources. nodesim then does what the control plane
+      does: the Pod object (created on this node if absent; if it exists it must agree, and its
+      UID is used), claims from templates (named <pod>-<podclaim>-xxxxx, owned by the pod, pod
+      status.resourceClaimStatuses), allocation with the scheduler's allocator unless the claim
+      is allocated already, reservedFor; then NodePrepareResources per driver, and PodResources
+      reports the claims in dynamic_resources (claim, driver, pool, device, CDI devices).
+      On any error nothing stays: claims made are deleted, reservations and allocations undone.
 
   nodesim pod del --root DIR --namespace NS --name NAME
-      Free a pod's devices (exit 1 if the pod does not exist).
+      Free a pod's devices (exit 1 if the pod does not exist). A pod with claims has them
+      unprepared (unless another pod on the node holds them), its reservations removed (a claim
+      no one reserves is deallocated), its generated claims and the Pod object deleted; if that
+      fails (e.g. a driver that does not register again) the pod stays and del can be repeated.
 
   nodesim pods --root DIR
       Print the pods and their devices as JSON.
 
-  nodesim wait --root DIR --resource RES [--timeout 30s]
-      Wait until a device plugin for RES has registered and advertised its devices
-      (exit 1 when the timeout passes first).
+  nodesim wait --root DIR (--resource RES | --driver DRIVER) [--timeout 30s]
+      Wait until a device plugin for RES has registered and advertised its devices, or the DRA
+      driver has registered (exit 1 when the timeout passes first).
+
+  nodesim drivers --root DIR
+      Print the registered DRA drivers (name, endpoint, gRPC service) as JSON.
 
   nodesim resources --root DIR
       Print what plugins advertise (health, NUMA nodes) as JSON.
@@ -57,7 +82,7 @@ Usage:
   nodesim version | --version
   nodesim COMMAND --help
 
-pod/pods/wait/resources talk to a running "nodesim serve --root DIR".
+pod/pods/wait/drivers/resources talk to a running "nodesim serve --root DIR".
 `
 
 // errUsage marks command line mistakes (exit 2).
@@ -111,6 +136,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return listResources(ctx, args[1:], stdout)
 	case "wait":
 		return wait(ctx, args[1:])
+	case "drivers":
+		return listDrivers(ctx, args[1:], stdout)
 	case "help", "-h", "--help":
 		_, err := io.WriteString(stdout, usage)
 		return err

@@ -211,3 +211,53 @@ func TestHelpAndVersionExitZero(t *testing.T) {
 		}
 	}
 }
+
+func TestDRAFlags(t *testing.T) {
+	root := shortRoot(t)
+	for _, args := range [][]string{
+		{"serve", "--root", root, "--kubeconfig", "/nonexistent"},
+		{"serve", "--root", root, "--node-name", "n1"},
+		{"serve", "--root", root, "--kubeconfig", "/nonexistent", "--node-name", "Bad_Node"},
+		{"pod", "add", "--root", root, "--namespace", "n", "--name", "p", "--claim", "net"},
+		{"pod", "add", "--root", root, "--namespace", "n", "--name", "p", "--claim", "net=pool:x"},
+		{"pod", "add", "--root", root, "--namespace", "n", "--name", "p", "--claim", "net=claim:"},
+		{"pod", "add", "--root", root, "--namespace", "n", "--name", "p", "--container", "c=claim:"},
+		{"wait", "--root", root, "--resource", vf, "--driver", "d.example.com"},
+	} {
+		if _, err := nodesim(t, args...); exitCode(err, &bytes.Buffer{}, &bytes.Buffer{}) != 2 {
+			t.Errorf("nodesim %v: %v, want a usage error", args, err)
+		}
+	}
+	_, err := nodesim(t, "serve", "--root", root, "--kubeconfig", filepath.Join(root, "none"), "--node-name", "n1")
+	if err == nil || !strings.Contains(err.Error(), "kubeconfig") || exitCode(err, &bytes.Buffer{}, &bytes.Buffer{}) != 1 {
+		t.Errorf("serve with a missing kubeconfig: %v", err)
+	}
+	startServe(t, root)
+	_, err = nodesim(t, "pod", "add", "--root", root, "--namespace", "n", "--name", "p",
+		"--container", "app=claim:net", "--claim", "net=template:t")
+	if err == nil || !strings.Contains(err.Error(), "no API server") || exitCode(err, &bytes.Buffer{}, &bytes.Buffer{}) != 1 {
+		t.Errorf("pod add --claim without --kubeconfig: %v", err)
+	}
+	out, err := nodesim(t, "drivers", "--root", root)
+	if err != nil || strings.TrimSpace(out) != "[]" {
+		t.Errorf("drivers without DRA = %q, %v", out, err)
+	}
+}
+
+func TestParseContainerClaims(t *testing.T) {
+	c, err := parseContainer("app=example.com/vf:1,claim:net,claim:gpu")
+	if err != nil || len(c.Requests) != 1 || !slices.Equal(c.Claims, []string{"net", "gpu"}) {
+		t.Fatalf("parseContainer = %+v, %v", c, err)
+	}
+	var cf claimFlag
+	if err := cf.Set("net=template:vf"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cf.Set("d=claim:direct"); err != nil {
+		t.Fatal(err)
+	}
+	want := claimFlag{{Name: "net", ResourceClaimTemplateName: "vf"}, {Name: "d", ResourceClaimName: "direct"}}
+	if !slices.Equal(cf, want) {
+		t.Errorf("claims %+v, want %+v", cf, want)
+	}
+}

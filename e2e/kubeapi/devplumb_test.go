@@ -45,8 +45,10 @@ func TestDevplumbBinaryNetworkStatus(t *testing.T) {
 		t.Fatalf("network-status %+v: want the existing entry kept first, then devplumb's", got)
 	}
 	mine := got[1]
-	if mine.Name != n.network || mine.Interface != "net1" || !reflect.DeepEqual(mine.DeviceInfo, n.info) {
-		t.Fatalf("devplumb's entry %+v (device-info %+v), want %s/net1 with %+v", mine, mine.DeviceInfo, n.network, n.info)
+	// The config takes its resourceName from the NAD: the entry is named after it, as
+	// Multus names it.
+	if mine.Name != "default/"+n.network || mine.Interface != "net1" || !reflect.DeepEqual(mine.DeviceInfo, n.info) {
+		t.Fatalf("devplumb's entry %+v (device-info %+v), want default/%s/net1 with %+v", mine, mine.DeviceInfo, n.network, n.info)
 	}
 	if len(mine.IPs) != 1 || mine.IPs[0] != "192.0.2.10" {
 		t.Errorf("entry IPs %v, want the delegate's 192.0.2.10", mine.IPs)

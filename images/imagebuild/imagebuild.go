@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"runtime"
 	"sort"
 	"strings"
 	"time"
@@ -45,6 +46,20 @@ type Spec struct {
 	Cmd        []string
 	User       string // "uid:gid"
 	Env        []string
+	// Platform the image runs on; zero: linux and the architecture of this build.
+	Platform v1.Platform
+}
+
+// platform is s.Platform with its defaults.
+func (s Spec) platform() v1.Platform {
+	p := s.Platform
+	if p.OS == "" {
+		p.OS = "linux"
+	}
+	if p.Architecture == "" {
+		p.Architecture = runtime.GOARCH
+	}
+	return p
 }
 
 // epoch is every file's time: images are reproducible.
@@ -67,7 +82,7 @@ func Write(spec Spec, tarPath string) error {
 	return nil
 }
 
-// Image builds the image of spec in memory: one layer, linux/amd64 (the build host's).
+// Image builds the image of spec in memory: one layer, for spec's platform.
 func Image(spec Spec) (v1.Image, name.Tag, error) {
 	tag, err := name.NewTag(spec.Ref)
 	if err != nil {
@@ -92,7 +107,8 @@ func Image(spec Spec) (v1.Image, name.Tag, error) {
 		return nil, name.Tag{}, fmt.Errorf("imagebuild: %s: %w", spec.Ref, err)
 	}
 	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture, cf.Created = "linux", "amd64", v1.Time{Time: epoch}
+	p := spec.platform()
+	cf.OS, cf.Architecture, cf.Variant, cf.Created = p.OS, p.Architecture, p.Variant, v1.Time{Time: epoch}
 	cf.Config = v1.Config{Entrypoint: spec.Entrypoint, Cmd: spec.Cmd, User: spec.User,
 		Env: append([]string{"PATH=/usr/local/bin:/usr/bin:/bin"}, spec.Env...), WorkingDir: "/"}
 	img, err = mutate.ConfigFile(img, cf)
@@ -191,14 +207,62 @@ func CheckStatic(p string) error {
 	return nil
 }
 
+// machines are the ELF machines of the Go architectures images are built for.
+var machines = map[string]elf.Machine{
+	"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64, "arm": elf.EM_ARM,
+	"ppc64le": elf.EM_PPC64, "s390x": elf.EM_S390, "riscv64": elf.EM_RISCV,
+}
+
+// CheckArch returns an error for a file that is not an ELF binary for arch (a Go
+// GOARCH): an image must not carry a binary its platform cannot run.
+func CheckArch(p, arch string) error {
+	if err := KnownArch(arch); err != nil {
+		return err
+	}
+	f, err := elf.Open(p)
+	if err != nil {
+		return fmt.Errorf("%s: %w", p, err)
+	}
+	defer f.Close()
+	if want := machines[arch]; f.Machine != want {
+		return fmt.Errorf("%s is a %v binary, not one for %s", p, f.Machine, arch)
+	}
+	return nil
+}
+
+// KnownArch returns an error for a Go architecture images are not built for.
+func KnownArch(arch string) error {
+	if _, ok := machines[arch]; !ok {
+		return fmt.Errorf("architecture %q: not one images are built for (%s)", arch, strings.Join(archs(), ", "))
+	}
+	return nil
+}
+
+func archs() []string {
+	out := make([]string, 0, len(machines))
+	for a := range machines {
+		out = append(out, a)
+	}
+	sort.Strings(out)
+	return out
+}
+
 // Busybox is a root filesystem of a static busybox (bin) with a link for each applet it
 // lists, a passwd and group file with root, nobody and nonroot (65532, as distroless),
 // and /tmp.
-func Busybox(bin string) ([]File, error) {
-	if err := CheckStatic(bin); err != nil {
-		return nil, fmt.Errorf("busybox: %w (Debian: apt-get install busybox-static)", err)
+func Busybox(bin string) ([]File, error) { return BusyboxListed(bin, bin) }
+
+// BusyboxListed is Busybox for a busybox of any architecture, bin, with the applets
+// that listFrom (one that runs here) lists: a busybox built for another architecture
+// cannot run here, and Debian's busybox-static has the same applets on every
+// architecture of a release.
+func BusyboxListed(bin, listFrom string) ([]File, error) {
+	for _, b := range []string{bin, listFrom} {
+		if err := CheckStatic(b); err != nil {
+			return nil, fmt.Errorf("busybox: %w (Debian: apt-get install busybox-static)", err)
+		}
 	}
-	out, err := runList(bin)
+	out, err := runList(listFrom)
 	if err != nil {
 		return nil, err
 	}

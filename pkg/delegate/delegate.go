@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/devplumb/devplumb/pkg/config"
@@ -122,8 +123,12 @@ type Invoker struct {
 // New returns an Invoker searching cniPath (CNI_PATH, colon separated) and
 // keeping libcni's result cache in cacheDir, so nothing is written outside
 // devplumb's state directory.
-func New(cniPath, cacheDir string) *Invoker {
-	return &Invoker{cni: libcni.NewCNIConfigWithCacheDir(filepath.SplitList(cniPath), cacheDir, nil), cacheDir: cacheDir}
+func New(cniPath, cacheDir string) *Invoker { return NewWithExec(cniPath, cacheDir, nil) }
+
+// NewWithExec is New running plugins through exec (libcni's invoke.Exec; nil: real
+// processes), so callers' tests can stand in for a delegate without building one.
+func NewWithExec(cniPath, cacheDir string, exec invoke.Exec) *Invoker {
+	return &Invoker{cni: libcni.NewCNIConfigWithCacheDir(filepath.SplitList(cniPath), cacheDir, exec), cacheDir: cacheDir}
 }
 
 // CacheDir is libcni's result cache of one devplumb network: GC of one

@@ -11,16 +11,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
-
-// DefaultTimeout bounds one call (all its retries) when New is given zero.
-const DefaultTimeout = 10 * time.Second
 
 // ResourceNameAnnot is the NetworkAttachmentDefinition annotation naming the device
 // plugin resource that backs the network.
@@ -51,17 +50,25 @@ type Client struct {
 	meta    metadata.Interface
 	host    string
 	timeout time.Duration
+	cfg     *rest.Config // for the DRA clients, made on first use (dra.go)
+	draMu   sync.Mutex
+	dra     *draClients
+	podsMu  sync.Mutex
+	// pods are the pods Pod read, by namespace/name, until a network-status edit
+	// of the pod starts from one instead of reading the pod's metadata again.
+	pods map[string]*metav1.PartialObjectMetadata
 }
 
 // New loads kubeconfig (a file path, required) and returns a client whose calls each
-// finish within timeout (DefaultTimeout when zero).
+// finish within timeout (required: its caller, devplumb, bounds the kubelet and the API
+// server alike, so the bound is the caller's, not a second default here).
 // It logs through log (slog.Default() when nil), so one CNI call logs in one format.
 func New(kubeconfig string, timeout time.Duration, log *slog.Logger) (*Client, error) {
 	if kubeconfig == "" {
 		return nil, errors.New("kube: kubeconfig path is empty")
 	}
 	if timeout <= 0 {
-		timeout = DefaultTimeout
+		return nil, fmt.Errorf("kube: timeout %v: must be positive", timeout)
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
@@ -85,5 +92,5 @@ func newFromConfig(cfg *rest.Config, timeout time.Duration, log *slog.Logger) (*
 	if err != nil {
 		return nil, fmt.Errorf("kube: client for %s: %w", cfg.Host, err)
 	}
-	return &Client{log: log, meta: mc, host: cfg.Host, timeout: timeout}, nil
+	return &Client{log: log, meta: mc, host: cfg.Host, timeout: timeout, cfg: cfg}, nil
 }

@@ -55,7 +55,8 @@ func (c *Client) RemoveNetworkStatus(ctx context.Context, namespace, name, uid, 
 // editStatus reads the pod, applies edit to its network-status list and, when edit
 // changed it, writes it back with a JSON merge patch that carries the resourceVersion
 // and UID that were read: the API server rejects the patch with a conflict when the pod
-// changed in between, and the read-edit-patch cycle is retried within the bound.
+// changed in between, and the read-edit-patch cycle is retried within the bound. The
+// first attempt starts from the pod this client read for its DRA claims, if it did.
 func (c *Client) editStatus(ctx context.Context, namespace, name, uid string,
 	edit func(statusList) (statusList, bool, error)) error {
 	if namespace == "" || name == "" {
@@ -65,9 +66,12 @@ func (c *Client) editStatus(ctx context.Context, namespace, name, uid string,
 	defer cancel()
 	pods := c.meta.Resource(podsResource).Namespace(namespace)
 	return c.retry(ctx, func(ctx context.Context) (bool, error) {
-		pod, err := pods.Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return podError(err, namespace, name)
+		pod := c.keptPod(namespace, name)
+		if pod == nil {
+			var err error
+			if pod, err = pods.Get(ctx, name, metav1.GetOptions{}); err != nil {
+				return podError(err, namespace, name)
+			}
 		}
 		if uid != "" && string(pod.UID) != uid {
 			return true, fmt.Errorf("%w: %s/%s has UID %s, CNI was called for %s", ErrPodUIDMismatch, namespace, name, pod.UID, uid)

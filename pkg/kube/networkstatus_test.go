@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -124,17 +125,17 @@ func TestParseStatusRejectsGarbage(t *testing.T) {
 }
 
 func TestNewRejectsBadKubeconfig(t *testing.T) {
-	if _, err := New("", 0, nil); err == nil {
+	if _, err := New("", time.Second, nil); err == nil {
 		t.Fatal("empty path accepted")
 	}
 	p := filepath.Join(t.TempDir(), "kubeconfig")
-	if _, err := New(p, 0, nil); err == nil || !strings.Contains(err.Error(), p) {
+	if _, err := New(p, time.Second, nil); err == nil || !strings.Contains(err.Error(), p) {
 		t.Fatalf("missing file: %v", err)
 	}
 	if err := os.WriteFile(p, []byte("clusters: [[["), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(p, 0, nil); err == nil || !strings.Contains(err.Error(), p) {
+	if _, err := New(p, time.Second, nil); err == nil || !strings.Contains(err.Error(), p) {
 		t.Fatalf("garbage file: %v", err)
 	}
 }

@@ -84,3 +84,20 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// New takes its caller's bound; a zero or negative one is a mistake, not a default.
+func TestNewNeedsATimeout(t *testing.T) {
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kc, []byte("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\n"+
+		"contexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\nusers: [{name: u, user: {token: t}}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []time.Duration{0, -time.Second} {
+		if _, err := New(kc, d, nil); err == nil || !strings.Contains(err.Error(), "must be positive") {
+			t.Errorf("New with timeout %v: %v", d, err)
+		}
+	}
+	if _, err := New(kc, time.Second, nil); err != nil {
+		t.Errorf("New with a timeout: %v", err)
+	}
+}

@@ -33,10 +33,13 @@ const (
 // AddPod admits a pod the way the kubelet's device manager does: for each
 // container and resource, pick healthy free devices (GetPreferredAllocation
 // when the plugin offers it), call Allocate, then PreStartContainer when the
-// plugin requires it. Nothing is recorded unless every call succeeds; the
-// checkpoint is written before AddPod returns.
+// plugin requires it. A pod with claims is first made ready in the API server
+// (see DRAOptions) and its claims are prepared by their DRA drivers after the
+// devices are allocated. Nothing is recorded unless every step succeeds, and
+// what a failed admission did in the API server and with DRA drivers is
+// undone; the checkpoint is written before AddPod returns.
 func (n *Node) AddPod(ctx context.Context, spec PodSpec) (*PodAllocation, error) {
-	if err := validateSpec(spec); err != nil {
+	if err := n.validatePod(spec); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidPod, err)
 	}
 	n.allocMu.Lock()
@@ -44,14 +47,39 @@ func (n *Node) AddPod(ctx context.Context, spec PodSpec) (*PodAllocation, error)
 	if n.findPod(spec.Namespace, spec.Name) >= 0 {
 		return nil, fmt.Errorf("pod %s/%s: %w", spec.Namespace, spec.Name, ErrPodExists)
 	}
+	adm, err := n.admitClaims(ctx, &spec)
+	if err != nil {
+		return nil, err
+	}
 	if spec.UID == "" {
 		spec.UID = newUID()
 	}
+	alloc, err := n.admitDevices(ctx, spec)
+	if err == nil {
+		alloc.Claims, err = n.prepareClaims(ctx, spec, adm)
+	}
+	if err == nil {
+		if err = n.record(alloc); err != nil {
+			n.unprepareClaims(context.WithoutCancel(ctx), alloc.Claims, nil)
+		}
+	}
+	if err != nil {
+		n.undoClaims(ctx, spec, adm)
+		return nil, err
+	}
+	n.log.Info("Admitted pod with devices", "pod", spec.Namespace+"/"+spec.Name, "uid", spec.UID,
+		"devices", summary(alloc), "claims", len(alloc.Claims))
+	out := alloc.clone()
+	return &out, nil
+}
+
+// admitDevices allocates the pod's device plugin resources.
+func (n *Node) admitDevices(ctx context.Context, spec PodSpec) (*PodAllocation, error) {
 	alloc := &PodAllocation{Namespace: spec.Namespace, Name: spec.Name, UID: spec.UID}
 	taken := n.inUse()
 	var prestart []func() error
 	for _, c := range spec.Containers {
-		ca := ContainerAllocation{Name: c.Name}
+		ca := ContainerAllocation{Name: c.Name, Claims: slices.Clone(c.Claims)}
 		for _, r := range c.Requests {
 			ra, ep, err := n.allocate(ctx, r, taken)
 			if err != nil {
@@ -73,13 +101,7 @@ func (n *Node) AddPod(ctx context.Context, spec PodSpec) (*PodAllocation, error)
 			return nil, fmt.Errorf("%w: pod %s/%s: %w", ErrAdmission, spec.Namespace, spec.Name, err)
 		}
 	}
-	if err := n.record(alloc); err != nil {
-		return nil, err
-	}
-	n.log.Info("Admitted pod with devices", "pod", spec.Namespace+"/"+spec.Name, "uid", spec.UID,
-		"devices", summary(alloc))
-	out := alloc.clone()
-	return &out, nil
+	return alloc, nil
 }
 
 // allocate picks and allocates the devices of one request of one container.
@@ -177,8 +199,17 @@ func (n *Node) preStart(ctx context.Context, ep *endpoint, container string, ids
 	}
 }
 
-// DelPod frees a pod's devices and writes the checkpoint.
+// DelPod is DelPodContext without a deadline.
 func (n *Node) DelPod(namespace, name string) error {
+	return n.DelPodContext(context.Background(), namespace, name)
+}
+
+// DelPodContext frees a pod's devices and writes the checkpoint. A pod with
+// claims has them unprepared by their drivers (unless another pod on the node
+// still uses them) and released in the API server first; when that fails the
+// pod stays, as the kubelet keeps a pod whose resources it cannot unprepare,
+// and DelPodContext can be called again.
+func (n *Node) DelPodContext(ctx context.Context, namespace, name string) error {
 	n.allocMu.Lock()
 	defer n.allocMu.Unlock()
 	n.mu.Lock()
@@ -188,6 +219,11 @@ func (n *Node) DelPod(namespace, name string) error {
 		return fmt.Errorf("pod %s/%s: %w", namespace, name, ErrPodNotFound)
 	}
 	pod := n.pods[i]
+	n.mu.Unlock()
+	if err := n.releaseClaims(ctx, pod); err != nil {
+		return fmt.Errorf("pod %s/%s kept, run pod del again: %w", namespace, name, err)
+	}
+	n.mu.Lock()
 	n.pods = slices.Delete(slices.Clone(n.pods), i, i+1)
 	err := n.saveCheckpointLocked()
 	if err != nil {
@@ -199,7 +235,7 @@ func (n *Node) DelPod(namespace, name string) error {
 	if err != nil {
 		return err
 	}
-	n.log.Info("Removed pod, devices freed", "pod", namespace+"/"+name, "devices", summary(pod))
+	n.log.Info("Removed pod, devices freed", "pod", namespace+"/"+name, "devices", summary(pod), "claims", len(pod.Claims))
 	return nil
 }
 

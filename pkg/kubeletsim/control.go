@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/devplumb/devplumb/pkg/kubeletsim/draplugin"
 	"github.com/devplumb/devplumb/pkg/resname"
 )
 
@@ -28,6 +29,8 @@ import (
 //	GET    /v1/resources                               -> 200 {resource: [Device]}
 //	GET    /v1/wait?resource=RES                       -> 204 once a plugin for RES is registered
 //	                                                      and has advertised its devices
+//	GET    /v1/wait?driver=DRIVER                      -> 204 once the DRA driver is registered
+//	GET    /v1/drivers                                 -> 200 [draplugin.PluginInfo]
 //
 // Errors are {"error": "..."} with 400 (invalid pod), 404 (no such pod),
 // 409 (pod exists), 422 (admission failed: no free device, plugin missing or
@@ -56,6 +59,7 @@ func startControl(n *Node) (*controlServer, error) {
 	mux.HandleFunc("GET /v1/pods", func(w http.ResponseWriter, _ *http.Request) { reply(w, http.StatusOK, n.Pods()) })
 	mux.HandleFunc("GET /v1/resources", func(w http.ResponseWriter, _ *http.Request) { reply(w, http.StatusOK, n.Resources()) })
 	mux.HandleFunc("GET /v1/wait", n.handleWait)
+	mux.HandleFunc("GET /v1/drivers", func(w http.ResponseWriter, _ *http.Request) { reply(w, http.StatusOK, n.DRADrivers()) })
 	c := &controlServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
@@ -86,7 +90,7 @@ func (n *Node) handleAdd(w http.ResponseWriter, r *http.Request) {
 }
 
 func (n *Node) handleDel(w http.ResponseWriter, r *http.Request) {
-	if err := n.DelPod(r.PathValue("namespace"), r.PathValue("name")); err != nil {
+	if err := n.DelPodContext(r.Context(), r.PathValue("namespace"), r.PathValue("name")); err != nil {
 		replyErr(w, err)
 		return
 	}
@@ -96,6 +100,14 @@ func (n *Node) handleDel(w http.ResponseWriter, r *http.Request) {
 // handleWait blocks until the resource's plugin is registered; the caller's
 // request context (its timeout) bounds the wait.
 func (n *Node) handleWait(w http.ResponseWriter, r *http.Request) {
+	if driver := r.URL.Query().Get("driver"); driver != "" {
+		if err := n.WaitDRADriver(r.Context(), driver); err != nil {
+			replyErr(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	res := r.URL.Query().Get("resource")
 	if err := resname.Validate(res); err != nil {
 		replyErr(w, fmt.Errorf("%w: %w", ErrInvalidPod, err))
@@ -182,6 +194,19 @@ func (c *ControlClient) Pods(ctx context.Context) ([]PodAllocation, error) {
 // has advertised its devices; ctx bounds the wait.
 func (c *ControlClient) WaitRegistered(ctx context.Context, res string) error {
 	return c.do(ctx, http.MethodGet, "/v1/wait?resource="+url.QueryEscape(res), nil, nil)
+}
+
+// WaitDRADriver waits until the DRA driver is registered on the node; ctx
+// bounds the wait.
+func (c *ControlClient) WaitDRADriver(ctx context.Context, driver string) error {
+	return c.do(ctx, http.MethodGet, "/v1/wait?driver="+url.QueryEscape(driver), nil, nil)
+}
+
+// DRADrivers lists the registered DRA drivers.
+func (c *ControlClient) DRADrivers(ctx context.Context) ([]draplugin.PluginInfo, error) {
+	var out []draplugin.PluginInfo
+	err := c.do(ctx, http.MethodGet, "/v1/drivers", nil, &out)
+	return out, err
 }
 
 // Resources lists what plugins advertise.

@@ -6,6 +6,7 @@
 //	ROOT/pod-resources/kubelet.sock    PodResources v1 (List, Get, GetAllocatableResources), kubelet rate limit
 //	ROOT/nodesim/checkpoint.json       pod device assignments, written atomically
 //	ROOT/nodesim/control.sock          HTTP+JSON control API used by `nodesim pod ...` (see ControlClient)
+//	ROOT/plugins_registry/             DRA kubelet plugin registration sockets (with DRAOptions)
 //
 // Registration is checked like the kubelet does (API version v1beta1, an
 // extended resource name); a new registration for a resource replaces the old
@@ -19,6 +20,12 @@
 // A restart on the same root is a kubelet restart: assignments come back from
 // the checkpoint, every socket in ROOT/device-plugins is removed and
 // kubelet.sock is created anew, so plugins must register again.
+//
+// With DRAOptions (an API server and a node name) the node also speaks DRA:
+// see draplugin (registration, NodePrepareResources) and dracluster (what the
+// control plane does for a pod's claims). Prepared claims are in the
+// checkpoint with the pods; DRA plugins' registration sockets are not removed
+// at a restart (the kubelet leaves them) and are registered again from there.
 //
 // Typical use in a device plugin's test:
 //
@@ -42,6 +49,8 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/devplumb/devplumb/pkg/kubeletsim/dracluster"
+	"github.com/devplumb/devplumb/pkg/kubeletsim/draplugin"
 	"github.com/devplumb/devplumb/pkg/kubeletsim/prserver"
 )
 
@@ -53,13 +62,15 @@ type Node struct {
 	root string
 	log  *slog.Logger
 
-	ctx    context.Context // ends at Stop; plugin streams run under it
-	cancel context.CancelFunc
-	reg    *grpc.Server
-	pr     *prserver.Server
-	ctl    *controlServer
-	wg     sync.WaitGroup
-	once   sync.Once
+	ctx     context.Context // ends at Stop; plugin streams run under it
+	cancel  context.CancelFunc
+	reg     *grpc.Server
+	pr      *prserver.Server
+	ctl     *controlServer
+	dra     *draplugin.Manager  // nil without DRAOptions
+	cluster *dracluster.Cluster // nil without DRAOptions
+	wg      sync.WaitGroup
+	once    sync.Once
 
 	allocMu sync.Mutex // serializes AddPod/DelPod, so free devices cannot be taken twice
 
@@ -80,6 +91,9 @@ type Options struct {
 	// broke stay listed (unhealthy) before they are dropped, unless it
 	// registers again; default DefaultPluginGracePeriod.
 	PluginGracePeriod time.Duration
+	// DRA, when set, turns on DRA: plugin registration in
+	// ROOT/plugins_registry and pods with ResourceClaims from the API server.
+	DRA *DRAOptions
 }
 
 // DefaultPluginGracePeriod is the kubelet's endpointStopGracePeriod: after it,
@@ -163,6 +177,9 @@ func (n *Node) startAll(opts Options) error {
 		return err
 	}
 	n.pr = pr
+	if err := n.startDRA(opts.DRA); err != nil {
+		return err
+	}
 	ctl, err := startControl(n)
 	if err != nil {
 		return err
@@ -185,6 +202,9 @@ func (n *Node) Stop() {
 		}
 		if n.reg != nil {
 			n.reg.Stop()
+		}
+		if n.dra != nil {
+			n.dra.Stop()
 		}
 		n.mu.Lock()
 		for res, ep := range n.endpoints {

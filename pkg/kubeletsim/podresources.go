@@ -60,6 +60,7 @@ func podResources(p *PodAllocation) *v1.PodResources {
 		for _, r := range c.Resources {
 			cr.Devices = append(cr.Devices, byNUMA(r)...)
 		}
+		cr.DynamicResources = dynamicResources(p, c)
 		pr.Containers = append(pr.Containers, cr)
 	}
 	return pr
@@ -107,4 +108,31 @@ func topology(nodes []int64) *v1.TopologyInfo {
 		t.Nodes = append(t.Nodes, &v1.NUMANode{ID: id})
 	}
 	return t
+}
+
+// dynamicResources reports the claims a container references, as the
+// kubelet's GetDynamicResources does (pkg/kubelet/cm, GetContainerClaimInfos):
+// pod claims in pod order, each once per reference in the container's
+// resources.claims; a claim no container references is reported for none.
+// Each device is one ClaimResource with the CDI devices of the driver's
+// NodePrepareResources answer.
+func dynamicResources(p *PodAllocation, c ContainerAllocation) []*v1.DynamicResource {
+	var out []*v1.DynamicResource
+	for _, pc := range p.Claims {
+		for _, ref := range c.Claims {
+			if ref != pc.PodClaim {
+				continue
+			}
+			dr := &v1.DynamicResource{ClaimName: pc.Name, ClaimNamespace: pc.Namespace}
+			for _, d := range pc.Devices {
+				res := &v1.ClaimResource{DriverName: d.Driver, PoolName: d.Pool, DeviceName: d.Device}
+				for _, id := range d.CDIDeviceIDs {
+					res.CdiDevices = append(res.CdiDevices, &v1.CDIDevice{Name: id})
+				}
+				dr.ClaimResources = append(dr.ClaimResources, res)
+			}
+			out = append(out, dr)
+		}
+	}
+	return out
 }

@@ -17,12 +17,19 @@ type PodSpec struct {
 	// UID is generated when empty.
 	UID        string          `json:"uid,omitempty"`
 	Containers []ContainerSpec `json:"containers"`
+	// Claims are the pod's spec.resourceClaims. A pod with claims needs a
+	// node started with DRA options (an API server); its UID is then the Pod
+	// object's.
+	Claims []PodClaim `json:"claims,omitempty"`
 }
 
 // ContainerSpec is one container's extended resource requests (limits == requests).
 type ContainerSpec struct {
 	Name     string            `json:"name"`
 	Requests []ResourceRequest `json:"requests,omitempty"`
+	// Claims are the pod claims the container references (resources.claims):
+	// PodResources reports a claim only for the containers that reference it.
+	Claims []string `json:"claims,omitempty"`
 }
 
 // ResourceRequest asks for Count devices of Resource.
@@ -37,12 +44,16 @@ type PodAllocation struct {
 	Name       string                `json:"name"`
 	UID        string                `json:"uid"`
 	Containers []ContainerAllocation `json:"containers"`
+	// Claims are the pod's prepared ResourceClaims, in pod spec order.
+	Claims []PreparedClaim `json:"claims,omitempty"`
 }
 
 // ContainerAllocation is one container's devices, per resource.
 type ContainerAllocation struct {
 	Name      string               `json:"name"`
 	Resources []ResourceAllocation `json:"resources"`
+	// Claims are the pod claims the container references.
+	Claims []string `json:"claims,omitempty"`
 }
 
 // ResourceAllocation is the devices of one resource given to one container and
@@ -115,9 +126,11 @@ func (p PodAllocation) Devices(res string) []string {
 
 func (p *PodAllocation) clone() PodAllocation {
 	out := *p
+	out.Claims = cloneClaims(p.Claims)
 	out.Containers = make([]ContainerAllocation, len(p.Containers))
 	for i, c := range p.Containers {
-		out.Containers[i] = ContainerAllocation{Name: c.Name, Resources: make([]ResourceAllocation, len(c.Resources))}
+		out.Containers[i] = ContainerAllocation{Name: c.Name, Resources: make([]ResourceAllocation, len(c.Resources)),
+			Claims: slices.Clone(c.Claims)}
 		for j, r := range c.Resources {
 			cr := r
 			cr.DeviceIDs = slices.Clone(r.DeviceIDs)

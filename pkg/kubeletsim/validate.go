@@ -57,7 +57,7 @@ func validateSpec(spec PodSpec) error {
 			return err
 		}
 	}
-	return nil
+	return validateClaims(spec)
 }
 
 func validateRequests(c ContainerSpec) error {

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
@@ -168,7 +169,11 @@ func (v *View) collectAttachments() {
 			att.NoCNIFile = errors.Is(err, fs.ErrNotExist)
 		}
 		if att.Stale {
-			v.problem("attachment %s/%s/%s: pod %s no longer has device %s of %s", a.Network, short(a.ContainerID), a.IfName, a.Pod, a.DeviceID, a.ResourceName)
+			if a.Claim != nil {
+				v.problem("attachment %s/%s/%s: pod %s is no longer on the node (device of %s)", a.Network, short(a.ContainerID), a.IfName, a.Pod, a.Claim)
+			} else {
+				v.problem("attachment %s/%s/%s: pod %s no longer has device %s of %s", a.Network, short(a.ContainerID), a.IfName, a.Pod, a.DeviceID, a.ResourceName)
+			}
 		}
 		if !a.Complete {
 			v.problem("attachment %s/%s/%s: ADD did not finish (in progress, or crashed)", a.Network, short(a.ContainerID), a.IfName)
@@ -180,7 +185,16 @@ func (v *View) collectAttachments() {
 // stale reports an attachment of a known pod whose device the kubelet (its
 // answer is pods) no longer assigns to it.
 func stale(pods []Pod, a *claims.Attachment) bool {
-	if !a.Pod.Known() || a.ResourceName == "" {
+	if !a.Pod.Known() {
+		return false
+	}
+	if a.Claim != nil {
+		// A DRA device: the kubelet reports a claim only for the containers that
+		// reference it (a network-only claim never), so the pod's presence is what
+		// it can tell; the claim lives as long as the pod.
+		return !slices.ContainsFunc(pods, func(p Pod) bool { return p.Namespace == a.Pod.Namespace && p.Name == a.Pod.Name })
+	}
+	if a.ResourceName == "" {
 		return false
 	}
 	for _, p := range pods {

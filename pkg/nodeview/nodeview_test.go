@@ -339,3 +339,37 @@ func TestGCRunsDelegateDEL(t *testing.T) {
 		t.Errorf("acts do not say why c8 was kept: %v", acts)
 	}
 }
+
+// A DRA attachment is live while the kubelet lists its pod, whatever devices the pod
+// shows (the kubelet never reports a claim no container references); once the pod is
+// gone it is stale, and gc takes it.
+func TestDRAAttachmentLivesWithItsPod(t *testing.T) {
+	n := newNode(t)
+	n.srv.SetPod(&v1.PodResources{Namespace: "ns", Name: "dra", Containers: []*v1.ContainerResources{{Name: "c"}}})
+	for i, pod := range []string{"dra", "gone"} {
+		cni, _ := n.files.CNIPath(devinfo.CNIFileName("net", pod, "net1"))
+		writeFile(t, cni, `{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:01:02.2"}}`)
+		err := n.state.Put(&claims.Attachment{
+			Key: claims.Key{Network: "net", ContainerID: pod, IfName: "net1"},
+			Pod: claims.Pod{Namespace: "ns", Name: pod}, ResourceName: res, DeviceID: fmt.Sprintf("0000:01:02.%d", i), CNIFile: cni, Complete: true,
+			Claim: &claims.ClaimDevice{Namespace: "ns", Name: pod + "-net", Driver: "netdev.devplumb.io", Pool: "node", Device: fmt.Sprintf("pci-%d", i)},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, err := Collect(context.Background(), n.paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := map[string]bool{}
+	for _, a := range v.Attachments {
+		stale[a.ContainerID] = a.Stale
+	}
+	if stale["dra"] || !stale["gone"] {
+		t.Errorf("stale: %v, want only the gone pod's", stale)
+	}
+	if all := strings.Join(v.Problems, "\n"); len(v.Problems) != 1 || !strings.Contains(all, "pod ns/gone is no longer on the node (device of ResourceClaim ns/gone-net") {
+		t.Errorf("problems:\n%s", all)
+	}
+}

@@ -21,7 +21,7 @@ import (
 )
 
 // Add is CNI ADD.
-func (p *Plugin) Add(args *skel.CmdArgs) error {
+func (p *Plugin) Add(args *skel.CmdArgs) (err error) {
 	if err := tooDeep(); err != nil {
 		return cniError(types.ErrInvalidNetworkConfig, err.Error(), nil)
 	}
@@ -30,7 +30,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		return cerr
 	}
 	defer c.close()
-	defer c.t.log(c.p.Log, "ADD")
+	defer func() { c.endTiming("ADD", err) }()
 	if cerr := c.checkFileNames(); cerr != nil {
 		return cerr
 	}
@@ -44,6 +44,9 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	case replayed && rec.NetworkStatus != nil:
 		// A best-effort status write may have failed the first time;
 		// replacing our own entry again is harmless.
+		if cerr := c.setClaimStatus(rec, rec.NetworkStatus, recordedResult(rec)); cerr != nil {
+			return cerr
+		}
 		if cerr := c.setStatus(rec.NetworkStatus); cerr != nil {
 			return cerr
 		}
@@ -65,14 +68,18 @@ const maxFileName = 255
 // "<network>-<containerID>_<ifname>" (the CNI specification limits none
 // of the three in length). DEL needs no such check: it finds nothing.
 func (c *call) checkFileNames() *types.Error {
-	n := len(c.conf.Name) + len(c.args.ContainerID) + len(c.args.IfName) + 2
+	network := c.conf.Name // libcni's cache
+	if len(c.networkName()) > len(network) {
+		network = c.networkName() // the CNI device-info file
+	}
+	n := len(network) + len(c.args.ContainerID) + len(c.args.IfName) + 2
 	if n <= maxFileName {
 		return nil
 	}
 	return cniError(types.ErrInvalidNetworkConfig, fmt.Sprintf("container ID (%d bytes), network name %q and interface name %q "+
 		"together make a %d-byte file name (<network>-<containerID>-<ifname>, libcni's cache and the CNI device-info file): "+
 		"the limit is %d; use a shorter container ID or network name",
-		len(c.args.ContainerID), c.conf.Name, c.args.IfName, n, maxFileName), nil)
+		len(c.args.ContainerID), network, c.args.IfName, n, maxFileName), nil)
 }
 
 // cleanEarlierAdd undoes the delegates of an earlier ADD of this attachment
@@ -106,7 +113,7 @@ func (c *call) claim() (*claims.Attachment, *types.Error) {
 	if cerr != nil {
 		return nil, cerr
 	}
-	cands, cerr := c.candidates(res)
+	cands, res, cerr := c.candidates(res)
 	if cerr != nil {
 		return nil, cerr
 	}
@@ -126,6 +133,7 @@ func (c *call) claim() (*claims.Attachment, *types.Error) {
 	if err != nil {
 		return nil, cniError(ErrState, "cannot record the device claim in \"stateDir\" "+c.conf.StateDir, err)
 	}
+	c.recordClaim(claimed.Attachment)
 	return claimed.Attachment, nil
 }
 
@@ -203,6 +211,8 @@ func (c *call) dropOlderSandboxes(dropped []*claims.Attachment) {
 		if err := c.undo(a); err != nil {
 			c.p.Log.Warn("cannot undo the attachment of a dropped claim", "container", a.ContainerID, "err", err)
 		}
+		// Before this ADD applies its own: the device may be the same.
+		c.removeClaimStatus(a)
 	}
 }
 
@@ -317,7 +327,7 @@ func (c *call) finish(rec *claims.Attachment, result types.Result) (types.Result
 		return nil, cniError(ErrDeviceInfo, "the CNI device-info file is invalid after the delegate ran: "+
 			"the delegate must write the spec's format", err)
 	}
-	entry, err := networkStatus(result, c.conf.Name, c.args.IfName, info)
+	entry, err := networkStatus(result, c.networkName(), c.args.IfName, info)
 	if err != nil {
 		return nil, cniError(ErrDelegate, "cannot read the delegate's result", err)
 	}
@@ -332,8 +342,13 @@ func (c *call) finish(rec *claims.Attachment, result types.Result) (types.Result
 	}
 	c.t.mark(phaseState)
 	failpoint.Hit("add-completed")
-	// Last, so that no failure after it leaves an entry on the pod.
-	cerr = c.setStatus(entry)
+	// Last, so that no failure after them leaves an entry on the pod or
+	// the claim: the claim's first, removed again if the pod's fails.
+	if cerr = c.setClaimStatus(rec, entry, result); cerr == nil {
+		if cerr = c.setStatus(entry); cerr != nil {
+			c.removeClaimStatus(rec)
+		}
+	}
 	c.t.mark(phaseKube)
 	return out, cerr
 }

@@ -22,7 +22,7 @@ import (
 // Del is CNI DEL. With state it undoes exactly what ADD did; without state
 // it runs the delegate DEL from the stdin config and removes the
 // deterministic CNI file. Something already gone is never an error.
-func (p *Plugin) Del(args *skel.CmdArgs) error {
+func (p *Plugin) Del(args *skel.CmdArgs) (retErr error) {
 	if err := tooDeep(); err != nil {
 		// Under devplumb, ADD refused everything: there is nothing to undo.
 		p.Log.Warn("DEL does nothing", "err", err)
@@ -32,7 +32,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	if cerr != nil {
 		return cerr
 	}
-	defer c.t.log(c.p.Log, "DEL")
+	defer func() { c.endTiming("DEL", retErr) }()
 	c.forgetGoneNetns()
 	rec, err := c.claims.Get(c.key)
 	if err != nil {
@@ -63,6 +63,9 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 			return cniError(types.ErrIOFailure, "cannot remove the CNI device-info file", err)
 		}
 	}
+	if rec == nil {
+		c.removeLegacyCNIFile()
+	}
 	c.t.mark(phaseDeviceInfo)
 	failpoint.Hit("del-file-removed")
 	if err := c.claims.Release(c.key); err != nil {
@@ -72,6 +75,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	// Last: with the API server down this waits out its bound, and the
 	// device must not wait for that.
 	c.removeStatus(rec)
+	c.removeClaimStatus(rec)
 	c.t.mark(phaseKube)
 	return nil
 }
@@ -179,6 +183,29 @@ func (c *call) delInputs(rec *claims.Attachment) (*libcni.NetworkConfigList, *li
 	return list, c.runtime(dev, cniFile), cniFile, nil
 }
 
+// removeLegacyCNIFile removes, for a DEL without state, the CNI device-info file an
+// older devplumb would have named after the config's name. A failure only leaves a
+// file that gc reports.
+func (c *call) removeLegacyCNIFile() {
+	if f := c.legacyCNIFile(); f != "" {
+		if err := devinfo.RemoveFile(f); err != nil {
+			c.p.Log.Warn("cannot remove an older CNI device-info file", "file", f, "err", err)
+		}
+	}
+}
+
+// statusNames are the network names this attachment's network-status entry may have:
+// the one ADD recorded, else today's and an older devplumb's (the config's name).
+func (c *call) statusNames(rec *claims.Attachment) []string {
+	if rec != nil && rec.NetworkStatus != nil && rec.NetworkStatus.Name != "" {
+		return []string{rec.NetworkStatus.Name}
+	}
+	if n := c.networkName(); n != c.conf.Name {
+		return []string{n, c.conf.Name}
+	}
+	return []string{c.conf.Name}
+}
+
 // removeStatus drops this attachment's network-status entry.
 func (c *call) removeStatus(rec *claims.Attachment) {
 	pod := c.pod
@@ -195,7 +222,11 @@ func (c *call) removeStatus(rec *claims.Attachment) {
 	if err == nil {
 		ctx, cancel := c.ctx()
 		defer cancel()
-		err = k.RemoveNetworkStatus(ctx, pod.Namespace, pod.Name, pod.UID, c.conf.Name, c.args.IfName)
+		for _, network := range c.statusNames(rec) {
+			if err = k.RemoveNetworkStatus(ctx, pod.Namespace, pod.Name, pod.UID, network, c.args.IfName); err != nil {
+				break
+			}
+		}
 	}
 	if err != nil {
 		// DEL must not fail on the API server: the pod may be gone already.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -35,6 +36,7 @@ type fakeKube struct {
 	setErr   error
 	nadAsked []string
 	onRemove func() // runs inside RemoveNetworkStatus
+	made     int    // clients built (NewKube calls)
 }
 
 func (f *fakeKube) SetNetworkStatus(_ context.Context, ns, name, uid string, e nadv1.NetworkStatus) error {
@@ -96,6 +98,9 @@ func newKubeEnv(t *testing.T) *kubeEnv {
 			if kubeconfig != "/etc/cni/kc" {
 				t.Errorf("kubeconfig %q", kubeconfig)
 			}
+			k.mu.Lock()
+			k.made++
+			k.mu.Unlock()
 			return k, nil
 		}}
 	conf := map[string]any{"cniVersion": "1.0.0", "name": "fast-net", "type": "devplumb",
@@ -123,7 +128,8 @@ func (k *kubeEnv) claims() []*claims.Attachment {
 }
 
 // ADD reads resourceName from the NAD named by the network, writes the
-// network-status entry; DEL removes it.
+// network-status entry under the NAD's name, as Multus names it ("<namespace>/<NAD>",
+// and the CNI device-info file "<namespace>-<NAD>-<containerID>_<ifname>"); DEL removes it.
 func TestKubeHookAddDel(t *testing.T) {
 	k := newKubeEnv(t)
 	if err := k.p.Add(k.args()); err != nil {
@@ -132,18 +138,58 @@ func TestKubeHookAddDel(t *testing.T) {
 	if len(k.kube.nadAsked) != 1 || k.kube.nadAsked[0] != "default/fast-net" {
 		t.Errorf("NAD asked %v", k.kube.nadAsked)
 	}
+	// One client per call: the NAD read and the network-status write share it.
+	if k.kube.made != 1 {
+		t.Errorf("ADD built %d Kubernetes clients, want 1", k.kube.made)
+	}
 	if len(k.kube.set) != 1 || k.kube.setPod[0] != "default/p1/u1" {
 		t.Fatalf("status set %v for %v", k.kube.set, k.kube.setPod)
 	}
 	e := k.kube.set[0]
-	if e.Name != "fast-net" || e.Interface != "net1" || e.DeviceInfo == nil || e.DeviceInfo.Pci.PciAddress != "0000:01:02.3" {
+	if st := k.claims(); len(st) != 1 || filepath.Base(st[0].CNIFile) != "default-fast-net-c1_net1" {
+		t.Errorf("claims %+v, want the CNI file default-fast-net-c1_net1", st)
+	}
+	if e.Name != "default/fast-net" || e.Interface != "net1" || e.DeviceInfo == nil || e.DeviceInfo.Pci.PciAddress != "0000:01:02.3" {
 		t.Errorf("entry %+v", e)
 	}
 	if err := k.p.Del(k.args()); err != nil {
 		t.Fatal(err)
 	}
-	if len(k.kube.removed) != 1 || k.kube.removed[0] != "default/p1/u1/fast-net/net1" {
+	if len(k.kube.removed) != 1 || k.kube.removed[0] != "default/p1/u1/default/fast-net/net1" {
 		t.Errorf("removed %v", k.kube.removed)
+	}
+}
+
+// A DEL without state (an older devplumb's attachment, or state lost) removes the
+// entry and the CNI device-info file under both names: today's, the NAD's, and an
+// older devplumb's, the config's.
+func TestDelWithoutStateFindsOlderNames(t *testing.T) {
+	k := newKubeEnv(t)
+	k.conf["resourceName"] = "example.com/vf"
+	k.conf["networkAttachmentDefinition"] = "nets/fast"
+	cni := filepath.Join(k.root, "devinfo", "cni")
+	if err := os.MkdirAll(cni, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	for _, name := range []string{"nets-fast-c1_net1", "fast-net-c1_net1"} {
+		f := filepath.Join(cni, name)
+		if err := os.WriteFile(f, []byte(`{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:01:02.3"}}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	if err := k.p.Del(k.args()); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Errorf("%s after DEL: %v", f, err)
+		}
+	}
+	want := []string{"default/p1/u1/nets/fast/net1", "default/p1/u1/fast-net/net1"}
+	if !slices.Equal(k.kube.removed, want) {
+		t.Errorf("removed %v, want %v", k.kube.removed, want)
 	}
 }
 

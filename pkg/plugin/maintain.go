@@ -159,6 +159,7 @@ func (c *call) collect(rec *claims.Attachment) error {
 	if err := c.undo(rec); err != nil {
 		return err
 	}
+	c.removeClaimStatus(rec)
 	return c.claims.Release(rec.Key)
 }
 
@@ -196,7 +197,7 @@ func (c *call) undoDelegate(rec *claims.Attachment) error {
 		c.p.Log.Warn("not running the recorded delegate DEL", "container", rec.ContainerID, "err", err)
 		return nil
 	}
-	inv, err := invoker(c.args.Path, c.conf.StateDir, rec.Network) // rec may be of another network of the pod
+	inv, err := c.p.invoker(c.args.Path, c.conf.StateDir, rec.Network) // rec may be of another network of the pod
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/devplumb/devplumb/pkg/claims"
+	"github.com/devplumb/devplumb/pkg/phasemetrics"
 )
 
 // The timed steps of ADD and DEL, in the order ADD runs them.
@@ -58,4 +59,15 @@ func (p *phases) log(l *slog.Logger, op string) {
 		attrs = append(attrs, ph.Name, ph.Duration)
 	}
 	l.Debug("phases", attrs...)
+}
+
+// endTiming ends the call's timing: the phases are logged and, when a node daemon keeps
+// a spool (devplumbctl metrics), dropped there for its histograms. Losing a sample is
+// no reason to fail a call.
+func (c *call) endTiming(op string, err error) {
+	c.t.log(c.p.Log, op)
+	rec := phasemetrics.Record{Op: op, Network: c.conf.Name, Failed: err != nil, Phases: c.t.recorded()}
+	if err := phasemetrics.Drop(c.conf.StateDir, rec); err != nil {
+		c.p.Log.Debug("phase record not spooled", "err", err)
+	}
 }

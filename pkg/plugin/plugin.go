@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
@@ -24,6 +25,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/claims"
 	"github.com/devplumb/devplumb/pkg/config"
 	"github.com/devplumb/devplumb/pkg/delegate"
+	"github.com/devplumb/devplumb/pkg/dradev"
 	"github.com/devplumb/devplumb/pkg/safefile"
 	"github.com/devplumb/devplumb/podresources"
 )
@@ -47,9 +49,6 @@ type Kube interface {
 	NADResourceName(ctx context.Context, namespace, name string) (string, error)
 }
 
-// DefaultTimeout bounds each call to the kubelet and the API server.
-const DefaultTimeout = 10 * time.Second
-
 // Plugin holds what does not come from a CNI call.
 type Plugin struct {
 	Log     *slog.Logger
@@ -61,6 +60,9 @@ type Plugin struct {
 	// NewKube builds the Kubernetes client for a config's kubeconfig,
 	// logging through log; cmd/devplumb passes pkg/kube's.
 	NewKube func(kubeconfig string, timeout time.Duration, log *slog.Logger) (Kube, error)
+	// Exec runs the delegates (libcni's invoke.Exec); nil runs the plugin binaries found
+	// on CNI_PATH. Tests stand in for a delegate with it.
+	Exec invoke.Exec
 }
 
 // New returns a plugin logging to stderr (stdout carries the CNI result).
@@ -72,7 +74,7 @@ func New() *Plugin {
 	return &Plugin{
 		Log:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
 		LogTo:   os.Stderr,
-		Timeout: DefaultTimeout,
+		Timeout: podresources.DefaultTimeout, // the API server gets the kubelet's bound too
 	}
 }
 
@@ -118,8 +120,16 @@ type call struct {
 	inv    *delegate.Invoker
 	pr     *podresources.Client // opened on first use
 	prev   *current.Result      // ADD: the chain's prevResult, if any
-	t      *phases              // timings of the call's steps
-	depth  int                  // devplumb runs above this one (DepthEnv)
+	// draDevs are the DRA devices among the candidates, by device ID.
+	draDevs map[string]dradev.Device
+	// kc is the call's API client, made on first use (kcMade): one per call,
+	// so that what one step read another can use (network-status starts from
+	// the pod object the DRA lookup read).
+	kc     Kube
+	kcErr  error
+	kcMade bool
+	t      *phases // timings of the call's steps
+	depth  int     // devplumb runs above this one (DepthEnv)
 	// closeLog ends the call's log file, if its network has one.
 	closeLog func()
 }
@@ -142,7 +152,7 @@ func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Err
 		}
 		p.Log.Warn("ignoring unparsable CNI_ARGS", "err", err)
 	}
-	inv, err := invoker(args.Path, conf.StateDir, conf.Name)
+	inv, err := p.invoker(args.Path, conf.StateDir, conf.Name)
 	if err != nil {
 		return nil, cniError(ErrState, "unusable \"stateDir\" "+conf.StateDir, err)
 	}
@@ -164,12 +174,12 @@ func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Err
 // one network must never see (and DEL) another network's delegates, even if
 // they share a name. The cache directory is checked like all of stateDir:
 // libcni writes and removes results there.
-func invoker(cniPath, stateDir, network string) (*delegate.Invoker, error) {
+func (p *Plugin) invoker(cniPath, stateDir, network string) (*delegate.Invoker, error) {
 	dir, err := safefile.EnsureDirUnder(stateDir, filepath.Join("libcni", network), 0o700)
 	if err != nil {
 		return nil, fmt.Errorf("delegate cache: %w", err)
 	}
-	return delegate.New(cniPath, dir), nil
+	return delegate.NewWithExec(cniPath, dir, p.Exec), nil
 }
 
 // k8sArgs are the pod identity keys runtimes put in CNI_ARGS.
@@ -195,7 +205,44 @@ func (c *call) cniFile() (string, error) {
 	if f := c.conf.RuntimeConfig.CNIDeviceInfoFile; f != "" {
 		return f, nil
 	}
-	return c.files.CNIPath(devinfo.CNIFileName(c.conf.Name, c.args.ContainerID, c.args.IfName))
+	return c.files.CNIPath(devinfo.CNIFileName(c.networkName(), c.args.ContainerID, c.args.IfName))
+}
+
+// networkName names the attachment's network in network-status and in the CNI
+// device-info file's name. Multus names a network after its NetworkAttachmentDefinition,
+// "<namespace>/<name>" (the file "<namespace>-<name>-<containerID>_<ifname>"); devplumb
+// does the same when it has one, so the pod's annotation and the node's files read the
+// same under Multus and without it. Else it is the config's name.
+func (c *call) networkName() string {
+	if !c.fromNAD() {
+		return c.conf.Name
+	}
+	ns, name := c.conf.NADRef(c.pod.Namespace)
+	if ns == "" {
+		return c.conf.Name // no pod namespace to complete the reference with
+	}
+	return ns + "/" + name
+}
+
+// fromNAD: the config names a NetworkAttachmentDefinition, or takes its resourceName
+// from one (no resourceName, claim or device given, a kubeconfig to read the NAD with:
+// resourceName()'s rule). It depends on the config alone, so DEL names things as ADD did.
+func (c *call) fromNAD() bool {
+	return c.conf.NAD != "" || (c.conf.ResourceName == "" && c.conf.ResourceClaim == "" &&
+		c.conf.DeviceIDFromConfig() == "" && c.conf.Kubeconfig != "")
+}
+
+// legacyCNIFile is the CNI device-info file an older devplumb, which named every file
+// after the config's name, made for this attachment; "" when that is today's name.
+func (c *call) legacyCNIFile() string {
+	if c.conf.RuntimeConfig.CNIDeviceInfoFile != "" || c.networkName() == c.conf.Name {
+		return ""
+	}
+	p, err := c.files.CNIPath(devinfo.CNIFileName(c.conf.Name, c.args.ContainerID, c.args.IfName))
+	if err != nil {
+		return ""
+	}
+	return p
 }
 
 // buildList is the delegate conflist with dev injected ("" injects nothing).
@@ -224,13 +271,21 @@ func (c *call) ownedCNIFile(path string) string {
 func (c *call) ctx() (context.Context, context.CancelFunc) {
 	t := c.p.Timeout
 	if t <= 0 {
-		t = DefaultTimeout
+		t = podresources.DefaultTimeout
 	}
 	return context.WithTimeout(context.Background(), t)
 }
 
-// kube returns the API client, or nil when the config has no kubeconfig.
+// kube returns the call's API client, or nil when the config has no kubeconfig.
 func (c *call) kube() (Kube, error) {
+	if !c.kcMade {
+		c.kc, c.kcErr = c.newKube()
+		c.kcMade = true
+	}
+	return c.kc, c.kcErr
+}
+
+func (c *call) newKube() (Kube, error) {
 	if c.conf.Kubeconfig == "" {
 		return nil, nil
 	}

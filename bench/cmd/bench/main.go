@@ -1,5 +1,5 @@
-// Command bench runs devplumb's benchmark (make bench): P1-P5 of issue 16, printed as a
-// table and written as markdown and a chart. It needs root.
+// Command bench runs devplumb's benchmark (make bench): P1-P5 of issue 16 and P6 of
+// issue 12, printed as a table and written as markdown and a chart. It needs root.
 package main
 
 import (

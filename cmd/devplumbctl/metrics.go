@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/devplumb/devplumb/pkg/config"
+	"github.com/devplumb/devplumb/pkg/logging"
+	"github.com/devplumb/devplumb/pkg/metricsserver"
+	"github.com/devplumb/devplumb/pkg/phasemetrics"
+)
+
+const metricsUsage = `usage: devplumbctl metrics [--listen ADDR] [--state-dir DIR] [--drain-interval D] [--log-level L] [--log-format F]
+  serve devplumb's CNI call timings as Prometheus histograms on /metrics (and /healthz):
+  while it runs, every ADD and DEL of devplumb with this state directory leaves a record
+  of its phases, which this daemon turns into devplumb_phase_duration_seconds and
+  devplumb_call_duration_seconds; run it on each node (the devplumb DaemonSet does)
+`
+
+// metrics serves until SIGINT or SIGTERM, then removes the spool so devplumb stops
+// writing records, and exits 0.
+func metrics(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("metrics", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), metricsUsage); fs.PrintDefaults() }
+	listen := fs.String("listen", ":9111", "serve /metrics and /healthz on this address (host:port)")
+	stateDir := fs.String("state-dir", config.DefaultStateDir, "the devplumb state directory of the node's configs")
+	every := fs.Duration("drain-interval", 10*time.Second, "drain the spool this often between scrapes, so it stays small")
+	logFlags := logging.Register(fs)
+	if err := fs.Parse(args); err != nil {
+		return parseExit(err)
+	}
+	log, err := logFlags.New(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "devplumbctl metrics: %v\n", err)
+		return 2
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	if err := serveMetrics(ctx, *listen, *stateDir, *every, log); err != nil {
+		log.Error("devplumbctl metrics failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func serveMetrics(ctx context.Context, addr, stateDir string, every time.Duration, log *slog.Logger) error {
+	if every <= 0 {
+		return fmt.Errorf("--drain-interval %v: must be positive", every)
+	}
+	c, err := phasemetrics.NewCollector(stateDir, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := c.Close(); err != nil {
+			log.Error("remove phase spool", "err", err)
+		}
+	}()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	stop, err := metricsserver.Start("--listen", addr, mux, log)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			if err := c.Drain(); err != nil {
+				log.Warn("drain phase spool", "err", err)
+			}
+		}
+	}
+}

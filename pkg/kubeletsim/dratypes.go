@@ -1,0 +1,104 @@
+package kubeletsim
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+)
+
+// DRAOptions turn on the DRA part of the node: DRA kubelet plugins register
+// in ROOT/plugins_registry, and pods with claims are admitted through the API
+// server that Client talks to, on node NodeName.
+type DRAOptions struct {
+	Client   kubernetes.Interface
+	NodeName string
+}
+
+// PodClaim is one entry of a pod's spec.resourceClaims: a pod claim Name and
+// exactly one of a ResourceClaim's name or a ResourceClaimTemplate's name.
+type PodClaim struct {
+	Name                      string `json:"name"`
+	ResourceClaimName         string `json:"resourceClaimName,omitempty"`
+	ResourceClaimTemplateName string `json:"resourceClaimTemplateName,omitempty"`
+}
+
+// PreparedClaim is a ResourceClaim the node prepared for a pod: what the
+// kubelet keeps in its DRA checkpoint and reports through PodResources.
+type PreparedClaim struct {
+	PodClaim  string `json:"podClaim"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	UID       string `json:"uid"`
+	// OwnedByPod: generated from a template for this pod; deleted with it.
+	OwnedByPod bool `json:"ownedByPod,omitempty"`
+	// Drivers are the drivers of the claim's allocation, sorted: each was
+	// asked to prepare it and is asked to unprepare it.
+	Drivers []string `json:"drivers"`
+	// Devices as the drivers' NodePrepareResources answered, drivers in order.
+	Devices []PreparedDevice `json:"devices"`
+}
+
+// PreparedDevice is one device of a driver's NodePrepareResources answer.
+type PreparedDevice struct {
+	Driver       string   `json:"driver"`
+	Pool         string   `json:"pool"`
+	Device       string   `json:"device"`
+	Requests     []string `json:"requests,omitempty"`
+	CDIDeviceIDs []string `json:"cdiDeviceIDs,omitempty"`
+}
+
+func cloneClaims(in []PreparedClaim) []PreparedClaim {
+	if in == nil {
+		return nil
+	}
+	out := make([]PreparedClaim, len(in))
+	for i, c := range in {
+		out[i] = c
+		out[i].Drivers = slices.Clone(c.Drivers)
+		out[i].Devices = make([]PreparedDevice, len(c.Devices))
+		for j, d := range c.Devices {
+			d.Requests = slices.Clone(d.Requests)
+			d.CDIDeviceIDs = slices.Clone(d.CDIDeviceIDs)
+			out[i].Devices[j] = d
+		}
+	}
+	return out
+}
+
+// validateClaims checks the pod's claims and the containers' references to
+// them, as API validation would.
+func validateClaims(spec PodSpec) error {
+	seen := map[string]bool{}
+	for _, c := range spec.Claims {
+		if errs := validation.IsDNS1123Label(c.Name); len(errs) > 0 {
+			return fmt.Errorf("pod claim name %q: %s", c.Name, strings.Join(errs, "; "))
+		}
+		if seen[c.Name] {
+			return fmt.Errorf("pod claim %q given twice", c.Name)
+		}
+		seen[c.Name] = true
+		if (c.ResourceClaimName == "") == (c.ResourceClaimTemplateName == "") {
+			return fmt.Errorf("pod claim %q: exactly one of a ResourceClaim and a ResourceClaimTemplate must be named", c.Name)
+		}
+		src := c.ResourceClaimName + c.ResourceClaimTemplateName
+		if errs := validation.IsDNS1123Subdomain(src); len(errs) > 0 {
+			return fmt.Errorf("pod claim %q: name %q: %s", c.Name, src, strings.Join(errs, "; "))
+		}
+	}
+	for _, ctr := range spec.Containers {
+		refs := map[string]bool{}
+		for _, r := range ctr.Claims {
+			if !seen[r] {
+				return fmt.Errorf("container %q references claim %q, which is not a claim of the pod", ctr.Name, r)
+			}
+			if refs[r] {
+				return fmt.Errorf("container %q references claim %q twice", ctr.Name, r)
+			}
+			refs[r] = true
+		}
+	}
+	return nil
+}
