@@ -66,7 +66,8 @@ type driverNode struct {
 	runs                                   int
 }
 
-func newDriverNode(t *testing.T) *driverNode {
+// newDriverNode makes the node; extra resources join the config's VFs and sockets.
+func newDriverNode(t *testing.T, extra ...netdevdp.Resource) *driverNode {
 	t.Helper()
 	b := make([]byte, 3)
 	rand.Read(b)
@@ -88,6 +89,7 @@ func newDriverNode(t *testing.T) *driverNode {
 		{ResourceName: drvResVF, PCI: &pcipool.Selectors{PFNames: []string{"ens1f0"}}},
 		{ResourceName: drvResVhost, VhostUser: &sockpool.VhostUser{SocketDir: n.sockDir, Mode: "client"}},
 	}}
+	cfg.Resources = append(cfg.Resources, extra...)
 	data, err := json.Marshal(cfg)
 	drvMust(t, err)
 	n.config = filepath.Join(n.dir, "config.json")
