@@ -12,7 +12,7 @@ KUBE_ENV  = DEVPLUMB_KUBE_APISERVER=$$(scripts/build-kube-apiserver.sh | tail -1
             DEVPLUMB_ETCD=$$(command -v etcd)
 TESTFLAGS ?= -race -timeout 45m -count=1
 
-.PHONY: all build test unit e2e bench bench-go demo fuzz lint images cni-plugins clean setup
+.PHONY: all build test unit e2e bench bench-go demo demo-dra fuzz lint images cni-plugins clean setup
 
 all: build
 
@@ -79,6 +79,14 @@ fuzz:
 demo: build cni-plugins
 	$(GO) build -o $(BIN)/vswitch ./scripts/vswitch
 	./scripts/demo.sh
+
+# The same path with DRA: a real kube-apiserver (built as the tests build it), netdev-dp
+# as a DRA driver, nodesim allocating and preparing the pod's claim, devplumb writing
+# network-status and the claim's status.devices.
+demo-dra: build cni-plugins
+	$(GO) build -o $(BIN)/kubeapi ./scripts/kubeapi
+	DEVPLUMB_KUBE_APISERVER=$$(scripts/build-kube-apiserver.sh | tail -1) DEVPLUMB_ETCD=$$(command -v etcd) \
+	  ./scripts/demo-dra.sh
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi

@@ -18,10 +18,40 @@ import (
 	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
-func makeDemo() *exec.Cmd {
-	cmd := exec.Command("make", "--no-print-directory", "demo")
+func makeDemo() *exec.Cmd { return makeTarget("demo") }
+
+func makeTarget(target string) *exec.Cmd {
+	cmd := exec.Command("make", "--no-print-directory", target)
 	cmd.Dir = testenv.ModuleRoot()
 	return cmd
+}
+
+// make demo-dra shows the DRA path end to end (slices, the claim's allocation, the
+// device in the pod, network-status and the claim's networkData, both gone after DEL)
+// and leaves nothing: no netns, link, process, API server or file.
+func TestDemoDRA(t *testing.T) {
+	out, err := makeTarget("demo-dra").CombinedOutput()
+	if err != nil {
+		t.Fatalf("make demo-dra: %v\n%s", err, out)
+	}
+	s := string(out)
+	for _, want := range []string{
+		`"k8s.cni.cncf.io/resourceName"`,               // the slice's attributes
+		`"cdiDeviceIDs"`, `"example.com/hostdev=dpdra`, // nodesim pod add: prepared
+		"net1", "10.77.1.2/24", // the interface in the pod
+		`\"name\": \"fast-dra\"`,                              // network-status entry
+		`"interfaceName": "net1"`, `"reason": "NetworkReady"`, // the claim's networkData
+		"status.devices after DEL:\nnull",
+		"demo-dra done: all clean",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q\n%s", want, s)
+		}
+	}
+	if lines := okLines(s); len(lines) < 10 {
+		t.Errorf("verdicts %v", lines)
+	}
+	assertNothingLeft(t)
 }
 
 // okLines are the demo's verdicts, free of temp dir names, to compare runs.
@@ -97,7 +127,7 @@ func TestDemoInterruptedCleansUp(t *testing.T) {
 	assertNothingLeft(t)
 }
 
-var demoLink = regexp.MustCompile(`(?m)^\d+: dpdemo`)
+var demoLink = regexp.MustCompile(`(?m)^\d+: (dpdemo|dpdra)`)
 
 func assertNothingLeft(t *testing.T) {
 	t.Helper()
@@ -124,11 +154,13 @@ func leftovers() []string {
 	if out, _ := exec.Command("ip", "-o", "link", "show").Output(); demoLink.Match(out) {
 		p = append(p, "dpdemo* links")
 	}
-	if dirs, _ := filepath.Glob("/tmp/devplumb-demo.*"); len(dirs) > 0 {
-		p = append(p, "demo root "+strings.Join(dirs, " "))
+	for _, g := range []string{"/tmp/devplumb-demo.*", "/tmp/devplumb-demo-dra.*"} {
+		if dirs, _ := filepath.Glob(g); len(dirs) > 0 {
+			p = append(p, "demo root "+strings.Join(dirs, " "))
+		}
 	}
 	// Every daemon of the demo has its root in its command line.
-	if out, _ := exec.Command("pgrep", "-af", "/tmp/devplumb-demo[.]").Output(); len(out) > 0 {
+	if out, _ := exec.Command("pgrep", "-af", "/tmp/devplumb-demo(-dra)?[.]").Output(); len(out) > 0 {
 		p = append(p, "daemons still running: "+string(out))
 	}
 	if ents, _ := os.ReadDir("/var/lib/cni/results"); len(ents) > 0 {
@@ -141,7 +173,7 @@ func leftovers() []string {
 	return p
 }
 
-var demoCache = regexp.MustCompile(`^(fast-a|fast-b|vhost-net)-cnitool-`)
+var demoCache = regexp.MustCompile(`^(fast-a|fast-b|vhost-net|fast-dra)-cnitool-`)
 
 // A step that fails (here the second ADD, in its delegate) stops the demo
 // with a non-zero exit that names the step and shows the daemons' logs, and
