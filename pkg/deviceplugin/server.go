@@ -27,6 +27,10 @@ type Device struct {
 	ID       string
 	Healthy  bool
 	NUMANode int // NoNUMA when the device has no NUMA affinity
+	// Detail is the plugin's own description of the device (what Allocate needs),
+	// kept here so that the plugin needs no second map of its devices; Lookup hands it
+	// back. The kubelet never sees it, and a change of it alone is no update.
+	Detail any
 }
 
 // AllocateFunc builds the response for one container. The IDs are known and
@@ -127,20 +131,23 @@ func (s *Server) Update(devs []Device) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if mapsEqual(s.devices, next) {
+	same := sameForKubelet(s.devices, next)
+	s.devices = next // the details may have changed
+	if same {
 		return
 	}
-	s.devices = next
 	close(s.changed)
 	s.changed = make(chan struct{})
 }
 
-func mapsEqual(a, b map[string]Device) bool {
+// sameForKubelet: a and b hold the same devices with the same health and NUMA node.
+func sameForKubelet(a, b map[string]Device) bool {
 	if len(a) != len(b) {
 		return false
 	}
 	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
+		w, ok := b[k]
+		if !ok || w.Healthy != v.Healthy || w.NUMANode != v.NUMANode {
 			return false
 		}
 	}
@@ -159,8 +166,8 @@ func (s *Server) Devices() []Device {
 	return out
 }
 
-// device looks one device up.
-func (s *Server) device(id string) (Device, bool) {
+// Lookup returns one device, with its Detail.
+func (s *Server) Lookup(id string) (Device, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	d, ok := s.devices[id]

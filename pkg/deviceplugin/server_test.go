@@ -198,3 +198,29 @@ func TestPreStartOption(t *testing.T) {
 		t.Fatalf("device without NUMA: %v %v", list, err)
 	}
 }
+
+// A device's Detail is the plugin's own description, kept in the one device map:
+// Lookup returns the latest, and a change of it alone sends the kubelet nothing
+// (a detail that holds slices is never compared).
+func TestDetailIsKeptNotSent(t *testing.T) {
+	s := newTestServer(t, t.TempDir())
+	s.mu.Lock()
+	before := s.changed
+	s.mu.Unlock()
+	s.Update([]Device{{ID: "a", Healthy: true, NUMANode: 0, Detail: []string{"/dev/vfio/1"}},
+		{ID: "b", Healthy: false, NUMANode: 1, Detail: []string{"/dev/vfio/2"}}})
+	select {
+	case <-before:
+		t.Error("a change of details alone was sent to the kubelet")
+	default:
+	}
+	if d, ok := s.Lookup("a"); !ok || d.Detail.([]string)[0] != "/dev/vfio/1" {
+		t.Errorf("Lookup(a) = %+v, %v: want the new detail", d, ok)
+	}
+	s.Update([]Device{{ID: "a", Healthy: false, NUMANode: 0, Detail: []string{"/dev/vfio/1"}}})
+	select {
+	case <-before:
+	default:
+		t.Error("a health change was not sent")
+	}
+}

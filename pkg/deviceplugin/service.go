@@ -65,7 +65,7 @@ func (s *Server) GetPreferredAllocation(_ context.Context, req *pluginapi.Prefer
 }
 
 func (s *Server) numaOf(id string) int {
-	if d, ok := s.device(id); ok {
+	if d, ok := s.Lookup(id); ok {
 		return d.NUMANode
 	}
 	return NoNUMA
@@ -104,7 +104,7 @@ func (s *Server) checkIDs(ids []string, wantHealthy bool) error {
 			return fmt.Errorf("device ID %q requested twice", id)
 		}
 		seen[id] = true
-		d, ok := s.device(id)
+		d, ok := s.Lookup(id)
 		switch {
 		case !ok:
 			return fmt.Errorf("unknown device ID %q", id)

@@ -16,17 +16,15 @@ import (
 // cdi_devices (KEP-4009) and in a cdi.k8s.io/ annotation for runtimes that
 // only read annotations. The framework has checked the IDs.
 func (r *resource) allocate(_ context.Context, ids []string) (*pluginapi.ContainerAllocateResponse, error) {
-	r.mu.Lock()
 	devs := make([]devpool.Device, 0, len(ids))
 	for _, id := range ids {
-		d, ok := r.devices[id]
-		if !ok {
-			r.mu.Unlock()
+		pd, ok := r.dp.Lookup(id)
+		d, isPool := pd.Detail.(devpool.Device)
+		if !ok || !isPool {
 			return nil, fmt.Errorf("device %q left the pool", id)
 		}
 		devs = append(devs, d)
 	}
-	r.mu.Unlock()
 
 	resp := &pluginapi.ContainerAllocateResponse{
 		Envs: map[string]string{envName(r.pool.Kind(), r.name): strings.Join(ids, ",")},

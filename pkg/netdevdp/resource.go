@@ -32,8 +32,8 @@ type resource struct {
 	log     *slog.Logger
 	kick    chan struct{} // coalesced "rescan now"
 
+	// The devices themselves live in dp (with their devpool.Device as Detail): one map.
 	mu        sync.Mutex
-	devices   map[string]devpool.Device
 	files     map[string]*devinfo.DeviceInfo // DP files this process wrote
 	conflicts []string                       // devices left out at the last sync: another resource has them
 }
@@ -41,10 +41,9 @@ type resource struct {
 func newResource(name string, pool devpool.Pool, pluginDir string, cdi *cdispec.Writer, store *devinfo.Store, own *Owners, log *slog.Logger, m *dpmetrics.Metrics) (*resource, error) {
 	r := &resource{
 		name: name, pool: pool, cdi: cdi, store: store, owners: own, metrics: m,
-		log:     log.With("resource", name, "pool", pool.Kind()),
-		kick:    make(chan struct{}, 1),
-		devices: map[string]devpool.Device{},
-		files:   map[string]*devinfo.DeviceInfo{},
+		log:   log.With("resource", name, "pool", pool.Kind()),
+		kick:  make(chan struct{}, 1),
+		files: map[string]*devinfo.DeviceInfo{},
 	}
 	var obs deviceplugin.Observer // a nil *Metrics must not become a non-nil Observer
 	if m != nil {
@@ -100,19 +99,7 @@ func (r *resource) sync() error {
 	next := devpool.Index(devs)
 	errs = append(errs, r.syncFiles(next)...)
 	failpoint.Hit("netdevdp-devinfo-written")
-	for id := range r.devices {
-		if _, ok := next[id]; !ok {
-			r.log.Info("device left", "device", id)
-		}
-	}
-	for id, d := range next {
-		if old, ok := r.devices[id]; !ok {
-			r.log.Info("device found", "device", id, "healthy", d.Healthy, "numa", d.NUMANode)
-		} else if old.Healthy != d.Healthy {
-			r.log.Info("device health changed", "device", id, "healthy", d.Healthy)
-		}
-	}
-	r.devices = next
+	r.logChanges(next)
 	r.dp.Update(toPlugin(devs))
 	return errors.Join(errs...)
 }
@@ -158,10 +145,30 @@ func (r *resource) fileExists(id string) bool {
 	return err == nil
 }
 
+// logChanges logs what a scan changed against what the plugin serves.
+func (r *resource) logChanges(next map[string]devpool.Device) {
+	for _, d := range r.dp.Devices() {
+		if _, ok := next[d.ID]; !ok {
+			r.log.Info("device left", "device", d.ID)
+		}
+	}
+	for id, d := range next {
+		if old, ok := r.dp.Lookup(id); !ok {
+			r.log.Info("device found", "device", id, "healthy", d.Healthy, "numa", d.NUMANode)
+		} else if old.Healthy != d.Healthy {
+			r.log.Info("device health changed", "device", id, "healthy", d.Healthy)
+		}
+	}
+}
+
+// toPlugin is what the plugin serves: each device as the kubelet sees it, with the
+// whole devpool.Device as its Detail for allocate.
 func toPlugin(devs []devpool.Device) []deviceplugin.Device {
 	out := make([]deviceplugin.Device, 0, len(devs))
 	for _, d := range devs {
-		out = append(out, d.Device)
+		pd := d.Device
+		pd.Detail = d
+		out = append(out, pd)
 	}
 	return out
 }
