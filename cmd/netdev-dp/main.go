@@ -20,17 +20,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/devplumb/devplumb/pkg/dpmetrics"
 	"github.com/devplumb/devplumb/pkg/logging"
+	"github.com/devplumb/devplumb/pkg/metricsserver"
 	"github.com/devplumb/devplumb/pkg/netdevdp"
 	"github.com/devplumb/devplumb/pkg/netdevdra"
 	"github.com/devplumb/devplumb/pkg/version"
@@ -40,88 +38,105 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// options are netdev-dp's command line.
+type options struct {
+	configPath, pluginDir, devinfoDir, cdiDir, sysfsRoot string
+	metricsAddr, mode, kubeconfig                        string
+	dra                                                  netdevdra.Options
+	log                                                  *slog.Logger
+}
+
 func run(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("netdev-dp", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	configPath := fs.String("config", "", "config file (JSON); required")
-	pluginDir := fs.String("plugin-dir", "", "kubelet device plugin dir (default /var/lib/kubelet/device-plugins/)")
-	devinfoDir := fs.String("devinfo-dir", "", "device-info dir holding dp/ (default /var/run/k8s.cni.cncf.io/devinfo)")
-	cdiDir := fs.String("cdi-dir", "", "CDI spec dir (default /var/run/cdi)")
-	sysfsRoot := fs.String("sysfs-root", "", "sysfs mount (default /sys)")
-	logFlags := logging.Register(fs)
-	debug := fs.Bool("debug", false, "same as --log-level debug (kept for old command lines)")
-	metricsAddr := fs.String("metrics-address", "", "serve /metrics, /healthz and /readyz on this address (host:port); empty: off")
-	showVersion := fs.Bool("version", false, "print the version and exit")
-	mode := fs.String("mode", "deviceplugin", "deviceplugin or dra")
-	dra, kubeconfig := draFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0 // asked for, and printed: not an error
-		}
-		return 2
+	o, code := parse(args, stdout, stderr)
+	if o == nil {
+		return code
 	}
-	if *showVersion {
-		fmt.Fprintln(stdout, version.Line("netdev-dp"))
-		return 0
-	}
-	if *debug {
-		logFlags.Level = "debug"
-	}
-	log, err := logFlags.New(stderr)
+	cfg, err := netdevdp.LoadConfig(o.configPath)
 	if err != nil {
-		fmt.Fprintf(stderr, "netdev-dp: %v\n", err)
-		return 2
-	}
-	if err := checkMode(*mode, *metricsAddr); err != nil {
-		fmt.Fprintf(stderr, "netdev-dp: %v\n", err)
-		return 2
-	}
-	if *configPath == "" || fs.NArg() != 0 {
-		fmt.Fprintln(stderr, "netdev-dp: --config FILE is required and no other arguments are taken")
-		fs.Usage()
-		return 2
-	}
-	cfg, err := netdevdp.LoadConfig(*configPath)
-	if err != nil {
-		log.Error("netdev-dp: bad config", "err", err)
+		o.log.Error("netdev-dp: bad config", "err", err)
 		return 1
 	}
-	override(&cfg.PluginDir, *pluginDir)
-	override(&cfg.DevInfoDir, *devinfoDir)
-	override(&cfg.CDIDir, *cdiDir)
-	override(&cfg.SysfsRoot, *sysfsRoot)
+	override(&cfg.PluginDir, o.pluginDir)
+	override(&cfg.DevInfoDir, o.devinfoDir)
+	override(&cfg.CDIDir, o.cdiDir)
+	override(&cfg.SysfsRoot, o.sysfsRoot)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if *metricsAddr != "" {
+	if o.metricsAddr != "" {
 		cfg.Metrics = dpmetrics.New("netdev_dp")
-		stopMetrics, err := serveMetrics(*metricsAddr, cfg.Metrics.Handler(), log)
+		stopMetrics, err := metricsserver.Start("--metrics-address", o.metricsAddr, cfg.Metrics.Handler(), o.log)
 		if err != nil {
-			log.Error("netdev-dp: metrics", "err", err)
+			o.log.Error("netdev-dp: metrics", "err", err)
 			return 1
 		}
 		defer stopMetrics()
 	}
-	if *mode == "dra" {
-		return runDRA(ctx, cfg, *dra, *kubeconfig, log)
+	if o.mode == "dra" {
+		return runDRA(ctx, cfg, o.dra, o.kubeconfig, o.log)
 	}
-	if err := netdevdp.Run(ctx, cfg, log); err != nil {
-		log.Error("netdev-dp failed", "err", err)
+	if err := netdevdp.Run(ctx, cfg, o.log); err != nil {
+		o.log.Error("netdev-dp failed", "err", err)
 		return 1
 	}
-	log.Info("netdev-dp stopped")
+	o.log.Info("netdev-dp stopped")
 	return 0
 }
 
+// parse reads the command line; a nil options means exit with the code (0 for
+// --help and --version, which it printed).
+func parse(args []string, stdout, stderr io.Writer) (*options, int) {
+	fs := flag.NewFlagSet("netdev-dp", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	fs.StringVar(&o.configPath, "config", "", "config file (JSON); required")
+	fs.StringVar(&o.pluginDir, "plugin-dir", "", "kubelet device plugin dir (default /var/lib/kubelet/device-plugins/)")
+	fs.StringVar(&o.devinfoDir, "devinfo-dir", "", "device-info dir holding dp/ (default /var/run/k8s.cni.cncf.io/devinfo)")
+	fs.StringVar(&o.cdiDir, "cdi-dir", "", "CDI spec dir (default /var/run/cdi)")
+	fs.StringVar(&o.sysfsRoot, "sysfs-root", "", "sysfs mount (default /sys)")
+	logFlags := logging.Register(fs)
+	debug := fs.Bool("debug", false, "same as --log-level debug (kept for old command lines)")
+	fs.StringVar(&o.metricsAddr, "metrics-address", "", "serve /metrics, /healthz and /readyz on this address (host:port); empty: off")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	fs.StringVar(&o.mode, "mode", "deviceplugin", "deviceplugin or dra")
+	draFlags(fs, &o)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, 0 // asked for, and printed: not an error
+		}
+		return nil, 2
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, version.Line("netdev-dp"))
+		return nil, 0
+	}
+	if *debug {
+		logFlags.Level = "debug"
+	}
+	var err error
+	if o.log, err = logFlags.New(stderr); err == nil {
+		err = checkMode(o.mode, o.metricsAddr)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "netdev-dp: %v\n", err)
+		return nil, 2
+	}
+	if o.configPath == "" || fs.NArg() != 0 {
+		fmt.Fprintln(stderr, "netdev-dp: --config FILE is required and no other arguments are taken")
+		fs.Usage()
+		return nil, 2
+	}
+	return &o, 0
+}
+
 // draFlags registers the flags of DRA mode.
-func draFlags(fs *flag.FlagSet) (*netdevdra.Options, *string) {
-	var o netdevdra.Options
+func draFlags(fs *flag.FlagSet, opts *options) {
+	o := &opts.dra
 	fs.StringVar(&o.DriverName, "driver-name", netdevdra.DefaultDriverName, "dra mode: the DRA driver name (and its attributes' domain)")
 	fs.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "dra mode: this node's name (default $NODE_NAME)")
 	fs.StringVar(&o.RegistrarDir, "kubelet-registrar-dir", kubeletplugin.KubeletRegistryDir, "dra mode: the kubelet's plugin registration dir")
 	fs.StringVar(&o.PluginsDir, "kubelet-plugins-dir", kubeletplugin.KubeletPluginsDir, "dra mode: the kubelet's plugins dir (socket in <dir>/<driver>/dra.sock)")
-	kubeconfig := fs.String("kubeconfig", "", "dra mode: kubeconfig file (default: the pod's service account)")
-	return &o, kubeconfig
+	fs.StringVar(&opts.kubeconfig, "kubeconfig", "", "dra mode: kubeconfig file (default: the pod's service account)")
 }
 
 // checkMode refuses an unknown mode, and metrics in DRA mode: they count what the
@@ -152,23 +167,6 @@ func runDRA(ctx context.Context, cfg *netdevdp.Config, o netdevdra.Options, kube
 	}
 	log.Info("netdev-dp stopped; prepared claims stay prepared")
 	return 0
-}
-
-// serveMetrics listens at once, so a taken port fails the start rather than
-// a probe later, and serves until the returned stop is called.
-func serveMetrics(addr string, h http.Handler, log *slog.Logger) (stop func(), err error) {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--metrics-address %s: %w", addr, err)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server stopped", "err", err)
-		}
-	}()
-	log.Info("serving metrics and probes", "address", l.Addr().String())
-	return func() { _ = srv.Close() }, nil
 }
 
 func override(field *string, flagValue string) {
