@@ -42,7 +42,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		}
 	}
 	defer cleanup(resources, log)
-	if err := ownDPDir(cfg.DevInfoDir); err != nil {
+	if err := OwnDPDir(cfg.DevInfoDir); err != nil {
 		return err
 	}
 	if err := adopt(resources, devinfo.NewStore(cfg.DevInfoDir)); err != nil {
@@ -60,11 +60,11 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	return serve(ctx, cfg, resources)
 }
 
-// ownDPDir gives the device-info dp/ directory the mode netdev-dp needs: the NAD client
+// OwnDPDir gives the device-info dp/ directory the mode netdev-dp needs: the NAD client
 // library (which Multus and the SR-IOV device plugin use) creates the device-info
 // directories with mode 000, which netdev-dp's DaemonSet, without CAP_DAC_OVERRIDE,
 // could not list or write. dp/ is the device plugins' directory; netdev-dp is one.
-func ownDPDir(devinfoDir string) error {
+func OwnDPDir(devinfoDir string) error {
 	dp := filepath.Join(devinfo.NewStore(devinfoDir).Dir, devinfo.KindDP)
 	st, err := os.Stat(dp)
 	if errors.Is(err, os.ErrNotExist) {
@@ -81,11 +81,18 @@ func ownDPDir(devinfoDir string) error {
 	return nil
 }
 
-// build creates the pools and resources.
-func build(cfg *Config, log *slog.Logger) ([]*resource, error) {
-	store := devinfo.NewStore(cfg.DevInfoDir)
-	own := newOwners()
-	var out []*resource
+// Pool is one configured resource's device pool and the writer of its CDI
+// spec: what both modes serve (device plugin here, DRA in pkg/netdevdra).
+type Pool struct {
+	ResourceName string
+	Pool         devpool.Pool
+	CDI          *cdispec.Writer
+}
+
+// OpenPools creates every resource's pool and CDI spec writer, in config
+// order. cfg must be valid.
+func OpenPools(cfg *Config, log *slog.Logger) ([]Pool, error) {
+	var out []Pool
 	specs := map[string]string{}
 	for i, rc := range cfg.Resources {
 		pool, err := newPool(rc, cfg.SysfsRoot, log)
@@ -100,7 +107,22 @@ func build(cfg *Config, log *slog.Logger) ([]*resource, error) {
 			return nil, fmt.Errorf("resources[%d]: %s and %s would share the CDI spec file %s", i, other, rc.ResourceName, w.Path())
 		}
 		specs[w.Path()] = rc.ResourceName
-		r, err := newResource(rc.ResourceName, pool, cfg.PluginDir, w, store, own, log, cfg.Metrics)
+		out = append(out, Pool{ResourceName: rc.ResourceName, Pool: pool, CDI: w})
+	}
+	return out, nil
+}
+
+// build creates the pools and resources.
+func build(cfg *Config, log *slog.Logger) ([]*resource, error) {
+	pools, err := OpenPools(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	store := devinfo.NewStore(cfg.DevInfoDir)
+	own := NewOwners()
+	var out []*resource
+	for i, p := range pools {
+		r, err := newResource(p.ResourceName, p.Pool, cfg.PluginDir, p.CDI, store, own, log, cfg.Metrics)
 		if err != nil {
 			return nil, fmt.Errorf("resources[%d]: %w", i, err)
 		}

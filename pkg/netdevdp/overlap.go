@@ -9,23 +9,23 @@ import (
 	"github.com/devplumb/devplumb/pkg/devpool"
 )
 
-// owners records which resource advertises each host device. One device
+// Owners records which resource advertises each host device. One device
 // selected by two resources would be counted twice by the kubelet and could
 // go to two pods at once; so a device goes to the resource that had it
 // first, and the others leave it out (at start that is a config error, see
 // conflictsAtStart; later, when a device appears under two resources, an
 // error is logged). Devices are compared by what they are on the host (PCI
 // address, socket path), so a PCI-backed netdev and its PCI function collide.
-type owners struct {
+type Owners struct {
 	mu sync.Mutex
 	by map[string]string // identity -> resource name
 }
 
-func newOwners() *owners { return &owners{by: map[string]string{}} }
+func NewOwners() *Owners { return &Owners{by: map[string]string{}} }
 
-// claim returns the devices of res that no other resource advertises and a
+// Claim returns the devices of res that no other resource advertises and a
 // description of each one left out. Devices res no longer lists are released.
-func (o *owners) claim(res, kind string, devs []devpool.Device) (kept []devpool.Device, conflicts []string) {
+func (o *Owners) Claim(res, kind string, devs []devpool.Device) (kept []devpool.Device, conflicts []string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for key, owner := range o.by {

@@ -49,7 +49,7 @@ func advertised(r *resource) []string {
 // when the first no longer has it.
 func TestDeviceAppearingUnderTwoResources(t *testing.T) {
 	dir := t.TempDir()
-	own := newOwners()
+	own := NewOwners()
 	mk := func(name string, pool *listPool) *resource {
 		w, err := cdispec.New(dir+"/cdi", name)
 		if err != nil {

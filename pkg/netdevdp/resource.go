@@ -27,7 +27,7 @@ type resource struct {
 	dp      *deviceplugin.Server
 	cdi     *cdispec.Writer
 	store   *devinfo.Store
-	owners  *owners            // shared by all resources of the daemon
+	owners  *Owners            // shared by all resources of the daemon
 	metrics *dpmetrics.Metrics // nil: no metrics
 	log     *slog.Logger
 	kick    chan struct{} // coalesced "rescan now"
@@ -38,7 +38,7 @@ type resource struct {
 	conflicts []string                       // devices left out at the last sync: another resource has them
 }
 
-func newResource(name string, pool devpool.Pool, pluginDir string, cdi *cdispec.Writer, store *devinfo.Store, own *owners, log *slog.Logger, m *dpmetrics.Metrics) (*resource, error) {
+func newResource(name string, pool devpool.Pool, pluginDir string, cdi *cdispec.Writer, store *devinfo.Store, own *Owners, log *slog.Logger, m *dpmetrics.Metrics) (*resource, error) {
 	r := &resource{
 		name: name, pool: pool, cdi: cdi, store: store, owners: own, metrics: m,
 		log:     log.With("resource", name, "pool", pool.Kind()),
@@ -83,7 +83,7 @@ func (r *resource) sync() error {
 	if err != nil {
 		return fmt.Errorf("resource %s: scan: %w", r.name, err)
 	}
-	devs, conflicts := r.owners.claim(r.name, r.pool.Kind(), devs)
+	devs, conflicts := r.owners.Claim(r.name, r.pool.Kind(), devs)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, c := range conflicts {
