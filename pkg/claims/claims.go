@@ -48,6 +48,10 @@ type Attachment struct {
 	Pod          Pod    `json:"pod"`
 	ResourceName string `json:"resourceName,omitempty"`
 	DeviceID     string `json:"deviceID"`
+	// Claim is the DRA device the device ID came from (nil for a device
+	// plugin's device): DEL and GC remove devplumb's part of the claim's
+	// status with it, without reading the pod or the claim again.
+	Claim *ClaimDevice `json:"claim,omitempty"`
 	// CNIFile is the CNI device-info file of this attachment.
 	CNIFile string `json:"cniFile,omitempty"`
 	// Delegate is the delegate conflist as run at ADD, so DEL runs the same.
@@ -63,6 +67,22 @@ type Attachment struct {
 	NetworkStatus *nadv1.NetworkStatus `json:"networkStatus,omitempty"`
 	// Phases is how long each step of the ADD that completed this record took.
 	Phases []Phase `json:"phases,omitempty"`
+}
+
+// ClaimDevice names one allocated device of one ResourceClaim: the claim,
+// and the key of its status.devices[] entry (driver, pool, device).
+type ClaimDevice struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Driver    string `json:"driver"`
+	Pool      string `json:"pool"`
+	Device    string `json:"device"`
+	// Request is the claim's request the device was allocated for, when known.
+	Request string `json:"request,omitempty"`
+}
+
+func (c ClaimDevice) String() string {
+	return fmt.Sprintf("ResourceClaim %s/%s device %s/%s/%s", c.Namespace, c.Name, c.Driver, c.Pool, c.Device)
 }
 
 // Phase is one timed step of a CNI call (what `make bench` and inspect show).

@@ -47,10 +47,15 @@ type RuntimeConfig struct {
 
 // NetConf is a validated devplumb network config with defaults applied.
 type NetConf struct {
-	CNIVersion         string          `json:"cniVersion"`
-	Name               string          `json:"name"`
-	Type               string          `json:"type"`
-	ResourceName       string          `json:"resourceName,omitempty"`
+	CNIVersion   string `json:"cniVersion"`
+	Name         string `json:"name"`
+	Type         string `json:"type"`
+	ResourceName string `json:"resourceName,omitempty"`
+	// ResourceClaim is a pod-spec claim name (pod.spec.resourceClaims[].name)
+	// whose allocated device this attachment takes (DRA); Request narrows it
+	// to one request of the claim.
+	ResourceClaim      string          `json:"resourceClaim,omitempty"`
+	Request            string          `json:"request,omitempty"`
 	PodResourcesSocket string          `json:"podResourcesSocket,omitempty"`
 	DeviceInfoDir      string          `json:"deviceInfoDir,omitempty"`
 	StateDir           string          `json:"stateDir,omitempty"`
@@ -78,7 +83,7 @@ type NetConf struct {
 
 // devplumbKeys are the keys devplumb itself defines.
 var devplumbKeys = []string{
-	"resourceName", "podResourcesSocket", "deviceInfoDir", "stateDir", "kubeconfig",
+	"resourceName", "resourceClaim", "request", "podResourcesSocket", "deviceInfoDir", "stateDir", "kubeconfig",
 	"networkStatus", "networkAttachmentDefinition", "injectDeviceID", "delegate", "delegates",
 	"deviceID", "pciBusID", "logLevel", "logFile", "logToStderr",
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/utils"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/devplumb/devplumb/pkg/resname"
 )
@@ -138,6 +139,9 @@ func (c *NetConf) validateDevice() error {
 	if err := CheckResourceName(`"resourceName"`, c.ResourceName); err != nil {
 		return err
 	}
+	if err := c.validateClaim(); err != nil {
+		return err
+	}
 	ids := []struct{ key, val string }{
 		{"deviceID", c.DeviceID}, {"pciBusID", c.PCIBusID}, {"runtimeConfig.deviceID", c.RuntimeConfig.DeviceID},
 	}
@@ -145,6 +149,38 @@ func (c *NetConf) validateDevice() error {
 		if err := CheckDeviceID(id.key, id.val); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// validateClaim checks "resourceClaim" and "request": the names the pod
+// spec and the claim's spec give them (DNS labels; a request may name a
+// subrequest as "request/subrequest"), and what they need: the claim name
+// maps to its ResourceClaim only through the pod object, so a kubeconfig.
+func (c *NetConf) validateClaim() error {
+	if c.Request != "" && c.ResourceClaim == "" {
+		return fmt.Errorf(`"request" %q needs "resourceClaim": it names a request of that claim`, c.Request)
+	}
+	if c.ResourceClaim == "" {
+		return nil
+	}
+	if errs := validation.IsDNS1123Label(c.ResourceClaim); len(errs) > 0 {
+		return fmt.Errorf(`"resourceClaim" %q must be the claim's name in the pod spec (pod.spec.resourceClaims[].name, a DNS label): %s`,
+			c.ResourceClaim, strings.Join(errs, "; "))
+	}
+	if c.Request != "" {
+		for _, part := range strings.SplitN(c.Request, "/", 2) {
+			if errs := validation.IsDNS1123Label(part); len(errs) > 0 {
+				return fmt.Errorf(`"request" %q must name a request of the claim ("request" or "request/subrequest", DNS labels): %s`,
+					c.Request, strings.Join(errs, "; "))
+			}
+		}
+	}
+	if c.Kubeconfig == "" {
+		return fmt.Errorf(`"resourceClaim" %q needs "kubeconfig": devplumb reads the pod and its ResourceClaim from the API server`, c.ResourceClaim)
+	}
+	if c.DeviceID != "" || c.PCIBusID != "" {
+		return errors.New(`"resourceClaim" and "deviceID"/"pciBusID" are both set: the device comes from the claim, remove "deviceID"/"pciBusID"`)
 	}
 	return nil
 }
@@ -223,8 +259,14 @@ func (c *NetConf) validateMisc() error {
 }
 
 // DeviceIDFromConfig is the device given by the caller, first that applies:
-// runtimeConfig.deviceID, then the top-level deviceID Multus injects.
+// runtimeConfig.deviceID, then the top-level deviceID Multus injects. With
+// "resourceClaim" there is none: the config names the claim whose device
+// the attachment takes, and a caller's device (Multus injects one for a
+// NAD's resourceName annotation) must not bypass it.
 func (c *NetConf) DeviceIDFromConfig() string {
+	if c.ResourceClaim != "" {
+		return ""
+	}
 	if c.RuntimeConfig.DeviceID != "" {
 		return c.RuntimeConfig.DeviceID
 	}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -51,6 +52,9 @@ type Client struct {
 	meta    metadata.Interface
 	host    string
 	timeout time.Duration
+	cfg     *rest.Config // for the DRA clients, made on first use (dra.go)
+	draMu   sync.Mutex
+	dra     *draClients
 }
 
 // New loads kubeconfig (a file path, required) and returns a client whose calls each
@@ -85,5 +89,5 @@ func newFromConfig(cfg *rest.Config, timeout time.Duration, log *slog.Logger) (*
 	if err != nil {
 		return nil, fmt.Errorf("kube: client for %s: %w", cfg.Host, err)
 	}
-	return &Client{log: log, meta: mc, host: cfg.Host, timeout: timeout}, nil
+	return &Client{log: log, meta: mc, host: cfg.Host, timeout: timeout, cfg: cfg}, nil
 }

@@ -44,6 +44,9 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	case replayed && rec.NetworkStatus != nil:
 		// A best-effort status write may have failed the first time;
 		// replacing our own entry again is harmless.
+		if cerr := c.setClaimStatus(rec, rec.NetworkStatus, recordedResult(rec)); cerr != nil {
+			return cerr
+		}
 		if cerr := c.setStatus(rec.NetworkStatus); cerr != nil {
 			return cerr
 		}
@@ -106,7 +109,7 @@ func (c *call) claim() (*claims.Attachment, *types.Error) {
 	if cerr != nil {
 		return nil, cerr
 	}
-	cands, cerr := c.candidates(res)
+	cands, res, cerr := c.candidates(res)
 	if cerr != nil {
 		return nil, cerr
 	}
@@ -126,6 +129,7 @@ func (c *call) claim() (*claims.Attachment, *types.Error) {
 	if err != nil {
 		return nil, cniError(ErrState, "cannot record the device claim in \"stateDir\" "+c.conf.StateDir, err)
 	}
+	c.recordClaim(claimed.Attachment)
 	return claimed.Attachment, nil
 }
 
@@ -203,6 +207,8 @@ func (c *call) dropOlderSandboxes(dropped []*claims.Attachment) {
 		if err := c.undo(a); err != nil {
 			c.p.Log.Warn("cannot undo the attachment of a dropped claim", "container", a.ContainerID, "err", err)
 		}
+		// Before this ADD applies its own: the device may be the same.
+		c.removeClaimStatus(a)
 	}
 }
 
@@ -332,8 +338,13 @@ func (c *call) finish(rec *claims.Attachment, result types.Result) (types.Result
 	}
 	c.t.mark(phaseState)
 	failpoint.Hit("add-completed")
-	// Last, so that no failure after it leaves an entry on the pod.
-	cerr = c.setStatus(entry)
+	// Last, so that no failure after them leaves an entry on the pod or
+	// the claim: the claim's first, removed again if the pod's fails.
+	if cerr = c.setClaimStatus(rec, entry, result); cerr == nil {
+		if cerr = c.setStatus(entry); cerr != nil {
+			c.removeClaimStatus(rec)
+		}
+	}
 	c.t.mark(phaseKube)
 	return out, cerr
 }

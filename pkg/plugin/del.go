@@ -72,6 +72,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	// Last: with the API server down this waits out its bound, and the
 	// device must not wait for that.
 	c.removeStatus(rec)
+	c.removeClaimStatus(rec)
 	c.t.mark(phaseKube)
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/claims"
 	"github.com/devplumb/devplumb/pkg/config"
 	"github.com/devplumb/devplumb/pkg/delegate"
+	"github.com/devplumb/devplumb/pkg/dradev"
 	"github.com/devplumb/devplumb/pkg/safefile"
 	"github.com/devplumb/devplumb/podresources"
 )
@@ -35,7 +36,7 @@ func (c *call) noDeviceSource() *types.Error {
 // resourceName is the configured resourceName, else (with no explicit
 // device) the one the NetworkAttachmentDefinition names.
 func (c *call) resourceName() (string, *types.Error) {
-	if c.conf.ResourceName != "" || c.conf.DeviceIDFromConfig() != "" {
+	if c.conf.ResourceName != "" || c.conf.ResourceClaim != "" || c.conf.DeviceIDFromConfig() != "" {
 		return c.conf.ResourceName, nil
 	}
 	k, err := c.kube()
@@ -63,16 +64,35 @@ func (c *call) resourceName() (string, *types.Error) {
 	return res, nil
 }
 
-// candidates are the devices this attachment may take: the caller's
-// explicit device, else the pod's devices of the resource in kubelet order.
-func (c *call) candidates(resourceName string) ([]string, *types.Error) {
+// candidates are the devices this attachment may take, and their resource:
+// the caller's explicit device; else the devices of the config's
+// "resourceClaim" (dra.go); else the pod's devices of the resource in
+// kubelet order, the device plugin's and then the DRA drivers' (by the CDI
+// rule, see pkg/dradev), and only when the kubelet reports none, the DRA
+// devices the API server knows (a claim no container references is not in
+// the kubelet's answer).
+func (c *call) candidates(resourceName string) ([]string, string, *types.Error) {
 	if id := c.conf.DeviceIDFromConfig(); id != "" {
-		return []string{id}, nil
+		return []string{id}, resourceName, nil
 	}
 	if !c.pod.Known() {
-		return nil, cniError(types.ErrInvalidEnvironmentVariables, "CNI_ARGS must carry K8S_POD_NAMESPACE and K8S_POD_NAME "+
-			"so devplumb can ask the kubelet for the pod's "+resourceName+" devices", nil)
+		what := resourceName + " devices"
+		if c.conf.ResourceClaim != "" {
+			what = "claim " + c.conf.ResourceClaim
+		}
+		return nil, "", cniError(types.ErrInvalidEnvironmentVariables, "CNI_ARGS must carry K8S_POD_NAMESPACE and K8S_POD_NAME "+
+			"so devplumb can find the pod's "+what, nil)
 	}
+	if c.conf.ResourceClaim != "" {
+		return c.claimCandidates(resourceName)
+	}
+	ids, cerr := c.kubeletCandidates(resourceName)
+	return ids, resourceName, cerr
+}
+
+// kubeletCandidates are the pod's devices of the resource, the kubelet's
+// first, then the API server's DRA devices if the kubelet reports none.
+func (c *call) kubeletCandidates(resourceName string) ([]string, *types.Error) {
 	pr, cerr := c.podResources()
 	if cerr != nil {
 		return nil, cerr
@@ -95,11 +115,32 @@ func (c *call) candidates(resourceName string) ([]string, *types.Error) {
 		}
 		ids = append(ids, id)
 	}
+	ids, refused := c.addDRA(ids, dradev.Local(pod, resourceName))
 	if len(ids) == 0 {
-		return nil, cniError(ErrNoDevice, fmt.Sprintf("pod %s has no usable device of resource %s: request %s in the pod spec "+
-			"(the kubelet returned %s)", c.pod, resourceName, resourceName, describe(pod)), nil)
+		devs, cerr := c.apiDevices(resourceName, pod)
+		if cerr != nil {
+			return nil, cerr
+		}
+		var more []string
+		ids, more = c.addDRA(ids, devs)
+		refused = append(refused, more...)
+	}
+	if len(ids) == 0 {
+		return nil, c.noDevice(resourceName, pod, refused)
 	}
 	return ids, nil
+}
+
+// noDevice says that the pod has no device of the resource, what the
+// kubelet reported, and which DRA devices were refused and why.
+func (c *call) noDevice(resourceName string, pod *v1.PodResources, refused []string) *types.Error {
+	why := ""
+	if len(refused) > 0 {
+		why = "; refused: " + strings.Join(refused, "; ")
+	}
+	return cniError(ErrNoDevice, fmt.Sprintf("pod %s has no usable device of resource %s: request %s in the pod spec, "+
+		"or claim a DRA device with attribute %s=%s (the kubelet returned %s%s)", c.pod, resourceName, resourceName,
+		dradev.AttrResourceName, resourceName, describe(pod), why), nil)
 }
 
 // podResources opens the kubelet client once per call; close releases it.
@@ -177,6 +218,12 @@ func (c *call) staleClaim(a *claims.Attachment) bool {
 	ctx, cancel := c.ctx()
 	defer cancel()
 	pod, err := c.pr.Get(ctx, a.Pod.Namespace, a.Pod.Name)
+	if a.Claim != nil {
+		// A DRA device's holder may have it from a claim the kubelet does
+		// not report (no container references it): only a pod the kubelet
+		// no longer knows has left it over.
+		return errors.Is(err, podresources.ErrPodNotFound)
+	}
 	return errors.Is(err, podresources.ErrPodNotFound) ||
 		(err == nil && !slices.Contains(podresources.DevicesOf(pod, a.ResourceName), a.DeviceID))
 }
@@ -189,7 +236,8 @@ func sandboxGone(a *claims.Attachment) bool {
 
 // checkKubelet confirms the kubelet still assigns a claimed device to the pod.
 func (c *call) checkKubelet(a *claims.Attachment) *types.Error {
-	if a.ResourceName == "" || c.conf.DeviceIDFromConfig() != "" || !a.Pod.Known() {
+	if a.ResourceName == "" || c.conf.DeviceIDFromConfig() != "" || !a.Pod.Known() || a.Claim != nil {
+		// A DRA device's claim may be one the kubelet does not report.
 		return nil
 	}
 	pr, cerr := c.podResources()
@@ -215,6 +263,16 @@ func describe(p *v1.PodResources) string {
 	for _, ctr := range p.GetContainers() {
 		for _, d := range ctr.GetDevices() {
 			parts = append(parts, fmt.Sprintf("container %s: %s=%v", ctr.GetName(), d.GetResourceName(), d.GetDeviceIds()))
+		}
+		for _, dr := range ctr.GetDynamicResources() {
+			for _, cr := range dr.GetClaimResources() {
+				var cdi []string
+				for _, d := range cr.GetCdiDevices() {
+					cdi = append(cdi, d.GetName())
+				}
+				parts = append(parts, fmt.Sprintf("container %s: claim %s/%s device %s/%s/%s CDI %v", ctr.GetName(),
+					dr.GetClaimNamespace(), dr.GetClaimName(), cr.GetDriverName(), cr.GetPoolName(), cr.GetDeviceName(), cdi))
+			}
 		}
 	}
 	if len(parts) == 0 {

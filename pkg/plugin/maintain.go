@@ -159,6 +159,7 @@ func (c *call) collect(rec *claims.Attachment) error {
 	if err := c.undo(rec); err != nil {
 		return err
 	}
+	c.removeClaimStatus(rec)
 	return c.claims.Release(rec.Key)
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/claims"
 	"github.com/devplumb/devplumb/pkg/config"
 	"github.com/devplumb/devplumb/pkg/delegate"
+	"github.com/devplumb/devplumb/pkg/dradev"
 	"github.com/devplumb/devplumb/pkg/safefile"
 	"github.com/devplumb/devplumb/podresources"
 )
@@ -118,8 +119,10 @@ type call struct {
 	inv    *delegate.Invoker
 	pr     *podresources.Client // opened on first use
 	prev   *current.Result      // ADD: the chain's prevResult, if any
-	t      *phases              // timings of the call's steps
-	depth  int                  // devplumb runs above this one (DepthEnv)
+	// draDevs are the DRA devices among the candidates, by device ID.
+	draDevs map[string]dradev.Device
+	t       *phases // timings of the call's steps
+	depth   int     // devplumb runs above this one (DepthEnv)
 	// closeLog ends the call's log file, if its network has one.
 	closeLog func()
 }

@@ -182,3 +182,21 @@ func (s *Server) Allocatable() *v1.AllocatableResourcesResponse {
 	defer s.mu.Unlock()
 	return proto.Clone(s.allocatable).(*v1.AllocatableResourcesResponse)
 }
+
+// Claim is a DRA claim as the kubelet reports it in a container's
+// dynamic_resources: the ResourceClaim's namespace and name and its
+// allocated devices (see Device).
+func Claim(namespace, name string, devices ...*v1.ClaimResource) *v1.DynamicResource {
+	return &v1.DynamicResource{ClaimNamespace: namespace, ClaimName: name, ClaimResources: devices}
+}
+
+// Device is one allocated device of a claim: its driver, pool and device
+// name in the ResourceSlice, and the CDI device names (vendor.com/class=name)
+// the driver's NodePrepareResources answered for it.
+func Device(driver, pool, device string, cdiDevices ...string) *v1.ClaimResource {
+	cr := &v1.ClaimResource{DriverName: driver, PoolName: pool, DeviceName: device}
+	for _, n := range cdiDevices {
+		cr.CdiDevices = append(cr.CdiDevices, &v1.CDIDevice{Name: n})
+	}
+	return cr
+}

@@ -1,0 +1,314 @@
+package dra_test
+
+// devplumb's side of DRA against the real kube-apiserver: the test plays the
+// driver (a ResourceSlice), the scheduler (the claim's allocation and
+// reservedFor) and the kubelet (a PodResources server that reports the
+// claim, or not); devplumb is the real binary with host-device as its
+// delegate, moving a veth end into a real network namespace.
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/testutils"
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	"github.com/vishvananda/netlink"
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/devplumb/devplumb/pkg/dradev"
+	"github.com/devplumb/devplumb/pkg/testenv"
+	"github.com/devplumb/devplumb/podresources/podresourcestest"
+)
+
+const (
+	cniResource = "example.com/hostdev"
+	cniNS       = "default"
+)
+
+// cniNode is one test's node: its name (the ResourceSlices' spec.nodeName),
+// a driver of its own, a PodResources server, a device-info dir and state.
+type cniNode struct {
+	t       *testing.T
+	dir     string
+	bin     string
+	name    string // node name, unique per test
+	driver  string
+	class   string
+	network string
+	pr      *podresourcestest.Server
+	info    *nadv1.DeviceInfo
+}
+
+func newCNINode(t *testing.T) *cniNode {
+	t.Helper()
+	testenv.CNIPlugins(t)
+	suffix := cniRandom()
+	n := &cniNode{t: t, dir: t.TempDir(), bin: testenv.Build(t, "./cmd/devplumb"), pr: podresourcestest.NewServer(t),
+		name: "cni-node-" + suffix, driver: "cni-" + suffix + ".devplumb.io", class: "cni-" + suffix, network: "net-" + suffix}
+	n.info = &nadv1.DeviceInfo{Type: nadv1.DeviceInfoTypePCI, Version: nadv1.DeviceInfoVersion,
+		Pci: &nadv1.PciDevice{PciAddress: "0000:3b:02.1", PfPciAddress: "0000:3b:00.0"}}
+	cniMust(t, os.MkdirAll(filepath.Join(n.dir, "devinfo", "dp"), 0o755))
+	class := &resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: n.class},
+		Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{
+			Expression: `device.driver == "` + n.driver + `"`}}}}}
+	_, err := srv.Client.ResourceV1().DeviceClasses().Create(ctx(t), class, metav1.CreateOptions{})
+	cniMust(t, err)
+	t.Cleanup(func() { _ = srv.Client.ResourceV1().DeviceClasses().Delete(ctx(t), n.class, metav1.DeleteOptions{}) })
+	return n
+}
+
+func cniRandom() string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// veth makes a veth pair; its first end is the device host-device moves.
+// It writes the device plugin's (the driver's) device-info file for it.
+func (n *cniNode) veth() string {
+	n.t.Helper()
+	name := "dra" + cniRandom()
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"}
+	cniMust(n.t, netlink.LinkAdd(veth))
+	n.t.Cleanup(func() {
+		if l, err := netlink.LinkByName(name + "p"); err == nil {
+			_ = netlink.LinkDel(l)
+		}
+	})
+	raw, _ := json.Marshal(n.info)
+	cniMust(n.t, os.WriteFile(filepath.Join(n.dir, "devinfo", "dp", "example.com-hostdev-"+name+"-device.json"), raw, 0o644))
+	return name
+}
+
+// cniDev is one device in the node's ResourceSlice: its name there and the
+// attributes it carries (the deviceID attribute is the veth).
+type cniDev struct {
+	name  string
+	attrs map[string]string
+}
+
+// slice publishes the node's ResourceSlice, as the driver would.
+func (n *cniNode) slice(devs ...cniDev) {
+	n.t.Helper()
+	s := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: n.name + "-" + n.class},
+		Spec: resourcev1.ResourceSliceSpec{Driver: n.driver, NodeName: &n.name,
+			Pool: resourcev1.ResourcePool{Name: n.name, Generation: 1, ResourceSliceCount: 1}}}
+	for _, d := range devs {
+		dev := resourcev1.Device{Name: d.name, Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{}}
+		for k, v := range d.attrs {
+			dev.Attributes[resourcev1.QualifiedName(k)] = resourcev1.DeviceAttribute{StringValue: &v}
+		}
+		s.Spec.Devices = append(s.Spec.Devices, dev)
+	}
+	_, err := srv.Client.ResourceV1().ResourceSlices().Create(ctx(n.t), s, metav1.CreateOptions{})
+	cniMust(n.t, err)
+	n.t.Cleanup(func() { _ = srv.Client.ResourceV1().ResourceSlices().Delete(ctx(n.t), s.Name, metav1.DeleteOptions{}) })
+}
+
+// attrs are a device's two k8s.cni.cncf.io attributes.
+func attrs(id, res string) map[string]string {
+	m := map[string]string{}
+	if id != "" {
+		m[dradev.AttrDeviceID] = id
+	}
+	if res != "" {
+		m[dradev.AttrResourceName] = res
+	}
+	return m
+}
+
+// pod creates a pod on the node whose spec claim "net" is the
+// ResourceClaim claimName (resourceClaimName), or, with template set, one
+// made from a template (named in status.resourceClaimStatuses).
+func (n *cniNode) pod(name, claimName string, template bool) *corev1.Pod {
+	n.t.Helper()
+	must := func(err error) { n.t.Helper(); cniMust(n.t, err) }
+	must(srv.DeletePod(ctx(n.t), cniNS, name))
+	pc := corev1.PodResourceClaim{Name: "net", ResourceClaimName: &claimName}
+	if template {
+		tmpl := "net-template"
+		pc = corev1.PodResourceClaim{Name: "net", ResourceClaimTemplateName: &tmpl}
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: cniNS, Name: name},
+		Spec: corev1.PodSpec{NodeName: n.name, ResourceClaims: []corev1.PodResourceClaim{pc},
+			Containers: []corev1.Container{{Name: "c", Image: "busybox", ImagePullPolicy: corev1.PullNever}}}}
+	out, err := srv.Client.CoreV1().Pods(cniNS).Create(ctx(n.t), pod, metav1.CreateOptions{})
+	must(err)
+	// The kubelet knows every pod it runs, with or without devices.
+	n.pr.SetPod(&v1.PodResources{Namespace: cniNS, Name: name, Containers: []*v1.ContainerResources{{Name: "c"}}})
+	if template {
+		out.Status.ResourceClaimStatuses = []corev1.PodResourceClaimStatus{{Name: "net", ResourceClaimName: &claimName}}
+		out, err = srv.Client.CoreV1().Pods(cniNS).UpdateStatus(ctx(n.t), out, metav1.UpdateOptions{})
+		must(err)
+	}
+	return out
+}
+
+// claim creates the ResourceClaim, owned by owner when it is made from a
+// template; with devices it is allocated them (request "net") and reserved
+// for the pods, as the scheduler does.
+func (n *cniNode) claim(name string, owner *corev1.Pod, reservedFor []*corev1.Pod, devices ...string) *resourcev1.ResourceClaim {
+	n.t.Helper()
+	rc := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: cniNS, Name: name},
+		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "net",
+			Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: n.class, AllocationMode: resourcev1.DeviceAllocationModeExactCount,
+				Count: int64(max(1, len(devices)))}}}}}}
+	if owner != nil {
+		yes := true
+		rc.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: owner.Name, UID: owner.UID, Controller: &yes}}
+	}
+	claims := srv.Client.ResourceV1().ResourceClaims(cniNS)
+	if err := claims.Delete(ctx(n.t), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		n.t.Fatal(err)
+	}
+	out, err := claims.Create(ctx(n.t), rc, metav1.CreateOptions{})
+	cniMust(n.t, err)
+	if len(devices) == 0 {
+		return out
+	}
+	alloc := &resourcev1.AllocationResult{}
+	for _, d := range devices {
+		alloc.Devices.Results = append(alloc.Devices.Results, resourcev1.DeviceRequestAllocationResult{
+			Request: "net", Driver: n.driver, Pool: n.name, Device: d})
+	}
+	out.Status.Allocation = alloc
+	for _, p := range reservedFor {
+		out.Status.ReservedFor = append(out.Status.ReservedFor, resourcev1.ResourceClaimConsumerReference{
+			Resource: "pods", Name: p.Name, UID: p.UID})
+	}
+	out, err = claims.UpdateStatus(ctx(n.t), out, metav1.UpdateOptions{})
+	cniMust(n.t, err)
+	return out
+}
+
+// report makes the PodResources server report the claim's devices for the
+// pod's container, each with the CDI device the driver prepared
+// (example.com/hostdev=<ID>); cdi[i] "" reports the device without one.
+func (n *cniNode) report(pod *corev1.Pod, claim string, devices, cdi []string) {
+	var crs []*v1.ClaimResource
+	for i, d := range devices {
+		var names []string
+		if cdi[i] != "" {
+			names = []string{cniResource + "=" + cdi[i]}
+		}
+		crs = append(crs, podresourcestest.Device(n.driver, n.name, d, names...))
+	}
+	n.pr.SetPod(&v1.PodResources{Namespace: cniNS, Name: pod.Name, Containers: []*v1.ContainerResources{{
+		Name: "c", DynamicResources: []*v1.DynamicResource{podresourcestest.Claim(cniNS, claim, crs...)}}}})
+}
+
+// conf is the network config; extra keys override.
+func (n *cniNode) conf(extra map[string]any) map[string]any {
+	c := map[string]any{
+		"cniVersion": "1.0.0", "name": n.network, "type": "devplumb",
+		"podResourcesSocket": n.pr.Socket, "deviceInfoDir": filepath.Join(n.dir, "devinfo"),
+		"stateDir": filepath.Join(n.dir, "state"), "kubeconfig": srv.Kubeconfig,
+		"injectDeviceID": []string{"device"},
+		"delegate": map[string]any{"type": "host-device",
+			"ipam": map[string]any{"type": "static", "addresses": []any{map[string]any{"address": "192.0.2.10/24"}}}},
+	}
+	for k, v := range extra {
+		c[k] = v
+	}
+	return c
+}
+
+// cniResult is devplumb's stdout: a result, or a CNI error (Code != 0).
+type cniResult struct {
+	Code       uint   `json:"code"`
+	Msg        string `json:"msg"`
+	Details    string `json:"details"`
+	Interfaces []struct {
+		Name    string `json:"name"`
+		Mac     string `json:"mac"`
+		Sandbox string `json:"sandbox"`
+	} `json:"interfaces"`
+}
+
+// run runs the devplumb binary as a container runtime would, for pod.
+func (n *cniNode) run(cmd string, conf map[string]any, netns string, pod *corev1.Pod, ifName string) cniResult {
+	t := n.t
+	t.Helper()
+	stdin, err := json.Marshal(conf)
+	cniMust(t, err)
+	c := exec.CommandContext(ctx(t), filepath.Join(n.bin, "devplumb"))
+	c.WaitDelay = 5 * time.Second
+	c.Stdin = bytes.NewReader(stdin)
+	args := "IgnoreUnknown=1;K8S_POD_NAMESPACE=" + cniNS + ";K8S_POD_NAME=" + pod.Name + ";K8S_POD_UID=" + string(pod.UID)
+	c.Env = append(os.Environ(), "CNI_COMMAND="+cmd, "CNI_CONTAINERID=c-"+pod.Name, "CNI_NETNS="+netns,
+		"CNI_IFNAME="+ifName, "CNI_PATH="+n.bin, "CNI_ARGS="+args)
+	var stdout, stderr bytes.Buffer
+	c.Stdout, c.Stderr = &stdout, &stderr
+	runErr := c.Run()
+	var res cniResult
+	if stdout.Len() > 0 {
+		if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+			t.Fatalf("devplumb %s stdout %q: %v", cmd, stdout.String(), err)
+		}
+	}
+	if (runErr != nil) != (res.Code != 0) {
+		t.Fatalf("devplumb %s: exit %v but stdout %s; stderr %s", cmd, runErr, stdout.String(), stderr.String())
+	}
+	return res
+}
+
+// networkStatus is the pod's network-status list.
+func networkStatus(t *testing.T, pod string) []nadv1.NetworkStatus {
+	t.Helper()
+	p, err := srv.Client.CoreV1().Pods(cniNS).Get(ctx(t), pod, metav1.GetOptions{})
+	cniMust(t, err)
+	raw, ok := p.Annotations[nadv1.NetworkStatusAnnot]
+	if !ok {
+		return nil
+	}
+	var list []nadv1.NetworkStatus
+	if err := json.Unmarshal([]byte(raw), &list); err != nil {
+		t.Fatalf("pod %s: network-status is not a list: %v\n%s", pod, err, raw)
+	}
+	return list
+}
+
+// deviceStatus is the claim's status.devices[] entry of device, or nil.
+func deviceStatus(t *testing.T, claim, driver, device string) *resourcev1.AllocatedDeviceStatus {
+	t.Helper()
+	rc, err := srv.Client.ResourceV1().ResourceClaims(cniNS).Get(ctx(t), claim, metav1.GetOptions{})
+	cniMust(t, err)
+	for i, d := range rc.Status.Devices {
+		if d.Driver == driver && d.Device == device {
+			return &rc.Status.Devices[i]
+		}
+	}
+	return nil
+}
+
+func newCNINetNS(t *testing.T) string {
+	t.Helper()
+	netns, err := testutils.NewNS()
+	cniMust(t, err)
+	t.Cleanup(func() { netns.Close(); _ = testutils.UnmountNS(netns) })
+	return netns.Path()
+}
+
+// onHost tells whether the link is in the host's network namespace.
+func onHost(name string) bool {
+	_, err := netlink.LinkByName(name)
+	return err == nil
+}
+
+func cniMust(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
