@@ -187,20 +187,29 @@ func createClaimPod(t *testing.T, name, template string, byContainer bool, annot
 	return out
 }
 
-// podClaim is the ResourceClaim made for the pod's claim "net" (pod status names it).
+// podClaim is the ResourceClaim of the pod's claim "net": the one it names, or the one
+// made from its template (the pod's status names that one).
 func podClaim(t *testing.T, pod *corev1.Pod) *resourceapi.ResourceClaim {
 	t.Helper()
 	p, err := nd.Client.CoreV1().Pods(pod.Namespace).Get(ctx(t), pod.Name, metav1.GetOptions{})
 	must(t, err)
-	for _, s := range p.Status.ResourceClaimStatuses {
-		if s.Name == "net" && s.ResourceClaimName != nil {
-			cl, err := nd.Client.ResourceV1().ResourceClaims(pod.Namespace).Get(ctx(t), *s.ResourceClaimName, metav1.GetOptions{})
-			must(t, err)
-			return cl
+	var name *string
+	for _, c := range p.Spec.ResourceClaims {
+		if c.Name == "net" {
+			name = c.ResourceClaimName
 		}
 	}
-	t.Fatalf("pod %s: no ResourceClaim for its claim net in its status %+v", pod.Name, p.Status.ResourceClaimStatuses)
-	return nil
+	for _, s := range p.Status.ResourceClaimStatuses {
+		if s.Name == "net" && name == nil {
+			name = s.ResourceClaimName
+		}
+	}
+	if name == nil {
+		t.Fatalf("pod %s: no ResourceClaim for its claim net (status %+v)", pod.Name, p.Status.ResourceClaimStatuses)
+	}
+	cl, err := nd.Client.ResourceV1().ResourceClaims(pod.Namespace).Get(ctx(t), *name, metav1.GetOptions{})
+	must(t, err)
+	return cl
 }
 
 // draDevice is the device a claim was allocated and prepared, as the API server says.
@@ -353,9 +362,15 @@ func TestDRAClaimsOnTheRealKubelet(t *testing.T) {
 	checkClaimsGone(t, du, dn)
 }
 
-// checkClaimsGone: the pods' claims are unprepared (not in the driver's CDI spec, no
-// checkpoint left) and deleted with their pods.
+// checkClaimsGone: the pods' claims are deleted with their pods and unprepared.
 func checkClaimsGone(t *testing.T, devs ...draDevice) {
+	t.Helper()
+	waitClaimsDeleted(t, devs...)
+	waitUnprepared(t, devs...)
+}
+
+// waitClaimsDeleted waits until the devices' claims are gone from the API server.
+func waitClaimsDeleted(t *testing.T, devs ...draDevice) {
 	t.Helper()
 	for _, d := range devs {
 		waitFor(t, "claim "+d.claim.Name+" deleted", func(c context.Context) error {
@@ -366,6 +381,12 @@ func checkClaimsGone(t *testing.T, devs ...draDevice) {
 			return fmt.Errorf("still there: %v", err)
 		})
 	}
+}
+
+// waitUnprepared waits until the devices are out of the driver's CDI spec, and checks
+// that no claim checkpoint of the driver is left.
+func waitUnprepared(t *testing.T, devs ...draDevice) {
+	t.Helper()
 	waitFor(t, "the claims unprepared", func(context.Context) error {
 		for _, d := range devs {
 			if slices.Contains(cdiSpecDevices(t), cdispec.DeviceName(d.id)) {
