@@ -2,10 +2,12 @@ package node_test
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
 
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -49,7 +51,7 @@ func TestDRAClaimToPodNetwork(t *testing.T) {
 	direct := directClaim(t, "hostdev-direct", draClass)
 
 	used := createClaimPod(t, "dranet-used", tmpl, true, nil)
-	netOnly := createDirectClaimPod(t, "dranet-netonly", direct)
+	netOnly := createDirectClaimPod(t, "dranet-netonly", direct, nil)
 	var devs []draDevice
 	for _, p := range []*corev1.Pod{used, netOnly} {
 		waitRunning(t, p)
@@ -63,7 +65,7 @@ func TestDRAClaimToPodNetwork(t *testing.T) {
 		if !slices.Contains(entry.IPs, "192.0.2.30") {
 			t.Errorf("pod %s: network-status entry %+v, want IP 192.0.2.30", p.Name, entry)
 		}
-		checkNetworkData(t, d, entry.Mac)
+		checkNetworkData(t, d, "eth0", "192.0.2.30/24", entry.Mac)
 	}
 	if devs[0].id == devs[1].id {
 		t.Fatalf("both pods got device %s", devs[0].id)
@@ -115,11 +117,11 @@ func directClaim(t *testing.T, name, class string) string {
 
 // createDirectClaimPod creates a busybox pod with the pod claim "net" naming the
 // ResourceClaim claim, referenced by no container (network-only).
-func createDirectClaimPod(t *testing.T, name, claim string) *corev1.Pod {
+func createDirectClaimPod(t *testing.T, name, claim string, annotations map[string]string) *corev1.Pod {
 	t.Helper()
 	one := int64(1)
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Annotations: annotations},
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: &one,
 			Containers: []corev1.Container{{Name: "c", Image: node.BusyboxImage, ImagePullPolicy: corev1.PullNever,
@@ -143,9 +145,9 @@ func devplumbEntry(cl *resourceapi.ResourceClaim, d draDevice) *resourceapi.Allo
 	return nil
 }
 
-// checkNetworkData: the claim's status.devices[] entry for the device says eth0, the IP in
-// CIDR form and the interface's MAC (as network-status has it), and is Ready.
-func checkNetworkData(t *testing.T, d draDevice, mac string) {
+// checkNetworkData: the claim's status.devices[] entry for the device names the pod's
+// interface, its IP in CIDR form and its MAC (as network-status has it), and is Ready.
+func checkNetworkData(t *testing.T, d draDevice, ifName, ip, mac string) {
 	t.Helper()
 	cl, err := nd.Client.ResourceV1().ResourceClaims("default").Get(ctx(t), d.claim.Name, metav1.GetOptions{})
 	must(t, err)
@@ -154,8 +156,8 @@ func checkNetworkData(t *testing.T, d draDevice, mac string) {
 		t.Fatalf("claim %s: no status.devices entry for %s/%s: %+v", cl.Name, d.pool, d.name, cl.Status.Devices)
 	}
 	net := e.NetworkData
-	if net == nil || net.InterfaceName != "eth0" || !slices.Equal(net.IPs, []string{"192.0.2.30/24"}) || net.HardwareAddress == "" || net.HardwareAddress != mac {
-		t.Errorf("claim %s: networkData %+v, want eth0, [192.0.2.30/24], MAC %s", cl.Name, net, mac)
+	if net == nil || net.InterfaceName != ifName || !slices.Equal(net.IPs, []string{ip}) || net.HardwareAddress == "" || net.HardwareAddress != mac {
+		t.Errorf("claim %s: networkData %+v, want %s, [%s], MAC %s", cl.Name, net, ifName, ip, mac)
 	}
 	if !slices.ContainsFunc(e.Conditions, func(c metav1.Condition) bool { return c.Type == "Ready" && c.Status == metav1.ConditionTrue }) {
 		t.Errorf("claim %s: device conditions %+v, want Ready True", cl.Name, e.Conditions)
@@ -187,4 +189,71 @@ func checkStatusRemovedFirst(t *testing.T, w watch.Interface, d draDevice) {
 		}
 	}
 	t.Fatalf("claim %s: watch ended before devplumb removed its status entry", d.claim.Name)
+}
+
+// TestDRAUnderMultus: Multus thin v4.2.3 is the node's CNI. It maps a pod's DRA devices by
+// ResourceClaim name (from PodResources, so only claims a container references), never
+// by the NAD's resourceName, so for a DRA pod it passes devplumb no device. A NAD like
+// deployments/nads/multus-delegation.yaml whose devplumb config also names the resource
+// and a kubeconfig serves a pod whose network-only claim (named directly) holds the
+// device: devplumb finds it through the API server, the pod's net1 is that device,
+// Multus's network-status entry and the claim's networkData say so, and deleting the pod
+// removes devplumb's status entry while the claim is allocated and leaves nothing.
+func TestDRAUnderMultus(t *testing.T) {
+	draMode(t)
+	multusAsNodeCNI(t)
+	nad := draNAD(t)
+	claim := directClaim(t, "hostdev-multus", draClass)
+	pod := createDirectClaimPod(t, "dra-multus", claim, map[string]string{nadv1.NetworkAttachmentAnnot: nad + "@net1"})
+	waitRunning(t, pod)
+	d := allocated(t, pod)
+	checkInterface(t, pod, podView(t, pod), "net1", d.id)
+	entry := networkStatus(t, pod, "default/"+nad, "net1")
+	if !slices.Contains(entry.IPs, "198.51.100.10") {
+		t.Errorf("network-status entry %+v: want IP 198.51.100.10", entry)
+	}
+	checkNetworkData(t, d, "net1", "198.51.100.10/24", entry.Mac)
+
+	w, err := nd.Client.ResourceV1().ResourceClaims("default").Watch(ctx(t), metav1.ListOptions{
+		FieldSelector: "metadata.name=" + d.claim.Name, ResourceVersion: d.claim.ResourceVersion})
+	must(t, err)
+	defer w.Stop()
+	deletePod(t, pod)
+	checkStatusRemovedFirst(t, w, d)
+	waitFor(t, d.id+" back on the host", func(context.Context) error {
+		_, err := netlink.LinkByName(d.id)
+		return err
+	})
+	waitUnprepared(t, d)
+	for _, dir := range []string{"/run/k8s.cni.cncf.io/devinfo/cni", "/var/lib/cni/devplumb/attachments"} {
+		if left := files(t, nd.HostPath(dir)); len(left) > 0 {
+			t.Errorf("left in %s after the pod was deleted: %v", dir, left)
+		}
+	}
+}
+
+// draNAD creates, from the applied deployments/nads/multus-delegation.yaml, a NAD whose
+// devplumb config also has "resourceName" (the annotation's) and devplumb's kubeconfig,
+// and returns its name.
+func draNAD(t *testing.T) string {
+	t.Helper()
+	c := ctx(t)
+	nc, err := nd.API.NADClient()
+	must(t, err)
+	shipped, err := nc.K8sCniCncfIoV1().NetworkAttachmentDefinitions("default").Get(c, "netdev-net", metav1.GetOptions{})
+	must(t, err)
+	var conf map[string]any
+	must(t, json.Unmarshal([]byte(shipped.Spec.Config), &conf))
+	const name = "netdev-dra"
+	conf["name"] = name
+	conf["resourceName"] = shipped.Annotations["k8s.v1.cni.cncf.io/resourceName"]
+	conf["kubeconfig"] = "/etc/cni/net.d/devplumb.d/devplumb.kubeconfig"
+	data, err := json.Marshal(conf)
+	must(t, err)
+	_, err = nd.API.CreateNAD(c, "default", name, string(data), shipped.Annotations)
+	must(t, err)
+	t.Cleanup(func() {
+		must(t, nc.K8sCniCncfIoV1().NetworkAttachmentDefinitions("default").Delete(context.Background(), name, metav1.DeleteOptions{}))
+	})
+	return name
 }
