@@ -215,16 +215,17 @@ func podClaim(t *testing.T, pod *corev1.Pod) *resourceapi.ResourceClaim {
 // draDevice is the device a claim was allocated and prepared, as the API server says.
 type draDevice struct {
 	claim    *resourceapi.ResourceClaim
+	resource string // its resourceName attribute
 	pool     string
 	name, id string // slice device name, and its deviceID attribute
 }
 
 // cdiName is the device's CDI name as the driver answers it to the kubelet.
-func (d draDevice) cdiName() string { return draResource + "=" + cdispec.DeviceName(d.id) }
+func (d draDevice) cdiName() string { return d.resource + "=" + cdispec.DeviceName(d.id) }
 
 // allocated checks that the scheduler allocated the pod's claim one device of the driver
-// on this node and that it is reserved for the pod, and returns that device.
-func allocated(t *testing.T, pod *corev1.Pod) draDevice {
+// and resource on this node and that it is reserved for the pod, and returns that device.
+func allocated(t *testing.T, pod *corev1.Pod, resource string) draDevice {
 	t.Helper()
 	cl := podClaim(t, pod)
 	a := cl.Status.Allocation
@@ -241,17 +242,17 @@ func allocated(t *testing.T, pod *corev1.Pod) draDevice {
 		t.Errorf("claim %s is not reserved for pod %s: %+v", cl.Name, pod.Name, cl.Status.ReservedFor)
 	}
 	sd := sliceDeviceByName(t, r.Pool, r.Device)
-	if got := sd.str("k8s.cni.cncf.io/resourceName"); got != draResource {
-		t.Errorf("device %s: resourceName attribute %q, want %s", r.Device, got, draResource)
+	if got := sd.str("k8s.cni.cncf.io/resourceName"); got != resource {
+		t.Errorf("device %s: resourceName attribute %q, want %s", r.Device, got, resource)
 	}
-	return draDevice{claim: cl, pool: r.Pool, name: r.Device, id: sd.str("k8s.cni.cncf.io/deviceID")}
+	return draDevice{claim: cl, resource: resource, pool: r.Pool, name: r.Device, id: sd.str("k8s.cni.cncf.io/deviceID")}
 }
 
 // cdiSpecDevices are the device names in the driver's CDI spec of the resource: the
 // driver writes there exactly the devices of prepared claims (none: no file).
-func cdiSpecDevices(t *testing.T) []string {
+func cdiSpecDevices(t *testing.T, resource string) []string {
 	t.Helper()
-	w, err := cdispec.New(nd.HostPath("/run/cdi"), draResource)
+	w, err := cdispec.New(nd.HostPath("/run/cdi"), resource)
 	must(t, err)
 	data, err := os.ReadFile(w.Path())
 	if os.IsNotExist(err) {
@@ -322,13 +323,13 @@ func TestDRAClaimsOnTheRealKubelet(t *testing.T) {
 	netOnly := createClaimPod(t, "dra-netonly", tmpl, false, nil)
 	waitRunning(t, used)
 	waitRunning(t, netOnly)
-	du, dn := allocated(t, used), allocated(t, netOnly)
+	du, dn := allocated(t, used, draResource), allocated(t, netOnly, draResource)
 	if du.id == dn.id {
 		t.Fatalf("both claims got device %s", du.id)
 	}
 	// Prepared: the driver wrote both devices into its CDI spec (it does so in
 	// NodePrepareResources, for prepared claims only).
-	if got := cdiSpecDevices(t); !slices.Contains(got, cdispec.DeviceName(du.id)) || !slices.Contains(got, cdispec.DeviceName(dn.id)) {
+	if got := cdiSpecDevices(t, draResource); !slices.Contains(got, cdispec.DeviceName(du.id)) || !slices.Contains(got, cdispec.DeviceName(dn.id)) {
 		t.Errorf("CDI spec devices %v: want both prepared devices %s and %s", got, du.id, dn.id)
 	}
 	cdiEnv := cdispec.EnvName(draResource, du.id) + "="
@@ -389,7 +390,7 @@ func waitUnprepared(t *testing.T, devs ...draDevice) {
 	t.Helper()
 	waitFor(t, "the claims unprepared", func(context.Context) error {
 		for _, d := range devs {
-			if slices.Contains(cdiSpecDevices(t), cdispec.DeviceName(d.id)) {
+			if slices.Contains(cdiSpecDevices(t, d.resource), cdispec.DeviceName(d.id)) {
 				return fmt.Errorf("%s still in the CDI spec", d.id)
 			}
 		}

@@ -55,7 +55,7 @@ func TestDRAClaimToPodNetwork(t *testing.T) {
 	var devs []draDevice
 	for _, p := range []*corev1.Pod{used, netOnly} {
 		waitRunning(t, p)
-		d := allocated(t, p)
+		d := allocated(t, p, draResource)
 		devs = append(devs, d)
 		if _, err := netlink.LinkByName(d.id); err == nil {
 			t.Errorf("%s, pod %s's device, is still on the host", d.id, p.Name)
@@ -206,7 +206,7 @@ func TestDRAUnderMultus(t *testing.T) {
 	claim := directClaim(t, "hostdev-multus", draClass)
 	pod := createDirectClaimPod(t, "dra-multus", claim, map[string]string{nadv1.NetworkAttachmentAnnot: nad + "@net1"})
 	waitRunning(t, pod)
-	d := allocated(t, pod)
+	d := allocated(t, pod, draResource)
 	checkInterface(t, pod, podView(t, pod), "net1", d.id)
 	entry := networkStatus(t, pod, "default/"+nad, "net1")
 	if !slices.Contains(entry.IPs, "198.51.100.10") {
