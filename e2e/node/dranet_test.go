@@ -2,7 +2,6 @@ package node_test
 
 import (
 	"context"
-	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -93,11 +92,7 @@ func TestDRAClaimToPodNetwork(t *testing.T) {
 	}
 	waitClaimsDeleted(t, devs[0]) // the template's claim goes with its pod; the direct one stays
 	waitUnprepared(t, devs...)
-	for _, dir := range []string{"/run/k8s.cni.cncf.io/devinfo/cni", "/var/lib/cni/devplumb/attachments"} {
-		if left := files(t, nd.HostPath(dir)); len(left) > 0 {
-			t.Errorf("left in %s after the pods were deleted: %v", dir, left)
-		}
-	}
+	checkNoCNIFiles(t)
 }
 
 // directClaim creates a ResourceClaim in default asking for one device of class.
@@ -225,11 +220,7 @@ func TestDRAUnderMultus(t *testing.T) {
 		return err
 	})
 	waitUnprepared(t, d)
-	for _, dir := range []string{"/run/k8s.cni.cncf.io/devinfo/cni", "/var/lib/cni/devplumb/attachments"} {
-		if left := files(t, nd.HostPath(dir)); len(left) > 0 {
-			t.Errorf("left in %s after the pod was deleted: %v", dir, left)
-		}
-	}
+	checkNoCNIFiles(t)
 }
 
 // draNAD creates, from the applied deployments/nads/multus-delegation.yaml, a NAD whose
@@ -237,23 +228,18 @@ func TestDRAUnderMultus(t *testing.T) {
 // and returns its name.
 func draNAD(t *testing.T) string {
 	t.Helper()
-	c := ctx(t)
-	nc, err := nd.API.NADClient()
-	must(t, err)
-	shipped, err := nc.K8sCniCncfIoV1().NetworkAttachmentDefinitions("default").Get(c, "netdev-net", metav1.GetOptions{})
-	must(t, err)
-	var conf map[string]any
-	must(t, json.Unmarshal([]byte(shipped.Spec.Config), &conf))
-	const name = "netdev-dra"
-	conf["name"] = name
-	conf["resourceName"] = shipped.Annotations["k8s.v1.cni.cncf.io/resourceName"]
-	conf["kubeconfig"] = "/etc/cni/net.d/devplumb.d/devplumb.kubeconfig"
-	data, err := json.Marshal(conf)
-	must(t, err)
-	_, err = nd.API.CreateNAD(c, "default", name, string(data), shipped.Annotations)
-	must(t, err)
-	t.Cleanup(func() {
-		must(t, nc.K8sCniCncfIoV1().NetworkAttachmentDefinitions("default").Delete(context.Background(), name, metav1.DeleteOptions{}))
+	return nadVariant(t, "netdev-net", "netdev-dra", func(conf map[string]any, annotations map[string]string) {
+		conf["resourceName"] = annotations["k8s.v1.cni.cncf.io/resourceName"]
+		conf["kubeconfig"] = "/etc/cni/net.d/devplumb.d/devplumb.kubeconfig"
 	})
-	return name
+}
+
+// checkNoCNIFiles: no CNI device-info file and no devplumb attachment state is left.
+func checkNoCNIFiles(t *testing.T) {
+	t.Helper()
+	for _, dir := range []string{"/run/k8s.cni.cncf.io/devinfo/cni", "/var/lib/cni/devplumb/attachments"} {
+		if left := files(t, nd.HostPath(dir)); len(left) > 0 {
+			t.Errorf("left in %s after the pods were deleted: %v", dir, left)
+		}
+	}
 }

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/vishvananda/netlink"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/devplumb/devplumb/devinfo"
@@ -42,10 +41,7 @@ const draVhostConflist = `{
 // removes the DP file and the CDI spec entry; no CNI device-info file is left.
 func TestDRAVhostUserClaim(t *testing.T) {
 	draMode(t)
-	hostNetdevs(t, vhostMaster)
-	master, err := netlink.LinkByName(vhostMaster)
-	must(t, err)
-	must(t, netlink.LinkSetUp(master))
+	vhostMasterUp(t)
 	c := ctx(t)
 	must(t, nd.SetConflist(c, "devplumb-dra-vhost", []byte(draVhostConflist)))
 	t.Cleanup(func() { must(t, nd.SetConflist(context.Background(), "cluster", []byte(node.DefaultConflist))) })
@@ -81,7 +77,5 @@ func TestDRAVhostUserClaim(t *testing.T) {
 	if _, err := store.ReadDP(draVhostResource, d.id); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the DP device-info file of %s after unprepare: %v", d.id, err)
 	}
-	if left := files(t, nd.HostPath("/run/k8s.cni.cncf.io/devinfo/cni")); len(left) > 0 {
-		t.Errorf("CNI device-info files left: %v", left)
-	}
+	checkNoCNIFiles(t)
 }

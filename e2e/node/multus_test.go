@@ -74,10 +74,7 @@ const vhostMaster = "dpvhumv"
 func TestMultusVhostUserDeviceInfo(t *testing.T) {
 	deployed(t)
 	multusAsNodeCNI(t)
-	hostNetdevs(t, vhostMaster)
-	master, err := netlink.LinkByName(vhostMaster)
-	must(t, err)
-	must(t, netlink.LinkSetUp(master))
+	vhostMasterUp(t)
 	nad := vhostUserNAD(t)
 
 	pod := createPodScript(t, "vhost", map[string]string{"example.com/vhostuser": "1"},
@@ -110,25 +107,42 @@ func TestMultusVhostUserDeviceInfo(t *testing.T) {
 // delegate is macvlan on vhostMaster (see TestMultusVhostUserDeviceInfo), and returns its name.
 func vhostUserNAD(t *testing.T) string {
 	t.Helper()
+	return nadVariant(t, "vhostuser-net", "vhostuser-macvlan", func(conf map[string]any, _ map[string]string) {
+		conf["delegate"] = map[string]any{"type": "macvlan", "master": vhostMaster, "mode": "bridge",
+			"ipam": map[string]any{"type": "static", "addresses": []any{map[string]any{"address": "203.0.113.20/24"}}}}
+	})
+}
+
+// nadVariant creates the NAD name in default, until the test ends: the applied NAD
+// shipped with its annotations, and its config named name and changed by change.
+func nadVariant(t *testing.T, shipped, name string, change func(conf map[string]any, annotations map[string]string)) string {
+	t.Helper()
 	c := ctx(t)
 	nc, err := nd.API.NADClient()
 	must(t, err)
-	shipped, err := nc.K8sCniCncfIoV1().NetworkAttachmentDefinitions("default").Get(c, "vhostuser-net", metav1.GetOptions{})
+	nad, err := nc.K8sCniCncfIoV1().NetworkAttachmentDefinitions("default").Get(c, shipped, metav1.GetOptions{})
 	must(t, err)
 	var conf map[string]any
-	must(t, json.Unmarshal([]byte(shipped.Spec.Config), &conf))
-	const name = "vhostuser-macvlan"
+	must(t, json.Unmarshal([]byte(nad.Spec.Config), &conf))
 	conf["name"] = name
-	conf["delegate"] = map[string]any{"type": "macvlan", "master": vhostMaster, "mode": "bridge",
-		"ipam": map[string]any{"type": "static", "addresses": []any{map[string]any{"address": "203.0.113.20/24"}}}}
+	change(conf, nad.Annotations)
 	data, err := json.Marshal(conf)
 	must(t, err)
-	_, err = nd.API.CreateNAD(c, "default", name, string(data), shipped.Annotations)
+	_, err = nd.API.CreateNAD(c, "default", name, string(data), nad.Annotations)
 	must(t, err)
 	t.Cleanup(func() {
 		must(t, nc.K8sCniCncfIoV1().NetworkAttachmentDefinitions("default").Delete(context.Background(), name, metav1.DeleteOptions{}))
 	})
 	return name
+}
+
+// vhostMasterUp makes vhostMaster, up, until the package ends.
+func vhostMasterUp(t *testing.T) {
+	t.Helper()
+	hostNetdevs(t, vhostMaster)
+	master, err := netlink.LinkByName(vhostMaster)
+	must(t, err)
+	must(t, netlink.LinkSetUp(master))
 }
 
 // multusAsNodeCNI makes Multus thin the node's CNI, with the bridge as the cluster
