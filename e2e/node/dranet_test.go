@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -242,4 +243,30 @@ func checkNoCNIFiles(t *testing.T) {
 			t.Errorf("left in %s after the pods were deleted: %v", dir, left)
 		}
 	}
+}
+
+// TestDRAShippedNADUnderMultus: the shipped deployments/nads/multus-delegation.yaml as it
+// is does not serve a DRA pod under Multus thin v4.2.3: Multus looks the NAD's
+// resourceName up among the pod's device-plugin resources and its DRA claims by claim
+// name, finds nothing and passes devplumb no device; devplumb, whose config leaves the
+// device to Multus, fails ADD with its error saying what is missing, and the pod does not
+// start (TestDRAUnderMultus shows the NAD that works).
+func TestDRAShippedNADUnderMultus(t *testing.T) {
+	draMode(t)
+	multusAsNodeCNI(t)
+	tmpl := claimTemplate(t, "hostdev-shipped", draClass)
+	pod := createClaimPod(t, "dra-shipped-nad", tmpl, true, map[string]string{nadv1.NetworkAttachmentAnnot: "netdev-net@net1"})
+	waitFor(t, "pod "+pod.Name+"'s sandbox failing with devplumb's error", func(c context.Context) error {
+		if evs := events(c, pod); !strings.Contains(evs, "passed no runtimeConfig.deviceID") {
+			return fmt.Errorf("events: %s", evs)
+		}
+		return nil
+	})
+	p, err := nd.Client.CoreV1().Pods(pod.Namespace).Get(ctx(t), pod.Name, metav1.GetOptions{})
+	must(t, err)
+	if p.Status.Phase == corev1.PodRunning {
+		t.Errorf("pod %s runs", pod.Name)
+	}
+	deletePod(t, pod)
+	checkNoCNIFiles(t)
 }
