@@ -92,6 +92,12 @@ func createPod(t *testing.T, name string, limits map[string]string) *corev1.Pod 
 // createPodAnnotated is createPod with annotations.
 func createPodAnnotated(t *testing.T, name string, limits, annotations map[string]string) *corev1.Pod {
 	t.Helper()
+	return createPodScript(t, name, limits, annotations, "env; exec sleep 100000")
+}
+
+// createPodScript is createPodAnnotated with the container's shell script.
+func createPodScript(t *testing.T, name string, limits, annotations map[string]string, script string) *corev1.Pod {
+	t.Helper()
 	one := int64(1)
 	rl := corev1.ResourceList{}
 	for r, q := range limits {
@@ -102,7 +108,7 @@ func createPodAnnotated(t *testing.T, name string, limits, annotations map[strin
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: &one,
 			Containers: []corev1.Container{{Name: "c", Image: node.BusyboxImage, ImagePullPolicy: corev1.PullNever,
-				Command: []string{"sh", "-c", "env; exec sleep 100000"}, Resources: corev1.ResourceRequirements{Limits: rl}}},
+				Command: []string{"sh", "-c", script}, Resources: corev1.ResourceRequirements{Limits: rl}}},
 		},
 	}
 	out, err := nd.Client.CoreV1().Pods("default").Create(ctx(t), pod, metav1.CreateOptions{})

@@ -49,14 +49,9 @@ func Objects(path string) ([]*unstructured.Unstructured, error) {
 // Apply creates the objects of the manifest files, or replaces them when they exist: what
 // `kubectl apply -f` does for a first apply. The objects go as they are in the files.
 func (n *Node) Apply(ctx context.Context, files ...string) error {
-	dc, err := discovery.NewDiscoveryClientForConfig(n.API.Config)
+	mapper, dyn, err := n.dynamicClient()
 	if err != nil {
-		return fmt.Errorf("node: %w", err)
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
-	dyn, err := dynamic.NewForConfig(n.API.Config)
-	if err != nil {
-		return fmt.Errorf("node: %w", err)
+		return err
 	}
 	for _, f := range files {
 		objs, err := Objects(f)
@@ -72,15 +67,35 @@ func (n *Node) Apply(ctx context.Context, files ...string) error {
 	return nil
 }
 
-func applyOne(ctx context.Context, mapper *restmapper.DeferredDiscoveryRESTMapper, dyn dynamic.Interface, obj *unstructured.Unstructured) error {
+func (n *Node) dynamicClient() (*restmapper.DeferredDiscoveryRESTMapper, dynamic.Interface, error) {
+	dc, err := discovery.NewDiscoveryClientForConfig(n.API.Config)
+	if err != nil {
+		return nil, nil, fmt.Errorf("node: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(n.API.Config)
+	if err != nil {
+		return nil, nil, fmt.Errorf("node: %w", err)
+	}
+	return restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc)), dyn, nil
+}
+
+// resourceOf is the client of obj's resource (in obj's namespace, if it has one).
+func resourceOf(mapper *restmapper.DeferredDiscoveryRESTMapper, dyn dynamic.Interface, obj *unstructured.Unstructured) (dynamic.ResourceInterface, error) {
 	gvk := obj.GroupVersionKind()
 	m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
 	if ns := obj.GetNamespace(); ns != "" {
-		ri = dyn.Resource(m.Resource).Namespace(ns)
+		return dyn.Resource(m.Resource).Namespace(ns), nil
+	}
+	return dyn.Resource(m.Resource), nil
+}
+
+func applyOne(ctx context.Context, mapper *restmapper.DeferredDiscoveryRESTMapper, dyn dynamic.Interface, obj *unstructured.Unstructured) error {
+	ri, err := resourceOf(mapper, dyn, obj)
+	if err != nil {
+		return err
 	}
 	_, err = ri.Create(ctx, obj, metav1.CreateOptions{FieldValidation: "Strict"})
 	if apierrors.IsAlreadyExists(err) {
@@ -92,4 +107,29 @@ func applyOne(ctx context.Context, mapper *restmapper.DeferredDiscoveryRESTMappe
 		_, err = ri.Update(ctx, obj, metav1.UpdateOptions{FieldValidation: "Strict"})
 	}
 	return err
+}
+
+// Delete deletes the objects of the manifest files, last first; objects already gone are
+// fine. What they own goes with them (background propagation, as `kubectl delete -f`).
+func (n *Node) Delete(ctx context.Context, files ...string) error {
+	mapper, dyn, err := n.dynamicClient()
+	if err != nil {
+		return err
+	}
+	for i := len(files) - 1; i >= 0; i-- {
+		objs, err := Objects(files[i])
+		if err != nil {
+			return err
+		}
+		for j := len(objs) - 1; j >= 0; j-- {
+			ri, err := resourceOf(mapper, dyn, objs[j])
+			if err == nil {
+				err = ri.Delete(ctx, objs[j].GetName(), metav1.DeleteOptions{})
+			}
+			if err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("node: delete %s: %s %s: %w", files[i], objs[j].GetKind(), objs[j].GetName(), err)
+			}
+		}
+	}
+	return nil
 }

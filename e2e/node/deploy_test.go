@@ -69,10 +69,13 @@ func deploy(t *testing.T) {
 	hostNetdevs(t, "ens2f0", "ens2f1")
 	vhostSockets(t, "vhu0", "vhu1")
 	// The NAD client library (Multus, the SR-IOV device plugin) creates the device-info
-	// directories with mode 000; netdev-dp, without CAP_DAC_OVERRIDE, must still use dp/.
+	// directories with mode 000; netdev-dp, without CAP_DAC_OVERRIDE, must still use dp/,
+	// and start (again) beside a cni/ it cannot list.
 	devinfo := nd.HostPath("/run/k8s.cni.cncf.io/devinfo")
 	must(t, os.MkdirAll(devinfo, 0o755))
-	must(t, os.Mkdir(filepath.Join(devinfo, "dp"), 0))
+	for _, kind := range []string{"dp", "cni"} {
+		must(t, os.Mkdir(filepath.Join(devinfo, kind), 0))
+	}
 	must(t, nd.API.InstallNADCRD(c))
 
 	dir := filepath.Join(testenv.ModuleRoot(), "deployments")

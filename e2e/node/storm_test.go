@@ -32,7 +32,8 @@ const stormConflist = `{
 // TestTwentyPodsAtOnce (scenario 6): the user adds a resource of 20 netdevs to netdev-dp's
 // ConfigMap (netdev-dp restarted by its DaemonSet reads it); 20 pods created at once, one
 // device each, all run, no device twice, and each pod's device (the one PodResources
-// lists) has left the host for it. Deleting them brings every device back.
+// lists) has left the host and is the pod's eth0, as the pod itself sees it. Deleting
+// them brings every device back.
 func TestTwentyPodsAtOnce(t *testing.T) {
 	deployed(t)
 	c := ctx(t)
@@ -52,7 +53,7 @@ func TestTwentyPodsAtOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			pods[i] = createPod(t, fmt.Sprintf("storm-%02d", i), map[string]string{"example.com/storm": "1"})
+			pods[i] = createPodScript(t, fmt.Sprintf("storm-%02d", i), map[string]string{"example.com/storm": "1"}, nil, linksScript)
 		}()
 	}
 	wg.Wait()
@@ -70,6 +71,7 @@ func TestTwentyPodsAtOnce(t *testing.T) {
 		if _, err := netlink.LinkByName(devs[0]); err == nil {
 			t.Errorf("%s, pod %s's device, is still on the host", devs[0], p.Name)
 		}
+		checkInterface(t, p, podView(t, p), "eth0", devs[0])
 	}
 	for _, p := range pods {
 		deletePod(t, p)

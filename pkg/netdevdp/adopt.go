@@ -1,7 +1,10 @@
 package netdevdp
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -20,27 +23,47 @@ import (
 // longest configured resource prefix matches it and its content is what this
 // resource's pool writes for that device ID; anything else is left alone.
 func adopt(resources []*resource, store *devinfo.Store) error {
-	files, err := store.List()
+	files, err := dpFiles(store)
 	if err != nil {
 		return fmt.Errorf("adopt device-info files of an earlier run: %w", err)
 	}
-	for _, f := range files {
-		if f.Kind != devinfo.KindDP {
-			continue
-		}
-		r, id := owner(resources, f.Name)
+	for _, name := range files {
+		r, id := owner(resources, name)
 		if r == nil {
 			continue
 		}
-		info, err := devinfo.ReadFile(f.Path)
+		path := filepath.Join(store.Dir, devinfo.KindDP, name)
+		info, err := devinfo.ReadFile(path)
 		if err != nil || !describes(r.pool.Kind(), id, info) {
-			r.log.Warn("device-info file named like this resource's but not written by it: leaving it alone", "file", f.Path, "err", err)
+			r.log.Warn("device-info file named like this resource's but not written by it: leaving it alone", "file", path, "err", err)
 			continue
 		}
-		r.log.Info("adopting device-info file of an earlier run", "device", id, "file", f.Path)
+		r.log.Info("adopting device-info file of an earlier run", "device", id, "file", path)
 		r.files[id] = info
 	}
 	return nil
+}
+
+// dpFiles lists the file names in dp/ alone, not the store's cni/: that directory is
+// the CNI plugins', and Multus (the NAD client library) creates it with mode 000, which
+// netdev-dp's DaemonSet, without CAP_DAC_OVERRIDE, cannot list (ownDPDir fixes dp/ only,
+// the device plugins' directory).
+func dpFiles(store *devinfo.Store) ([]string, error) {
+	dir := filepath.Join(store.Dir, devinfo.KindDP)
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list device-info files: %w", err)
+	}
+	var names []string
+	for _, e := range ents {
+		if e.Type().IsRegular() && !strings.HasPrefix(e.Name(), ".") { // not a write in progress
+			names = append(names, e.Name())
+		}
+	}
+	return names, nil
 }
 
 // owner finds the resource with the longest file name prefix matching name,

@@ -195,3 +195,32 @@ func TestOwnsDPDirectoryMode(t *testing.T) {
 		t.Fatal("netdev-dp wrote no device-info file into dp/")
 	}
 }
+
+// TestAdoptLeavesCNIDirAlone: devinfo/cni is the CNI plugins' directory. Multus (the NAD
+// client library) creates it with mode 000, which netdev-dp's DaemonSet, without
+// CAP_DAC_OVERRIDE, cannot list, and netdev-dp restarted next to it crash-looped. As root
+// here, a cni/ that is not a directory stands for one it cannot list: netdev-dp still
+// adopts its dp/ files and starts.
+func TestAdoptLeavesCNIDirAlone(t *testing.T) {
+	f := newFixture(t)
+	store := devinfo.NewStore(f.devinfoDir)
+	if err := store.WriteDP(resVF, "0000:01:01.0", pciInfo("0000:01:01.0")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(f.devinfoDir, devinfo.KindCNI), nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	resources, err := build(f.cfg, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := adopt(resources, store); err != nil {
+		t.Fatalf("adopt with an unlistable cni/: %v", err)
+	}
+	for _, r := range resources {
+		if _, ok := r.files["0000:01:01.0"]; r.name == resVF && !ok {
+			t.Errorf("%s did not adopt its file of 0000:01:01.0: %v", resVF, r.files)
+		}
+	}
+	f.run() // and the whole start
+}
