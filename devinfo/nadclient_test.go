@@ -9,12 +9,15 @@ import (
 	"testing"
 
 	nadutils "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/utils"
+
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
 // The NAD client only knows DefaultDir, so these tests use the real directory
 // with a resource name of their own and remove what they wrote, and the directories
 // the NAD client made for it (dp/ and cni/ with mode 000, and their parents).
 func nadResource(t *testing.T) string {
+	testenv.HoldHostPaths(t) // a real node's test mounts on DefaultDir meanwhile
 	removeMadeDirs(t)
 	res := fmt.Sprintf("devplumb-test.example.com/nad-%d", os.Getpid())
 	t.Cleanup(func() { NewStore("").RemoveDP(res, "0000:01:02.2") })

@@ -34,6 +34,7 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	testenv.HoldHostPaths(t) // it makes mount points on the host's kubelet and NAD client paths
 	mb, err := multusBin()
 	if err != nil {
 		t.Fatal(err)

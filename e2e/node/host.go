@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
 // sysctls the kubelet sets (it "protects" kernel defaults by writing them) or the bridge
@@ -27,7 +28,7 @@ var sysctls = []string{
 // It is also kept in stateFile while the node runs, so that the next run puts back what a
 // killed one changed.
 type host struct {
-	lock    net.Listener      // one node per machine (the API server's service address, cgroups)
+	lock    func()            // releases the host lock: one node per machine (service address, cgroups, mount points)
 	Sysctls map[string]string // /proc/sys path -> value
 	Created []string          // directories made as mount points, deepest last
 	Links   []string          // links to delete
@@ -69,30 +70,17 @@ func restoreKilled() error {
 	return nil
 }
 
-// lockName is an abstract unix socket: held while the process lives, no file left.
-const lockName = "@devplumb-e2e-node"
-
-// lockBound is how long a node waits for another test process's node to finish.
-const lockBound = 15 * time.Minute
-
 // preflight takes the machine-wide node lock and refuses to run next to a kubelet this
 // harness did not start or next to another's kubepods cgroups.
 func preflight() (*host, error) {
 	h := &host{Sysctls: map[string]string{}}
-	deadline := time.Now().Add(lockBound)
-	for {
-		l, err := net.Listen("unix", lockName)
-		if err == nil {
-			h.lock = l
-			break
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("node: another e2e node has run on this machine for %s: %w", lockBound, err)
-		}
-		time.Sleep(time.Second)
+	release, err := testenv.HoldHost(testenv.HostLockBound)
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
 	}
+	h.lock = release
 	if pids := processesNamed("kubelet"); len(pids) > 0 {
-		h.lock.Close()
+		h.lock()
 		return nil, fmt.Errorf("node: a kubelet (pid %v) is running on this machine; e2e/node starts its own kubelet and will not run beside one it did not start: stop it first", pids)
 	}
 	if stale := staleProcesses(); len(stale) > 0 {
@@ -102,16 +90,16 @@ func preflight() (*host, error) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 		if err := killCgroups(); err != nil {
-			h.lock.Close()
+			h.lock()
 			return nil, err
 		}
 	}
 	if err := restoreKilled(); err != nil {
-		h.lock.Close()
+		h.lock()
 		return nil, err
 	}
 	if dirs := kubepodsCgroups(); len(dirs) > 0 {
-		h.lock.Close()
+		h.lock()
 		return nil, fmt.Errorf("node: kubelet cgroups exist (%s) but no kubelet runs: a node that was not stopped cleanly; remove them first", strings.Join(dirs, ", "))
 	}
 	for _, k := range sysctls {
@@ -120,7 +108,7 @@ func preflight() (*host, error) {
 		}
 	}
 	if err := h.save(); err != nil {
-		h.lock.Close()
+		h.lock()
 		return nil, err
 	}
 	return h, nil
@@ -173,7 +161,7 @@ func (h *host) restore() error {
 		}
 	}
 	if h.lock != nil {
-		h.lock.Close()
+		h.lock()
 	}
 	return errors.Join(errs...)
 }
