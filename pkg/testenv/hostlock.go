@@ -16,8 +16,9 @@ import (
 // hostLockName is an abstract unix socket: held while the process lives, no file left.
 const hostLockName = "@devplumb-e2e-node"
 
-// HostLockBound is how long HoldHost waits for another test process: a whole e2e/node run.
-const HostLockBound = 15 * time.Minute
+// HostLockBound is how long HoldHost waits for another test process: a whole e2e/node run
+// on a loaded machine (go test -timeout is 45m).
+const HostLockBound = 30 * time.Minute
 
 // HoldHost waits, up to bound, until no other process holds the host lock, then holds
 // it until release is called (or the process ends).
