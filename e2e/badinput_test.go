@@ -59,6 +59,11 @@ func TestBadInput(t *testing.T) {
 			c["resourceName"] = ""
 			c["capabilities"] = map[string]bool{"deviceID": true}
 		}), code: 107, msg: `pod default/p1 has no device for network "fast-net": the caller passed no runtimeConfig.deviceID`},
+		// ... and a DRA pod gets none at all from Multus v4.2: the error says what to set.
+		{name: "no device from Multus, DRA hint", stdin: good(func(c map[string]any) {
+			c["resourceName"] = ""
+			c["capabilities"] = map[string]bool{"deviceID": true}
+		}), code: 107, msg: `a DRA ResourceClaim, which Multus does not pass: "resourceName" and "kubeconfig"`},
 		{name: "prevResult not a result", stdin: good(set("prevResult", 5)), code: types.ErrDecodingFailure, msg: `"prevResult"`},
 		{name: "unsupported version", stdin: good(set("cniVersion", "0.2.0")), msg: "0.2.0"},
 	}

@@ -26,7 +26,8 @@ func (c *call) noDeviceSource() *types.Error {
 	if c.conf.Capabilities[delegate.CapDeviceID] {
 		return cniError(ErrNoDeviceSource, fmt.Sprintf("pod %s/%s has no device for network %q: the caller passed no runtimeConfig.deviceID; "+
 			"Multus passes one only when the pod's containers request the resource the NetworkAttachmentDefinition's "+
-			"k8s.v1.cni.cncf.io/resourceName annotation names: request that resource in the pod, or set \"resourceName\"",
+			"k8s.v1.cni.cncf.io/resourceName annotation names: request that resource in the pod, or set \"resourceName\" "+
+			"(for a pod whose device comes from a DRA ResourceClaim, which Multus does not pass: \"resourceName\" and \"kubeconfig\")",
 			c.pod.Namespace, c.pod.Name, c.conf.Name), nil)
 	}
 	return cniError(ErrNoDeviceSource, `no device source: set "resourceName", pass the device as runtimeConfig.deviceID `+
