@@ -161,6 +161,9 @@ func printAttachment(w io.Writer, a nodeview.Attachment) {
 	case a.CNIFile != "":
 		fmt.Fprintf(w, "    CNI device-info file: %s\n", a.CNIFile)
 	}
+	if a.Claim != nil {
+		fmt.Fprintf(w, "    DRA: %s (its status.devices entry is devplumb's)\n", a.Claim)
+	}
 	if a.NetworkStatus != nil {
 		entry, _ := json.Marshal(a.NetworkStatus)
 		fmt.Fprintf(w, "    network-status entry: %s\n", entry)

@@ -293,3 +293,28 @@ func TestInspectReportsMisfiledDeviceInfo(t *testing.T) {
 		t.Errorf("inspect: exit %d\n%s%s", code, out, errOut)
 	}
 }
+
+// inspect names the ResourceClaim device a DRA attachment holds, in text and JSON, and a
+// DRA attachment of a pod the kubelet lists is no problem.
+func TestInspectShowsClaim(t *testing.T) {
+	srv := podresourcestest.NewServer(t)
+	srv.SetPod(&v1.PodResources{Namespace: "ns", Name: "p", Containers: []*v1.ContainerResources{{Name: "c"}}})
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	claim := &claims.ClaimDevice{Namespace: "ns", Name: "p-net-x7k2q", Driver: "netdev.devplumb.io", Pool: "node1", Device: "vf-1"}
+	rec := &claims.Attachment{Key: claims.Key{Network: "n", ContainerID: "c1", IfName: "net1"},
+		Pod: claims.Pod{Namespace: "ns", Name: "p"}, ResourceName: "a.com/a", DeviceID: "0000:01:00.1", Complete: true, Claim: claim}
+	if err := claims.New(state).Put(rec); err != nil {
+		t.Fatal(err)
+	}
+	flags := []string{"--devinfo-dir", filepath.Join(dir, "devinfo"), "--state-dir", state, "--pod-resources", srv.Socket}
+	code, out, errOut := runCmd(append([]string{"inspect"}, flags...)...)
+	if code != 0 || !strings.Contains(out, "    DRA: ResourceClaim ns/p-net-x7k2q device netdev.devplumb.io/node1/vf-1") {
+		t.Fatalf("inspect: exit %d\n%s%s", code, out, errOut)
+	}
+	_, out, _ = runCmd(append([]string{"inspect", "--json"}, flags...)...)
+	var v nodeview.View
+	if err := json.Unmarshal([]byte(out), &v); err != nil || len(v.Attachments) != 1 || v.Attachments[0].Claim == nil || *v.Attachments[0].Claim != *claim {
+		t.Errorf("inspect --json: %v\n%s", err, out)
+	}
+}

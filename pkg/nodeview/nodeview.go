@@ -86,6 +86,9 @@ type Attachment struct {
 	NetworkStatus *nadv1.NetworkStatus `json:"networkStatus,omitempty"`
 	// Phases: how long each step of the attachment's ADD took.
 	Phases []claims.Phase `json:"phases,omitempty"`
+	// Claim: the DRA ResourceClaim device the attachment holds (nil for a device
+	// plugin's), whose status.devices entry devplumb wrote.
+	Claim *claims.ClaimDevice `json:"claim,omitempty"`
 	// Stale: the kubelet no longer gives this pod that device.
 	Stale bool `json:"stale,omitempty"`
 }
@@ -161,7 +164,7 @@ func (v *View) collectAttachments() {
 		att := Attachment{
 			Network: a.Network, ContainerID: a.ContainerID, IfName: a.IfName,
 			Pod: a.Pod.String(), ResourceName: a.ResourceName, DeviceID: a.DeviceID,
-			CNIFile: a.CNIFile, Complete: a.Complete, NetworkStatus: a.NetworkStatus, Phases: a.Phases,
+			CNIFile: a.CNIFile, Complete: a.Complete, NetworkStatus: a.NetworkStatus, Phases: a.Phases, Claim: a.Claim,
 		}
 		att.Stale = v.Pods != nil && stale(v.Pods, a)
 		if a.CNIFile != "" {
