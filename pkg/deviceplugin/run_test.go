@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fsnotify/fsnotify"
 	"google.golang.org/grpc"
@@ -49,7 +50,17 @@ func TestServesAgainAfterPluginDirRecreated(t *testing.T) {
 	runServer(t, s)
 	k.waitRegistration(t)
 	k.stop()
-	if err := os.RemoveAll(dir); err != nil {
+	// As rm -rf of a live kubelet root: the plugin, seeing its socket go, serves
+	// again in the directory being emptied, so the final rmdir may find that new
+	// socket; rm goes on until the directory is gone (then the plugin cannot listen).
+	var err error
+	for i := 0; i < 50; i++ {
+		if err = os.RemoveAll(dir); err == nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Mkdir(dir, 0o755); err != nil {
