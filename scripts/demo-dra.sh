@@ -21,21 +21,15 @@ CNI_BIN=$BIN/cni
 NETNS=devplumb-demo-dra
 NODE=demo-node POD_NS=demo POD_NAME=web
 VETHS=(dpdra0 dpdra1)   # the pool; each has a peer <name>p on the host
-ROOT="" PIDS=() STEP="checking prerequisites"
-
-if [ -t 1 ]; then BOLD=$'\033[1m' PLAIN=$'\033[0m'; else BOLD="" PLAIN=""; fi
-say()  { STEP=$1; printf '\n%s== %s%s\n' "$BOLD" "$*" "$PLAIN"; }
-fail() { echo "demo-dra: $*" >&2; exit 1; }
+ROOT="" PIDS=() DEMO=demo-dra STEP="checking prerequisites"
+# shellcheck source=scripts/demo-lib.sh
+. "$REPO/scripts/demo-lib.sh"
 
 [ "$(id -u)" = 0 ] || fail "run as root: it creates network namespaces and veth pairs"
 for b in devplumb netdev-dp nodesim kubeapi; do [ -x "$BIN/$b" ] || fail "$BIN/$b missing: run make demo-dra (it builds them)"; done
 for b in cnitool host-device static; do [ -x "$CNI_BIN/$b" ] || fail "$CNI_BIN/$b missing: run make demo-dra (it builds them)"; done
 [ -x "${DEVPLUMB_KUBE_APISERVER:-}" ] || fail "DEVPLUMB_KUBE_APISERVER is not a kube-apiserver binary: run make demo-dra (it builds one)"
-exec 9<"$0"
-if ! flock -n 9; then
-	echo "another make demo-dra is running on this machine: waiting up to 60 s for it to finish"
-	flock -w 60 9 || fail "another make demo-dra is still running; try again when it has finished"
-fi
+one_at_a_time
 
 # stop_daemons: SIGTERM in reverse start order (the API server last), SIGKILL after 10 s.
 stop_daemons() {
@@ -51,13 +45,13 @@ stop_daemons() {
 }
 
 cleanup() {
-	local rc=$? f
+	local rc=$?
 	trap - EXIT
 	trap '' INT TERM
 	set +e
 	if [ "$rc" != 0 ]; then
 		echo "demo-dra: stopped during step \"$STEP\" (exit $rc); cleaning up" >&2
-		for f in "$ROOT"/logs/*.log; do [ -s "$f" ] && { echo "--- last lines of $(basename "$f"):" >&2; tail -n 15 "$f" >&2; }; done
+		show_logs
 	fi
 	[ -n "$ROOT" ] && [ -f "$ROOT/net.d/fast-dra.conf" ] && ip netns list | grep -qw "$NETNS" && cni del >/dev/null 2>&1
 	stop_daemons
@@ -77,30 +71,11 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-for old in /tmp/devplumb-demo-dra.*; do
-	[ -d "$old" ] || continue
-	echo "removing what a killed demo-dra run left: $old"
-	for pid in $(cut -d' ' -f1 "$old/pids" 2>/dev/null); do grep -qF "$old" "/proc/$pid/cmdline" 2>/dev/null && kill -KILL "$pid"; done
-	rm -rf "$old"
-done
-remove_node ""
+forget_killed_runs "/tmp/devplumb-demo-dra.*"
 ROOT=$(mktemp -d /tmp/devplumb-demo-dra.XXXXXX)
 mkdir -p "$ROOT/net.d" "$ROOT/logs" "$ROOT/node"
 KUBECONFIG_FILE=$ROOT/api/kubeconfig
 
-start() { # start NAME COMMAND...: a daemon logging to ROOT/logs/NAME.log
-	local name=$1; shift
-	"$@" 2>"$ROOT/logs/$name.log" >&2 9<&- &
-	PIDS+=($!)
-	echo "$! $name" >>"$ROOT/pids"
-}
-wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
-	local until=$(( $(date +%s) + $1 )) what=$2; shift 2
-	until "$@" >/dev/null 2>&1; do
-		[ "$(date +%s)" -lt "$until" ] || fail "timed out waiting for $what"
-		sleep 0.2
-	done
-}
 k() { "$BIN/kubeapi" "$1" "$KUBECONFIG_FILE" "${@:2}"; }
 cni() { # cni add|del: cnitool with the pod's identity, as a container runtime calls it
 	CNI_PATH="$BIN:$CNI_BIN" NETCONFPATH="$ROOT/net.d" CNI_IFNAME=net1 \
@@ -188,8 +163,6 @@ stop_daemons
 ip netns del "$NETNS"
 
 say "7. nothing is left"
-left=0
-check() { if "$@"; then echo "ok: $what"; else echo "LEFT: $what"; left=1; fi; }
 what="no pod netns";             check bash -c "! ip netns list | grep -qw $NETNS"
 for v in "${VETHS[@]}"; do what="$v back on the host"; check bash -c "ip link show $v >/dev/null"; done
 what="no device-info file";      check bash -c "[ -z \"\$(find '$ROOT/devinfo' -type f 2>/dev/null)\" ]"

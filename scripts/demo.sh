@@ -19,12 +19,10 @@ SANDBOX=4f3c2b1a0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b
 VETHS=(dpdemo0 dpdemo1 dpdemo2)   # the pool; each has a peer <name>p on the host
 ROOT=""
 PIDS=()
-
+DEMO=demo
 STEP="checking prerequisites"
-
-if [ -t 1 ]; then BOLD=$'\033[1m' PLAIN=$'\033[0m'; else BOLD="" PLAIN=""; fi
-say()  { STEP=$1; printf '\n%s== %s%s\n' "$BOLD" "$*" "$PLAIN"; }
-fail() { echo "demo: $*" >&2; exit 1; }
+# shellcheck source=scripts/demo-lib.sh
+. "$REPO/scripts/demo-lib.sh"
 
 [ "$(id -u)" = 0 ] || fail "run as root: it creates network namespaces and veth pairs"
 for b in devplumb netdev-dp nodesim devplumbctl vswitch; do [ -x "$BIN/$b" ] || fail "$BIN/$b missing: run make demo (it builds them)"; done
@@ -32,13 +30,7 @@ for b in cnitool host-device macvlan static; do [ -x "$CNI_BIN/$b" ] || fail "$C
 # Run directly (not by make demo), bin/ may predate the sources: say so.
 newer=$(cd "$REPO" && find cmd pkg devinfo podresources scripts/vswitch -name '*.go' -newer "$BIN/devplumb" 2>/dev/null | head -1)
 [ -z "$newer" ] || echo "demo: note: $newer is newer than $BIN/devplumb: make demo rebuilds bin/ first" >&2
-# One demo at a time: they share the netns and link names. The lock is on this
-# script, so it leaves no file; the daemons do not inherit it (9<&-).
-exec 9<"$0"
-if ! flock -n 9; then
-	echo "another make demo is running on this machine: waiting up to 60 s for it to finish"
-	flock -w 60 9 || fail "another make demo is still running; try again when it has finished"
-fi
+one_at_a_time
 
 # stop_daemons: SIGTERM, then SIGKILL whatever has not exited within 5 s.
 stop_daemons() {
@@ -76,16 +68,6 @@ cleanup() {
 	exit "$rc"
 }
 
-# show_logs: what the daemons said, for a failed step (their logs go with ROOT).
-show_logs() {
-	local f
-	for f in "$ROOT"/logs/*.log; do
-		[ -s "$f" ] || continue
-		echo "--- last lines of $(basename "$f"):" >&2
-		tail -n 15 "$f" >&2
-	done
-}
-
 # remove_node ROOT: the netns, links and files of a demo run.
 remove_node() {
 	local v net
@@ -96,50 +78,19 @@ remove_node() {
 	[ -z "$1" ] || rm -rf "$1"
 }
 
-# forget_killed_runs: a run killed with SIGKILL left its root, whose pids file
-# names its daemons; stop those still running from that root, then remove it all.
-forget_killed_runs() {
-	local old pid
-	for old in /tmp/devplumb-demo.*; do
-		[ -d "$old" ] || continue
-		echo "removing what a killed demo run left: $old"
-		for pid in $(cut -d' ' -f1 "$old/pids" 2>/dev/null); do
-			grep -qF "$old" "/proc/$pid/cmdline" 2>/dev/null && kill -KILL "$pid"
-		done
-		rm -rf "$old"
-	done
-	remove_node ""
-}
-
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-forget_killed_runs
+forget_killed_runs "/tmp/devplumb-demo.*"
 ROOT=$(mktemp -d /tmp/devplumb-demo.XXXXXX)
 mkdir -p "$ROOT/net.d" "$ROOT/vhost" "$ROOT/cdi" "$ROOT/logs"
-
-# start NAME COMMAND...: a daemon in the background, logging to ROOT/logs/NAME.log.
-start() {
-	local name=$1; shift
-	"$@" 2>"$ROOT/logs/$name.log" 9<&- &
-	PIDS+=($!)
-	echo "$! $name" >>"$ROOT/pids"
-}
 
 # cnitool with the pod's identity, as a container runtime would call it.
 cni() { # cni add|del NETWORK IFNAME
 	CNI_PATH="$BIN:$CNI_BIN" NETCONFPATH="$ROOT/net.d" CNI_IFNAME="$3" \
 	CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=$POD_NS;K8S_POD_NAME=$POD_NAME;K8S_POD_UID=$POD_UID;K8S_POD_INFRA_CONTAINER_ID=$SANDBOX" \
 		"$CNI_BIN/cnitool" "$1" "$2" "/var/run/netns/$NETNS"
-}
-
-wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
-	local until=$(( $(date +%s) + $1 )) what=$2; shift 2
-	until "$@" >/dev/null 2>&1; do
-		[ "$(date +%s)" -lt "$until" ] || fail "timed out waiting for $what"
-		sleep 0.2
-	done
 }
 
 say "1. the node: veth ends, vhost-user sockets, nodesim (the kubelet), netdev-dp (the device plugin)"
@@ -219,8 +170,6 @@ stop_daemons
 ip netns del "$NETNS"
 
 say "6. nothing is left"
-left=0
-check() { if "$@"; then echo "ok: $what"; else echo "LEFT: $what"; left=1; fi; }
 what="no pod netns";                       check bash -c "! ip netns list | grep -qw $NETNS"
 for v in "${VETHS[@]}"; do what="$v back on the host"; check bash -c "ip link show $v >/dev/null"; done
 what="no device-info file";                check bash -c "[ -z \"\$(find '$ROOT/devinfo' -type f 2>/dev/null)\" ]"
