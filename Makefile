@@ -20,7 +20,7 @@ all: build
 # about-string): `git describe` of the checkout, or VERSION=v1.2.3 for a
 # release. A plain `go build` shows the module version and VCS revision.
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null)
-LDFLAGS  := -s -w $(if $(VERSION),-X github.com/devplumb/devplumb/pkg/version.version=$(VERSION))
+LDFLAGS  := -s -w $(if $(VERSION),-X github.com/devplumb/devplumb/pkg/base/version.version=$(VERSION))
 
 # Release builds: static (no libc needed) and stripped, as the images have them.
 # devplumb starts once per CNI call: without gRPC's x/net/trace (grpcnotrace) it

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/devplumb/devplumb/pkg/dradev"
+	"github.com/devplumb/devplumb/pkg/cni/dradevice"
 	"github.com/devplumb/devplumb/podresources/podresourcestest"
 )
 
@@ -47,7 +47,7 @@ func (e *env) draPublish(ctx context.Context, devs []draDevice) error {
 		id, res := d.id, Resource
 		s.Spec.Devices = append(s.Spec.Devices, resourcev1.Device{Name: d.name,
 			Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
-				dradev.AttrDeviceID: {StringValue: &id}, dradev.AttrResourceName: {StringValue: &res}}})
+				dradevice.AttrDeviceID: {StringValue: &id}, dradevice.AttrResourceName: {StringValue: &res}}})
 		if err := e.pods.files.WriteDP(Resource, d.id, pciInfo(0xff00+len(s.Spec.Devices))); err != nil {
 			return fmt.Errorf("device-info of %s: %w", d.id, err)
 		}

@@ -15,7 +15,7 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/devplumb/devplumb/devinfo"
-	"github.com/devplumb/devplumb/pkg/kubeletsim/prserver"
+	"github.com/devplumb/devplumb/pkg/kubeletsim/podresourcesserver"
 )
 
 // Names the bench gives what it creates on the host, so a killed run is recognisable.
@@ -35,13 +35,13 @@ type env struct {
 	bin    string // CNI_PATH: devplumb, the CNI plugins, multus
 	netDir string // NETCONFPATH for cnitool
 	pods   *podSet
-	pr     *prserver.Server
+	pr     *podresourcesserver.Server
 	mu     sync.Mutex
 	netns  []ns.NetNS
 	thick  *thickDaemon // P1's multus-daemon, when it runs
 }
 
-func newEnv(cfg Config, prCfg prserver.Config) (*env, error) {
+func newEnv(cfg Config, prCfg podresourcesserver.Config) (*env, error) {
 	dir, err := os.MkdirTemp("", "devplumb-bench-")
 	if err != nil {
 		return nil, fmt.Errorf("temp dir: %w", err)
@@ -91,7 +91,7 @@ func setLiveKube(k *kubeNode) {
 	live.Unlock()
 }
 
-func (e *env) setup(prCfg prserver.Config) error {
+func (e *env) setup(prCfg podresourcesserver.Config) error {
 	for _, d := range []string{e.bin, e.netDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
@@ -117,7 +117,7 @@ func (e *env) setup(prCfg prserver.Config) error {
 			return err
 		}
 	}
-	pr, err := prserver.Start(filepath.Join(e.dir, "kubelet.sock"), e.pods, prCfg)
+	pr, err := podresourcesserver.Start(filepath.Join(e.dir, "kubelet.sock"), e.pods, prCfg)
 	if err != nil {
 		return err
 	}
@@ -280,14 +280,14 @@ func (s *podSet) put(p *v1.PodResources) {
 
 func podName(i int) string { return fmt.Sprintf("pod-%d", i) }
 
-// ListPods implements prserver.Source. The pods are never modified once set.
+// ListPods implements podresourcesserver.Source. The pods are never modified once set.
 func (s *podSet) ListPods() []*v1.PodResources {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.pods
 }
 
-// GetPod implements prserver.Source.
+// GetPod implements podresourcesserver.Source.
 func (s *podSet) GetPod(namespace, name string) (*v1.PodResources, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -295,7 +295,7 @@ func (s *podSet) GetPod(namespace, name string) (*v1.PodResources, bool) {
 	return p, ok
 }
 
-// Allocatable implements prserver.Source.
+// Allocatable implements podresourcesserver.Source.
 func (s *podSet) Allocatable() *v1.AllocatableResourcesResponse {
 	return &v1.AllocatableResourcesResponse{}
 }

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/devplumb/devplumb/pkg/kubeletsim/prserver"
+	"github.com/devplumb/devplumb/pkg/kubeletsim/podresourcesserver"
 )
 
 // variant is one way of running the bridge delegate for P1.
@@ -21,7 +21,7 @@ type variant struct {
 // p1 runs ADD+DEL cycles of every variant in turn (rotating the order each round, so
 // drifting load spreads evenly) through cnitool into one netns per variant.
 func p1(cfg Config, r *Report) error {
-	e, err := newEnv(cfg, prserver.Config{NoRateLimit: true})
+	e, err := newEnv(cfg, podresourcesserver.Config{NoRateLimit: true})
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/devplumb/devplumb/pkg/kubeletsim/prserver"
+	"github.com/devplumb/devplumb/pkg/kubeletsim/podresourcesserver"
 	"github.com/devplumb/devplumb/podresources"
 )
 
@@ -31,15 +31,15 @@ func p2(cfg Config, r *Report) error {
 		t.Rows = append(t.Rows, []string{fmt.Sprint(n), get.Format("ms"), dialGet.Format("ms"), list.Format("ms"), ratio})
 	}
 	t.Notes = []string{"Target: Get on 1,000 pods at most 1.5 × Get on 10, both under 2 ms.",
-		"Each pod holds 2 devices; the pod looked up is the middle one. The server is the project's kubelet PodResources v1 server (pkg/kubeletsim/prserver) without its rate limiter."}
+		"Each pod holds 2 devices; the pod looked up is the middle one. The server is the project's kubelet PodResources v1 server (pkg/kubeletsim/podresourcesserver) without its rate limiter."}
 	r.Tables = append(r.Tables, t)
 	return nil
 }
 
 func lookups(cfg Config, pods int) (get, dialGet, list Summary, err error) {
 	samples := max(cfg.Runs*10, 100)
-	for _, mode := range []prserver.GetMode{prserver.GetEnabled, prserver.GetDisabled} {
-		e, err := newEnv(cfg, prserver.Config{NoRateLimit: true, GetMode: mode})
+	for _, mode := range []podresourcesserver.GetMode{podresourcesserver.GetEnabled, podresourcesserver.GetDisabled} {
+		e, err := newEnv(cfg, podresourcesserver.Config{NoRateLimit: true, GetMode: mode})
 		if err != nil {
 			return get, dialGet, list, err
 		}
@@ -48,7 +48,7 @@ func lookups(cfg Config, pods int) (get, dialGet, list Summary, err error) {
 			return get, dialGet, list, err
 		}
 		target := podName(pods / 2)
-		if mode == prserver.GetEnabled {
+		if mode == podresourcesserver.GetEnabled {
 			get, err = timeLookups(e, target, samples, false)
 			if err == nil {
 				dialGet, err = timeLookups(e, target, samples, true)

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/devplumb/devplumb/pkg/kubeletsim/prserver"
+	"github.com/devplumb/devplumb/pkg/kubeletsim/podresourcesserver"
 )
 
 // p3 adds cfg.Pods pods at once, each with two devplumb attachments (two networks
@@ -17,7 +17,7 @@ import (
 // kubelet's PodResources rate limit (100 QPS, burst 10); then deletes them all at once.
 func p3(cfg Config, r *Report) error {
 	var calls atomic.Int64
-	e, err := newEnv(cfg, prserver.Config{QPS: 100, Burst: 10, OnCall: func(string) { calls.Add(1) }})
+	e, err := newEnv(cfg, podresourcesserver.Config{QPS: 100, Burst: 10, OnCall: func(string) { calls.Add(1) }})
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/devplumb/devplumb/pkg/kubeletsim/prserver"
+	"github.com/devplumb/devplumb/pkg/kubeletsim/podresourcesserver"
 )
 
 // proc is one finished plugin process.
@@ -75,7 +75,7 @@ const rssRuns = 5
 // p4 measures one invocation: binary size, package initialisers, VERSION (start-up),
 // and the peak RSS of an ADD, for devplumb and for the bridge plugin it delegates to.
 func p4(cfg Config, r *Report) error {
-	e, err := newEnv(cfg, prserver.Config{NoRateLimit: true})
+	e, err := newEnv(cfg, podresourcesserver.Config{NoRateLimit: true})
 	if err != nil {
 		return err
 	}

@@ -9,13 +9,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/devplumb/devplumb/pkg/kubeletsim/prserver"
+	"github.com/devplumb/devplumb/pkg/kubeletsim/podresourcesserver"
 )
 
 // p5 runs devplumb ADD and DEL directly with DEVPLUMB_DEBUG=1 and reads the phase
 // timings each logs: where the time of a cycle goes, with the state on disk and on tmpfs.
 func p5(cfg Config, r *Report) error {
-	e, err := newEnv(cfg, prserver.Config{NoRateLimit: true})
+	e, err := newEnv(cfg, podresourcesserver.Config{NoRateLimit: true})
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/devplumb/devplumb/e2e/kubeapi"
-	"github.com/devplumb/devplumb/pkg/kubeletsim/prserver"
+	"github.com/devplumb/devplumb/pkg/kubeletsim/podresourcesserver"
 )
 
 const p6Title = "P6: a DRA device, from the kubelet (local path) and from the API server (API path), beside a device plugin's"
@@ -55,7 +55,7 @@ func p6(cfg Config, r *Report) error {
 // cfg.Runs kept ADD+DEL cycles of every variant (after two warm-ups, the first of which
 // checks that ADD wrote the claim's status entry and DEL removed it), rotating the order.
 func runP6(cfg Config) ([]*p6Variant, error) {
-	e, err := newEnv(cfg, prserver.Config{NoRateLimit: true})
+	e, err := newEnv(cfg, podresourcesserver.Config{NoRateLimit: true})
 	if err != nil {
 		return nil, err
 	}

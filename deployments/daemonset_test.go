@@ -12,7 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/devplumb/devplumb/pkg/config"
+	"github.com/devplumb/devplumb/pkg/cni/config"
 )
 
 // kubeconfigPath is where the devplumb DaemonSet keeps the kubeconfig on the host, and what

@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/dynamic-resource-allocation/cel"
 
-	"github.com/devplumb/devplumb/pkg/netdevdp"
-	"github.com/devplumb/devplumb/pkg/netdevdra"
+	"github.com/devplumb/devplumb/pkg/netdev/dpmode"
+	"github.com/devplumb/devplumb/pkg/netdev/dramode"
 )
 
 // The DRA objects live in dra/, apart from the plain manifests that the Helm chart and
@@ -67,7 +67,7 @@ func TestDRAConfigIsTheDevicePluginConfig(t *testing.T) {
 	if a, b := normalized(t, cms[0]).(*corev1.ConfigMap).Data, normalized(t, dpCM).(*corev1.ConfigMap).Data; !reflect.DeepEqual(a, b) {
 		t.Errorf("DRA config %v differs from the device plugin's %v", a, b)
 	}
-	cfg, err := netdevdp.ParseConfig([]byte(cms[0].Data["config.json"]))
+	cfg, err := dpmode.ParseConfig([]byte(cms[0].Data["config.json"]))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func classSelects(t *testing.T, c *resourceapi.DeviceClass, res string) bool {
 	t.Helper()
 	dev := func(driver string) cel.Device {
 		return cel.Device{Driver: driver, Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-			netdevdra.AttrResourceName: {StringValue: &res}, netdevdra.AttrDeviceID: {StringValue: ptr("x")},
+			dramode.AttrResourceName: {StringValue: &res}, dramode.AttrDeviceID: {StringValue: ptr("x")},
 		}}
 	}
 	all := len(c.Spec.Selectors) > 0
@@ -103,7 +103,7 @@ func classSelects(t *testing.T, c *resourceapi.DeviceClass, res string) bool {
 		if compiled.Error != nil {
 			t.Fatalf("DeviceClass %s: %v", c.Name, compiled.Error)
 		}
-		ok, _, err := compiled.DeviceMatches(context.Background(), dev(netdevdra.DefaultDriverName))
+		ok, _, err := compiled.DeviceMatches(context.Background(), dev(dramode.DefaultDriverName))
 		if err != nil {
 			t.Fatalf("DeviceClass %s: %v", c.Name, err)
 		}
@@ -141,7 +141,7 @@ func TestDRADaemonSet(t *testing.T) {
 	if len(sas) != 1 || spec.ServiceAccountName != sas[0].Name {
 		t.Errorf("service account %q, manifests have %v", spec.ServiceAccountName, sas)
 	}
-	want := map[string]string{"--devinfo-dir": "", "--cdi-dir": "", "--kubelet-registrar-dir": "", "--kubelet-plugins-dir": "/" + netdevdra.DefaultDriverName}
+	want := map[string]string{"--devinfo-dir": "", "--cdi-dir": "", "--kubelet-registrar-dir": "", "--kubelet-plugins-dir": "/" + dramode.DefaultDriverName}
 	for _, a := range c.Args {
 		k, v, _ := strings.Cut(a, "=")
 		sub, ok := want[k]

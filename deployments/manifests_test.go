@@ -22,8 +22,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
-	"github.com/devplumb/devplumb/pkg/config"
-	"github.com/devplumb/devplumb/pkg/netdevdp"
+	"github.com/devplumb/devplumb/pkg/cni/config"
+	"github.com/devplumb/devplumb/pkg/netdev/dpmode"
 )
 
 // decode reads every YAML document of every manifest under the current directory into
@@ -161,7 +161,7 @@ func TestDaemonSets(t *testing.T) {
 	if cm == nil {
 		t.Fatal("netdev-dp-daemonset.yaml: no ConfigMap")
 	}
-	if _, err := netdevdp.ParseConfig([]byte(cm.Data["config.json"])); err != nil {
+	if _, err := dpmode.ParseConfig([]byte(cm.Data["config.json"])); err != nil {
 		t.Errorf("netdev-dp ConfigMap config.json: %v", err)
 	}
 }

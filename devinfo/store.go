@@ -11,8 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/devplumb/devplumb/pkg/atomicfile"
-	"github.com/devplumb/devplumb/pkg/safefile"
+	"github.com/devplumb/devplumb/pkg/base/atomicfile"
+	"github.com/devplumb/devplumb/pkg/base/safefile"
 )
 
 // DefaultDir is the spec's device-info directory, holding dp/ and cni/.

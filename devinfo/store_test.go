@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/devplumb/devplumb/pkg/safefile"
+	"github.com/devplumb/devplumb/pkg/base/safefile"
 )
 
 func pciInfo(addr string) *DeviceInfo {

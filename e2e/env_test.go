@@ -25,7 +25,7 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/devplumb/devplumb/devinfo"
-	"github.com/devplumb/devplumb/pkg/claims"
+	"github.com/devplumb/devplumb/pkg/cni/attachment"
 	"github.com/devplumb/devplumb/pkg/testenv"
 	"github.com/devplumb/devplumb/podresources/podresourcestest"
 )
@@ -222,9 +222,9 @@ func (e *env) hostDevicePod(pci string) (string, ns.NetNS, map[string]any, strin
 func (e *env) crashAfterClaim(pod ns.NetNS, dev string) string {
 	e.t.Helper()
 	cid := cnitoolID(pod.Path())
-	crashed := claims.Request{Key: claims.Key{Network: "fast-net", ContainerID: cid, IfName: "net1"},
-		Pod: claims.Pod{Namespace: "default", Name: "p1"}, ResourceName: resource, Candidates: []string{dev}}
-	if _, err := claims.New(e.stateDir).Claim(crashed); err != nil {
+	crashed := attachment.Request{Key: attachment.Key{Network: "fast-net", ContainerID: cid, IfName: "net1"},
+		Pod: attachment.Pod{Namespace: "default", Name: "p1"}, ResourceName: resource, Candidates: []string{dev}}
+	if _, err := attachment.New(e.stateDir).Claim(crashed); err != nil {
 		e.t.Fatal(err)
 	}
 	return cid
@@ -262,9 +262,9 @@ func (e *env) cniFile(network, containerID, ifName string) string {
 	return filepath.Join(e.devinfoDir, "cni", devinfo.CNIFileName(network, containerID, ifName))
 }
 
-func (e *env) state() []*claims.Attachment {
+func (e *env) state() []*attachment.Attachment {
 	e.t.Helper()
-	all, err := claims.New(e.stateDir).List()
+	all, err := attachment.New(e.stateDir).List()
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -7,11 +7,11 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/devplumb/devplumb/pkg/failpoint"
+	"github.com/devplumb/devplumb/pkg/base/failpoint"
 	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
-// The failpoints between the steps of ADD and of DEL (see pkg/plugin).
+// The failpoints between the steps of ADD and of DEL (see pkg/cni/plugin).
 var (
 	addFailpoints = []string{"add-claimed", "add-recorded", "add-devinfo-copied", "add-delegated", "add-completed"}
 	delFailpoints = []string{"del-delegated", "del-file-removed"}

@@ -13,7 +13,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/devplumb/devplumb/pkg/claims"
+	"github.com/devplumb/devplumb/pkg/cni/attachment"
 	"github.com/devplumb/devplumb/podresources/podresourcestest"
 )
 
@@ -179,8 +179,8 @@ func TestAddRetriedAfterCrashInDelegate(t *testing.T) {
 	e := newEnv(t)
 	dev, pod, _, args := e.hostDevicePod("0000:01:02.7")
 	e.mustCnitool("add", "fast-net", pod.Path(), "net1", args, "")
-	store := claims.New(e.stateDir)
-	rec, err := store.Get(claims.Key{Network: "fast-net", ContainerID: cnitoolID(pod.Path()), IfName: "net1"})
+	store := attachment.New(e.stateDir)
+	rec, err := store.Get(attachment.Key{Network: "fast-net", ContainerID: cnitoolID(pod.Path()), IfName: "net1"})
 	if err != nil || rec == nil {
 		t.Fatalf("state %+v %v", rec, err)
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/devplumb/devplumb/e2e/kubeapi"
-	"github.com/devplumb/devplumb/pkg/phasemetrics"
+	"github.com/devplumb/devplumb/pkg/cni/phasespool"
 	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
@@ -62,7 +62,7 @@ func TestPhaseHistograms(t *testing.T) {
 	}
 
 	stop()
-	spool := filepath.Join(e.stateDir, phasemetrics.SpoolDir)
+	spool := filepath.Join(e.stateDir, phasespool.SpoolDir)
 	if _, err := os.Stat(spool); !os.IsNotExist(err) {
 		t.Fatalf("spool after the daemon stopped: %v", err)
 	}

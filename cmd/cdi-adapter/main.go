@@ -1,6 +1,6 @@
 // Command cdi-adapter serves each binary of the 2017 CDI draft configured in
 // /etc/cdi/<resource-type>.d/*.conf as a kubelet device plugin with CDI
-// devices (see pkg/cdiadapter). It stops on SIGTERM or SIGINT.
+// devices (see pkg/cdi2017/adapter). It stops on SIGTERM or SIGINT.
 //
 //	cdi-adapter [--conf-dir DIR] [--bin-dir DIR] [--vendor DOMAIN] [--plugin-dir DIR]
 //	            [--pod-resources SOCKET] [--cdi-dir DIR] [--state-dir DIR] [--poll D] [--grace D] [--timeout D]
@@ -18,9 +18,9 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/devplumb/devplumb/pkg/cdiadapter"
-	"github.com/devplumb/devplumb/pkg/logging"
-	"github.com/devplumb/devplumb/pkg/version"
+	"github.com/devplumb/devplumb/pkg/base/logging"
+	"github.com/devplumb/devplumb/pkg/base/version"
+	"github.com/devplumb/devplumb/pkg/cdi2017/adapter"
 )
 
 func main() {
@@ -30,16 +30,16 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("cdi-adapter", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var cfg cdiadapter.Config
+	var cfg adapter.Config
 	fs.StringVar(&cfg.ConfDir, "conf-dir", "", "the draft's configs (default /etc/cdi)")
 	fs.StringVar(&cfg.BinDir, "bin-dir", "", "the draft's binaries (default /opt/cdi/bin)")
-	fs.StringVar(&cfg.Vendor, "vendor", "", "domain of resource names and CDI kinds (default "+cdiadapter.DefaultVendor+")")
+	fs.StringVar(&cfg.Vendor, "vendor", "", "domain of resource names and CDI kinds (default "+adapter.DefaultVendor+")")
 	fs.StringVar(&cfg.PluginDir, "plugin-dir", "", "kubelet device plugin dir (default /var/lib/kubelet/device-plugins/)")
 	fs.StringVar(&cfg.PodResourcesSocket, "pod-resources", "", "kubelet PodResources socket (default /var/lib/kubelet/pod-resources/kubelet.sock)")
 	fs.StringVar(&cfg.CDIDir, "cdi-dir", "", "CDI spec dir (default /var/run/cdi)")
-	fs.StringVar(&cfg.StateDir, "state-dir", "", "the adapter's allocations (default "+cdiadapter.DefaultStateDir+")")
-	fs.DurationVar(&cfg.Poll, "poll", cdiadapter.DefaultPoll, "PodResources poll interval")
-	fs.DurationVar(&cfg.Grace, "grace", cdiadapter.DefaultGrace, "how long an allocation no pod ever showed is kept")
+	fs.StringVar(&cfg.StateDir, "state-dir", "", "the adapter's allocations (default "+adapter.DefaultStateDir+")")
+	fs.DurationVar(&cfg.Poll, "poll", adapter.DefaultPoll, "PodResources poll interval")
+	fs.DurationVar(&cfg.Grace, "grace", adapter.DefaultGrace, "how long an allocation no pod ever showed is kept")
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, "per binary call (default 30s)")
 	logFlags := logging.Register(fs)
 	showVersion := fs.Bool("version", false, "print the version and exit")
@@ -64,7 +64,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := cdiadapter.Run(ctx, cfg, log); err != nil {
+	if err := adapter.Run(ctx, cfg, log); err != nil {
 		log.Error("cdi-adapter failed", "err", err)
 		return 1
 	}

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/devplumb/devplumb/pkg/cdidevnodes"
-	"github.com/devplumb/devplumb/pkg/cdidevnodes/devnodestest"
+	"github.com/devplumb/devplumb/pkg/cdi2017/devnodes"
+	"github.com/devplumb/devplumb/pkg/cdi2017/devnodes/devnodestest"
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/pkg/testenv"
 	oci "github.com/opencontainers/runtime-spec/specs-go"
@@ -85,7 +85,7 @@ func (n *node) waitDevices(count int, stderr *bytes.Buffer) {
 // claims is what cdi-devnodes' state says: request ID -> nodes.
 func (n *node) claims() map[string][]string {
 	n.t.Helper()
-	st, err := cdidevnodes.ReadState(n.devState, "tty")
+	st, err := devnodes.ReadState(n.devState, "tty")
 	if err != nil {
 		n.t.Fatal(err)
 	}

@@ -1,5 +1,5 @@
 // Command cdi-devnodes is the reference binary of the 2017 CDI draft: it
-// hands out device nodes matching a glob (see pkg/cdidevnodes). It is run
+// hands out device nodes matching a glob (see pkg/cdi2017/devnodes). It is run
 // by a caller with CDI_COMMAND and friends in its environment and its
 // config on stdin, e.g.
 //
@@ -8,10 +8,10 @@
 package main
 
 import (
-	"github.com/devplumb/devplumb/pkg/cdibin"
-	"github.com/devplumb/devplumb/pkg/cdidevnodes"
+	"github.com/devplumb/devplumb/pkg/cdi2017/devnodes"
+	"github.com/devplumb/devplumb/pkg/cdi2017/protocol"
 )
 
 func main() {
-	cdibin.Main(cdidevnodes.Handler())
+	protocol.Main(devnodes.Handler())
 }

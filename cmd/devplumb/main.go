@@ -1,5 +1,5 @@
 // Command devplumb is the CNI meta-plugin connecting device plugins and CNI
-// plugins (NPWG Device Information Spec 1.1.0). All logic is in pkg/plugin.
+// plugins (NPWG Device Information Spec 1.1.0). All logic is in pkg/cni/plugin.
 package main
 
 import (
@@ -9,10 +9,10 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/version"
 
-	"github.com/devplumb/devplumb/pkg/config"
-	"github.com/devplumb/devplumb/pkg/kube"
-	"github.com/devplumb/devplumb/pkg/plugin"
-	pversion "github.com/devplumb/devplumb/pkg/version"
+	pversion "github.com/devplumb/devplumb/pkg/base/version"
+	"github.com/devplumb/devplumb/pkg/cni/config"
+	"github.com/devplumb/devplumb/pkg/cni/kube"
+	"github.com/devplumb/devplumb/pkg/cni/plugin"
 )
 
 func main() {

@@ -12,20 +12,20 @@ import (
 	"time"
 
 	"github.com/devplumb/devplumb/devinfo"
-	"github.com/devplumb/devplumb/pkg/config"
-	"github.com/devplumb/devplumb/pkg/nodeview"
+	"github.com/devplumb/devplumb/pkg/cni/config"
+	"github.com/devplumb/devplumb/pkg/cni/nodestate"
 )
 
 // pathFlags are the flags inspect and gc share.
-func pathFlags(fs *flag.FlagSet) func() nodeview.Paths {
+func pathFlags(fs *flag.FlagSet) func() nodestate.Paths {
 	root := fs.String("root", "", "one directory holding pod-resources/kubelet.sock, devinfo/ and devplumb/ (nodesim, make demo)")
-	p := nodeview.Paths{}
+	p := nodestate.Paths{}
 	fs.StringVar(&p.DeviceInfoDir, "devinfo-dir", devinfo.DefaultDir, "device-info directory")
 	fs.StringVar(&p.StateDir, "state-dir", config.DefaultStateDir, "devplumb state directory")
 	fs.StringVar(&p.PodResources, "pod-resources", config.DefaultPodResourcesSocket, "kubelet PodResources socket")
-	return func() nodeview.Paths {
+	return func() nodestate.Paths {
 		if *root != "" {
-			return nodeview.RootPaths(*root)
+			return nodestate.RootPaths(*root)
 		}
 		return p
 	}
@@ -33,25 +33,25 @@ func pathFlags(fs *flag.FlagSet) func() nodeview.Paths {
 
 // parsePaths parses inspect's and gc's flags; code is the exit status
 // when ok is false (0 after --help).
-func parsePaths(fs *flag.FlagSet, args []string) (_ nodeview.Paths, code int, ok bool) {
+func parsePaths(fs *flag.FlagSet, args []string) (_ nodestate.Paths, code int, ok bool) {
 	paths := pathFlags(fs)
 	if err := fs.Parse(args); err != nil {
-		return nodeview.Paths{}, parseExit(err), false
+		return nodestate.Paths{}, parseExit(err), false
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(fs.Output(), "devplumbctl %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
-		return nodeview.Paths{}, 2, false
+		return nodestate.Paths{}, 2, false
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if set["root"] && (set["devinfo-dir"] || set["state-dir"] || set["pod-resources"]) {
 		fmt.Fprintf(fs.Output(), "devplumbctl %s: --root sets all three paths: give --root, or --devinfo-dir/--state-dir/--pod-resources, not both\n", fs.Name())
-		return nodeview.Paths{}, 2, false
+		return nodestate.Paths{}, 2, false
 	}
 	p, err := paths().Abs()
 	if err != nil {
 		fmt.Fprintf(fs.Output(), "devplumbctl %s: %v\n", fs.Name(), err)
-		return nodeview.Paths{}, 2, false
+		return nodestate.Paths{}, 2, false
 	}
 	return p, 0, true
 }
@@ -70,7 +70,7 @@ func inspect(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := timeout()
 	defer cancel()
-	v, err := nodeview.Collect(ctx, paths)
+	v, err := nodestate.Collect(ctx, paths)
 	if err != nil {
 		fmt.Fprintf(stderr, "devplumbctl inspect: %v\n", err)
 		return 2
@@ -95,7 +95,7 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-func printView(w io.Writer, v *nodeview.View) {
+func printView(w io.Writer, v *nodestate.View) {
 	fmt.Fprintf(w, "Pods with devices (kubelet %s):\n", v.Paths.PodResources)
 	switch {
 	case v.Pods == nil:
@@ -135,14 +135,14 @@ func printView(w io.Writer, v *nodeview.View) {
 // networkName is the attachment's network as the pod's network-status names it
 // ("<namespace>/<NAD>" when the config names a NetworkAttachmentDefinition), with the
 // config's name when that differs.
-func networkName(a nodeview.Attachment) string {
+func networkName(a nodestate.Attachment) string {
 	if a.NetworkStatus == nil || a.NetworkStatus.Name == "" || a.NetworkStatus.Name == a.Network {
 		return a.Network
 	}
 	return fmt.Sprintf("%s (config %q)", a.NetworkStatus.Name, a.Network)
 }
 
-func printAttachment(w io.Writer, a nodeview.Attachment) {
+func printAttachment(w io.Writer, a nodestate.Attachment) {
 	res := a.ResourceName
 	if res == "" {
 		res = "(deviceID from the config)"
@@ -180,18 +180,18 @@ func printAttachment(w io.Writer, a nodeview.Attachment) {
 func gc(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gc", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	opts := nodeview.GCOptions{}
+	opts := nodestate.GCOptions{}
 	fs.BoolVar(&opts.DryRun, "dry-run", false, "say what would be removed, remove nothing")
 	fs.BoolVar(&opts.Orphans, "orphans", false, "also remove CNI device-info files no devplumb attachment owns (Multus writes such files for its own networks: use with care)")
 	asJSON := fs.Bool("json", false, `print what was done as a JSON list of {"Verb","What","Why"}`)
-	fs.StringVar(&opts.CNIPath, "cni-path", nodeview.DefaultCNIPath, "where the recorded delegate plugins are (colon separated), to run their DEL")
+	fs.StringVar(&opts.CNIPath, "cni-path", nodestate.DefaultCNIPath, "where the recorded delegate plugins are (colon separated), to run their DEL")
 	paths, code, ok := parsePaths(fs, args)
 	if !ok {
 		return code
 	}
 	ctx, cancel := timeout()
 	defer cancel()
-	acts, err := nodeview.GC(ctx, paths, opts)
+	acts, err := nodestate.GC(ctx, paths, opts)
 	acts = pastTense(acts, opts.DryRun)
 	if *asJSON {
 		if jerr := printJSON(stdout, acts); jerr != nil && err == nil {
@@ -209,9 +209,9 @@ func gc(args []string, stdout, stderr io.Writer) int {
 
 // pastTense says what was done ("removed", "ran", "kept", or with dryRun
 // "would remove", "would run"); never nil.
-func pastTense(acts []nodeview.GCAction, dryRun bool) []nodeview.GCAction {
+func pastTense(acts []nodestate.GCAction, dryRun bool) []nodestate.GCAction {
 	past := map[string]string{"remove": "removed", "run": "ran", "keep": "kept"}
-	out := make([]nodeview.GCAction, 0, len(acts))
+	out := make([]nodestate.GCAction, 0, len(acts))
 	for _, a := range acts {
 		if dryRun && a.Verb != "keep" {
 			a.Verb = "would " + a.Verb
@@ -223,7 +223,7 @@ func pastTense(acts []nodeview.GCAction, dryRun bool) []nodeview.GCAction {
 	return out
 }
 
-func printActions(w io.Writer, acts []nodeview.GCAction) {
+func printActions(w io.Writer, acts []nodestate.GCAction) {
 	removed := 0
 	for _, a := range acts {
 		if a.Verb != "kept" {

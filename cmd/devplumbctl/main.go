@@ -9,7 +9,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/devplumb/devplumb/pkg/version"
+	"github.com/devplumb/devplumb/pkg/base/version"
 )
 
 const usage = `usage:

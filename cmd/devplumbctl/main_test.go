@@ -13,8 +13,8 @@ import (
 
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/devplumb/devplumb/pkg/claims"
-	"github.com/devplumb/devplumb/pkg/nodeview"
+	"github.com/devplumb/devplumb/pkg/cni/attachment"
+	"github.com/devplumb/devplumb/pkg/cni/nodestate"
 	"github.com/devplumb/devplumb/podresources/podresourcestest"
 )
 
@@ -106,7 +106,7 @@ func TestInspectJSONAndGC(t *testing.T) {
 	if code != 1 {
 		t.Fatalf("inspect with an unowned file: exit %d, want 1 (%s)", code, errOut)
 	}
-	var v nodeview.View
+	var v nodestate.View
 	if err := json.Unmarshal([]byte(out), &v); err != nil {
 		t.Fatalf("inspect --json output: %v\n%s", err, out)
 	}
@@ -203,7 +203,7 @@ func TestRelativeRootAndGCJSON(t *testing.T) {
 	t.Chdir(filepath.Dir(root))
 	rel := filepath.Base(root)
 	code, out, errOut := runCmd("inspect", "--json", "--root", rel)
-	var v nodeview.View
+	var v nodestate.View
 	if code != 0 || json.Unmarshal([]byte(out), &v) != nil || v.Paths.StateDir != filepath.Join(root, "devplumb") {
 		t.Fatalf("inspect --root %s: exit %d paths %+v %s", rel, code, v.Paths, errOut)
 	}
@@ -220,10 +220,10 @@ func TestInspectShowsPhases(t *testing.T) {
 		Devices: []*v1.ContainerDevices{{ResourceName: "a.com/a", DeviceIds: []string{"1"}}}}}})
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state")
-	rec := &claims.Attachment{Key: claims.Key{Network: "n", ContainerID: "c1", IfName: "net1"},
-		Pod: claims.Pod{Namespace: "ns", Name: "p"}, ResourceName: "a.com/a", DeviceID: "1", Complete: true,
-		Phases: []claims.Phase{{Name: "config", Duration: 85 * time.Microsecond}, {Name: "delegate", Duration: 12 * time.Millisecond}}}
-	if err := claims.New(state).Put(rec); err != nil {
+	rec := &attachment.Attachment{Key: attachment.Key{Network: "n", ContainerID: "c1", IfName: "net1"},
+		Pod: attachment.Pod{Namespace: "ns", Name: "p"}, ResourceName: "a.com/a", DeviceID: "1", Complete: true,
+		Phases: []attachment.Phase{{Name: "config", Duration: 85 * time.Microsecond}, {Name: "delegate", Duration: 12 * time.Millisecond}}}
+	if err := attachment.New(state).Put(rec); err != nil {
 		t.Fatal(err)
 	}
 	flags := []string{"--devinfo-dir", filepath.Join(dir, "devinfo"), "--state-dir", state, "--pod-resources", srv.Socket}
@@ -232,7 +232,7 @@ func TestInspectShowsPhases(t *testing.T) {
 		t.Fatalf("inspect: exit %d\n%s%s", code, out, errOut)
 	}
 	_, out, _ = runCmd(append([]string{"inspect", "--json"}, flags...)...)
-	var v nodeview.View
+	var v nodestate.View
 	if err := json.Unmarshal([]byte(out), &v); err != nil || len(v.Attachments) != 1 ||
 		len(v.Attachments[0].Phases) != 2 || v.Attachments[0].Phases[1].Duration != 12*time.Millisecond {
 		t.Errorf("inspect --json: %v\n%s", err, out)
@@ -301,10 +301,10 @@ func TestInspectShowsClaim(t *testing.T) {
 	srv.SetPod(&v1.PodResources{Namespace: "ns", Name: "p", Containers: []*v1.ContainerResources{{Name: "c"}}})
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state")
-	claim := &claims.ClaimDevice{Namespace: "ns", Name: "p-net-x7k2q", Driver: "netdev.devplumb.io", Pool: "node1", Device: "vf-1"}
-	rec := &claims.Attachment{Key: claims.Key{Network: "n", ContainerID: "c1", IfName: "net1"},
-		Pod: claims.Pod{Namespace: "ns", Name: "p"}, ResourceName: "a.com/a", DeviceID: "0000:01:00.1", Complete: true, Claim: claim}
-	if err := claims.New(state).Put(rec); err != nil {
+	claim := &attachment.ClaimDevice{Namespace: "ns", Name: "p-net-x7k2q", Driver: "netdev.devplumb.io", Pool: "node1", Device: "vf-1"}
+	rec := &attachment.Attachment{Key: attachment.Key{Network: "n", ContainerID: "c1", IfName: "net1"},
+		Pod: attachment.Pod{Namespace: "ns", Name: "p"}, ResourceName: "a.com/a", DeviceID: "0000:01:00.1", Complete: true, Claim: claim}
+	if err := attachment.New(state).Put(rec); err != nil {
 		t.Fatal(err)
 	}
 	flags := []string{"--devinfo-dir", filepath.Join(dir, "devinfo"), "--state-dir", state, "--pod-resources", srv.Socket}
@@ -313,7 +313,7 @@ func TestInspectShowsClaim(t *testing.T) {
 		t.Fatalf("inspect: exit %d\n%s%s", code, out, errOut)
 	}
 	_, out, _ = runCmd(append([]string{"inspect", "--json"}, flags...)...)
-	var v nodeview.View
+	var v nodestate.View
 	if err := json.Unmarshal([]byte(out), &v); err != nil || len(v.Attachments) != 1 || v.Attachments[0].Claim == nil || *v.Attachments[0].Claim != *claim {
 		t.Errorf("inspect --json: %v\n%s", err, out)
 	}

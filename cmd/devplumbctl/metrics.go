@@ -16,10 +16,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/devplumb/devplumb/pkg/config"
-	"github.com/devplumb/devplumb/pkg/logging"
-	"github.com/devplumb/devplumb/pkg/metricsserver"
-	"github.com/devplumb/devplumb/pkg/phasemetrics"
+	"github.com/devplumb/devplumb/pkg/base/logging"
+	"github.com/devplumb/devplumb/pkg/base/metricsserver"
+	"github.com/devplumb/devplumb/pkg/cni/config"
+	"github.com/devplumb/devplumb/pkg/cni/phasemetrics"
 )
 
 const metricsUsage = `usage: devplumbctl metrics [--listen ADDR] [--state-dir DIR] [--drain-interval D] [--log-level L] [--log-format F]

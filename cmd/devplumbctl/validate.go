@@ -13,8 +13,8 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/devplumb/devplumb/devinfo"
-	"github.com/devplumb/devplumb/pkg/config"
-	"github.com/devplumb/devplumb/pkg/safefile"
+	"github.com/devplumb/devplumb/pkg/base/safefile"
+	"github.com/devplumb/devplumb/pkg/cni/config"
 )
 
 var validators = map[string]func(path string, data []byte) error{

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/devplumb/devplumb/pkg/failpoint"
+	"github.com/devplumb/devplumb/pkg/base/failpoint"
 	"github.com/devplumb/devplumb/pkg/testenv"
 )
 

@@ -2,7 +2,7 @@
 // PCI PFs/VFs, named netdevs, vDPA devices, vhost-user and memif sockets.
 // It advertises them to the kubelet, writes their CDI specs and device-info
 // files, and removes all of it on SIGTERM or SIGINT. With --mode dra it is
-// a DRA driver for the same config instead (pkg/netdevdra): ResourceSlices,
+// a DRA driver for the same config instead (pkg/netdev/dramode): ResourceSlices,
 // and CDI specs and device-info files of prepared claims, which stay
 // prepared across its restarts.
 //
@@ -26,12 +26,12 @@ import (
 
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
-	"github.com/devplumb/devplumb/pkg/dpmetrics"
-	"github.com/devplumb/devplumb/pkg/logging"
-	"github.com/devplumb/devplumb/pkg/metricsserver"
-	"github.com/devplumb/devplumb/pkg/netdevdp"
-	"github.com/devplumb/devplumb/pkg/netdevdra"
-	"github.com/devplumb/devplumb/pkg/version"
+	"github.com/devplumb/devplumb/pkg/base/logging"
+	"github.com/devplumb/devplumb/pkg/base/metricsserver"
+	"github.com/devplumb/devplumb/pkg/base/version"
+	"github.com/devplumb/devplumb/pkg/netdev/dpmode"
+	"github.com/devplumb/devplumb/pkg/netdev/dramode"
+	"github.com/devplumb/devplumb/pkg/netdev/metrics"
 )
 
 func main() {
@@ -42,7 +42,7 @@ func main() {
 type options struct {
 	configPath, pluginDir, devinfoDir, cdiDir, sysfsRoot string
 	metricsAddr, mode, kubeconfig                        string
-	dra                                                  netdevdra.Options
+	dra                                                  dramode.Options
 	log                                                  *slog.Logger
 }
 
@@ -51,7 +51,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if o == nil {
 		return code
 	}
-	cfg, err := netdevdp.LoadConfig(o.configPath)
+	cfg, err := dpmode.LoadConfig(o.configPath)
 	if err != nil {
 		o.log.Error("netdev-dp: bad config", "err", err)
 		return 1
@@ -64,7 +64,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if o.metricsAddr != "" {
-		cfg.Metrics = dpmetrics.New("netdev_dp")
+		cfg.Metrics = metrics.New("netdev_dp")
 		stopMetrics, err := metricsserver.Start("--metrics-address", o.metricsAddr, cfg.Metrics.Handler(), o.log)
 		if err != nil {
 			o.log.Error("netdev-dp: metrics", "err", err)
@@ -75,7 +75,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if o.mode == "dra" {
 		return runDRA(ctx, cfg, o.dra, o.kubeconfig, o.log)
 	}
-	if err := netdevdp.Run(ctx, cfg, o.log); err != nil {
+	if err := dpmode.Run(ctx, cfg, o.log); err != nil {
 		o.log.Error("netdev-dp failed", "err", err)
 		return 1
 	}
@@ -132,7 +132,7 @@ func parse(args []string, stdout, stderr io.Writer) (*options, int) {
 // draFlags registers the flags of DRA mode.
 func draFlags(fs *flag.FlagSet, opts *options) {
 	o := &opts.dra
-	fs.StringVar(&o.DriverName, "driver-name", netdevdra.DefaultDriverName, "dra mode: the DRA driver name (and its attributes' domain)")
+	fs.StringVar(&o.DriverName, "driver-name", dramode.DefaultDriverName, "dra mode: the DRA driver name (and its attributes' domain)")
 	fs.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "dra mode: this node's name (default $NODE_NAME)")
 	fs.StringVar(&o.RegistrarDir, "kubelet-registrar-dir", kubeletplugin.KubeletRegistryDir, "dra mode: the kubelet's plugin registration dir")
 	fs.StringVar(&o.PluginsDir, "kubelet-plugins-dir", kubeletplugin.KubeletPluginsDir, "dra mode: the kubelet's plugins dir (socket in <dir>/<driver>/dra.sock)")
@@ -152,12 +152,12 @@ func checkMode(mode, metricsAddr string) error {
 }
 
 // runDRA serves cfg as a DRA driver until ctx ends.
-func runDRA(ctx context.Context, cfg *netdevdp.Config, o netdevdra.Options, kubeconfig string, log *slog.Logger) int {
-	client, err := netdevdra.NewClient(kubeconfig)
+func runDRA(ctx context.Context, cfg *dpmode.Config, o dramode.Options, kubeconfig string, log *slog.Logger) int {
+	client, err := dramode.NewClient(kubeconfig)
 	if err == nil {
 		o.Client = client
-		var d *netdevdra.Driver
-		if d, err = netdevdra.New(cfg, o, log); err == nil {
+		var d *dramode.Driver
+		if d, err = dramode.New(cfg, o, log); err == nil {
 			err = d.Run(ctx)
 		}
 	}

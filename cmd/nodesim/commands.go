@@ -16,9 +16,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/devplumb/devplumb/pkg/base/resourcename"
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
-	"github.com/devplumb/devplumb/pkg/kubeletsim/prserver"
-	"github.com/devplumb/devplumb/pkg/resname"
+	"github.com/devplumb/devplumb/pkg/kubeletsim/podresourcesserver"
 )
 
 func newFlags(name string) *flag.FlagSet {
@@ -68,8 +68,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	root := fs.String("root", "", "kubelet root directory")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	get := fs.String("podresources-get", "enabled", "how PodResources Get answers: enabled, disabled (gate off) or unimplemented")
-	qps := fs.Float64("podresources-qps", prserver.DefaultQPS, "PodResources rate limit, calls per second for all clients")
-	burst := fs.Int("podresources-burst", prserver.DefaultBurst, "PodResources rate limit burst")
+	qps := fs.Float64("podresources-qps", podresourcesserver.DefaultQPS, "PodResources rate limit, calls per second for all clients")
+	burst := fs.Int("podresources-burst", podresourcesserver.DefaultBurst, "PodResources rate limit burst")
 	grace := fs.Duration("plugin-grace-period", kubeletsim.DefaultPluginGracePeriod,
 		"how long a dead plugin's devices stay listed (unhealthy) before they are dropped")
 	kubeconfig := fs.String("kubeconfig", "", "API server for DRA: pods with claims, DRA plugins in DIR/plugins_registry")
@@ -84,13 +84,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
 		return fmt.Errorf("%w: serve: --log-level %q: %v", errUsage, *level, err)
 	}
-	cfg := prserver.Config{QPS: *qps, Burst: *burst}
+	cfg := podresourcesserver.Config{QPS: *qps, Burst: *burst}
 	switch *get {
 	case "enabled":
 	case "disabled":
-		cfg.GetMode = prserver.GetDisabled
+		cfg.GetMode = podresourcesserver.GetDisabled
 	case "unimplemented":
-		cfg.GetMode = prserver.GetUnimplemented
+		cfg.GetMode = podresourcesserver.GetUnimplemented
 	default:
 		return fmt.Errorf("%w: serve: --podresources-get %q: want enabled, disabled or unimplemented", errUsage, *get)
 	}
@@ -178,7 +178,7 @@ func parseContainer(v string) (kubeletsim.ContainerSpec, error) {
 		if err != nil || n < 1 {
 			return spec, fmt.Errorf("%q: count in %q must be a positive integer", v, r)
 		}
-		if err := resname.Validate(r[:i]); err != nil {
+		if err := resourcename.Validate(r[:i]); err != nil {
 			return spec, fmt.Errorf("%q: %w", v, err)
 		}
 		spec.Requests = append(spec.Requests, kubeletsim.ResourceRequest{Resource: r[:i], Count: n})

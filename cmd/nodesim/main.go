@@ -12,7 +12,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/devplumb/devplumb/pkg/version"
+	"github.com/devplumb/devplumb/pkg/base/version"
 )
 
 const usage = `nodesim: a one-node kubelet emulator speaking the kubelet's real gRPC APIs.

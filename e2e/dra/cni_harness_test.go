@@ -26,7 +26,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/devplumb/devplumb/pkg/dradev"
+	"github.com/devplumb/devplumb/pkg/cni/dradevice"
 	"github.com/devplumb/devplumb/pkg/testenv"
 	"github.com/devplumb/devplumb/podresources/podresourcestest"
 )
@@ -120,10 +120,10 @@ func (n *cniNode) slice(devs ...cniDev) {
 func attrs(id, res string) map[string]string {
 	m := map[string]string{}
 	if id != "" {
-		m[dradev.AttrDeviceID] = id
+		m[dradevice.AttrDeviceID] = id
 	}
 	if res != "" {
-		m[dradev.AttrResourceName] = res
+		m[dradevice.AttrResourceName] = res
 	}
 	return m
 }

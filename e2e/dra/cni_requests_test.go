@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/devplumb/devplumb/e2e/kubeapi"
-	"github.com/devplumb/devplumb/pkg/kube"
+	"github.com/devplumb/devplumb/pkg/cni/kube"
 )
 
 // newRequestCounter is a counting proxy in front of the package's API server.

@@ -15,7 +15,7 @@ import (
 	resourceac "k8s.io/client-go/applyconfigurations/resource/v1"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/devplumb/devplumb/pkg/kube"
+	"github.com/devplumb/devplumb/pkg/cni/kube"
 )
 
 // driverEntry is what the driver wrote in the device's status entry before

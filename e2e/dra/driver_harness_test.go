@@ -33,11 +33,11 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/devplumb/devplumb/e2e/kubeapi"
-	"github.com/devplumb/devplumb/pkg/netdevdp"
-	"github.com/devplumb/devplumb/pkg/netdevdra"
-	"github.com/devplumb/devplumb/pkg/pcipool"
-	"github.com/devplumb/devplumb/pkg/pcisysfs/sysfstest"
-	"github.com/devplumb/devplumb/pkg/sockpool"
+	"github.com/devplumb/devplumb/pkg/netdev/dpmode"
+	"github.com/devplumb/devplumb/pkg/netdev/dramode"
+	"github.com/devplumb/devplumb/pkg/netdev/source/pci"
+	"github.com/devplumb/devplumb/pkg/netdev/source/socket"
+	"github.com/devplumb/devplumb/pkg/netdev/source/sysfs/sysfstest"
 	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
@@ -46,7 +46,7 @@ import (
 const (
 	drvResVF    = "example.com/sriov_vf"
 	drvResVhost = "example.com/vhostuser"
-	drvDriver   = netdevdra.DefaultDriverName
+	drvDriver   = dramode.DefaultDriverName
 )
 
 // netdevDPUser is the DRA DaemonSet's service account: the driver runs as it (through
@@ -67,7 +67,7 @@ type driverNode struct {
 }
 
 // newDriverNode makes the node; extra resources join the config's VFs and sockets.
-func newDriverNode(t *testing.T, extra ...netdevdp.Resource) *driverNode {
+func newDriverNode(t *testing.T, extra ...dpmode.Resource) *driverNode {
 	t.Helper()
 	b := make([]byte, 3)
 	rand.Read(b)
@@ -85,9 +85,9 @@ func newDriverNode(t *testing.T, extra ...netdevdp.Resource) *driverNode {
 	for _, s := range []string{"vhu0.sock", "vhu1.sock"} {
 		n.listen(s)
 	}
-	cfg := netdevdp.Config{Resources: []netdevdp.Resource{
-		{ResourceName: drvResVF, PCI: &pcipool.Selectors{PFNames: []string{"ens1f0"}}},
-		{ResourceName: drvResVhost, VhostUser: &sockpool.VhostUser{SocketDir: n.sockDir, Mode: "client"}},
+	cfg := dpmode.Config{Resources: []dpmode.Resource{
+		{ResourceName: drvResVF, PCI: &pci.Selectors{PFNames: []string{"ens1f0"}}},
+		{ResourceName: drvResVhost, VhostUser: &socket.VhostUser{SocketDir: n.sockDir, Mode: "client"}},
 	}}
 	cfg.Resources = append(cfg.Resources, extra...)
 	data, err := json.Marshal(cfg)

@@ -18,7 +18,7 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/devplumb/devplumb/devinfo"
-	"github.com/devplumb/devplumb/pkg/netdevdra"
+	"github.com/devplumb/devplumb/pkg/netdev/dramode"
 )
 
 // classLister serves the DeviceClasses from the API server to the allocator.
@@ -116,7 +116,7 @@ func (n *driverNode) deviceIDOf(device string) string {
 	for _, s := range items {
 		for _, d := range s.Spec.Devices {
 			if d.Name == device {
-				return strAttr(d, string(netdevdra.AttrDeviceID))
+				return strAttr(d, string(dramode.AttrDeviceID))
 			}
 		}
 	}

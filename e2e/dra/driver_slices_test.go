@@ -7,8 +7,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
-	"github.com/devplumb/devplumb/pkg/netdevdra"
-	"github.com/devplumb/devplumb/pkg/pcisysfs/sysfstest"
+	"github.com/devplumb/devplumb/pkg/netdev/dramode"
+	"github.com/devplumb/devplumb/pkg/netdev/source/sysfs/sysfstest"
 )
 
 func strAttr(d resourceapi.Device, name string) string {
@@ -35,7 +35,7 @@ func TestDriverPublishesSlices(t *testing.T) {
 	_, err = reg.NotifyRegistrationStatus(ctx(t), &registerapi.RegistrationStatus{PluginRegistered: true})
 	drvMust(t, err)
 
-	vf1, sock0 := netdevdra.DeviceName(drvResVF, "0000:01:01.1"), netdevdra.DeviceName(drvResVhost, "vhu0.sock")
+	vf1, sock0 := dramode.DeviceName(drvResVF, "0000:01:01.1"), dramode.DeviceName(drvResVhost, "vhu0.sock")
 	devs := n.waitDevices("six devices", func(m map[string]resourceapi.Device) bool { return len(m) == 6 })
 	dom := drvDriver + "/"
 	want := map[string]string{
@@ -67,7 +67,7 @@ func TestDriverPublishesSlices(t *testing.T) {
 	// Devices come and go.
 	l := n.listen("vhu2.sock")
 	sysfstest.RemovePCI(t, n.sysfs, "0000:01:01.3")
-	sock2, vf3 := netdevdra.DeviceName(drvResVhost, "vhu2.sock"), netdevdra.DeviceName(drvResVF, "0000:01:01.3")
+	sock2, vf3 := dramode.DeviceName(drvResVhost, "vhu2.sock"), dramode.DeviceName(drvResVF, "0000:01:01.3")
 	n.waitDevices("new socket in, removed VF out", func(m map[string]resourceapi.Device) bool {
 		_, in := m[sock2]
 		_, out := m[vf3]

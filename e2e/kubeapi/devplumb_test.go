@@ -18,7 +18,7 @@ import (
 	"github.com/vishvananda/netlink"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/devplumb/devplumb/pkg/kube"
+	"github.com/devplumb/devplumb/pkg/cni/kube"
 	"github.com/devplumb/devplumb/pkg/testenv"
 	"github.com/devplumb/devplumb/podresources/podresourcestest"
 )

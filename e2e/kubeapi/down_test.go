@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/devplumb/devplumb/e2e/kubeapi"
-	"github.com/devplumb/devplumb/pkg/kube"
+	"github.com/devplumb/devplumb/pkg/cni/kube"
 )
 
 // slack is what a bounded call may take beyond its own bound (process scheduling on a

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/devplumb/devplumb/pkg/kube"
+	"github.com/devplumb/devplumb/pkg/cni/kube"
 )
 
 func TestNADResourceName(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/devplumb/devplumb/pkg/kube"
+	"github.com/devplumb/devplumb/pkg/cni/kube"
 )
 
 const nodeName = "node-a"

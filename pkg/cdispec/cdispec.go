@@ -6,7 +6,7 @@
 // minimum version its content needs (cdi.MinimumRequiredVersion), and before
 // it replaces the old file it is read back by the library's own loader
 // (cdi.ReadSpec, the validation a runtime applies). The write itself is
-// atomic with mode 0644 (pkg/atomicfile): the library's own writer leaves
+// atomic with mode 0644 (pkg/base/atomicfile): the library's own writer leaves
 // files 0600, which non-root CDI consumers cannot read.
 package cdispec
 
@@ -21,9 +21,9 @@ import (
 	"strings"
 	"unicode"
 
-	"github.com/devplumb/devplumb/pkg/atomicfile"
-	"github.com/devplumb/devplumb/pkg/devpool"
-	"github.com/devplumb/devplumb/pkg/safefile"
+	"github.com/devplumb/devplumb/pkg/base/atomicfile"
+	"github.com/devplumb/devplumb/pkg/base/safefile"
+	"github.com/devplumb/devplumb/pkg/netdev/source"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 	cdispecs "tags.cncf.io/container-device-interface/specs-go"
@@ -108,7 +108,7 @@ func envPart(s string) string {
 }
 
 // Build returns the spec for devs (at least one).
-func (w *Writer) Build(devs []devpool.Device) (*cdispecs.Spec, error) {
+func (w *Writer) Build(devs []source.Device) (*cdispecs.Spec, error) {
 	if len(devs) == 0 {
 		return nil, errors.New("a CDI spec needs at least one device")
 	}
@@ -132,7 +132,7 @@ func (w *Writer) Build(devs []devpool.Device) (*cdispecs.Spec, error) {
 	return spec, nil
 }
 
-func edits(d devpool.Device) cdispecs.ContainerEdits {
+func edits(d source.Device) cdispecs.ContainerEdits {
 	var e cdispecs.ContainerEdits
 	for _, n := range d.DevNodes {
 		dn := &cdispecs.DeviceNode{Path: n.ContainerPath, Permissions: n.Permissions}
@@ -154,7 +154,7 @@ func edits(d devpool.Device) cdispecs.ContainerEdits {
 // Write makes the spec file describe devs: validated, atomic, 0644, and only
 // when the content changed. With no devices the file is removed, since a CDI
 // spec must list at least one device.
-func (w *Writer) Write(devs []devpool.Device) error {
+func (w *Writer) Write(devs []source.Device) error {
 	if len(devs) == 0 {
 		return w.Remove()
 	}

@@ -12,13 +12,13 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
 	"github.com/devplumb/devplumb/pkg/deviceplugin"
-	"github.com/devplumb/devplumb/pkg/devpool"
+	"github.com/devplumb/devplumb/pkg/netdev/source"
 )
 
-func testDevices() []devpool.Device {
-	return []devpool.Device{
-		{Device: deviceplugin.Device{ID: "0000:01:00.2"}, DevNodes: []devpool.DevNode{{HostPath: "/dev/vfio/12", ContainerPath: "/dev/vfio/12", Permissions: "rw"}}},
-		{Device: deviceplugin.Device{ID: "vhu0.sock"}, Mounts: []devpool.Mount{{HostPath: "/run/vhu/vhu0.sock", ContainerPath: "/run/vhu/vhu0.sock"}}},
+func testDevices() []source.Device {
+	return []source.Device{
+		{Device: deviceplugin.Device{ID: "0000:01:00.2"}, DevNodes: []source.DevNode{{HostPath: "/dev/vfio/12", ContainerPath: "/dev/vfio/12", Permissions: "rw"}}},
+		{Device: deviceplugin.Device{ID: "vhu0.sock"}, Mounts: []source.Mount{{HostPath: "/run/vhu/vhu0.sock", ContainerPath: "/run/vhu/vhu0.sock"}}},
 		{Device: deviceplugin.Device{ID: "veth:odd name"}},
 	}
 }
@@ -90,7 +90,7 @@ func TestRewriteAndRemove(t *testing.T) {
 func TestInvalidSpecIsNotWritten(t *testing.T) {
 	dir := t.TempDir()
 	w, _ := New(dir, "example.com/netdev")
-	bad := []devpool.Device{{Device: deviceplugin.Device{ID: "x"}, DevNodes: []devpool.DevNode{{ContainerPath: "/dev/x", Permissions: "rwz"}}}}
+	bad := []source.Device{{Device: deviceplugin.Device{ID: "x"}, DevNodes: []source.DevNode{{ContainerPath: "/dev/x", Permissions: "rwz"}}}}
 	if err := w.Write(bad); err == nil {
 		t.Fatal("invalid permissions accepted")
 	}
@@ -147,7 +147,7 @@ func TestWriteOverHostileFile(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		done := make(chan error, 1)
 		go func() {
-			done <- w.Write([]devpool.Device{{Device: deviceplugin.Device{ID: "d0", Healthy: true, NUMANode: deviceplugin.NoNUMA}}})
+			done <- w.Write([]source.Device{{Device: deviceplugin.Device{ID: "d0", Healthy: true, NUMANode: deviceplugin.NoNUMA}}})
 		}()
 		select {
 		case err := <-done:

@@ -17,7 +17,7 @@
 //     kubelet.sock, so the server re-creates its own socket when it is removed
 //     and registers again when kubelet.sock is created.
 //   - A plugin directory that is removed and created again is followed
-//     (pkg/dirwatch): the plugin serves and registers again in the new one.
+//     (pkg/base/dirwatch): the plugin serves and registers again in the new one.
 //   - A stale socket left by an earlier run is removed before listening, and
 //     Run removes the socket when its context ends (graceful stop). A socket
 //     that another live plugin serves is never replaced: Run fails instead.

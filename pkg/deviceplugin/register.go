@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/devplumb/devplumb/pkg/failpoint"
+	"github.com/devplumb/devplumb/pkg/base/failpoint"
 )
 
 // ErrRegistrationRejected: the kubelet answered the registration with an

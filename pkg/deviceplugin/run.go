@@ -8,7 +8,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/devplumb/devplumb/pkg/dirwatch"
+	"github.com/devplumb/devplumb/pkg/base/dirwatch"
 	"github.com/fsnotify/fsnotify"
 	"google.golang.org/grpc"
 )

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/devplumb/devplumb/pkg/resname"
+	"github.com/devplumb/devplumb/pkg/base/resourcename"
 )
 
 // NoNUMA marks a device without NUMA affinity.
@@ -74,7 +74,7 @@ type Server struct {
 
 // New checks cfg and returns a server that is not yet serving.
 func New(cfg Config) (*Server, error) {
-	if err := resname.Validate(cfg.ResourceName); err != nil {
+	if err := resourcename.Validate(cfg.ResourceName); err != nil {
 		return nil, fmt.Errorf("device plugin: %w", err)
 	}
 	if cfg.Allocate == nil {

@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/devplumb/devplumb/pkg/atomicfile"
+	"github.com/devplumb/devplumb/pkg/base/atomicfile"
 )
 
 const checkpointVersion = 1

@@ -15,8 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/devplumb/devplumb/pkg/base/resourcename"
 	"github.com/devplumb/devplumb/pkg/kubeletsim/draplugin"
-	"github.com/devplumb/devplumb/pkg/resname"
 )
 
 // The control API is HTTP with JSON bodies on the unix socket
@@ -109,7 +109,7 @@ func (n *Node) handleWait(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res := r.URL.Query().Get("resource")
-	if err := resname.Validate(res); err != nil {
+	if err := resourcename.Validate(res); err != nil {
 		replyErr(w, fmt.Errorf("%w: %w", ErrInvalidPod, err))
 		return
 	}

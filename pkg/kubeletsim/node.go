@@ -51,7 +51,7 @@ import (
 
 	"github.com/devplumb/devplumb/pkg/kubeletsim/dracluster"
 	"github.com/devplumb/devplumb/pkg/kubeletsim/draplugin"
-	"github.com/devplumb/devplumb/pkg/kubeletsim/prserver"
+	"github.com/devplumb/devplumb/pkg/kubeletsim/podresourcesserver"
 )
 
 // maxSocketPath is the size of sun_path in a Linux sockaddr_un.
@@ -65,7 +65,7 @@ type Node struct {
 	ctx     context.Context // ends at Stop; plugin streams run under it
 	cancel  context.CancelFunc
 	reg     *grpc.Server
-	pr      *prserver.Server
+	pr      *podresourcesserver.Server
 	ctl     *controlServer
 	dra     *draplugin.Manager  // nil without DRAOptions
 	cluster *dracluster.Cluster // nil without DRAOptions
@@ -86,7 +86,7 @@ type Node struct {
 // Options tune Start beyond the kubelet defaults.
 type Options struct {
 	// PodResources configures the PodResources server (Get mode, rate limit).
-	PodResources prserver.Config
+	PodResources podresourcesserver.Config
 	// PluginGracePeriod is how long the devices of a plugin whose stream
 	// broke stay listed (unhealthy) before they are dropped, unless it
 	// registers again; default DefaultPluginGracePeriod.
@@ -172,7 +172,7 @@ func (n *Node) startAll(opts Options) error {
 	if err := os.MkdirAll(n.stateDir(), 0o750); err != nil {
 		return fmt.Errorf("create state directory: %w", err)
 	}
-	pr, err := prserver.Start(n.PodResourcesSocket(), n, opts.PodResources)
+	pr, err := podresourcesserver.Start(n.PodResourcesSocket(), n, opts.PodResources)
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/pkg/kubeletsim/kubeletsimtest"
-	"github.com/devplumb/devplumb/pkg/kubeletsim/prserver"
+	"github.com/devplumb/devplumb/pkg/kubeletsim/podresourcesserver"
 	"github.com/devplumb/devplumb/podresources"
 )
 
@@ -24,7 +24,7 @@ func numaOf(cd *v1.ContainerDevices) []int64 {
 // kubelet groups them, also through the List fallback.
 func TestPodResourcesMatchAllocations(t *testing.T) {
 	n, err := kubeletsim.StartWithOptions(t.Context(), root(t), quiet(),
-		kubeletsim.Options{PodResources: prserver.Config{GetMode: prserver.GetDisabled}})
+		kubeletsim.Options{PodResources: podresourcesserver.Config{GetMode: podresourcesserver.GetDisabled}})
 	if err != nil {
 		t.Fatal(err)
 	}

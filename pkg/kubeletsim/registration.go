@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/devplumb/devplumb/pkg/resname"
+	"github.com/devplumb/devplumb/pkg/base/resourcename"
 )
 
 // dialTimeout bounds connecting to a registering plugin and asking its options,
@@ -79,7 +79,7 @@ func (r *registration) Register(ctx context.Context, req *pluginapi.RegisterRequ
 		"endpoint", req.GetEndpoint(), "version", req.GetVersion())
 	err := validateVersion(req.GetVersion())
 	if err == nil {
-		err = resname.Validate(res)
+		err = resourcename.Validate(res)
 	}
 	if err == nil {
 		err = validateEndpoint(req.GetEndpoint())

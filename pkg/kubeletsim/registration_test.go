@@ -9,9 +9,9 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/devplumb/devplumb/pkg/base/resourcename"
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/pkg/kubeletsim/kubeletsimtest"
-	"github.com/devplumb/devplumb/pkg/resname"
 )
 
 func TestValidateResourceName(t *testing.T) {
@@ -28,9 +28,9 @@ func TestValidateResourceName(t *testing.T) {
 		"example.com/-vf":         false,
 		"example.com/a/b":         false,
 	} {
-		err := resname.Validate(name)
+		err := resourcename.Validate(name)
 		if (err == nil) != ok {
-			t.Errorf("resname.Validate(%q) = %v, want ok=%v", name, err, ok)
+			t.Errorf("resourcename.Validate(%q) = %v, want ok=%v", name, err, ok)
 		}
 		if err != nil && !strings.Contains(err.Error(), `the ResourceName "`+name+`" is invalid`) {
 			t.Errorf("error %q lacks the kubelet's wording", err)

@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/devplumb/devplumb/pkg/resname"
+	"github.com/devplumb/devplumb/pkg/base/resourcename"
 )
 
 // validateVersion accepts what the kubelet supports (v1beta1), with the
@@ -63,7 +63,7 @@ func validateSpec(spec PodSpec) error {
 func validateRequests(c ContainerSpec) error {
 	seen := map[string]bool{}
 	for _, r := range c.Requests {
-		if err := resname.Validate(r.Resource); err != nil {
+		if err := resourcename.Validate(r.Resource); err != nil {
 			return fmt.Errorf("container %q: %w", c.Name, err)
 		}
 		if r.Count < 1 {

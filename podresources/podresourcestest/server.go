@@ -12,37 +12,37 @@ import (
 	"google.golang.org/protobuf/proto"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/devplumb/devplumb/pkg/kubeletsim/prserver"
+	"github.com/devplumb/devplumb/pkg/kubeletsim/podresourcesserver"
 )
 
 // ServerOption configures NewServer.
-type ServerOption func(*prserver.Config)
+type ServerOption func(*podresourcesserver.Config)
 
 // WithGetDisabled makes Get answer like a kubelet with the
 // KubeletPodResourcesGet gate off: code Unknown, "PodResources API Get method disabled".
 func WithGetDisabled() ServerOption {
-	return func(c *prserver.Config) { c.GetMode = prserver.GetDisabled }
+	return func(c *podresourcesserver.Config) { c.GetMode = podresourcesserver.GetDisabled }
 }
 
 // WithGetUnimplemented makes Get answer codes.Unimplemented (kubelet < 1.27).
 func WithGetUnimplemented() ServerOption {
-	return func(c *prserver.Config) { c.GetMode = prserver.GetUnimplemented }
+	return func(c *podresourcesserver.Config) { c.GetMode = podresourcesserver.GetUnimplemented }
 }
 
 // WithRateLimit sets the shared limiter (the kubelet's is 100 QPS, burst 10).
 func WithRateLimit(qps float64, burst int) ServerOption {
-	return func(c *prserver.Config) { c.QPS, c.Burst, c.NoRateLimit = qps, burst, false }
+	return func(c *podresourcesserver.Config) { c.QPS, c.Burst, c.NoRateLimit = qps, burst, false }
 }
 
 // WithoutRateLimit turns the limiter off, e.g. for benchmarks of lookups.
 func WithoutRateLimit() ServerOption {
-	return func(c *prserver.Config) { c.NoRateLimit = true }
+	return func(c *podresourcesserver.Config) { c.NoRateLimit = true }
 }
 
 // WithOnCall calls f with each call's method name ("List", "Get", ...) as it
 // arrives, before it is answered: a test sees what holds at that moment.
 func WithOnCall(f func(method string)) ServerOption {
-	return func(c *prserver.Config) { c.OnCall = f }
+	return func(c *podresourcesserver.Config) { c.OnCall = f }
 }
 
 // Server is a PodResources server whose pods the test sets.
@@ -61,7 +61,7 @@ type Server struct {
 // when that path is too long for a socket) and stops it in t.Cleanup.
 func NewServer(t testing.TB, opts ...ServerOption) *Server {
 	t.Helper()
-	var cfg prserver.Config
+	var cfg podresourcesserver.Config
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -78,7 +78,7 @@ func NewServer(t testing.TB, opts ...ServerOption) *Server {
 			user(method)
 		}
 	}
-	srv, err := prserver.Start(s.Socket, s, cfg)
+	srv, err := podresourcesserver.Start(s.Socket, s, cfg)
 	if err != nil {
 		t.Fatalf("start PodResources test server: %v", err)
 	}
@@ -154,7 +154,7 @@ func (s *Server) SetAllocatable(resp *v1.AllocatableResourcesResponse) {
 	s.allocatable = c
 }
 
-// ListPods implements prserver.Source.
+// ListPods implements podresourcesserver.Source.
 func (s *Server) ListPods() []*v1.PodResources {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -165,7 +165,7 @@ func (s *Server) ListPods() []*v1.PodResources {
 	return out
 }
 
-// GetPod implements prserver.Source.
+// GetPod implements podresourcesserver.Source.
 func (s *Server) GetPod(namespace, name string) (*v1.PodResources, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -176,7 +176,7 @@ func (s *Server) GetPod(namespace, name string) (*v1.PodResources, bool) {
 	return proto.Clone(p).(*v1.PodResources), true
 }
 
-// Allocatable implements prserver.Source.
+// Allocatable implements podresourcesserver.Source.
 func (s *Server) Allocatable() *v1.AllocatableResourcesResponse {
 	s.mu.Lock()
 	defer s.mu.Unlock()

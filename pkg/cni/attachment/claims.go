@@ -1,0 +1,283 @@
+// Package claims records which device each attachment of a pod holds.
+//
+// One JSON record per attachment (network, container ID, interface) lives in
+// <stateDir>/attachments; every read-modify-write happens under an exclusive
+// flock on <stateDir>/lock, so concurrent ADDs of many pods never hand out one
+// device twice. The record also caches what DEL needs (the delegate config and
+// runtime arguments used at ADD) and the network-status entry.
+package attachment
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+)
+
+// Key identifies one attachment.
+type Key struct {
+	Network     string `json:"network"`
+	ContainerID string `json:"containerID"`
+	IfName      string `json:"ifName"`
+}
+
+// Pod identifies the pod an attachment belongs to (from CNI_ARGS).
+type Pod struct {
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+	UID       string `json:"uid,omitempty"`
+}
+
+// Known reports whether the runtime told us which pod this is.
+func (p Pod) Known() bool { return p.Namespace != "" && p.Name != "" }
+
+func (p Pod) String() string {
+	if !p.Known() {
+		return "(pod unknown: no K8S_POD_NAMESPACE/K8S_POD_NAME in CNI_ARGS)"
+	}
+	return p.Namespace + "/" + p.Name
+}
+
+// Attachment is the state kept for one attachment.
+type Attachment struct {
+	Key
+	Pod          Pod    `json:"pod"`
+	ResourceName string `json:"resourceName,omitempty"`
+	DeviceID     string `json:"deviceID"`
+	// Claim is the DRA device the device ID came from (nil for a device
+	// plugin's device): DEL and GC remove devplumb's part of the claim's
+	// status with it, without reading the pod or the claim again.
+	Claim *ClaimDevice `json:"claim,omitempty"`
+	// CNIFile is the CNI device-info file of this attachment.
+	CNIFile string `json:"cniFile,omitempty"`
+	// Delegate is the delegate conflist as run at ADD, so DEL runs the same.
+	Delegate       json.RawMessage `json:"delegate,omitempty"`
+	NetNS          string          `json:"netns,omitempty"`
+	CNIArgs        [][2]string     `json:"cniArgs,omitempty"`
+	CapabilityArgs map[string]any  `json:"capabilityArgs,omitempty"`
+	// Complete is set when ADD finished; an incomplete record is an ADD in
+	// progress or one that crashed half way (GC and DEL clean it), or a DEL
+	// that undid the delegates and was killed before removing the record.
+	Complete      bool                 `json:"complete"`
+	Result        json.RawMessage      `json:"result,omitempty"`
+	NetworkStatus *nadv1.NetworkStatus `json:"networkStatus,omitempty"`
+	// Phases is how long each step of the ADD that completed this record took.
+	Phases []Phase `json:"phases,omitempty"`
+}
+
+// ClaimDevice names one allocated device of one ResourceClaim: the claim,
+// and the key of its status.devices[] entry (driver, pool, device).
+type ClaimDevice struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Driver    string `json:"driver"`
+	Pool      string `json:"pool"`
+	Device    string `json:"device"`
+	// Request is the claim's request the device was allocated for, when known.
+	Request string `json:"request,omitempty"`
+}
+
+func (c ClaimDevice) String() string {
+	return fmt.Sprintf("ResourceClaim %s/%s device %s/%s/%s", c.Namespace, c.Name, c.Driver, c.Pool, c.Device)
+}
+
+// Phase is one timed step of a CNI call (what `make bench` and inspect show).
+type Phase struct {
+	Name     string        `json:"name"`
+	Duration time.Duration `json:"ns"`
+}
+
+// Store is the claim state below one state directory.
+type Store struct{ Dir string }
+
+// New returns the store under dir (created on first write).
+func New(dir string) *Store { return &Store{Dir: dir} }
+
+// ErrNoFreeDevice is returned when every candidate device is claimed.
+var ErrNoFreeDevice = errors.New("no free device")
+
+// Request asks for a device for one attachment.
+type Request struct {
+	Key
+	Pod          Pod
+	ResourceName string
+	// Candidates are the devices this attachment may take, in preference
+	// order (the kubelet's order, or the one device the caller named).
+	Candidates []string
+	// Stale, when set, is asked (under the lock) about another pod's claim
+	// on a candidate; true drops that claim. The kubelet gave the device to
+	// this pod, so a holder the kubelet no longer knows missed its DEL. It
+	// runs under the node-wide lock, so it must not block: the caller asks
+	// the kubelet first and Stale only checks the answer still applies.
+	Stale func(*Attachment) bool
+	// SandboxGone, when set, tells (under the lock, without blocking)
+	// whether the sandbox of a record of this pod under another container
+	// ID is gone; only then does this attachment take over its claims.
+	// Unset, none is taken over.
+	SandboxGone func(*Attachment) bool
+}
+
+// Claimed is the outcome of Claim.
+type Claimed struct {
+	Attachment *Attachment
+	// Dropped are records of older sandboxes of the same pod that Claim
+	// removed; the caller cleans their CNI files.
+	Dropped []*Attachment
+	// Unreadable reports corrupt records Claim passed over (for the log):
+	// one bad file must not stop every ADD on the node.
+	Unreadable error
+}
+
+// Claim picks a device for the attachment under the lock and records it.
+// A retried ADD of the same attachment gets the device it already holds.
+// On error, a non-nil Claimed still lists the claims it dropped.
+func (s *Store) Claim(req Request) (*Claimed, error) {
+	var out *Claimed
+	err := s.Locked(func() error {
+		var err error
+		out, err = s.claimLocked(req)
+		return err
+	})
+	return out, err
+}
+
+func (s *Store) claimLocked(req Request) (*Claimed, error) {
+	all, unreadable, err := s.list()
+	if err != nil {
+		return nil, err
+	}
+	out := &Claimed{Unreadable: unreadable}
+	own, held, err := s.partition(req, all, out)
+	if err != nil {
+		return out, err
+	}
+	if own != nil && slices.Contains(req.Candidates, own.DeviceID) && own.ResourceName == req.ResourceName {
+		out.Attachment = own
+		return out, nil
+	}
+	if err := s.pick(req, held, out); err != nil {
+		// The older sandboxes' claims are gone even so: the caller undoes them.
+		return out, err
+	}
+	if own != nil {
+		// The same attachment asked for another device: what its old
+		// claim set up is the caller's to undo.
+		out.Dropped = append(out.Dropped, own)
+	}
+	return out, nil
+}
+
+// partition sorts the records: the attachment's own, the claims of older
+// sandboxes of the pod (removed, into out.Dropped), and the devices of the
+// resource other attachments hold.
+func (s *Store) partition(req Request, all []*Attachment, out *Claimed) (*Attachment, map[string]*Attachment, error) {
+	var own *Attachment
+	held := map[string]*Attachment{}
+	for _, a := range all {
+		switch {
+		case a.Key == req.Key:
+			own = a
+		case olderSandbox(a, req):
+			if err := s.Remove(a.Key); err != nil {
+				return nil, nil, err
+			}
+			out.Dropped = append(out.Dropped, a)
+		case a.ResourceName == req.ResourceName:
+			held[a.DeviceID] = a
+		}
+	}
+	return own, held, nil
+}
+
+// pick records the first candidate no one holds, taking over a holder that
+// req.Stale calls stale, into out.Attachment.
+func (s *Store) pick(req Request, held map[string]*Attachment, out *Claimed) error {
+	for _, dev := range req.Candidates {
+		if a := held[dev]; a != nil && req.Stale != nil && req.Stale(a) {
+			if err := s.Remove(a.Key); err != nil {
+				return err
+			}
+			out.Dropped = append(out.Dropped, a)
+			delete(held, dev)
+		}
+		if held[dev] != nil {
+			continue
+		}
+		a := &Attachment{Key: req.Key, Pod: req.Pod, ResourceName: req.ResourceName, DeviceID: dev}
+		if err := s.Put(a); err != nil {
+			return err
+		}
+		out.Attachment = a
+		return nil
+	}
+	return noFreeError(req, held)
+}
+
+// olderSandbox: a record of the same pod (namespace, name and UID: a pod
+// recreated under the same name is another pod) under another container ID
+// whose sandbox is gone belongs to a sandbox the runtime replaced; its
+// device is this pod's again. A sandbox still there keeps its claims until
+// its DEL.
+func olderSandbox(a *Attachment, req Request) bool {
+	return req.Pod.Known() && a.Pod.Namespace == req.Pod.Namespace && a.Pod.Name == req.Pod.Name &&
+		req.Pod.UID != "" && a.Pod.UID == req.Pod.UID && a.ContainerID != req.ContainerID &&
+		req.SandboxGone != nil && req.SandboxGone(a)
+}
+
+func noFreeError(req Request, held map[string]*Attachment) error {
+	var holders []string
+	for _, dev := range req.Candidates {
+		a := held[dev]
+		holders = append(holders, fmt.Sprintf("%s held by pod %s (container %s, interface %s, network %s)",
+			dev, a.Pod, a.ContainerID, a.IfName, a.Network))
+	}
+	res := req.ResourceName
+	if res == "" {
+		res = "(explicit deviceID)"
+	}
+	return fmt.Errorf("%w for pod %s, resource %s: %s; give the pod one more device of the resource, or DEL/GC stale attachments",
+		ErrNoFreeDevice, req.Pod, res, strings.Join(holders, "; "))
+}
+
+// Release removes the record of k under the lock; a missing one is fine.
+func (s *Store) Release(k Key) error {
+	return s.Locked(func() error { return s.Remove(k) })
+}
+
+// ReleaseHeld removes a's record only while it still holds a's device, so a
+// failed ADD rolling back never frees a claim someone else made since.
+func (s *Store) ReleaseHeld(a *Attachment) error {
+	return s.Locked(func() error {
+		cur, err := s.Get(a.Key)
+		if err == nil && (cur == nil || cur.DeviceID != a.DeviceID || cur.ResourceName != a.ResourceName) {
+			return nil
+		}
+		return s.Remove(a.Key) // ours, or corrupt: either way not a live claim of another
+	})
+}
+
+// ErrClaimLost is returned by Update when the record it would rewrite is
+// gone or holds another device: a newer sandbox of the pod, or a takeover of
+// a stale claim, took the device while this ADD ran.
+var ErrClaimLost = errors.New("the device claim was taken over")
+
+// Update rewrites a record under the lock, only while the attachment still
+// holds the device it claimed: writing it back unconditionally would
+// resurrect a dropped claim and hand one device out twice.
+func (s *Store) Update(a *Attachment) error {
+	return s.Locked(func() error {
+		cur, err := s.Get(a.Key)
+		if err != nil {
+			return err
+		}
+		if cur == nil || cur.DeviceID != a.DeviceID || cur.ResourceName != a.ResourceName {
+			return fmt.Errorf("%w: attachment %s/%s/%s no longer holds device %s; run ADD again",
+				ErrClaimLost, a.Network, a.ContainerID, a.IfName, a.DeviceID)
+		}
+		return s.Put(a)
+	})
+}

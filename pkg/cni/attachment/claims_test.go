@@ -1,0 +1,274 @@
+package attachment
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// req asks for a device for pod ns/pod (UID "uid-"+pod); every other
+// sandbox counts as gone.
+func req(pod, cid, ifname string, cands ...string) Request {
+	return Request{
+		Key:          Key{Network: "net", ContainerID: cid, IfName: ifname},
+		Pod:          Pod{Namespace: "ns", Name: pod, UID: "uid-" + pod},
+		ResourceName: "example.com/vf",
+		Candidates:   cands,
+		SandboxGone:  func(*Attachment) bool { return true },
+	}
+}
+
+func TestTwoAttachmentsOfOnePodGetTwoDevices(t *testing.T) {
+	s := New(t.TempDir())
+	a, err := s.Claim(req("p", "c1", "net1", "d0", "d1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Claim(req("p", "c1", "net2", "d0", "d1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Attachment.DeviceID != "d0" || b.Attachment.DeviceID != "d1" {
+		t.Errorf("got %s and %s, want d0 and d1", a.Attachment.DeviceID, b.Attachment.DeviceID)
+	}
+	_, err = s.Claim(req("p", "c1", "net3", "d0", "d1"))
+	if !errors.Is(err, ErrNoFreeDevice) || !strings.Contains(err.Error(), "ns/p") || !strings.Contains(err.Error(), "net2") {
+		t.Errorf("third claim: %v", err)
+	}
+}
+
+func TestRetryGetsSameDeviceAndReleaseFrees(t *testing.T) {
+	s := New(t.TempDir())
+	r := req("p", "c1", "net1", "d0", "d1")
+	a, _ := s.Claim(r)
+	_, _ = s.Claim(req("p", "c1", "net2", "d0", "d1"))
+	again, err := s.Claim(r)
+	if err != nil || again.Attachment.DeviceID != a.Attachment.DeviceID {
+		t.Fatalf("retry: %v %+v", err, again)
+	}
+	if err := s.Release(r.Key); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(r.Key); err != nil {
+		t.Fatalf("second release must succeed: %v", err)
+	}
+	got, err := s.Get(r.Key)
+	if err != nil || got != nil {
+		t.Fatalf("record after release: %v %v", got, err)
+	}
+}
+
+func TestOlderSandboxIsDropped(t *testing.T) {
+	s := New(t.TempDir())
+	if _, err := s.Claim(req("p", "old", "net1", "d0")); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Claim(req("p", "new", "net1", "d0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Attachment.DeviceID != "d0" || len(c.Dropped) != 1 || c.Dropped[0].ContainerID != "old" {
+		t.Fatalf("claim: %+v dropped %+v", c.Attachment, c.Dropped)
+	}
+	all, _ := s.List()
+	if len(all) != 1 || all[0].ContainerID != "new" {
+		t.Errorf("state: %+v", all)
+	}
+}
+
+func TestConcurrentPodsNeverShare(t *testing.T) {
+	s := New(t.TempDir())
+	var devs []string
+	for i := range 32 {
+		devs = append(devs, fmt.Sprintf("d%d", i))
+	}
+	var wg sync.WaitGroup
+	got := make([]string, 32)
+	errs := make([]error, 32)
+	for i := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := s.Claim(req(fmt.Sprintf("p%d", i), fmt.Sprintf("c%d", i), "net1", devs...))
+			errs[i] = err
+			if err == nil {
+				got[i] = c.Attachment.DeviceID
+			}
+		}()
+	}
+	wg.Wait()
+	seen := map[string]int{}
+	for i, d := range got {
+		if errs[i] != nil {
+			t.Fatalf("pod %d: %v", i, errs[i])
+		}
+		if j, dup := seen[d]; dup {
+			t.Fatalf("pods %d and %d share %s", i, j, d)
+		}
+		seen[d] = i
+	}
+}
+
+func TestUnsafeKeyAndCorruptState(t *testing.T) {
+	s := New(t.TempDir())
+	r := req("p", "../../etc", "net1", "d0")
+	if _, err := s.Claim(r); err == nil {
+		t.Fatal("a container ID with .. must be refused")
+	}
+	if _, err := s.Claim(req("p", "c1", "..", "d0")); err == nil {
+		t.Fatal("an interface name .. must be refused")
+	}
+	if _, err := s.Claim(req("p", "c1", "x%y#z", "d0")); err != nil {
+		t.Fatalf("any interface name the kernel takes is fine: %v", err)
+	}
+	if err := os.MkdirAll(filepath.Join(s.Dir, "attachments"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	bad, err := s.path(Key{"net", "c1", "net1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(Key{"net", "c1", "net1"}); err == nil || !strings.Contains(err.Error(), "corrupt") {
+		t.Errorf("corrupt record: %v", err)
+	}
+}
+
+// One corrupt record (of another attachment) must not stop every ADD on the
+// node: Claim passes over it and reports it.
+func TestCorruptRecordDoesNotWedgeClaims(t *testing.T) {
+	s := New(t.TempDir())
+	if _, err := s.Claim(req("p", "c0", "net1", "d0")); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := s.path(Key{"net", "c0", "net1"})
+	if err := os.WriteFile(p, []byte("{trunc"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Claim(req("q", "c1", "net1", "d1"))
+	if err != nil || c.Attachment.DeviceID != "d1" {
+		t.Fatalf("claim beside a corrupt record: %+v %v", c, err)
+	}
+	if c.Unreadable == nil || !strings.Contains(c.Unreadable.Error(), p) {
+		t.Errorf("the corrupt record is not reported: %v", c.Unreadable)
+	}
+	if err := s.Release(Key{"net", "c0", "net1"}); err != nil {
+		t.Fatalf("release of a corrupt record: %v", err)
+	}
+	if all, err := s.List(); err != nil || len(all) != 1 {
+		t.Errorf("after release: %v %v", all, err)
+	}
+}
+
+// Attachments whose names would join to the same string with '-' and '_'
+// keep separate records.
+func TestLookalikeKeysDoNotCollide(t *testing.T) {
+	s := New(t.TempDir())
+	a, b := req("p", "c", "net1", "d0", "d1"), req("p", "c", "net1", "d0", "d1")
+	a.Network, b.Network, b.ContainerID = "a-b", "a", "b-c"
+	a.ContainerID = "c"
+	b.Pod = Pod{Namespace: "ns", Name: "other"}
+	for _, r := range []Request{a, b} {
+		if _, err := s.Claim(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, err := s.List()
+	if err != nil || len(all) != 2 || all[0].DeviceID == all[1].DeviceID {
+		t.Fatalf("records %+v %v: want two with different devices", all, err)
+	}
+	if _, err := s.Claim(req("p", "c1", "a b", "d0")); err == nil {
+		t.Error("an interface name with a space must be refused")
+	}
+}
+
+// An ADD whose claim was dropped while it ran (a newer sandbox of the pod took
+// the device) cannot write it back: that would hand the device out twice.
+func TestUpdateAfterDropIsRefused(t *testing.T) {
+	s := New(t.TempDir())
+	old, err := s.Claim(req("p", "c1", "net1", "d0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(req("p", "c2", "net1", "d0")); err != nil {
+		t.Fatal(err)
+	}
+	old.Attachment.Complete = true
+	if err := s.Update(old.Attachment); !errors.Is(err, ErrClaimLost) {
+		t.Fatalf("update of a dropped claim: %v", err)
+	}
+	all, _ := s.List()
+	if len(all) != 1 || all[0].ContainerID != "c2" {
+		t.Errorf("records %+v: want only the new sandbox's", all)
+	}
+}
+
+func TestStaleClaimOfAnotherPodIsDropped(t *testing.T) {
+	s := New(t.TempDir())
+	if _, err := s.Claim(req("gone", "c0", "net1", "d0")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(req("live", "c1", "net1", "d0")); !errors.Is(err, ErrNoFreeDevice) {
+		t.Fatalf("without Stale the holder keeps the device: %v", err)
+	}
+	r := req("live", "c1", "net1", "d0")
+	r.Stale = func(a *Attachment) bool { return a.Pod.Name == "gone" }
+	c, err := s.Claim(r)
+	if err != nil || c.Attachment.DeviceID != "d0" || len(c.Dropped) != 1 || c.Dropped[0].Pod.Name != "gone" {
+		t.Fatalf("claim %+v %v", c, err)
+	}
+}
+
+// GC can clear unreadable records: only the network's, only unwanted ones.
+func TestRemoveCorrupt(t *testing.T) {
+	s := New(t.TempDir())
+	for _, cid := range []string{"keep", "drop", "fine"} {
+		if _, err := s.Claim(req("p"+cid, cid, "net1", "d-"+cid)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, cid := range []string{"keep", "drop"} {
+		p, _ := s.path(Key{"net", cid, "net1"})
+		if err := os.WriteFile(p, []byte("{"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other, _ := s.path(Key{"other", "drop", "net1"})
+	if err := os.WriteFile(other, []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.RemoveCorrupt("net", func(k Key) bool { return k.ContainerID == "keep" })
+	if err != nil || len(got) != 1 || got[0] != (Key{"net", "drop", "net1"}) {
+		t.Fatalf("removed %v %v", got, err)
+	}
+	if all, err := s.List(); len(all) != 1 || all[0].ContainerID != "fine" || err == nil {
+		t.Errorf("left %+v %v: want the readable record and two corrupt ones reported", all, err)
+	}
+}
+
+// The same attachment asking for another device drops its old claim (the
+// caller undoes it); a new sandbox's claim failing still reports the older
+// sandbox's claims it dropped.
+func TestReplacedAndDroppedAreReported(t *testing.T) {
+	s := New(t.TempDir())
+	if _, err := s.Claim(req("p", "c1", "net1", "d0")); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Claim(req("p", "c1", "net1", "d1"))
+	if err != nil || c.Attachment.DeviceID != "d1" || len(c.Dropped) != 1 || c.Dropped[0].DeviceID != "d0" {
+		t.Fatalf("claim of another device: %+v %v", c, err)
+	}
+	if _, err := s.Claim(req("q", "c9", "net1", "d2")); err != nil {
+		t.Fatal(err)
+	}
+	c, err = s.Claim(req("p", "c2", "net1", "d2"))
+	if !errors.Is(err, ErrNoFreeDevice) || c == nil || len(c.Dropped) != 1 || c.Dropped[0].ContainerID != "c1" {
+		t.Fatalf("failed claim of a new sandbox: %+v %v", c, err)
+	}
+}

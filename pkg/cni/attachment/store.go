@@ -1,0 +1,293 @@
+package attachment
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/utils"
+	"golang.org/x/sys/unix"
+
+	"github.com/devplumb/devplumb/pkg/base/atomicfile"
+	"github.com/devplumb/devplumb/pkg/base/safefile"
+)
+
+// This file is the record store: one file per attachment, the lock, and
+// reading and writing records. claims.go decides who gets which device.
+
+func (s *Store) attachDir() string { return filepath.Join(s.Dir, "attachments") }
+
+// path of the record of k. Each part must pass the CNI specification's own
+// check (skel applies it; this keeps a direct caller inside the dir), and
+// ':', which none of them may contain, separates them, so two different
+// attachments never share a file ("a-b","c" and "a","b-c" would with '-').
+func (s *Store) path(k Key) (string, error) {
+	checks := []struct {
+		what, val string
+		check     func(string) *types.Error
+	}{
+		{"network name", k.Network, utils.ValidateNetworkName},
+		{"container ID", k.ContainerID, utils.ValidateContainerID},
+		{"interface name", k.IfName, utils.ValidateInterfaceName},
+	}
+	for _, c := range checks {
+		if err := c.check(c.val); err != nil {
+			return "", fmt.Errorf("attachment %q/%q/%q: %s %q cannot be part of a state file name: %s",
+				k.Network, k.ContainerID, k.IfName, c.what, c.val, err.Msg)
+		}
+	}
+	return filepath.Join(s.attachDir(), recordName(k)), nil
+}
+
+// maxName is the longest file name the filesystems devplumb runs on take.
+const maxName = 255
+
+// recordName is the record's file name: the readable "<network>:<container
+// ID>:<ifname>.json" while it fits in a file name, else "h:<sha256 of
+// that>.json". The CNI specification limits none of the three in length, so
+// a long container ID must still give a name: DEL must find (and remove) the
+// record of any attachment ADD accepted. A hashed name has one ':', a plain
+// one two, so the two kinds never meet.
+func recordName(k Key) string {
+	plain := k.Network + ":" + k.ContainerID + ":" + k.IfName
+	if len(plain)+len(".json") <= maxName {
+		return plain + ".json"
+	}
+	sum := sha256.Sum256([]byte(plain))
+	return "h:" + hex.EncodeToString(sum[:]) + ".json"
+}
+
+// Locked runs fn while holding the store's exclusive lock. The state dir
+// is checked (safefile.CheckDir) and the lock is never a link: a NAD author
+// who names a stateDir someone else can write in gets an error, not writes
+// in that someone's chosen place.
+func (s *Store) Locked(fn func() error) error {
+	if err := safefile.EnsureDir(s.Dir, 0o700); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	f, err := openLock(filepath.Join(s.Dir, "lock"))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("lock state dir %s: %w", s.Dir, err)
+	}
+	defer unix.Flock(int(f.Fd()), unix.LOCK_UN) //nolint:errcheck // closing the file unlocks too
+	return fn()
+}
+
+// openLock opens (creating) the lock file, refusing a link or anything but
+// a regular file.
+func openLock(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o600)
+	if errors.Is(err, unix.ELOOP) {
+		return nil, fmt.Errorf("state lock %s: %w: it is a symbolic link", path, safefile.ErrNotRegular)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open state lock: %w", err)
+	}
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("state lock %s: %w (%v)", path, safefile.ErrNotRegular, err)
+	}
+	return f, nil
+}
+
+// records checks the records directory (creating it if create) and
+// returns it; ok is false when it does not exist (no records).
+func (s *Store) records(create bool) (dir string, ok bool, err error) {
+	dir = s.attachDir()
+	if create {
+		_, err = safefile.EnsureDirUnder(s.Dir, "attachments", 0o700)
+	} else {
+		_, err = safefile.CheckDirUnder(s.Dir, "attachments")
+	}
+	if errors.Is(err, os.ErrNotExist) {
+		return dir, false, nil
+	}
+	if err != nil {
+		return dir, false, fmt.Errorf("state: %w", err)
+	}
+	return dir, true, nil
+}
+
+// Get returns the record of k, or nil when there is none. Callers that
+// modify state hold the lock.
+func (s *Store) Get(k Key) (*Attachment, error) {
+	p, err := s.path(k)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok, err := s.records(false); !ok || err != nil {
+		return nil, err
+	}
+	return readRecord(p)
+}
+
+// maxRecordSize bounds a state record: one holds a delegate config and its
+// result, a few KiB; anything near this limit was not written by devplumb.
+const maxRecordSize = 4 << 20
+
+// readRecord reads one record. It is never a link, FIFO or device when
+// devplumb wrote it, so such a file is refused (as corrupt) rather than
+// followed, blocked on or read without end while the state lock is held.
+func readRecord(p string) (*Attachment, error) {
+	data, err := safefile.ReadFile(p, maxRecordSize, safefile.NoFollow)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("state file %s is unusable (%w): remove it and run DEL again", p, err)
+	}
+	a := &Attachment{}
+	if err := json.Unmarshal(data, a); err != nil {
+		return nil, fmt.Errorf("state file %s is corrupt (%v): remove it and run DEL again", p, err)
+	}
+	return a, nil
+}
+
+// Put writes a record atomically, without fsync: the claims describe network
+// namespaces and devices in pods, none of which survive the reboot that a power loss
+// is, and ADD passes over a record a crash left empty. fsync made every ADD write
+// wait for the disk, twice per record.
+func (s *Store) Put(a *Attachment) error {
+	p, err := s.path(a.Key)
+	if err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(a, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode state: %w", err)
+	}
+	if _, _, err := s.records(true); err != nil {
+		return err
+	}
+	if err := atomicfile.WriteFileVolatile(p, data, 0o600); err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	return nil
+}
+
+// Remove deletes the record of k; a missing record is fine.
+func (s *Store) Remove(k Key) error {
+	p, err := s.path(k)
+	if err != nil {
+		return err
+	}
+	if _, ok, err := s.records(false); !ok || err != nil {
+		return err
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove state: %w", err)
+	}
+	return nil
+}
+
+// List returns all records, sorted by file name. Corrupt records are
+// skipped and reported in the error, so one bad file does not block GC.
+func (s *Store) List() ([]*Attachment, error) {
+	out, corrupt, err := s.list()
+	if err != nil {
+		return nil, err
+	}
+	return out, corrupt
+}
+
+// list returns the readable records, the errors of corrupt ones apart, and
+// err when the directory itself cannot be read.
+func (s *Store) list() (out []*Attachment, corrupt, err error) {
+	if _, ok, err := s.records(false); !ok || err != nil {
+		return nil, nil, err
+	}
+	entries, err := os.ReadDir(s.attachDir())
+	if err != nil {
+		return nil, nil, fmt.Errorf("list state: %w", err)
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Name() < entries[j].Name() })
+	var errs []error
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		a, err := readRecord(filepath.Join(s.attachDir(), e.Name()))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if a != nil {
+			out = append(out, a)
+		}
+	}
+	return out, errors.Join(errs...), nil
+}
+
+// keyOf parses a record's file name back into its key: the names are
+// unambiguous, so even a record too corrupt to read can be told apart. A
+// hashed name does not parse: such a corrupt record goes with its own DEL.
+func keyOf(name string) (Key, bool) {
+	base, ok := strings.CutSuffix(name, ".json")
+	parts := strings.Split(base, ":")
+	if !ok || len(parts) != 3 {
+		return Key{}, false
+	}
+	return Key{Network: parts[0], ContainerID: parts[1], IfName: parts[2]}, true
+}
+
+// RemoveCorrupt removes, under the lock, the unreadable records of network
+// that keep does not want, and returns their keys, so GC clears them too.
+func (s *Store) RemoveCorrupt(network string, keep func(Key) bool) ([]Key, error) {
+	var removed []Key
+	err := s.Locked(func() error {
+		if _, ok, err := s.records(false); !ok || err != nil {
+			return err
+		}
+		entries, err := os.ReadDir(s.attachDir())
+		if err != nil {
+			return fmt.Errorf("list state: %w", err)
+		}
+		for _, e := range entries {
+			k, ok := keyOf(e.Name())
+			if !ok || k.Network != network || keep(k) {
+				continue
+			}
+			gone, err := s.removeIfCorrupt(k)
+			if err != nil {
+				return err
+			}
+			if gone {
+				removed = append(removed, k)
+			}
+		}
+		return nil
+	})
+	return removed, err
+}
+
+// removeIfCorrupt removes k's record when it cannot be read.
+func (s *Store) removeIfCorrupt(k Key) (bool, error) {
+	p, err := s.path(k)
+	if err != nil {
+		return false, nil // not a name devplumb writes
+	}
+	if _, err := readRecord(p); err == nil {
+		return false, nil // readable, or gone: List's business
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return false, fmt.Errorf("remove state: %w", err)
+	}
+	return true, nil
+}

@@ -1,0 +1,208 @@
+package nodestate
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/containernetworking/cni/libcni"
+
+	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/cni/attachment"
+	"github.com/devplumb/devplumb/pkg/cni/config"
+	"github.com/devplumb/devplumb/pkg/cni/delegate"
+)
+
+// DefaultCNIPath is where runtimes install CNI plugins.
+const DefaultCNIPath = "/opt/cni/bin"
+
+// GCOptions says what GC may remove.
+type GCOptions struct {
+	DryRun bool
+	// CNIPath (colon separated) is where the recorded delegates are found,
+	// to run their DEL: that releases what they hold (IPAM leases), as the
+	// runtime's DEL would have. Empty: DefaultCNIPath.
+	CNIPath string
+	// Orphans also removes CNI device-info files that no attachment owns.
+	// Off by default: Multus writes such files for networks devplumb does
+	// not run, and they are not devplumb's to delete.
+	Orphans bool
+}
+
+// GCAction is one thing GC removed (or, with DryRun, would remove), or a
+// stale claim it kept and why.
+type GCAction struct {
+	Verb string // "remove", "run" (a delegate DEL) or "keep"
+	What string
+	Why  string `json:",omitempty"`
+}
+
+func (a GCAction) String() string {
+	if a.Why == "" {
+		return a.Verb + " " + a.What
+	}
+	return a.Verb + " " + a.What + ": " + a.Why
+}
+
+// GC removes the claims (and their CNI device-info files) of attachments whose
+// pod the kubelet no longer gives the claimed device, and with opts.Orphans
+// the CNI files no attachment owns. It reads the claims before it asks the
+// kubelet, so every claim it judges was made before the kubelet answered and a
+// pod admitted meanwhile is in the answer; under the state lock (not held
+// while the kubelet is asked, so ADDs do not wait on it) it removes only
+// claims still as they were read, and finds unowned files on records read
+// there. It refuses to judge without the kubelet, and keeps a stale claim whose
+// netns still exists (the runtime's DEL is still to come, or the kubelet has
+// just restarted and not relisted its pods). Before it removes a claim it runs
+// the recorded delegates' DEL (outside the lock), so their leases go as a
+// runtime's DEL would have released them; a claim whose DEL fails is kept.
+func GC(ctx context.Context, p Paths, opts GCOptions) ([]GCAction, error) {
+	store := attachment.New(p.StateDir)
+	// Corrupt records are skipped: their attachment's DEL clears them.
+	read, _ := store.List()
+	pods, err := listPods(ctx, p.PodResources)
+	if err != nil {
+		return nil, fmt.Errorf("gc needs the kubelet's PodResources to tell stale claims: %w", err)
+	}
+	g := &gcRun{p: p, opts: opts, store: store}
+	// Delegate DELs run before the lock: ADDs on the node never wait on a
+	// plugin. A claim whose DEL failed is kept, so a later gc tries again.
+	var gone []*attachment.Attachment
+	for _, a := range read {
+		if stale(pods, a) && g.netnsGone(a) && g.delegateDel(ctx, a) {
+			gone = append(gone, a)
+		}
+	}
+	err = store.Locked(func() error {
+		for _, a := range gone {
+			if cur, err := store.Get(a.Key); err != nil || !sameClaim(cur, a) {
+				continue // released or claimed again since it was read
+			}
+			if err := g.staleClaim(a); err != nil {
+				return err
+			}
+		}
+		if opts.Orphans {
+			return g.orphans()
+		}
+		return nil
+	})
+	if err != nil {
+		return g.acts, fmt.Errorf("gc: %w", err)
+	}
+	return g.acts, nil
+}
+
+func sameClaim(cur, a *attachment.Attachment) bool {
+	return cur != nil && cur.DeviceID == a.DeviceID && cur.ResourceName == a.ResourceName && cur.Pod == a.Pod
+}
+
+type gcRun struct {
+	p     Paths
+	opts  GCOptions
+	store *attachment.Store
+	acts  []GCAction
+}
+
+func claimName(a *attachment.Attachment) string {
+	return fmt.Sprintf("claim %s/%s/%s (%s of pod %s)", a.Network, short(a.ContainerID), a.IfName, a.DeviceID, a.Pod)
+}
+
+// netnsGone keeps (and says so) a stale claim whose netns still exists: the
+// runtime's DEL is still to come.
+func (g *gcRun) netnsGone(a *attachment.Attachment) bool {
+	if a.NetNS == "" {
+		return true
+	}
+	if _, err := os.Stat(a.NetNS); err != nil {
+		return true
+	}
+	g.acts = append(g.acts, GCAction{Verb: "keep", What: claimName(a), Why: "the kubelet no longer gives the pod this device, but its netns " + a.NetNS + " still exists (DEL to come)"})
+	return false
+}
+
+// delegateDel runs the recorded delegates' DEL without a netns (it is gone),
+// which releases their leases; false when it failed and the claim stays.
+func (g *gcRun) delegateDel(ctx context.Context, a *attachment.Attachment) bool {
+	if len(a.Delegate) == 0 {
+		return true // the ADD never got as far as running a delegate
+	}
+	what := fmt.Sprintf("delegate DEL of %s/%s/%s", a.Network, short(a.ContainerID), a.IfName)
+	if g.opts.DryRun {
+		g.acts = append(g.acts, GCAction{Verb: "run", What: what})
+		return true
+	}
+	list, err := delegate.ListFromBytes(a.Delegate)
+	if err == nil {
+		cniPath := g.opts.CNIPath
+		if cniPath == "" {
+			cniPath = DefaultCNIPath
+		}
+		rt := &libcni.RuntimeConf{ContainerID: a.ContainerID, IfName: a.IfName, Args: a.CNIArgs, CapabilityArgs: a.CapabilityArgs}
+		err = delegate.New(cniPath, delegate.CacheDir(g.p.StateDir, a.Network)).Del(ctx, list, rt)
+	}
+	if err != nil {
+		g.acts = append(g.acts, GCAction{Verb: "keep", What: claimName(a), Why: "its delegate DEL failed (run gc again once fixed): " + err.Error()})
+		return false
+	}
+	g.acts = append(g.acts, GCAction{Verb: "run", What: what})
+	return true
+}
+
+func (g *gcRun) staleClaim(a *attachment.Attachment) error {
+	g.acts = append(g.acts, GCAction{Verb: "remove", What: claimName(a)})
+	if !g.opts.DryRun {
+		if err := g.store.Remove(a.Key); err != nil {
+			return err
+		}
+	}
+	return g.removeFile(a.CNIFile, "")
+}
+
+// removeFile removes a CNI device-info file, only when it lies directly in
+// the device-info cni directory (or the spec's default one, where Multus
+// puts them): a record edited by hand must not make gc delete anything else.
+func (g *gcRun) removeFile(path, why string) error {
+	if path == "" {
+		return nil
+	}
+	dirs := []string{filepath.Join(g.p.DeviceInfoDir, devinfo.KindCNI), filepath.Join(devinfo.DefaultDir, devinfo.KindCNI)}
+	if err := config.CheckCNIDeviceInfoFile("CNI device-info file", path, dirs); err != nil {
+		g.acts = append(g.acts, GCAction{Verb: "keep", What: "file " + path, Why: "not in a device-info directory"})
+		return nil
+	}
+	g.acts = append(g.acts, GCAction{Verb: "remove", What: "file " + path, Why: why})
+	if g.opts.DryRun {
+		return nil
+	}
+	return devinfo.RemoveFile(path)
+}
+
+// orphans removes the CNI files no record names. The caller holds the lock,
+// so no ADD names a new file meanwhile.
+func (g *gcRun) orphans() error {
+	recs, corrupt := g.store.List()
+	if corrupt != nil {
+		// An unreadable record may own any CNI file.
+		g.acts = append(g.acts, GCAction{Verb: "keep", What: "unowned CNI device-info files",
+			Why: fmt.Sprintf("some state records are unreadable, and might own them (%v)", corrupt)})
+		return nil
+	}
+	files, err := devinfo.NewStore(g.p.DeviceInfoDir).List()
+	if err != nil {
+		return err
+	}
+	owned := map[string]bool{}
+	for _, a := range recs {
+		owned[a.CNIFile] = true
+	}
+	for _, f := range files {
+		if f.Kind == devinfo.KindCNI && !owned[f.Path] {
+			if err := g.removeFile(f.Path, "no attachment owns it"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,412 @@
+package plugin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/types/create"
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+
+	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/base/failpoint"
+	"github.com/devplumb/devplumb/pkg/cni/attachment"
+	"github.com/devplumb/devplumb/pkg/cni/delegate"
+)
+
+// Add is CNI ADD.
+func (p *Plugin) Add(args *skel.CmdArgs) (err error) {
+	if err := tooDeep(); err != nil {
+		return cniError(types.ErrInvalidNetworkConfig, err.Error(), nil)
+	}
+	c, cerr := p.newCall(args, true)
+	if cerr != nil {
+		return cerr
+	}
+	defer c.close()
+	defer func() { c.endTiming("ADD", err) }()
+	if cerr := c.checkFileNames(); cerr != nil {
+		return cerr
+	}
+	rec, cerr := c.claim()
+	if cerr != nil {
+		return cerr
+	}
+	failpoint.Hit("add-claimed")
+	result, replayed := c.replay(rec)
+	switch {
+	case replayed && rec.NetworkStatus != nil:
+		// A best-effort status write may have failed the first time;
+		// replacing our own entry again is harmless.
+		if cerr := c.setClaimStatus(rec, rec.NetworkStatus, recordedResult(rec)); cerr != nil {
+			return cerr
+		}
+		if cerr := c.setStatus(rec.NetworkStatus); cerr != nil {
+			return cerr
+		}
+	case !replayed:
+		c.cleanEarlierAdd(rec)
+		if result, cerr = c.attach(rec); cerr != nil {
+			return cerr
+		}
+	}
+	return types.PrintResult(result, c.conf.CNIVersion)
+}
+
+// maxFileName is the longest file name Linux filesystems take.
+const maxFileName = 255
+
+// checkFileNames refuses, before anything is claimed or written, an
+// attachment whose names cannot form the file names it needs: libcni's
+// cache "<network>-<containerID>-<ifname>" and the CNI device-info file
+// "<network>-<containerID>_<ifname>" (the CNI specification limits none
+// of the three in length). DEL needs no such check: it finds nothing.
+func (c *call) checkFileNames() *types.Error {
+	network := c.conf.Name // libcni's cache
+	if len(c.networkName()) > len(network) {
+		network = c.networkName() // the CNI device-info file
+	}
+	n := len(network) + len(c.args.ContainerID) + len(c.args.IfName) + 2
+	if n <= maxFileName {
+		return nil
+	}
+	return cniError(types.ErrInvalidNetworkConfig, fmt.Sprintf("container ID (%d bytes), network name %q and interface name %q "+
+		"together make a %d-byte file name (<network>-<containerID>-<ifname>, libcni's cache and the CNI device-info file): "+
+		"the limit is %d; use a shorter container ID or network name",
+		len(c.args.ContainerID), network, c.args.IfName, n, maxFileName), nil)
+}
+
+// cleanEarlierAdd undoes the delegates of an earlier ADD of this attachment
+// that recorded its delegate config and is not being replayed: one devplumb
+// died in (the delegate ran, completion was never recorded), or a repeat with
+// other inputs. Running the delegate ADD again on top of it would fail
+// (host-device finds its device in the pod already). The CNI file stays: it
+// may be the caller's, and attach writes it again.
+func (c *call) cleanEarlierAdd(rec *attachment.Attachment) {
+	if len(rec.Delegate) == 0 {
+		return
+	}
+	c.p.Log.Info("undoing the delegates of an earlier ADD of this attachment", "container", rec.ContainerID, "ifname", rec.IfName)
+	if err := c.undoDelegate(rec); err != nil {
+		c.p.Log.Warn("cannot undo the delegates of an earlier ADD of this attachment", "err", err)
+	}
+}
+
+// claim checks the chain's prevResult, finds the candidate devices and
+// claims one for this attachment, dropping the claims it supersedes.
+func (c *call) claim() (*attachment.Attachment, *types.Error) {
+	prev, err := prevResult(c.args.StdinData, c.conf.CNIVersion)
+	if err != nil {
+		return nil, cniError(types.ErrDecodingFailure, err.Error(), nil)
+	}
+	c.prev = prev
+	if cerr := c.refuseSelf(); cerr != nil {
+		return nil, cerr
+	}
+	res, cerr := c.resourceName()
+	if cerr != nil {
+		return nil, cerr
+	}
+	cands, res, cerr := c.candidates(res)
+	if cerr != nil {
+		return nil, cerr
+	}
+	c.t.mark(phasePodResources)
+	claimed, err := c.claims.Claim(attachment.Request{Key: c.key, Pod: c.pod, ResourceName: res, Candidates: cands,
+		Stale: c.staleHolders(res, cands), SandboxGone: sandboxGone})
+	c.t.mark(phaseClaim)
+	if claimed != nil {
+		if claimed.Unreadable != nil {
+			c.p.Log.Warn("passing over corrupt state records; remove them or run DEL of their attachments", "err", claimed.Unreadable)
+		}
+		c.dropOlderSandboxes(claimed.Dropped)
+	}
+	if errors.Is(err, attachment.ErrNoFreeDevice) {
+		return nil, cniError(ErrNoFreeDevice, err.Error(), nil)
+	}
+	if err != nil {
+		return nil, cniError(ErrState, "cannot record the device claim in \"stateDir\" "+c.conf.StateDir, err)
+	}
+	c.recordClaim(claimed.Attachment)
+	return claimed.Attachment, nil
+}
+
+// refuseSelf fails ADD, before anything is claimed, when a delegate is
+// devplumb: nothing recorded then names it for a later DEL to run.
+func (c *call) refuseSelf() *types.Error {
+	list, cerr := c.buildList("")
+	if cerr != nil {
+		return cerr
+	}
+	if err := c.delegatesSafe(list); err != nil {
+		return cniError(types.ErrInvalidNetworkConfig, `invalid "delegate": `+err.Error(), nil)
+	}
+	return nil
+}
+
+// replay answers an ADD repeated (without DEL) for an attachment completed
+// with the same inputs with the result it had, instead of running the
+// delegates again: a second host-device ADD fails, as the device is in the
+// pod already, and its rollback would tear down the working attachment.
+func (c *call) replay(rec *attachment.Attachment) (types.Result, bool) {
+	if !rec.Complete || len(rec.Result) == 0 || rec.NetNS != c.args.Netns {
+		return nil, false
+	}
+	list, err := delegate.BuildList(c.conf, rec.DeviceID)
+	if err != nil || !sameCompact(list.Bytes, rec.Delegate) {
+		return nil, false
+	}
+	cniFile, err := c.cniFile()
+	if err != nil || cniFile != rec.CNIFile || !sameJSON(c.runtime(rec.DeviceID, cniFile), rec) {
+		return nil, false
+	}
+	result, err := create.CreateFromBytes(rec.Result)
+	if err != nil {
+		return nil, false
+	}
+	c.p.Log.Info("ADD repeated for a completed attachment: returning its result", "container", rec.ContainerID, "ifname", rec.IfName)
+	return result, true
+}
+
+// sameCompact compares JSON texts ignoring white space (state is indented).
+func sameCompact(a, b []byte) bool {
+	var ca, cb bytes.Buffer
+	return json.Compact(&ca, a) == nil && json.Compact(&cb, b) == nil && bytes.Equal(ca.Bytes(), cb.Bytes())
+}
+
+// sameJSON reports whether the runtime arguments equal those recorded, as
+// they were stored: in JSON, where an empty list or map is left out.
+func sameJSON(rt *libcni.RuntimeConf, rec *attachment.Attachment) bool {
+	enc := func(args [][2]string, caps map[string]any) []byte {
+		var v [2]any
+		if len(args) > 0 {
+			v[0] = args
+		}
+		if len(caps) > 0 {
+			v[1] = caps
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil
+		}
+		return b
+	}
+	a := enc(rt.Args, rt.CapabilityArgs)
+	return a != nil && bytes.Equal(a, enc(rec.CNIArgs, rec.CapabilityArgs))
+}
+
+// dropOlderSandboxes undoes the attachments whose claims Claim dropped (a
+// pod's replaced sandbox, or a holder the kubelet no longer knows), so their
+// delegates release what they hold (IPAM leases, the device) now rather
+// than never: the late DEL of such a sandbox finds no state.
+func (c *call) dropOlderSandboxes(dropped []*attachment.Attachment) {
+	for _, a := range dropped {
+		c.p.Log.Info("dropping an older claim of the device", "pod", a.Pod.String(), "container", a.ContainerID, "device", a.DeviceID)
+		if err := c.undo(a); err != nil {
+			c.p.Log.Warn("cannot undo the attachment of a dropped claim", "container", a.ContainerID, "err", err)
+		}
+		// Before this ADD applies its own: the device may be the same.
+		c.removeClaimStatus(a)
+	}
+}
+
+// attach runs everything after the claim; any failure rolls back. The
+// record names the CNI file and the delegate config before either is used,
+// so a DEL or GC after a crash at any point finds what to undo.
+func (c *call) attach(rec *attachment.Attachment) (types.Result, *types.Error) {
+	list, rt, cerr := c.prepare(rec)
+	if cerr != nil {
+		c.release(rec)
+		return nil, cerr
+	}
+	if err := c.claims.Update(rec); err != nil {
+		c.release(rec)
+		return nil, stateError(c.conf.StateDir, err)
+	}
+	c.t.mark(phaseClaim)
+	failpoint.Hit("add-recorded")
+	if cerr := c.copyDeviceInfo(rec); cerr != nil {
+		c.rollbackFiles(rec)
+		return nil, cerr
+	}
+	c.t.mark(phaseDeviceInfo)
+	failpoint.Hit("add-devinfo-copied")
+	result, err := c.inv.Add(context.Background(), list, rt)
+	c.t.mark(phaseDelegate)
+	if err != nil {
+		c.rollback(list, rt, rec)
+		return nil, delegateError(fmt.Sprintf("delegate ADD failed for device %s", rec.DeviceID), err)
+	}
+	failpoint.Hit("add-delegated")
+	out, cerr := c.finish(rec, result)
+	if cerr != nil {
+		c.rollback(list, rt, rec)
+		return nil, cerr
+	}
+	return out, nil
+}
+
+// prepare fills rec with the CNI file and the delegate run, not yet done.
+func (c *call) prepare(rec *attachment.Attachment) (*libcni.NetworkConfigList, *libcni.RuntimeConf, *types.Error) {
+	cniFile, err := c.cniFile()
+	if err != nil {
+		return nil, nil, cniError(types.ErrInvalidNetworkConfig, "cannot name the CNI device-info file", err)
+	}
+	list, cerr := c.buildList(rec.DeviceID)
+	if cerr != nil {
+		return nil, nil, cerr
+	}
+	rt := c.runtime(rec.DeviceID, cniFile)
+	rec.CNIFile, rec.Delegate, rec.NetNS, rec.CNIArgs, rec.CapabilityArgs = cniFile, list.Bytes, c.args.Netns, rt.Args, rt.CapabilityArgs
+	rec.Complete, rec.Result, rec.NetworkStatus = false, nil, nil
+	return list, rt, nil
+}
+
+// stateError reports a failed state write; a claim lost to a newer sandbox
+// or a takeover says so, since retrying ADD is then the fix.
+func stateError(stateDir string, err error) *types.Error {
+	if errors.Is(err, attachment.ErrClaimLost) {
+		return cniError(ErrNoFreeDevice, err.Error(), nil)
+	}
+	return cniError(ErrState, "cannot write state in \"stateDir\" "+stateDir, err)
+}
+
+// copyDeviceInfo copies the device plugin's file, if it wrote one, to the
+// attachment's CNI file. No DP file is fine (the spec's "can"); a bad one is not.
+func (c *call) copyDeviceInfo(rec *attachment.Attachment) *types.Error {
+	err := devinfo.ErrNotFound
+	if rec.ResourceName != "" {
+		var info *devinfo.DeviceInfo
+		info, err = c.files.CopyDPToCNI(rec.ResourceName, rec.DeviceID, rec.CNIFile)
+		if err == nil {
+			// Checked after the copy so that rollback removes the copy.
+			err = devinfo.CheckFiledUnder(info, rec.DeviceID)
+		}
+	}
+	if errors.Is(err, devinfo.ErrNotFound) && c.conf.RuntimeConfig.CNIDeviceInfoFile == "" {
+		// A file left at our deterministic name by a crashed attachment
+		// must not reach the delegate as if it described this device.
+		if rerr := devinfo.RemoveFile(rec.CNIFile); rerr != nil {
+			return cniError(types.ErrIOFailure, "cannot remove a stale CNI device-info file", rerr)
+		}
+		return nil
+	}
+	if err == nil || errors.Is(err, devinfo.ErrNotFound) {
+		return nil
+	}
+	return cniError(ErrDeviceInfo, fmt.Sprintf("the device plugin's device-info file for %s device %s is invalid: "+
+		"fix or remove it (spec section 3)", rec.ResourceName, rec.DeviceID), err)
+}
+
+func (c *call) runtime(deviceID, cniFile string) *libcni.RuntimeConf {
+	return &libcni.RuntimeConf{
+		ContainerID:    c.args.ContainerID,
+		NetNS:          c.args.Netns,
+		IfName:         c.args.IfName,
+		Args:           c.cni,
+		CapabilityArgs: delegate.CapabilityArgs(c.conf, deviceID, cniFile),
+	}
+}
+
+// finish re-reads the CNI file, builds the network-status entry, records
+// the completed attachment and tells the API server. It returns the result
+// to print: the delegates' after the chain's prevResult, in the config's
+// cniVersion.
+func (c *call) finish(rec *attachment.Attachment, result types.Result) (types.Result, *types.Error) {
+	info, err := devinfo.ReadFile(rec.CNIFile)
+	if errors.Is(err, devinfo.ErrNotFound) {
+		info, err = nil, nil
+	}
+	if err != nil {
+		return nil, cniError(ErrDeviceInfo, "the CNI device-info file is invalid after the delegate ran: "+
+			"the delegate must write the spec's format", err)
+	}
+	entry, err := networkStatus(result, c.networkName(), c.args.IfName, info)
+	if err != nil {
+		return nil, cniError(ErrDelegate, "cannot read the delegate's result", err)
+	}
+	out, raw, cerr := c.output(result)
+	if cerr != nil {
+		return nil, cerr
+	}
+	rec.Result, rec.NetworkStatus, rec.Complete = raw, entry, true
+	rec.Phases = c.t.mark(phaseNetworkStatus).recorded()
+	if err := c.claims.Update(rec); err != nil {
+		return nil, stateError(c.conf.StateDir, err)
+	}
+	c.t.mark(phaseState)
+	failpoint.Hit("add-completed")
+	// Last, so that no failure after them leaves an entry on the pod or
+	// the claim: the claim's first, removed again if the pod's fails.
+	if cerr = c.setClaimStatus(rec, entry, result); cerr == nil {
+		if cerr = c.setStatus(entry); cerr != nil {
+			c.removeClaimStatus(rec)
+		}
+	}
+	c.t.mark(phaseKube)
+	return out, cerr
+}
+
+// output is the result devplumb prints, and its JSON for the state.
+func (c *call) output(result types.Result) (types.Result, []byte, *types.Error) {
+	merged, err := withPrev(c.prev, result)
+	if err != nil {
+		return nil, nil, cniError(ErrDelegate, "cannot add the delegate result to prevResult", err)
+	}
+	out, err := merged.GetAsVersion(c.conf.CNIVersion)
+	if err != nil {
+		return nil, nil, cniError(types.ErrIncompatibleCNIVersion, "cannot convert the delegate result to cniVersion "+c.conf.CNIVersion, err)
+	}
+	raw, err := json.Marshal(out)
+	if err != nil {
+		return nil, nil, cniError(types.ErrInternal, "cannot encode the result", err)
+	}
+	return out, raw, nil
+}
+
+func (c *call) setStatus(entry *nadv1.NetworkStatus) *types.Error {
+	k, err := c.kube()
+	if err != nil {
+		return c.kubeFailed("building the Kubernetes client", err)
+	}
+	if k == nil {
+		return nil
+	}
+	if !c.pod.Known() {
+		return c.kubeFailed("writing network-status", errors.New("CNI_ARGS carry no K8S_POD_NAMESPACE/K8S_POD_NAME"))
+	}
+	ctx, cancel := c.ctx()
+	defer cancel()
+	if err := k.SetNetworkStatus(ctx, c.pod.Namespace, c.pod.Name, c.pod.UID, *entry); err != nil {
+		return c.kubeFailed("writing network-status of pod "+c.pod.String(), err)
+	}
+	return nil
+}
+
+// rollback undoes a started delegate ADD, then the files and the claim.
+func (c *call) rollback(list *libcni.NetworkConfigList, rt *libcni.RuntimeConf, rec *attachment.Attachment) {
+	if err := c.inv.Del(context.Background(), list, rt); err != nil {
+		c.p.Log.Error("rollback: delegate DEL failed", "err", err)
+	}
+	c.rollbackFiles(rec)
+}
+
+func (c *call) rollbackFiles(rec *attachment.Attachment) {
+	if rec.CNIFile != "" {
+		if err := devinfo.RemoveFile(rec.CNIFile); err != nil {
+			c.p.Log.Error("rollback: cannot remove CNI device-info file", "err", err)
+		}
+	}
+	c.release(rec)
+}
+
+func (c *call) release(rec *attachment.Attachment) {
+	if err := c.claims.ReleaseHeld(rec); err != nil {
+		c.p.Log.Error("rollback: cannot release claim", "err", err)
+	}
+}

@@ -1,0 +1,311 @@
+// Package plugin is the devplumb CNI meta-plugin: ADD finds the pod's device,
+// claims it, hands its device information to the delegate plugins and records
+// the network-status entry; DEL, CHECK, STATUS and GC follow the same path.
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+
+	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/base/safefile"
+	"github.com/devplumb/devplumb/pkg/cni/attachment"
+	"github.com/devplumb/devplumb/pkg/cni/config"
+	"github.com/devplumb/devplumb/pkg/cni/delegate"
+	"github.com/devplumb/devplumb/pkg/cni/dradevice"
+	"github.com/devplumb/devplumb/podresources"
+)
+
+// devplumb's own CNI error codes (the CNI spec leaves 100+ to plugins).
+const (
+	ErrNoDevice       uint = 100 // the pod has no usable device of the resource
+	ErrNoFreeDevice   uint = 101 // every device of the pod is claimed by other attachments
+	ErrDeviceInfo     uint = 102 // a device-info file is invalid
+	ErrDelegate       uint = 103 // a delegate plugin failed
+	ErrPodResources   uint = 104 // the kubelet's PodResources API failed
+	ErrState          uint = 105 // devplumb's state is missing or unusable
+	ErrKube           uint = 106 // the Kubernetes API failed
+	ErrNoDeviceSource uint = 107 // nothing tells devplumb which device to use
+)
+
+// Kube is what the plugin needs from the API server; nil when the config has no kubeconfig.
+type Kube interface {
+	SetNetworkStatus(ctx context.Context, namespace, name, uid string, entry nadv1.NetworkStatus) error
+	RemoveNetworkStatus(ctx context.Context, namespace, name, uid, network, ifName string) error
+	NADResourceName(ctx context.Context, namespace, name string) (string, error)
+}
+
+// Plugin holds what does not come from a CNI call.
+type Plugin struct {
+	Log     *slog.Logger
+	Timeout time.Duration
+	// LogTo, when set, is where each call logs, at its network's logLevel
+	// and to its logFile (config logLevel, logFile, logToStderr); unset,
+	// every call logs through Log.
+	LogTo io.Writer
+	// NewKube builds the Kubernetes client for a config's kubeconfig,
+	// logging through log; cmd/devplumb passes pkg/cni/kube's.
+	NewKube func(kubeconfig string, timeout time.Duration, log *slog.Logger) (Kube, error)
+	// Exec runs the delegates (libcni's invoke.Exec); nil runs the plugin binaries found
+	// on CNI_PATH. Tests stand in for a delegate with it.
+	Exec invoke.Exec
+}
+
+// New returns a plugin logging to stderr (stdout carries the CNI result).
+func New() *Plugin {
+	level := slog.LevelWarn
+	if os.Getenv("DEVPLUMB_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
+	return &Plugin{
+		Log:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
+		LogTo:   os.Stderr,
+		Timeout: podresources.DefaultTimeout, // the API server gets the kubelet's bound too
+	}
+}
+
+// Funcs are the CNI commands for skel.PluginMainFuncs.
+func (p *Plugin) Funcs() skel.CNIFuncs {
+	return skel.CNIFuncs{Add: p.Add, Del: p.Del, Check: p.Check, Status: p.Status, GC: p.GC}
+}
+
+// cniError builds the CNI error JSON: msg says what to fix, details the cause.
+func cniError(code uint, msg string, err error) *types.Error {
+	details := ""
+	if err != nil {
+		details = err.Error()
+	}
+	return types.NewError(code, msg, details)
+}
+
+// delegateError keeps a delegate's CNI spec code (1-99), so the runtime sees
+// why. A delegate's own code (100+) means something only in that plugin's
+// numbering and would read as one of devplumb's: it becomes 103, with the
+// delegate's code in the message.
+func delegateError(what string, err error) *types.Error {
+	var te *types.Error
+	if !errors.As(err, &te) || te.Code == 0 {
+		return cniError(ErrDelegate, what, err)
+	}
+	if te.Code >= 100 {
+		return types.NewError(ErrDelegate, fmt.Sprintf("%s: delegate error code %d: %s", what, te.Code, te.Msg), err.Error())
+	}
+	return types.NewError(te.Code, fmt.Sprintf("%s: %s", what, te.Msg), err.Error())
+}
+
+// call is one CNI invocation with its parsed inputs.
+type call struct {
+	p      *Plugin
+	args   *skel.CmdArgs
+	conf   *config.NetConf
+	pod    attachment.Pod
+	key    attachment.Key
+	cni    [][2]string
+	files  *devinfo.Store
+	claims *attachment.Store
+	inv    *delegate.Invoker
+	pr     *podresources.Client // opened on first use
+	prev   *current.Result      // ADD: the chain's prevResult, if any
+	// draDevs are the DRA devices among the candidates, by device ID.
+	draDevs map[string]dradevice.Device
+	// kc is the call's API client, made on first use (kcMade): one per call,
+	// so that what one step read another can use (network-status starts from
+	// the pod object the DRA lookup read).
+	kc     Kube
+	kcErr  error
+	kcMade bool
+	t      *phases // timings of the call's steps
+	depth  int     // devplumb runs above this one (DepthEnv)
+	// closeLog ends the call's log file, if its network has one.
+	closeLog func()
+}
+
+func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Error) {
+	t := startPhases()
+	conf, err := config.Parse(args.StdinData)
+	if err != nil {
+		code := types.ErrInvalidNetworkConfig
+		if errors.Is(err, config.ErrDecode) {
+			code = types.ErrDecodingFailure
+		}
+		return nil, cniError(code, "invalid devplumb network config: "+err.Error(), nil)
+	}
+	pod, err := podFromArgs(args.Args)
+	if err != nil {
+		if strictArgs {
+			return nil, cniError(types.ErrInvalidEnvironmentVariables, "invalid CNI_ARGS: "+err.Error()+
+				" (add IgnoreUnknown=1 to pass keys devplumb does not know)", nil)
+		}
+		p.Log.Warn("ignoring unparsable CNI_ARGS", "err", err)
+	}
+	inv, err := p.invoker(args.Path, conf.StateDir, conf.Name)
+	if err != nil {
+		return nil, cniError(ErrState, "unusable \"stateDir\" "+conf.StateDir, err)
+	}
+	own := *args // DEL may clear Netns; the caller's args stay as given
+	p, closeLog := p.forCall(conf)
+	return &call{
+		p: p, args: &own, closeLog: closeLog, conf: conf, pod: pod,
+		key:    attachment.Key{Network: conf.Name, ContainerID: args.ContainerID, IfName: args.IfName},
+		cni:    delegate.ParseArgs(args.Args),
+		files:  devinfo.NewStore(conf.DeviceInfoDir),
+		claims: attachment.New(conf.StateDir),
+		inv:    inv,
+		depth:  markDepth(),
+		t:      t.mark(phaseConfig),
+	}, nil
+}
+
+// invoker runs delegates with one libcni cache per devplumb network: GC of
+// one network must never see (and DEL) another network's delegates, even if
+// they share a name. The cache directory is checked like all of stateDir:
+// libcni writes and removes results there.
+func (p *Plugin) invoker(cniPath, stateDir, network string) (*delegate.Invoker, error) {
+	dir, err := safefile.EnsureDirUnder(stateDir, filepath.Join("libcni", network), 0o700)
+	if err != nil {
+		return nil, fmt.Errorf("delegate cache: %w", err)
+	}
+	return delegate.NewWithExec(cniPath, dir, p.Exec), nil
+}
+
+// k8sArgs are the pod identity keys runtimes put in CNI_ARGS.
+type k8sArgs struct {
+	types.CommonArgs
+	K8S_POD_NAMESPACE          types.UnmarshallableString //nolint:revive // CNI_ARGS key
+	K8S_POD_NAME               types.UnmarshallableString //nolint:revive // CNI_ARGS key
+	K8S_POD_UID                types.UnmarshallableString //nolint:revive // CNI_ARGS key
+	K8S_POD_INFRA_CONTAINER_ID types.UnmarshallableString //nolint:revive // CNI_ARGS key
+}
+
+func podFromArgs(s string) (attachment.Pod, error) {
+	a := k8sArgs{}
+	if err := types.LoadArgs(s, &a); err != nil {
+		return attachment.Pod{}, err
+	}
+	return attachment.Pod{Namespace: string(a.K8S_POD_NAMESPACE), Name: string(a.K8S_POD_NAME), UID: string(a.K8S_POD_UID)}, nil
+}
+
+// cniFile is the attachment's CNI device-info file: the caller's
+// runtimeConfig.CNIDeviceInfoFile, else the deterministic name DEL can rebuild.
+func (c *call) cniFile() (string, error) {
+	if f := c.conf.RuntimeConfig.CNIDeviceInfoFile; f != "" {
+		return f, nil
+	}
+	return c.files.CNIPath(devinfo.CNIFileName(c.networkName(), c.args.ContainerID, c.args.IfName))
+}
+
+// networkName names the attachment's network in network-status and in the CNI
+// device-info file's name. Multus names a network after its NetworkAttachmentDefinition,
+// "<namespace>/<name>" (the file "<namespace>-<name>-<containerID>_<ifname>"); devplumb
+// does the same when it has one, so the pod's annotation and the node's files read the
+// same under Multus and without it. Else it is the config's name.
+func (c *call) networkName() string {
+	if !c.fromNAD() {
+		return c.conf.Name
+	}
+	ns, name := c.conf.NADRef(c.pod.Namespace)
+	if ns == "" {
+		return c.conf.Name // no pod namespace to complete the reference with
+	}
+	return ns + "/" + name
+}
+
+// fromNAD: the config names a NetworkAttachmentDefinition, or takes its resourceName
+// from one (no resourceName, claim or device given, a kubeconfig to read the NAD with:
+// resourceName()'s rule). It depends on the config alone, so DEL names things as ADD did.
+func (c *call) fromNAD() bool {
+	return c.conf.NAD != "" || (c.conf.ResourceName == "" && c.conf.ResourceClaim == "" &&
+		c.conf.DeviceIDFromConfig() == "" && c.conf.Kubeconfig != "")
+}
+
+// legacyCNIFile is the CNI device-info file an older devplumb, which named every file
+// after the config's name, made for this attachment; "" when that is today's name.
+func (c *call) legacyCNIFile() string {
+	if c.conf.RuntimeConfig.CNIDeviceInfoFile != "" || c.networkName() == c.conf.Name {
+		return ""
+	}
+	p, err := c.files.CNIPath(devinfo.CNIFileName(c.conf.Name, c.args.ContainerID, c.args.IfName))
+	if err != nil {
+		return ""
+	}
+	return p
+}
+
+// buildList is the delegate conflist with dev injected ("" injects nothing).
+func (c *call) buildList(dev string) (*libcni.NetworkConfigList, *types.Error) {
+	list, err := delegate.BuildList(c.conf, dev)
+	if err != nil {
+		return nil, cniError(types.ErrInvalidNetworkConfig, `invalid delegate config: fix "delegate" (or "delegates")`, err)
+	}
+	return list, nil
+}
+
+// ownedCNIFile returns path when devplumb may remove it: a file directly in
+// one of the device-info directories. A path from state that is not (edited
+// by hand, or from a config with another deviceInfoDir) is left alone.
+func (c *call) ownedCNIFile(path string) string {
+	if path == "" {
+		return ""
+	}
+	if err := config.CheckCNIDeviceInfoFile("recorded CNI device-info file", path, c.conf.CNIDeviceInfoDirs()); err != nil {
+		c.p.Log.Warn("leaving a file devplumb does not own", "err", err)
+		return ""
+	}
+	return path
+}
+
+func (c *call) ctx() (context.Context, context.CancelFunc) {
+	t := c.p.Timeout
+	if t <= 0 {
+		t = podresources.DefaultTimeout
+	}
+	return context.WithTimeout(context.Background(), t)
+}
+
+// kube returns the call's API client, or nil when the config has no kubeconfig.
+func (c *call) kube() (Kube, error) {
+	if !c.kcMade {
+		c.kc, c.kcErr = c.newKube()
+		c.kcMade = true
+	}
+	return c.kc, c.kcErr
+}
+
+func (c *call) newKube() (Kube, error) {
+	if c.conf.Kubeconfig == "" {
+		return nil, nil
+	}
+	if c.p.NewKube == nil {
+		return nil, errors.New("this devplumb build has no Kubernetes client")
+	}
+	// Credentials and server come from this file: one a NAD author wrote
+	// would point devplumb at their own API server.
+	if err := safefile.CheckOwnedFile(c.conf.Kubeconfig); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("refusing kubeconfig: %w", err)
+	}
+	return c.p.NewKube(c.conf.Kubeconfig, c.p.Timeout, c.p.Log)
+}
+
+// kubeFailed applies networkStatus: "required" fails, "best-effort" logs.
+func (c *call) kubeFailed(what string, err error) *types.Error {
+	if c.conf.NetworkStatus == config.NetworkStatusBestEffort {
+		c.p.Log.Warn(what+" failed; continuing (networkStatus is best-effort)", "err", err)
+		return nil
+	}
+	return cniError(ErrKube, what+" failed: check kubeconfig "+c.conf.Kubeconfig+
+		" and the RBAC of its user, or set \"networkStatus\": \"best-effort\"", err)
+}

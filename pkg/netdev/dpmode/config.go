@@ -1,0 +1,148 @@
+// Package netdevdp is the netdev-dp daemon: for every configured resource it
+// runs a device pool, a device plugin server (pkg/deviceplugin), the
+// resource's CDI spec file (pkg/cdispec) and its device plugin device-info
+// files (devinfo), and keeps all of them in step with the pool.
+package dpmode
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/devplumb/devplumb/pkg/base/resourcename"
+	"github.com/devplumb/devplumb/pkg/base/safefile"
+	"github.com/devplumb/devplumb/pkg/netdev/metrics"
+	"github.com/devplumb/devplumb/pkg/netdev/source/link"
+	"github.com/devplumb/devplumb/pkg/netdev/source/pci"
+	"github.com/devplumb/devplumb/pkg/netdev/source/socket"
+	"github.com/devplumb/devplumb/pkg/netdev/source/vdpa"
+)
+
+// DefaultResync is how often every pool is rescanned besides its events.
+// sysfs (pci, vdpa) has no change events, so this is their health period.
+const DefaultResync = 5 * time.Second
+
+// Config is the netdev-dp config file. Directories given as flags override
+// the file's.
+type Config struct {
+	PluginDir  string          `json:"pluginDir,omitempty"`
+	DevInfoDir string          `json:"deviceInfoDir,omitempty"`
+	CDIDir     string          `json:"cdiDir,omitempty"`
+	SysfsRoot  string          `json:"sysfsRoot,omitempty"`
+	Resync     metav1.Duration `json:"resyncInterval,omitempty"` // "5s"; default DefaultResync
+	Resources  []Resource      `json:"resources"`
+
+	// Metrics, when set, counts what every resource's plugin does and
+	// serves it (set by the command line, not the file).
+	Metrics *metrics.Metrics `json:"-"`
+}
+
+// Resource is one advertised resource and the one pool that feeds it.
+type Resource struct {
+	ResourceName string            `json:"resourceName"`
+	PCI          *pci.Selectors    `json:"pci,omitempty"`
+	NetDevs      *link.Config      `json:"netdevs,omitempty"`
+	VDPA         *vdpa.Selectors   `json:"vdpa,omitempty"`
+	VhostUser    *socket.VhostUser `json:"vhostUser,omitempty"`
+	Memif        *socket.Memif     `json:"memif,omitempty"`
+}
+
+// maxConfigSize bounds the config file: a real one is a few KiB.
+const maxConfigSize = 4 << 20
+
+// LoadConfig reads and checks a config file. Unknown keys are errors. A
+// link is followed (a ConfigMap's files are links), but only a regular file
+// of at most maxConfigSize is read: a FIFO or /dev/zero is refused at once.
+func LoadConfig(path string) (*Config, error) {
+	data, err := safefile.ReadFile(path, maxConfigSize, safefile.Follow)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	c, err := ParseConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ParseConfig decodes and checks a config.
+func ParseConfig(data []byte) (*Config, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var c Config
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("decode%s: %w", position(data, err), err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("decode: trailing data after the config object")
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// position is " at line L, column C" of the offending byte, for JSON
+// errors that know their offset.
+func position(data []byte, err error) string {
+	var offset int64
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		offset = syn.Offset
+	case errors.As(err, &typ):
+		offset = typ.Offset
+	default:
+		return ""
+	}
+	// Offset counts the bytes read, the offending one included.
+	before := data[:max(0, min(int(offset)-1, len(data)))]
+	line := bytes.Count(before, []byte("\n")) + 1
+	col := len(before) - bytes.LastIndexByte(before, '\n')
+	return fmt.Sprintf(" at line %d, column %d", line, col)
+}
+
+// Validate checks everything that can be checked without the host.
+func (c *Config) Validate() error {
+	if c.Resync.Duration < 0 {
+		return fmt.Errorf("resyncInterval %s is negative: give a positive duration like \"5s\"", c.Resync.Duration)
+	}
+	if len(c.Resources) == 0 {
+		return fmt.Errorf("resources: at least one resource is required")
+	}
+	seen := map[string]bool{}
+	for i, r := range c.Resources {
+		where := fmt.Sprintf("resources[%d]", i)
+		if err := resourcename.Validate(r.ResourceName); err != nil {
+			return fmt.Errorf("%s: %w", where, err)
+		}
+		if seen[r.ResourceName] {
+			return fmt.Errorf("%s: resource %q is configured twice", where, r.ResourceName)
+		}
+		seen[r.ResourceName] = true
+		if n := r.poolCount(); n != 1 {
+			return fmt.Errorf("%s (%s): exactly one of pci, netdevs, vdpa, vhostUser, memif is required, found %d", where, r.ResourceName, n)
+		}
+		if r.PCI != nil {
+			if err := r.PCI.Validate(); err != nil {
+				return fmt.Errorf("%s (%s): %w", where, r.ResourceName, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (r *Resource) poolCount() int {
+	n := 0
+	for _, set := range []bool{r.PCI != nil, r.NetDevs != nil, r.VDPA != nil, r.VhostUser != nil, r.Memif != nil} {
+		if set {
+			n++
+		}
+	}
+	return n
+}

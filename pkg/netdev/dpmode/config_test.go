@@ -1,0 +1,140 @@
+package dpmode
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestParseConfig(t *testing.T) {
+	c, err := ParseConfig([]byte(`{
+		"resyncInterval": "2s",
+		"resources": [
+			{"resourceName": "example.com/vf", "pci": {"vendors": ["8086"], "pfNames": ["ens1f0"]}},
+			{"resourceName": "example.com/netdev", "netdevs": {"names": ["eth*"]}},
+			{"resourceName": "example.com/vhu", "vhostUser": {"socketDir": "/run/vhu", "mode": "client"}},
+			{"resourceName": "example.com/memif", "memif": {"socketDir": "/run/memif", "role": "slave", "mode": "ip"}},
+			{"resourceName": "example.com/vdpa", "vdpa": {"drivers": ["vhost"]}}
+		]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Resync.Duration != 2*time.Second || len(c.Resources) != 5 || c.Resources[0].PCI.PFNames[0] != "ens1f0" {
+		t.Fatalf("%+v", c)
+	}
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	cases := map[string]string{
+		`{"resources": []}`: "at least one resource",
+		`{"resources": [{"resourceName": "example.com/a", "netdevs": {"names": ["x"]}}], "extra": 1}`:                                                     `unknown field "extra"`,
+		`{"resources": [{"resourceName": "example.com/a"}]}`:                                                                                              "exactly one of",
+		`{"resources": [{"resourceName": "example.com/a", "netdevs": {"names": ["x"]}, "pci": {}}]}`:                                                      "found 2",
+		`{"resources": [{"resourceName": "noslash", "netdevs": {"names": ["x"]}}]}`:                                                                       "domain-qualified",
+		`{"resources": [{"resourceName": "kubernetes.io/a", "netdevs": {"names": ["x"]}}]}`:                                                               "reserved",
+		`{"resources": [{"resourceName": "example.com/a b", "netdevs": {"names": ["x"]}}]}`:                                                               "name part must consist",
+		`{"resyncInterval": "soon", "resources": [{"resourceName": "example.com/a", "netdevs": {"names": ["x"]}}]}`:                                       `invalid duration "soon"`,
+		`{"resyncInterval": "-5s", "resources": [{"resourceName": "example.com/a", "netdevs": {"names": ["x"]}}]}`:                                        "resyncInterval -5s is negative",
+		`{"resources": [{"resourceName": "example.com/a", "netdevs": {"names": ["x"]}}, {"resourceName": "example.com/a", "netdevs": {"names": ["y"]}}]}`: "configured twice",
+		`{"resources": [{"resourceName": "example.com/a", "pci": {"vendor": ["8086"]}}]}`:                                                                 `unknown field "vendor"`,
+		`{"resources": [{"resourceName": "example.com/a", "netdevs": {"names": ["x"]}}]} {}`:                                                              "trailing data",
+		"{\"resources\": [\n  {\"resourceName\": \"example.com/a\",}\n]}":                                                                                 "at line 2, column 36",
+		`{"resources": [{"resourceName": "example.com/a", "pci": {"vendors": ["0x8086"]}}]}`:                                                              `resources[0] (example.com/a): pci pool: vendors: "0x8086"`,
+		"{\"resources\": [\n  {\"resourceName\": 7}]}":                                                                                                    "at line 2, column 20",
+	}
+	for in, want := range cases {
+		_, err := ParseConfig([]byte(in))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: got %v, want error containing %q", in, err, want)
+		}
+	}
+}
+
+func TestRunRejectsBadPools(t *testing.T) {
+	dir := t.TempDir()
+	cases := []struct {
+		want string
+		rcs  []Resource
+	}{
+		{"not a directory", []Resource{{ResourceName: "example.com/a", VhostUser: &vhostConfig{SocketDir: dir + "/missing", Mode: "client"}}}},
+		{"bad name glob", []Resource{{ResourceName: "example.com/a", NetDevs: &netdevConfig{Names: []string{"["}}}}},
+		{"bus/pci/devices", []Resource{{ResourceName: "example.com/a", PCI: &pcipoolSelectors{}}}}, // sysfs root without bus/pci
+		{"share the CDI spec file", []Resource{
+			{ResourceName: "a.com-b/c", NetDevs: &netdevConfig{Names: []string{"x"}}},
+			{ResourceName: "a.com/b-c", NetDevs: &netdevConfig{Names: []string{"y"}}},
+		}},
+	}
+	for _, c := range cases {
+		cfg := &Config{PluginDir: dir + "/dp", DevInfoDir: dir + "/di", CDIDir: dir + "/cdi", SysfsRoot: dir, Resources: c.rcs}
+		if err := Run(t.Context(), cfg, nil); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: got %v, want an error containing %q", c.rcs, err, c.want)
+		}
+	}
+	if left := dirEntries(t, dir); len(left) != 0 {
+		t.Errorf("failed starts left files: %v", left)
+	}
+}
+
+func TestEnvName(t *testing.T) {
+	if got := envName("pci", "intel.com/intel_sriov-netdevice"); got != "PCIDEVICE_INTEL_COM_INTEL_SRIOV_NETDEVICE" {
+		t.Errorf("envName = %q", got)
+	}
+}
+
+func TestCDIAnnotationKeyFallsBackToHash(t *testing.T) {
+	long := "example.com/" + strings.Repeat("r", 60)
+	ann, err := cdiAnnotations(long, []string{"0000:01:00.1"}, []string{"example.com/x=0000:01:00.1"})
+	if err != nil || len(ann) != 1 {
+		t.Fatalf("%v %v", ann, err)
+	}
+	for k := range ann {
+		if len(k) > len("cdi.k8s.io/")+63 {
+			t.Errorf("key %q too long", k)
+		}
+	}
+}
+
+// LoadConfig reads only a regular file of bounded size, never blocking: a
+// FIFO or /dev/zero given as --config is an error naming it. A link to a
+// good file (a ConfigMap mount) is followed.
+func TestLoadConfigHostileFiles(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good")
+	if err := os.WriteFile(good, []byte(`{"resources":[{"resourceName":"example.com/a","netdevs":{"names":["x"]}}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(dir, "big")
+	if err := os.WriteFile(big, bytes.Repeat([]byte(" "), maxConfigSize+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	links := map[string]string{"zero": "/dev/zero", "lfifo": fifo, "lgood": good}
+	for name, target := range links {
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, name := range []string{"fifo", "zero", "lfifo", "big", "good", "lgood"} {
+		path := filepath.Join(dir, name)
+		done := make(chan error, 1)
+		go func() { _, err := LoadConfig(path); done <- err }()
+		select {
+		case err := <-done:
+			if ok := strings.HasSuffix(name, "good"); ok != (err == nil) || (err != nil && !strings.Contains(err.Error(), path)) {
+				t.Errorf("%s: %v", name, err)
+			}
+		case <-ctx.Done():
+			t.Fatalf("LoadConfig(%s) did not return", path)
+		}
+	}
+}

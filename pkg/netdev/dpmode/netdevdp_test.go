@@ -1,0 +1,239 @@
+package dpmode
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/kubeletsim"
+	"github.com/devplumb/devplumb/pkg/netdev/source/sysfs/sysfstest"
+	"github.com/vishvananda/netlink"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+)
+
+func ids(devs []kubeletsim.Device) []string {
+	var out []string
+	for _, d := range devs {
+		out = append(out, d.ID)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func health(devs []kubeletsim.Device, id string) string {
+	for _, d := range devs {
+		if d.ID == id {
+			return d.Health
+		}
+	}
+	return "absent"
+}
+
+func TestAdvertisesDescribesAndCleansUp(t *testing.T) {
+	f := newFixture(t)
+	stop := f.run()
+	res := f.node.Resources()
+	want := map[string][]string{
+		resVF:    {"0000:01:01.0", "0000:01:01.1", "0000:01:01.2", "0000:01:01.3"},
+		resVeth:  {f.vethPrefix + "a", f.vethPrefix + "b"},
+		resVhost: {"vhu0.sock", "vhu1.sock"},
+		resVDPA:  {"vdpa0"},
+	}
+	for r, w := range want {
+		if got := ids(res[r]); !slices.Equal(got, w) {
+			t.Errorf("%s: node has %v, want %v", r, got, w)
+		}
+	}
+	for _, d := range res[resVF] {
+		wantNUMA := int64(1)
+		if d.ID >= "0000:01:01.2" {
+			wantNUMA = 0
+		}
+		if d.Health != pluginapi.Healthy || !slices.Equal(d.NUMANodes, []int64{wantNUMA}) {
+			t.Errorf("VF %+v", d)
+		}
+	}
+
+	// Device-info files: every describable device, valid; none for veths.
+	store := devinfo.NewStore(f.devinfoDir)
+	for r, w := range want {
+		for _, id := range w {
+			info, err := store.ReadDP(r, id)
+			switch {
+			case r == resVeth && err == nil:
+				t.Errorf("veth %s has a device-info file", id)
+			case r != resVeth && err != nil:
+				t.Errorf("%s %s: %v", r, id, err)
+			case r != resVeth && devinfo.Validate(info) != nil:
+				t.Errorf("%s %s: invalid: %v", r, id, devinfo.Validate(info))
+			}
+		}
+	}
+	vf, _ := store.ReadDP(resVF, "0000:01:01.2")
+	if vf == nil || vf.Type != devinfo.TypePCI || vf.Pci.PfPciAddress != "0000:01:00.0" {
+		t.Errorf("VF device-info %+v", vf)
+	}
+
+	// CDI specs: the CDI library's own cache loads them without errors.
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(f.cdiDir), cdi.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := cache.GetErrors(); len(errs) != 0 {
+		t.Fatalf("CDI errors: %v", errs)
+	}
+	if n := len(cache.ListDevices()); n != 9 {
+		t.Errorf("CDI devices %v, want 9", cache.ListDevices())
+	}
+	for _, e := range dirEntries(t, f.cdiDir) {
+		if st, _ := os.Stat(filepath.Join(f.cdiDir, e)); st.Mode().Perm() != 0o644 {
+			t.Errorf("CDI spec %s mode %v", e, st.Mode())
+		}
+	}
+
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	assertCleanedUp(t, f)
+}
+
+// assertCleanedUp checks that nothing of the plugin is left.
+func assertCleanedUp(t *testing.T, f *fixture) {
+	t.Helper()
+	if left := dirEntries(t, f.devinfoDir); len(left) != 0 {
+		t.Errorf("device-info files left: %v", left)
+	}
+	if left := dirEntries(t, f.cdiDir); len(left) != 0 {
+		t.Errorf("CDI specs left: %v", left)
+	}
+	entries, _ := os.ReadDir(f.node.PluginDir())
+	for _, e := range entries {
+		if e.Name() != "kubelet.sock" {
+			t.Errorf("left in plugin dir: %s", e.Name())
+		}
+	}
+}
+
+func TestAllocationResponses(t *testing.T) {
+	f := newFixture(t)
+	f.run()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	alloc, err := f.node.AddPod(ctx, kubeletsim.PodSpec{Namespace: "ns", Name: "p", Containers: []kubeletsim.ContainerSpec{
+		{Name: "c", Requests: []kubeletsim.ResourceRequest{{Resource: resVF, Count: 2}, {Resource: resVhost, Count: 1}, {Resource: resVDPA, Count: 1}}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(f.cdiDir), cdi.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ra := range alloc.Containers[0].Resources {
+		r := ra.Response
+		env := envName(map[string]string{resVF: "pci", resVhost: "vhostuser", resVDPA: "vdpa"}[ra.Resource], ra.Resource)
+		if r.Envs[env] != strings.Join(ra.DeviceIDs, ",") {
+			t.Errorf("%s: env %s=%q, want %v", ra.Resource, env, r.Envs[env], ra.DeviceIDs)
+		}
+		if len(r.CdiDevices) != len(ra.DeviceIDs) {
+			t.Errorf("%s: cdi devices %v", ra.Resource, r.CdiDevices)
+		}
+		var names []string
+		for _, c := range r.CdiDevices {
+			names = append(names, c.Name)
+			if cache.GetDevice(c.Name) == nil {
+				t.Errorf("%s: CDI device %q not in the CDI cache", ra.Resource, c.Name)
+			}
+		}
+		_, annDevices, err := cdi.ParseAnnotations(r.Annotations)
+		if err != nil || !slices.Equal(annDevices, names) {
+			t.Errorf("%s: annotations %v: %v (want %v)", ra.Resource, r.Annotations, err, names)
+		}
+		switch ra.Resource {
+		case resVF:
+			// Preferred allocation keeps both on one NUMA node: the tighter
+			// fit, two free on each node, lowest node first.
+			if !slices.Equal(ra.DeviceIDs, []string{"0000:01:01.2", "0000:01:01.3"}) {
+				t.Errorf("VFs %v not from one NUMA node", ra.DeviceIDs)
+			}
+			var paths []string
+			for _, d := range r.Devices {
+				paths = append(paths, d.HostPath)
+			}
+			if !slices.Equal(paths, []string{"/dev/vfio/vfio", "/dev/vfio/42", "/dev/vfio/43"}) {
+				t.Errorf("vfio device specs %v", paths)
+			}
+		case resVhost:
+			sock := filepath.Join(f.sockDir, ra.DeviceIDs[0])
+			if len(r.Mounts) != 1 || r.Mounts[0].HostPath != sock || r.Mounts[0].ContainerPath != sock {
+				t.Errorf("vhost mounts %v", r.Mounts)
+			}
+		case resVDPA:
+			if len(r.Devices) != 1 || r.Devices[0].HostPath != "/dev/vhost-vdpa-3" || r.Devices[0].Permissions != "rw" {
+				t.Errorf("vdpa device specs %v", r.Devices)
+			}
+		}
+	}
+}
+
+func TestHealthChangesReachTheNode(t *testing.T) {
+	f := newFixture(t)
+	f.run()
+	store := devinfo.NewStore(f.devinfoDir)
+
+	// A deleted veth pair leaves the list.
+	l, err := netlink.LinkByName(f.vethPrefix + "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkDel(l); err != nil {
+		t.Fatal(err)
+	}
+	f.waitNode("veth pair gone", func(r map[string][]kubeletsim.Device) bool { return len(r[resVeth]) == 0 })
+
+	// A VF that leaves sysfs turns Unhealthy and keeps its file.
+	sysfstest.RemovePCI(t, f.sysfs, "0000:01:01.0")
+	f.waitNode("VF unhealthy", func(r map[string][]kubeletsim.Device) bool {
+		return health(r[resVF], "0000:01:01.0") == pluginapi.Unhealthy
+	})
+	if _, err := store.ReadDP(resVF, "0000:01:01.0"); err != nil {
+		t.Errorf("file of an unhealthy, still listed VF removed: %v", err)
+	}
+
+	// A new socket is a new device with a file; a removed one leaves both.
+	l2 := f.listen("vhu2.sock")
+	f.waitNode("new socket listed", func(r map[string][]kubeletsim.Device) bool { return len(r[resVhost]) == 3 })
+	if _, err := store.ReadDP(resVhost, "vhu2.sock"); err != nil {
+		t.Errorf("new socket has no device-info: %v", err)
+	}
+	l2.Close()
+	f.waitNode("socket gone", func(r map[string][]kubeletsim.Device) bool { return len(r[resVhost]) == 2 })
+	if _, err := store.ReadDP(resVhost, "vhu2.sock"); err == nil {
+		t.Error("device-info of a removed socket is still there")
+	}
+}
+
+func TestReRegistersAfterNodeRestart(t *testing.T) {
+	f := newFixture(t)
+	f.run()
+	f.node.Stop()
+	restarted := time.Now()
+	f.startNode()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, r := range []string{resVF, resVeth, resVhost, resVDPA} {
+		if err := f.node.WaitRegistered(ctx, r); err != nil {
+			t.Fatalf("%s not registered again within 2s of the restart (%v): %v", r, time.Since(restarted), err)
+		}
+	}
+	// Files of devices that still exist survive the kubelet restart.
+	if _, err := devinfo.NewStore(f.devinfoDir).ReadDP(resVF, "0000:01:01.0"); err != nil {
+		t.Error(err)
+	}
+}

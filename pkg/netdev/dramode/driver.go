@@ -1,0 +1,193 @@
+// Package netdevdra is netdev-dp's DRA mode: the same pools as its device
+// plugin mode (pkg/netdev/dpmode), served as a DRA driver with the kubelet plugin
+// helper of k8s.io/dynamic-resource-allocation (kubeletplugin). It publishes
+// one ResourceSlice pool per node (named after the node) with every healthy
+// device, its attributes (attrs.go) and its name (DeviceName); it prepares a
+// claim by writing its devices' CDI spec entries and DP device-info files
+// and answering their CDI names, "<resourceName>=<cdispec.DeviceName(ID)>"
+// as in device-plugin mode; unprepare removes them. Prepared claims are
+// checkpointed, so they stay prepared across a restart of the driver, and
+// stopping the driver leaves them as they are (pods use them).
+package dramode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+
+	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/cdispec"
+	"github.com/devplumb/devplumb/pkg/netdev/dpmode"
+	"github.com/devplumb/devplumb/pkg/netdev/source"
+	"github.com/devplumb/devplumb/pkg/netdev/source/sysfs"
+)
+
+// DefaultDriverName is the driver's name and its attributes' domain.
+const DefaultDriverName = "netdev.devplumb.io"
+
+// Options are what DRA mode needs besides the config file.
+type Options struct {
+	DriverName   string               // default DefaultDriverName
+	NodeName     string               // required: the pool's name and the slices' node
+	RegistrarDir string               // default kubeletplugin.KubeletRegistryDir
+	PluginsDir   string               // default kubeletplugin.KubeletPluginsDir; ours is <dir>/<driver>
+	Client       kubernetes.Interface // required
+}
+
+// res is one configured resource.
+type res struct {
+	name string
+	pool source.Pool
+	cdi  *cdispec.Writer
+}
+
+// Driver serves the pools of one config as a DRA driver.
+type Driver struct {
+	name, pool, sysfs string
+	opts              Options
+	log               *slog.Logger
+	resources         []*res
+	owners            *dpmode.Owners
+	store             *devinfo.Store
+	claims            checkpoints
+	resync            time.Duration // rescan period besides pool events
+
+	mu        sync.Mutex
+	devices   map[string]entry // published devices by slice device name
+	published *resourceslice.DriverResources
+	problems  []string // reported at the last sync, to report each once
+	conflicts []string // devices two resources select, at the last sync
+	prepared  map[types.UID]*record
+
+	fatalMu sync.Mutex
+	fatal   error                   // set by HandleError: ends Run
+	stop    context.CancelCauseFunc // set by Run
+}
+
+// New checks cfg and o, opens the pools and takes over the claims an
+// earlier run prepared (their files are written again if missing).
+func New(cfg *dpmode.Config, o Options, log *slog.Logger) (*Driver, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	o = withDefaults(o)
+	if o.NodeName == "" {
+		return nil, errors.New("DRA mode needs the node name (--node-name or NODE_NAME)")
+	}
+	pools, err := dpmode.OpenPools(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	d := &Driver{
+		name: o.DriverName, pool: o.NodeName, sysfs: cfg.SysfsRoot, opts: o,
+		log:    log.With("driver", o.DriverName),
+		owners: dpmode.NewOwners(), store: devinfo.NewStore(cfg.DevInfoDir),
+		claims:   checkpoints{dir: filepath.Join(o.PluginsDir, o.DriverName, "claims")},
+		prepared: map[types.UID]*record{},
+	}
+	d.resync = cfg.Resync.Duration
+	if d.resync <= 0 {
+		d.resync = dpmode.DefaultResync
+	}
+	if d.sysfs == "" {
+		d.sysfs = sysfs.DefaultRoot
+	}
+	for _, p := range pools {
+		d.resources = append(d.resources, &res{name: p.ResourceName, pool: p.Pool, cdi: p.CDI})
+	}
+	if err := dpmode.OwnDPDir(cfg.DevInfoDir); err != nil {
+		return nil, err
+	}
+	if err := d.restore(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func withDefaults(o Options) Options {
+	if o.DriverName == "" {
+		o.DriverName = DefaultDriverName
+	}
+	if o.RegistrarDir == "" {
+		o.RegistrarDir = kubeletplugin.KubeletRegistryDir
+	}
+	if o.PluginsDir == "" {
+		o.PluginsDir = kubeletplugin.KubeletPluginsDir
+	}
+	return o
+}
+
+// Run publishes the slices and serves the kubelet until ctx ends or a fatal
+// error (HandleError) stops it. A device overlap at start is an error, as
+// in device-plugin mode.
+func (d *Driver) Run(ctx context.Context) error {
+	if d.opts.Client == nil {
+		return errors.New("DRA mode needs a Kubernetes client")
+	}
+	if err := d.sync(); err != nil {
+		return err
+	}
+	if err := d.conflictsAtStart(); err != nil {
+		return err
+	}
+	ctx, stop := context.WithCancelCause(withKlog(ctx, d.log))
+	defer stop(nil)
+	d.fatalMu.Lock()
+	d.stop = stop
+	d.fatalMu.Unlock()
+	dataDir := filepath.Join(d.opts.PluginsDir, d.name)
+	for _, dir := range []string{dataDir, d.opts.RegistrarDir} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return fmt.Errorf("DRA plugin dir: %w", err)
+		}
+	}
+	helper, err := kubeletplugin.Start(ctx, d,
+		kubeletplugin.DriverName(d.name),
+		kubeletplugin.NodeName(d.pool),
+		kubeletplugin.KubeClient(d.opts.Client),
+		kubeletplugin.RegistrarDirectoryPath(d.opts.RegistrarDir),
+		kubeletplugin.PluginDataDirectoryPath(dataDir))
+	if err != nil {
+		return fmt.Errorf("start DRA kubelet plugin %s: %w", d.name, err)
+	}
+	defer helper.Stop()
+	d.log.Info("serving as a DRA driver", "node", d.pool, "socket", filepath.Join(dataDir, "dra.sock"), "registrar", d.opts.RegistrarDir)
+	d.watch(ctx, helper)
+	return d.fatalErr()
+}
+
+// HandleError is kubeletplugin's report of a background error: a
+// recoverable one (publishing slices) is logged, any other ends Run.
+func (d *Driver) HandleError(_ context.Context, err error, msg string) {
+	if errors.Is(err, kubeletplugin.ErrRecoverable) {
+		d.log.Error(msg, "err", err)
+		return
+	}
+	d.fatalMu.Lock()
+	defer d.fatalMu.Unlock()
+	if d.fatal == nil {
+		d.fatal = fmt.Errorf("%s: %w", msg, err)
+	}
+	if d.stop != nil {
+		d.stop(d.fatal)
+	}
+}
+
+func (d *Driver) fatalErr() error {
+	d.fatalMu.Lock()
+	defer d.fatalMu.Unlock()
+	return d.fatal
+}

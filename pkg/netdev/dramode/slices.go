@@ -1,0 +1,79 @@
+package dramode
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+
+	"github.com/devplumb/devplumb/pkg/netdev/source"
+)
+
+// entry is a published device: what a claim's allocation result names.
+type entry struct {
+	res *res
+	dev source.Device
+}
+
+// scanned is one resource's devices from one scan.
+type scanned struct {
+	res  *res
+	devs []source.Device
+}
+
+// inventory turns a scan into the published devices, by slice device name.
+// Only healthy devices are published: the scheduler must not allocate a
+// device that is gone (one a pod holds stays listed by its pool, healthy).
+// A name two resources' devices would share goes to the first resource
+// in config order; the later one is left out and reported.
+func inventory(scans []scanned) (devices map[string]entry, problems []string) {
+	devices = map[string]entry{}
+	for _, s := range scans {
+		for _, d := range s.devs {
+			if !d.Healthy {
+				continue
+			}
+			name := DeviceName(s.res.name, d.ID)
+			if other, taken := devices[name]; taken {
+				problems = append(problems, fmt.Sprintf("device %s of %s is left out: its name %q is taken by device %s of %s",
+					d.ID, s.res.name, name, other.dev.ID, other.res.name))
+				continue
+			}
+			devices[name] = entry{res: s.res, dev: d}
+		}
+	}
+	return devices, problems
+}
+
+// driverResources is the one pool (named after the node) with every
+// published device, in slices of at most ResourceSliceMaxDevices, sorted by
+// name so the same devices give the same slices. An empty pool still has
+// one slice: it tells the scheduler the driver runs and has no devices.
+func driverResources(driver, pool, sysfs string, devices map[string]entry) (resourceslice.DriverResources, []string) {
+	names := make([]string, 0, len(devices))
+	for n := range devices {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	var problems []string
+	var all []resourceapi.Device
+	for _, n := range names {
+		e := devices[n]
+		attrs, dropped := attributes(driver, e.res.name, e.res.pool.Kind(), sysfs, e.dev)
+		if len(dropped) > 0 {
+			problems = append(problems, fmt.Sprintf("device %s of %s: attributes %s left out: longer than %d characters",
+				e.dev.ID, e.res.name, strings.Join(dropped, ", "), resourceapi.DeviceAttributeMaxValueLength))
+		}
+		all = append(all, resourceapi.Device{Name: n, Attributes: attrs})
+	}
+	p := resourceslice.Pool{Slices: []resourceslice.Slice{{}}}
+	for chunk := range slices.Chunk(all, resourceapi.ResourceSliceMaxDevices) {
+		p.Slices = append(p.Slices, resourceslice.Slice{Devices: chunk})
+	}
+	if len(p.Slices) > 1 {
+		p.Slices = p.Slices[1:]
+	}
+	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{pool: p}}, problems
+}

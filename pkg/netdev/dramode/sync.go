@@ -1,0 +1,153 @@
+package dramode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2"
+
+	"github.com/devplumb/devplumb/pkg/netdev/source"
+)
+
+// publisher is what sync hands the slices to (kubeletplugin.Helper).
+type publisher interface {
+	PublishResources(ctx context.Context, r resourceslice.DriverResources) error
+}
+
+// sync scans every pool and recomputes the published devices. It reports
+// scan errors; devices of a pool that failed keep their last state.
+func (d *Driver) sync() error {
+	var scans []scanned
+	var errs, conflicts []string
+	for _, r := range d.resources {
+		devs, err := r.pool.Scan()
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("resource %s: scan: %v", r.name, err))
+			devs = d.lastDevices(r)
+		}
+		kept, c := d.owners.Claim(r.name, r.pool.Kind(), devs)
+		conflicts = append(conflicts, c...)
+		scans = append(scans, scanned{res: r, devs: kept})
+	}
+	devices, more := inventory(scans)
+	problems := append(slices.Clone(conflicts), more...)
+	dr, more := driverResources(d.name, d.pool, d.sysfs, devices)
+	problems = append(problems, more...)
+
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, p := range problems {
+		if !slices.Contains(d.problems, p) { // once, not at every rescan
+			d.log.Error("device left out or described partly", "problem", p)
+		}
+	}
+	d.problems, d.conflicts = problems, conflicts
+	d.logChanges(devices)
+	d.devices = devices
+	if d.published == nil || !reflect.DeepEqual(*d.published, dr) {
+		d.published = &dr
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// lastDevices are r's devices as published last, for a failed scan.
+func (d *Driver) lastDevices(r *res) []source.Device {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []source.Device
+	for _, e := range d.devices {
+		if e.res == r {
+			out = append(out, e.dev)
+		}
+	}
+	source.Sort(out)
+	return out
+}
+
+func (d *Driver) logChanges(next map[string]entry) {
+	for n, e := range d.devices {
+		if _, ok := next[n]; !ok {
+			d.log.Info("device no longer published (gone or unhealthy)", "resource", e.res.name, "device", e.dev.ID)
+		}
+	}
+	for n, e := range next {
+		if _, ok := d.devices[n]; !ok {
+			d.log.Info("device published", "resource", e.res.name, "device", e.dev.ID, "name", n)
+		}
+	}
+}
+
+// conflictsAtStart fails the start when resources overlap (see netdevdp.Owners).
+func (d *Driver) conflictsAtStart() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.conflicts) > 0 {
+		return fmt.Errorf("resources overlap (a device would be given to two claims at once; make the selectors disjoint): %s",
+			strings.Join(d.conflicts, "; "))
+	}
+	return nil
+}
+
+// watch publishes the slices, then rescans on every pool event and every
+// resync period (sysfs has no events), publishing again when they change.
+func (d *Driver) watch(ctx context.Context, p publisher) {
+	kick := make(chan struct{}, 1)
+	changed := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait() // the pools' watchers end with ctx
+	for _, r := range d.resources {
+		if n, ok := r.pool.(source.Notifier); ok {
+			wg.Go(func() {
+				if err := n.Watch(ctx, changed); err != nil {
+					d.log.Error("watching the pool failed; relying on periodic rescans", "resource", r.name, "err", err)
+				}
+			})
+		}
+	}
+	ticker := time.NewTicker(d.resync)
+	defer ticker.Stop()
+	var last *resourceslice.DriverResources
+	for {
+		d.mu.Lock()
+		cur := d.published
+		d.mu.Unlock()
+		if cur != last {
+			if err := p.PublishResources(ctx, *cur); err != nil {
+				d.log.Error("publishing ResourceSlices failed", "err", err)
+			}
+			last = cur
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-kick:
+		case <-ticker.C:
+		}
+		if err := d.sync(); err != nil {
+			d.log.Error("rescan failed", "err", err)
+		}
+	}
+}
+
+// withKlog routes the logs of kubeletplugin and the ResourceSlice controller
+// (klog, through the context) to our slog logger.
+func withKlog(ctx context.Context, log *slog.Logger) context.Context {
+	return klog.NewContext(ctx, logr.FromSlogHandler(log.Handler()))
+}

@@ -1,0 +1,139 @@
+// Package dpmetrics exposes a device plugin daemon's state to Prometheus and
+// its health to the kubelet's probes: devices per resource and health,
+// registrations, kubelet restarts seen, allocations and errors, on
+// /metrics, /healthz and /readyz.
+package metrics
+
+import (
+	"net/http"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/devplumb/devplumb/pkg/deviceplugin"
+)
+
+// Source is one served resource; *deviceplugin.Server is one.
+type Source interface {
+	ResourceName() string
+	Devices() []deviceplugin.Device
+	Registered() bool
+}
+
+// Metrics collects for every resource Add was given. It is a
+// deviceplugin.Observer.
+type Metrics struct {
+	reg     *prometheus.Registry
+	events  *prometheus.CounterVec
+	errors  *prometheus.CounterVec
+	devices *prometheus.Desc
+
+	mu      sync.Mutex
+	sources []Source
+}
+
+// New makes the collectors, registered in a registry of their own (with the
+// process and Go runtime collectors), so tests and daemons never share state.
+func New(prefix string) *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: prefix + "_plugin_events_total",
+			Help: "Device plugin events per resource: registered, register_failed, kubelet_restart, allocated (one per container), allocate_failed.",
+		}, []string{"resource", "event"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: prefix + "_errors_total",
+			Help: "Errors per resource and operation (register, allocate, sync, watch).",
+		}, []string{"resource", "op"}),
+		devices: prometheus.NewDesc(prefix+"_devices",
+			"Devices advertised to the kubelet, per resource and health.", []string{"resource", "health"}, nil),
+	}
+	m.reg.MustRegister(m.events, m.errors, m, collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Add makes a resource's devices and readiness visible.
+func (m *Metrics) Add(s Source) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.sources = append(m.sources, s)
+	// Counters start at 0, so a rate() over a fresh daemon is defined.
+	for _, ev := range []deviceplugin.Event{deviceplugin.EventRegistered, deviceplugin.EventRegisterFailed,
+		deviceplugin.EventKubeletRestart, deviceplugin.EventAllocated, deviceplugin.EventAllocateFailed} {
+		m.events.WithLabelValues(s.ResourceName(), string(ev))
+	}
+}
+
+// Observe counts a plugin event; failures also count as errors.
+func (m *Metrics) Observe(resource string, ev deviceplugin.Event) {
+	m.events.WithLabelValues(resource, string(ev)).Inc()
+	switch ev {
+	case deviceplugin.EventRegisterFailed:
+		m.Error(resource, "register")
+	case deviceplugin.EventAllocateFailed:
+		m.Error(resource, "allocate")
+	}
+}
+
+// Error counts an error of the daemon's own (a failed sync, a broken watch).
+// A nil Metrics counts nothing, so callers need no check.
+func (m *Metrics) Error(resource, op string) {
+	if m == nil {
+		return
+	}
+	m.errors.WithLabelValues(resource, op).Inc()
+}
+
+// Describe and Collect read the device gauges at scrape time, from the
+// plugins' own lists: no second copy to keep in step.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) { ch <- m.devices }
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range m.snapshot() {
+		healthy, unhealthy := 0, 0
+		for _, d := range s.Devices() {
+			if d.Healthy {
+				healthy++
+			} else {
+				unhealthy++
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(m.devices, prometheus.GaugeValue, float64(healthy), s.ResourceName(), "healthy")
+		ch <- prometheus.MustNewConstMetric(m.devices, prometheus.GaugeValue, float64(unhealthy), s.ResourceName(), "unhealthy")
+	}
+}
+
+func (m *Metrics) snapshot() []Source {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]Source(nil), m.sources...)
+}
+
+// Handler serves /metrics, /healthz (the process answers) and /readyz
+// (every resource is registered with the kubelet that runs now).
+func (m *Metrics) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/readyz", m.ready)
+	return mux
+}
+
+func (m *Metrics) ready(w http.ResponseWriter, _ *http.Request) {
+	sources := m.snapshot()
+	if len(sources) == 0 {
+		http.Error(w, "no resource is served yet", http.StatusServiceUnavailable)
+		return
+	}
+	for _, s := range sources {
+		if !s.Registered() {
+			http.Error(w, s.ResourceName()+": not registered with the kubelet", http.StatusServiceUnavailable)
+			return
+		}
+	}
+	_, _ = w.Write([]byte("ok\n"))
+}

@@ -1,0 +1,89 @@
+// Package devpool holds what every device pool of netdev-dp reports about a
+// device: its identity and health for the kubelet, the device-info it can be
+// described with, and what a container needs to use it (device nodes,
+// mounts). Pools live in their own packages (netdevpool, pcipool, vdpapool,
+// sockpool); this package is the shared vocabulary and the Pool interface.
+package source
+
+import (
+	"context"
+	"slices"
+	"strings"
+
+	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/deviceplugin"
+)
+
+// DevNode is a host device node a container needs (e.g. /dev/vfio/12).
+type DevNode struct {
+	HostPath      string
+	ContainerPath string
+	Permissions   string // cgroup permissions, e.g. "rw"
+}
+
+// Mount is a host path bind-mounted into the container (e.g. a socket dir).
+type Mount struct {
+	HostPath      string
+	ContainerPath string
+	ReadOnly      bool
+}
+
+// Device is one allocatable device of a pool.
+type Device struct {
+	// ID, health and NUMA node (deviceplugin.NoNUMA when unknown), as
+	// the kubelet sees them: one type for one thing.
+	deviceplugin.Device
+	Info     *devinfo.DeviceInfo // nil when no device-info type describes it
+	DevNodes []DevNode
+	Mounts   []Mount
+}
+
+// Pool finds the devices of one resource.
+type Pool interface {
+	// Scan returns the pool's current devices. Devices that a pool still
+	// knows but cannot use are returned with Healthy false.
+	Scan() ([]Device, error)
+	// Kind names the pool type ("pci", "netdevs", ...), used in env names.
+	Kind() string
+}
+
+// Sort orders devices by ID, the order used in lists and files.
+func Sort(devs []Device) {
+	slices.SortFunc(devs, func(a, b Device) int { return strings.Compare(a.ID, b.ID) })
+}
+
+// Index maps devices by ID.
+func Index(devs []Device) map[string]Device {
+	m := make(map[string]Device, len(devs))
+	for _, d := range devs {
+		m[d.ID] = d
+	}
+	return m
+}
+
+// Notifier is implemented by pools that learn about changes as they happen
+// (netlink, fsnotify); the caller rescans after each notification.
+type Notifier interface {
+	// Watch runs until ctx ends, calling changed after each change.
+	Watch(ctx context.Context, changed func()) error
+}
+
+// KeepVanished adds to found, as unhealthy, every device of known that the
+// scan did not find and that vanished(id) says is gone from the host (and
+// not merely deselected): the kubelet must see a device it may have given to
+// a pod turn unhealthy rather than disappear. It returns found as a sorted
+// list; found becomes the next known.
+func KeepVanished(known, found map[string]Device, vanished func(id string) bool) []Device {
+	for id, d := range known {
+		if _, ok := found[id]; !ok && vanished(id) {
+			d.Healthy = false
+			found[id] = d
+		}
+	}
+	out := make([]Device, 0, len(found))
+	for _, d := range found {
+		out = append(out, d)
+	}
+	Sort(out)
+	return out
+}

@@ -1,0 +1,195 @@
+package link
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/vishvananda/netlink"
+
+	"github.com/devplumb/devplumb/pkg/deviceplugin"
+	"github.com/devplumb/devplumb/pkg/netdev/source"
+	"github.com/devplumb/devplumb/pkg/netdev/source/pci"
+	"github.com/devplumb/devplumb/pkg/netdev/source/sysfs"
+)
+
+// Config selects interfaces.
+type Config struct {
+	Names []string `json:"names"` // globs (path.Match syntax) of interface names
+}
+
+// moved is an interface that a CNI plugin moved into another namespace.
+type moved struct {
+	dev       source.Device
+	peerIndex int    // host ifindex of its veth peer, 0 when unknown
+	seq       uint64 // Pool.seq when the move was recorded
+}
+
+// Pool is the named-netdev pool of one resource.
+type Pool struct {
+	globs []string
+	sysfs string
+	log   *slog.Logger
+
+	mu    sync.Mutex
+	moved map[string]moved
+	last  map[string]source.Device // host interfaces at the last scan
+	index map[int]bool             // their ifindexes
+	seq   uint64                   // counts recorded moves; see Scan
+
+	afterList func() // test hook: runs between listing links and using them
+}
+
+// New checks the globs and returns the pool; sysfs "" means /sys.
+func New(c Config, sysfsRoot string, log *slog.Logger) (*Pool, error) {
+	if len(c.Names) == 0 {
+		return nil, fmt.Errorf("netdevs pool: names must list at least one glob")
+	}
+	for _, g := range c.Names {
+		if _, err := filepath.Match(g, ""); err != nil || g == "" {
+			return nil, fmt.Errorf("netdevs pool: bad name glob %q", g)
+		}
+	}
+	if sysfsRoot == "" {
+		sysfsRoot = sysfs.DefaultRoot
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Pool{globs: c.Names, sysfs: sysfsRoot, log: log, moved: map[string]moved{}, last: map[string]source.Device{}}, nil
+}
+
+// Kind is "netdevs".
+func (p *Pool) Kind() string { return "netdevs" }
+
+func (p *Pool) matches(name string) bool {
+	for _, g := range p.globs {
+		if ok, _ := filepath.Match(g, name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Scan lists the selected host interfaces and the moved ones still in use.
+// A move recorded after the links were listed is newer than the list: the
+// interface it names is in use, not "back in the host namespace".
+func (p *Pool) Scan() ([]source.Device, error) {
+	p.mu.Lock()
+	start := p.seq
+	p.mu.Unlock()
+	host, indexes, listed, err := p.listHost()
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.last, p.index = host, listed
+	out := make([]source.Device, 0, len(host)+len(p.moved))
+	for name, m := range p.moved {
+		switch {
+		case m.seq > start:
+			delete(host, name) // moved since the list was taken
+			out = append(out, m.dev)
+		case host[name].ID != "":
+			delete(p.moved, name) // back in the host namespace
+		case m.peerIndex > 0 && !indexes[m.peerIndex]:
+			p.log.Info("moved veth's host peer is gone: the pair was destroyed", "name", name, "peerIndex", m.peerIndex)
+			delete(p.moved, name)
+		default:
+			out = append(out, m.dev)
+		}
+	}
+	for _, d := range host {
+		out = append(out, d)
+	}
+	source.Sort(out)
+	return out, nil
+}
+
+// listHost lists the selected host interfaces by name, every host ifindex,
+// and the ifindexes of the selected ones.
+func (p *Pool) listHost() (host map[string]source.Device, indexes, listed map[int]bool, err error) {
+	links, err := netlinksafe.LinkList()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("netdevs pool: list links: %w", err)
+	}
+	if p.afterList != nil {
+		p.afterList()
+	}
+	host = map[string]source.Device{}
+	indexes, listed = map[int]bool{}, map[int]bool{}
+	for _, l := range links {
+		a := l.Attrs()
+		indexes[a.Index] = true
+		if p.matches(a.Name) {
+			host[a.Name] = p.describe(a.Name)
+			listed[a.Index] = true
+		}
+	}
+	return host, indexes, listed, nil
+}
+
+func (p *Pool) listedIndex(i int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.index[i]
+}
+
+// describe builds the device of a host interface.
+func (p *Pool) describe(name string) source.Device {
+	d := source.Device{Device: deviceplugin.Device{ID: name, Healthy: true, NUMANode: deviceplugin.NoNUMA}}
+	devLink := filepath.Join(p.sysfs, "class", "net", name, "device")
+	if _, err := os.Lstat(devLink); err == nil {
+		if _, err := os.Stat(devLink); err != nil {
+			d.Healthy = false // the interface outlived its device
+			return d
+		}
+	}
+	if addr := sysfs.NetDevPCIAddress(p.sysfs, name); addr != "" {
+		if pd, err := sysfs.Read(p.sysfs, addr); err == nil {
+			d.NUMANode = pd.NUMANode
+			d.Info = pci.Info(pd)
+		}
+	}
+	return d
+}
+
+// linkGone handles an RTM_DELLINK of a host interface. It reports whether
+// the pool's devices may have changed.
+func (p *Pool) linkGone(link netlink.Link, index int, movedTo int, wasMoved bool) bool {
+	a := link.Attrs()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	relevant := false
+	for name, m := range p.moved {
+		if m.peerIndex == index {
+			p.log.Info("moved veth's host peer deleted: the pair was destroyed", "name", name, "peer", a.Name)
+			delete(p.moved, name)
+			relevant = true
+		}
+	}
+	if !p.matches(a.Name) {
+		return relevant
+	}
+	if !wasMoved {
+		p.log.Info("interface deleted", "name", a.Name)
+		delete(p.moved, a.Name)
+		return true
+	}
+	dev, ok := p.last[a.Name]
+	if !ok {
+		dev = source.Device{Device: deviceplugin.Device{ID: a.Name, Healthy: true, NUMANode: deviceplugin.NoNUMA}}
+	}
+	p.seq++
+	m := moved{dev: dev, seq: p.seq}
+	if _, isVeth := link.(*netlink.Veth); isVeth && a.NetNsID < 0 && a.ParentIndex > 0 {
+		m.peerIndex = a.ParentIndex
+	}
+	p.moved[a.Name] = m
+	p.log.Info("interface moved to another network namespace: in use", "name", a.Name, "netnsid", movedTo, "vethPeerIndex", m.peerIndex)
+	return true
+}

@@ -1,0 +1,98 @@
+package link
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"syscall"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
+)
+
+// Watch follows RTNLGRP_LINK and calls changed whenever a selected interface
+// appears, changes, is moved or deleted, or a moved veth's peer dies.
+func (p *Pool) Watch(ctx context.Context, changed func()) error {
+	s, err := subscribe()
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	return p.watchOn(ctx, s, changed)
+}
+
+func subscribe() (*nl.NetlinkSocket, error) {
+	s, err := nl.Subscribe(unix.NETLINK_ROUTE, unix.RTNLGRP_LINK)
+	if err != nil {
+		return nil, fmt.Errorf("netdevs pool: subscribe to link events: %w", err)
+	}
+	// Receive blocks; a timeout lets the loop notice that ctx ended.
+	if err := s.SetReceiveTimeout(&unix.Timeval{Usec: 200000}); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("netdevs pool: netlink timeout: %w", err)
+	}
+	return s, nil
+}
+
+func (p *Pool) watchOn(ctx context.Context, s *nl.NetlinkSocket, changed func()) error {
+	for ctx.Err() == nil {
+		msgs, _, err := s.Receive()
+		switch {
+		case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.ENOBUFS):
+			p.log.Warn("netlink events lost; rescanning")
+			changed()
+			continue
+		case err != nil:
+			return fmt.Errorf("netdevs pool: receive link events: %w", err)
+		}
+		relevant := false
+		for _, m := range msgs {
+			relevant = p.handle(m) || relevant
+		}
+		if relevant {
+			changed()
+		}
+	}
+	return nil
+}
+
+// handle applies one link message and reports whether it concerns the pool.
+func (p *Pool) handle(m syscall.NetlinkMessage) bool {
+	if m.Header.Type != unix.RTM_NEWLINK && m.Header.Type != unix.RTM_DELLINK {
+		return false
+	}
+	hdr := unix.NlMsghdr(m.Header)
+	link, err := netlink.LinkDeserialize(&hdr, m.Data)
+	if err != nil {
+		p.log.Warn("undecodable link message", "err", err)
+		return true // rescan to be safe
+	}
+	if m.Header.Type == unix.RTM_NEWLINK {
+		// A listed interface renamed away changes the pool too.
+		return p.matches(link.Attrs().Name) || p.listedIndex(link.Attrs().Index)
+	}
+	movedTo, wasMoved := newNetNSID(m.Data)
+	return p.linkGone(link, link.Attrs().Index, movedTo, wasMoved)
+}
+
+// newNetNSID returns IFLA_NEW_NETNSID of an RTM_DELLINK: present only when
+// the interface moved to another namespace.
+func newNetNSID(data []byte) (int, bool) {
+	if len(data) < unix.SizeofIfInfomsg {
+		return 0, false
+	}
+	attrs, err := nl.ParseRouteAttr(data[unix.SizeofIfInfomsg:])
+	if err != nil {
+		return 0, false
+	}
+	for _, a := range attrs {
+		if a.Attr.Type == unix.IFLA_NEW_NETNSID && len(a.Value) >= 4 {
+			return int(int32(binary.NativeEndian.Uint32(a.Value))), true
+		}
+	}
+	return 0, false
+}

@@ -1,0 +1,193 @@
+// Package sockpool turns a directory of vhost-user or memif sockets into
+// devices of one resource. Who creates the socket decides what a device is:
+//
+//   - The host creates it (vhost-user mode "client", memif role "slave": a
+//     vswitch made each socket): every unix socket directly in the directory
+//     is one device, its ID the file name. The container gets that socket
+//     file bind-mounted at the same path, and nothing else of the directory.
+//   - The container creates it (vhost-user mode "server", memif role
+//     "master"): every subdirectory is one device, its ID the subdirectory
+//     name. The container gets the subdirectory mounted read-write at the same
+//     path and creates <subdir>/<socketName> in it.
+//
+// With mountSocketDir, a host-created socket's whole directory is mounted
+// instead of the file: the container then sees every socket of the pool, but
+// keeps a working path when the vswitch re-creates its socket (a bind mount
+// of the file would keep pointing at the old one).
+//
+// The device-info path is the socket's path, identical inside and outside the
+// container. A socket (or subdirectory) that is removed leaves the list. The
+// directory is watched with fsnotify.
+package socket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/base/dirwatch"
+	"github.com/devplumb/devplumb/pkg/deviceplugin"
+	"github.com/devplumb/devplumb/pkg/netdev/source"
+)
+
+// DefaultSocketName is the socket a container creates in its subdirectory.
+const DefaultSocketName = "socket"
+
+// VhostUser configures a vhost-user pool.
+type VhostUser struct {
+	SocketDir  string `json:"socketDir"`
+	Mode       string `json:"mode"`                 // "client" or "server"
+	SocketName string `json:"socketName,omitempty"` // server mode; default "socket"
+	// MountSocketDir mounts socketDir instead of the socket file (client mode).
+	MountSocketDir bool `json:"mountSocketDir,omitempty"`
+}
+
+// Memif configures a memif pool.
+type Memif struct {
+	SocketDir  string `json:"socketDir"`
+	Role       string `json:"role"`                 // "slave" or "master"
+	Mode       string `json:"mode,omitempty"`       // "ethernet" (default), "ip"
+	SocketName string `json:"socketName,omitempty"` // master role; default "socket"
+	// MountSocketDir mounts socketDir instead of the socket file (slave role).
+	MountSocketDir bool `json:"mountSocketDir,omitempty"`
+}
+
+// Pool is a socket directory pool.
+type Pool struct {
+	kind        string
+	dir         string
+	hostCreates bool
+	mountDir    bool
+	socketName  string
+	info        func(path string) *devinfo.DeviceInfo
+}
+
+// NewVhostUser checks c and returns its pool.
+func NewVhostUser(c VhostUser) (*Pool, error) {
+	if c.Mode != devinfo.VhostUserModeClient && c.Mode != devinfo.VhostUserModeServer {
+		return nil, fmt.Errorf("vhostUser pool: mode %q is not %q or %q", c.Mode, devinfo.VhostUserModeClient, devinfo.VhostUserModeServer)
+	}
+	mode := c.Mode
+	p, err := newPool("vhostuser", c.SocketDir, c.Mode == devinfo.VhostUserModeClient, c.SocketName, func(path string) *devinfo.DeviceInfo {
+		return &devinfo.DeviceInfo{Type: devinfo.TypeVhostUser, Version: devinfo.Version, VhostUser: &devinfo.VhostDevice{Mode: mode, Path: path}}
+	})
+	if p != nil {
+		p.mountDir = c.MountSocketDir
+	}
+	return p, err
+}
+
+// NewMemif checks c and returns its pool.
+func NewMemif(c Memif) (*Pool, error) {
+	if c.Role != "slave" && c.Role != "master" {
+		return nil, fmt.Errorf("memif pool: role %q is not \"slave\" or \"master\"", c.Role)
+	}
+	mode := c.Mode
+	if mode == "" {
+		mode = "ethernet"
+	}
+	if mode != "ethernet" && mode != "ip" {
+		return nil, fmt.Errorf("memif pool: mode %q is not \"ethernet\" or \"ip\"", c.Mode)
+	}
+	role := c.Role
+	p, err := newPool("memif", c.SocketDir, c.Role == "slave", c.SocketName, func(path string) *devinfo.DeviceInfo {
+		return &devinfo.DeviceInfo{Type: devinfo.TypeMemif, Version: devinfo.Version, Memif: &devinfo.MemifDevice{Role: role, Path: path, Mode: mode}}
+	})
+	if p != nil {
+		p.mountDir = c.MountSocketDir
+	}
+	return p, err
+}
+
+func newPool(kind, dir string, hostCreates bool, socketName string, info func(string) *devinfo.DeviceInfo) (*Pool, error) {
+	if dir == "" || !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("%s pool: socketDir %q must be an absolute path", kind, dir)
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("%s pool: socketDir %s is not a directory: %v", kind, dir, err)
+	}
+	if socketName == "" {
+		socketName = DefaultSocketName
+	}
+	if socketName != filepath.Base(socketName) || socketName == ".." {
+		return nil, fmt.Errorf("%s pool: socketName %q must be a plain file name", kind, socketName)
+	}
+	return &Pool{kind: kind, dir: filepath.Clean(dir), hostCreates: hostCreates, socketName: socketName, info: info}, nil
+}
+
+// Kind is "vhostuser" or "memif".
+func (p *Pool) Kind() string { return p.kind }
+
+// Scan lists the sockets (host-created) or subdirectories (container-created).
+func (p *Pool) Scan() ([]source.Device, error) {
+	entries, err := os.ReadDir(p.dir)
+	if errors.Is(err, os.ErrNotExist) {
+		// The vswitch removed its socket dir (restarting): its sockets are
+		// gone with it; Watch notices when the dir is back.
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s pool: %w", p.kind, err)
+	}
+	var out []source.Device
+	for _, e := range entries {
+		path := filepath.Join(p.dir, e.Name())
+		switch {
+		case p.hostCreates && e.Type()&os.ModeSocket != 0:
+			mount := path
+			if p.mountDir {
+				mount = p.dir
+			}
+			out = append(out, p.device(e.Name(), mount, path))
+		case !p.hostCreates && e.IsDir():
+			out = append(out, p.device(e.Name(), path, filepath.Join(path, p.socketName)))
+		}
+	}
+	source.Sort(out)
+	return out, nil
+}
+
+func (p *Pool) device(id, mount, socket string) source.Device {
+	return source.Device{
+		Device: deviceplugin.Device{ID: id, Healthy: true, NUMANode: deviceplugin.NoNUMA},
+		Info:   p.info(socket),
+		Mounts: []source.Mount{{HostPath: mount, ContainerPath: mount}},
+	}
+}
+
+// Watch calls changed after each change in the socket directory, also when
+// the directory itself is removed or created again.
+func (p *Pool) Watch(ctx context.Context, changed func()) error {
+	w, err := dirwatch.New(p.dir)
+	if err != nil {
+		return fmt.Errorf("%s pool: %w", p.kind, err)
+	}
+	defer w.Close()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-w.Events:
+			if !ok {
+				return fmt.Errorf("%s pool: watcher closed", p.kind)
+			}
+			c, err := w.Handle(ev)
+			if err != nil {
+				return fmt.Errorf("%s pool: %w", p.kind, err)
+			}
+			if c != dirwatch.Ignored && !ev.Has(fsnotify.Chmod) {
+				changed()
+			}
+		case _, ok := <-w.Errors:
+			if !ok {
+				return fmt.Errorf("%s pool: watcher closed", p.kind)
+			}
+			changed() // events may have been lost (queue overflow): rescan
+		}
+	}
+}

@@ -1,0 +1,144 @@
+// Package vdpapool finds vDPA devices under <sysfs>/bus/vdpa/devices for one
+// resource, selected by name glob and driver ("vhost" for vhost_vdpa,
+// "virtio" for virtio_vdpa). The device ID is the vDPA device name (vdpa0).
+// A vhost-vdpa device gives the container its /dev/vhost-vdpa-N node; a
+// virtio-vdpa device is a kernel netdev and needs no node.
+//
+// Health: a device that leaves sysfs becomes Unhealthy and stays listed (a
+// pod may hold it); it becomes Healthy again when it returns.
+package vdpa
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/deviceplugin"
+	"github.com/devplumb/devplumb/pkg/netdev/source"
+	"github.com/devplumb/devplumb/pkg/netdev/source/sysfs"
+)
+
+// Selectors choose devices; empty lists match everything.
+type Selectors struct {
+	Names   []string `json:"names,omitempty"`   // globs of vDPA device names
+	Drivers []string `json:"drivers,omitempty"` // "vhost", "virtio"
+}
+
+// Pool is the vDPA pool of one resource.
+type Pool struct {
+	root string
+	sel  Selectors
+
+	mu    sync.Mutex
+	known map[string]source.Device
+}
+
+// New checks the selectors and returns a pool reading sysfs under root.
+func New(root string, sel Selectors) (*Pool, error) {
+	if root == "" {
+		root = sysfs.DefaultRoot
+	}
+	for _, g := range sel.Names {
+		if _, err := filepath.Match(g, ""); err != nil {
+			return nil, fmt.Errorf("vdpa pool: bad name glob %q: %w", g, err)
+		}
+	}
+	for _, d := range sel.Drivers {
+		if d != devinfo.VdpaDriverVhost && d != devinfo.VdpaDriverVirtio {
+			return nil, fmt.Errorf("vdpa pool: driver %q is not %q or %q", d, devinfo.VdpaDriverVhost, devinfo.VdpaDriverVirtio)
+		}
+	}
+	return &Pool{root: root, sel: sel, known: map[string]source.Device{}}, nil
+}
+
+// Kind is "vdpa".
+func (p *Pool) Kind() string { return "vdpa" }
+
+func (p *Pool) devicesDir() string { return filepath.Join(p.root, "bus", "vdpa", "devices") }
+
+// Scan lists the selected devices.
+func (p *Pool) Scan() ([]source.Device, error) {
+	entries, err := os.ReadDir(p.devicesDir())
+	if err != nil && !os.IsNotExist(err) { // no vdpa bus: no devices yet
+		return nil, fmt.Errorf("vdpa pool: %w", err)
+	}
+	found := map[string]source.Device{}
+	for _, e := range entries {
+		if d, ok := p.read(e.Name()); ok {
+			found[d.ID] = d
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := source.KeepVanished(p.known, found, func(name string) bool {
+		_, err := os.Stat(filepath.Join(p.devicesDir(), name))
+		return err != nil
+	})
+	p.known = found
+	return out, nil
+}
+
+// read describes one vDPA device; ok is false when it is not selected or not
+// bound to a vDPA bus driver.
+func (p *Pool) read(name string) (source.Device, bool) {
+	dir := filepath.Join(p.devicesDir(), name)
+	if !p.nameSelected(name) {
+		return source.Device{}, false
+	}
+	driver, path, node := busDriver(dir)
+	if driver == "" || (len(p.sel.Drivers) > 0 && !slices.Contains(p.sel.Drivers, driver)) {
+		return source.Device{}, false
+	}
+	info := &devinfo.VdpaDevice{ParentDevice: name, Driver: driver, Path: path}
+	d := source.Device{Device: deviceplugin.Device{ID: name, Healthy: true, NUMANode: deviceplugin.NoNUMA}}
+	if target, err := filepath.EvalSymlinks(dir); err == nil {
+		if parent := filepath.Base(filepath.Dir(target)); sysfs.IsAddress(parent) {
+			info.PciAddress = parent
+			if pd, err := sysfs.Read(p.root, parent); err == nil {
+				info.PfPciAddress = pd.PFAddress
+				d.NUMANode = pd.NUMANode
+			}
+		}
+	}
+	d.Info = &devinfo.DeviceInfo{Type: devinfo.TypeVDPA, Version: devinfo.Version, Vdpa: info}
+	if node != "" {
+		d.DevNodes = []source.DevNode{{HostPath: node, ContainerPath: node, Permissions: "rw"}}
+	}
+	return d, true
+}
+
+func (p *Pool) nameSelected(name string) bool {
+	if len(p.sel.Names) == 0 {
+		return true
+	}
+	for _, g := range p.sel.Names {
+		if ok, _ := filepath.Match(g, name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// busDriver returns the spec's driver name, the device-info path and, for
+// vhost, the device node.
+func busDriver(dir string) (driver, path, node string) {
+	target, err := os.Readlink(filepath.Join(dir, "driver"))
+	if err != nil {
+		return "", "", ""
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		n := e.Name()
+		switch {
+		case filepath.Base(target) == "vhost_vdpa" && strings.HasPrefix(n, "vhost-vdpa-"):
+			return devinfo.VdpaDriverVhost, "/dev/" + n, "/dev/" + n
+		case filepath.Base(target) == "virtio_vdpa" && strings.HasPrefix(n, "virtio"):
+			return devinfo.VdpaDriverVirtio, "/sys/bus/virtio/devices/" + n, ""
+		}
+	}
+	return "", "", ""
+}
