@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/devplumb/devplumb/pkg/base/logging"
 	"github.com/devplumb/devplumb/pkg/base/resourcename"
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/pkg/kubeletsim/podresourcesserver"
@@ -66,7 +66,7 @@ func required(fs *flag.FlagSet, names ...string) error {
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := newFlags("serve")
 	root := fs.String("root", "", "kubelet root directory")
-	level := fs.String("log-level", "info", "debug, info, warn or error")
+	logFlags := logging.Register(fs)
 	get := fs.String("podresources-get", "enabled", "how PodResources Get answers: enabled, disabled (gate off) or unimplemented")
 	qps := fs.Float64("podresources-qps", podresourcesserver.DefaultQPS, "PodResources rate limit, calls per second for all clients")
 	burst := fs.Int("podresources-burst", podresourcesserver.DefaultBurst, "PodResources rate limit burst")
@@ -80,9 +80,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := required(fs, "root"); err != nil {
 		return err
 	}
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
-		return fmt.Errorf("%w: serve: --log-level %q: %v", errUsage, *level, err)
+	log, err := logFlags.New(stderr)
+	if err != nil {
+		return fmt.Errorf("%w: serve: %v", errUsage, err)
 	}
 	cfg := podresourcesserver.Config{QPS: *qps, Burst: *burst}
 	switch *get {
@@ -104,7 +104,6 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
 	node, err := kubeletsim.StartWithOptions(ctx, *root, log, kubeletsim.Options{PodResources: cfg, PluginGracePeriod: *grace, DRA: dra})
 	if err != nil {
 		return err

@@ -18,7 +18,7 @@ import (
 const usage = `nodesim: a one-node kubelet emulator speaking the kubelet's real gRPC APIs.
 
 Usage:
-  nodesim serve --root DIR [--log-level debug|info|warn|error]
+  nodesim serve --root DIR [--log-level debug|info|warn|error] [--log-format text|json]
                 [--podresources-get enabled|disabled|unimplemented]
                 [--podresources-qps N] [--podresources-burst N] [--plugin-grace-period 5m]
                 [--kubeconfig FILE --node-name NODE]
@@ -85,6 +85,11 @@ Usage:
 pod/pods/wait/drivers/resources talk to a running "nodesim serve --root DIR".
 `
 
+// podUsage is the help of "nodesim pod": its two subcommands.
+const podUsage = `usage: nodesim pod add|del --root DIR --namespace NS --name NAME [flags]
+  nodesim pod add --help and nodesim pod del --help list each one's flags.
+`
+
 // errUsage marks command line mistakes (exit 2).
 var errUsage = errors.New("usage")
 
@@ -124,6 +129,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("%w: pod needs a subcommand: add or del", errUsage)
 		}
 		switch args[1] {
+		case "-h", "-help", "--help", "help":
+			return &helpRequested{podUsage}
 		case "add":
 			return podAdd(ctx, args[2:], stdout)
 		case "del":

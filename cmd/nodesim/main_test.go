@@ -153,6 +153,8 @@ func TestUsageErrors(t *testing.T) {
 		{"serve"},
 		{"serve", "--root", root, "--podresources-get", "maybe"},
 		{"serve", "--root", root, "--plugin-grace-period", "0s"},
+		{"serve", "--root", root, "--log-level", "loud"},
+		{"serve", "--root", root, "--log-format", "xml"},
 		{"pod", "add", "--root", root, "--namespace", "n", "--name", "p", "--container", "c=vf:1"}, // no domain: checked before asking the node
 		{"pods", "extra"},
 		{"wait", "--root", root},
@@ -198,10 +200,14 @@ func TestHelpAndVersionExitZero(t *testing.T) {
 		{[]string{"--help"}, "nodesim serve --root DIR"},
 		{[]string{"--version"}, "nodesim "},
 		{[]string{"serve", "--help"}, "-plugin-grace-period"},
+		{[]string{"pod", "--help"}, "nodesim pod add|del"},
 		{[]string{"pod", "add", "-h"}, "-container"},
 		{[]string{"pod", "del", "--help"}, "-namespace"},
 		{[]string{"pods", "--help"}, "-root"},
 		{[]string{"wait", "--help"}, "-resource"},
+		{[]string{"drivers", "--help"}, "-root"},
+		{[]string{"resources", "--help"}, "-root"},
+		{[]string{"version", "--help"}, "nodesim "},
 	} {
 		out, err := nodesim(t, c.args...)
 		var stdout bytes.Buffer

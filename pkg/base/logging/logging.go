@@ -9,9 +9,6 @@ import (
 	"log/slog"
 )
 
-// ErrKey is the one attribute key for errors in every binary's logs.
-const ErrKey = "err"
-
 // Flags are --log-level and --log-format, registered on a FlagSet.
 type Flags struct {
 	Level  string

@@ -24,7 +24,7 @@ func TestJSONAtDebug(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log.Debug("hello", ErrKey, "boom")
+	log.Debug("hello", "err", "boom")
 	var rec map[string]any
 	if err := json.Unmarshal(buf.Bytes(), &rec); err != nil {
 		t.Fatalf("not one JSON record: %q: %v", buf.String(), err)

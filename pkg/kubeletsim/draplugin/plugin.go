@@ -19,7 +19,6 @@ import (
 // pkg/kubelet/cm/dra/plugin).
 const (
 	dialTimeout   = 10 * time.Second
-	infoTimeout   = time.Second
 	notifyTimeout = 5 * time.Second
 	// CallTimeout bounds each NodePrepareResources / NodeUnprepareResources.
 	CallTimeout = 45 * time.Second
