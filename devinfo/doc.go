@@ -20,4 +20,8 @@
 // keeps keys the spec does not name. Store reads and writes the two kinds of
 // files atomically and refuses names that would leave the directory. Files of spec version 1.0.x and
 // 1.1.x are read; files are written as 1.1.0.
+//
+// devinfo is one of devplumb's two public packages (with podresources): a
+// stable API for device plugins and CNI plugins, versioned with the module.
+// Everything under pkg/ is internal and may change in any release.
 package devinfo

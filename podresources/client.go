@@ -9,6 +9,10 @@
 //
 // Devices returns device IDs in the kubelet's order and never sorts them:
 // consumers that sorted IDs handed pods the wrong VF.
+//
+// podresources is one of devplumb's two public packages (with devinfo): a
+// stable API, versioned with the module; podresourcestest serves the same
+// API in process for tests. Everything under pkg/ is internal.
 package podresources
 
 import (

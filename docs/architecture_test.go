@@ -1,0 +1,104 @@
+// Package docs holds the project's documentation; its test keeps
+// architecture.md's tree true to the repository's.
+package docs
+
+import (
+	"bufio"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// treeDirs reads the directories named in architecture.md's tree block: a
+// line's leading names ending in "/", nested by two spaces of indentation.
+func treeDirs(t *testing.T) []string {
+	t.Helper()
+	f, err := os.Open("architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var dirs, stack []string
+	in := false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "```") {
+			if in {
+				break
+			}
+			in = true
+			continue
+		}
+		if !in {
+			continue
+		}
+		depth := (len(line) - len(strings.TrimLeft(line, " "))) / 2
+		names := leadingDirs(line)
+		if len(names) == 0 {
+			continue
+		}
+		stack = stack[:min(depth, len(stack))]
+		for _, n := range names {
+			dirs = append(dirs, filepath.Join(append(slices.Clone(stack), n)...))
+		}
+		stack = append(stack, names[0])
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return dirs
+}
+
+// leadingDirs are the words a tree line starts with that end in "/".
+func leadingDirs(line string) []string {
+	var names []string
+	for _, w := range strings.Fields(line) {
+		if !strings.HasSuffix(w, "/") {
+			break
+		}
+		names = append(names, strings.TrimSuffix(w, "/"))
+	}
+	return names
+}
+
+// goPackageDirs are the directories under pkg/ holding Go files.
+func goPackageDirs(t *testing.T) []string {
+	t.Helper()
+	var dirs []string
+	err := filepath.WalkDir("../pkg", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".go") {
+			return err
+		}
+		dir, _ := filepath.Rel("..", filepath.Dir(p))
+		if !slices.Contains(dirs, dir) {
+			dirs = append(dirs, dir)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dirs
+}
+
+// Every package under pkg/ is in the tree, and every directory the tree names exists.
+func TestArchitectureTreeMatchesRepository(t *testing.T) {
+	named := treeDirs(t)
+	if len(named) < 10 {
+		t.Fatalf("architecture.md's tree names %d directories: %v", len(named), named)
+	}
+	for _, d := range goPackageDirs(t) {
+		if !slices.Contains(named, d) {
+			t.Errorf("package %s is missing from docs/architecture.md's tree", d)
+		}
+	}
+	for _, d := range named {
+		if st, err := os.Stat(filepath.Join("..", d)); err != nil || !st.IsDir() {
+			t.Errorf("docs/architecture.md's tree names %s, which is not a directory", d)
+		}
+	}
+}
