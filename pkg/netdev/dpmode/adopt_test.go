@@ -10,6 +10,7 @@ import (
 
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/deviceplugin"
+	"github.com/devplumb/devplumb/pkg/netdev/resources"
 	"github.com/devplumb/devplumb/pkg/netdev/source"
 )
 
@@ -119,7 +120,7 @@ func TestOwner(t *testing.T) {
 func TestSecondInstanceLeavesTheFirstAlone(t *testing.T) {
 	f := newFixture(t)
 	f.run()
-	err := Run(t.Context(), f.cfg, slog.Default())
+	err := Run(t.Context(), f.cfg, nil, slog.Default())
 	if err == nil || !strings.Contains(err.Error(), "another plugin is serving") {
 		t.Fatalf("second instance: %v", err)
 	}
@@ -157,9 +158,9 @@ func TestRemovedFileIsWrittenAgain(t *testing.T) {
 func TestOverlappingResourcesRefused(t *testing.T) {
 	f := newFixture(t)
 	f.cfg.Resources = append(f.cfg.Resources,
-		Resource{ResourceName: "example.com/vf-again", PCI: &pcipoolSelectors{Drivers: []string{"iavf"}}},
-		Resource{ResourceName: "example.com/veth-again", NetDevs: &netdevConfig{Names: []string{f.vethPrefix + "a"}}})
-	err := Run(t.Context(), f.cfg, slog.Default())
+		resources.Resource{ResourceName: "example.com/vf-again", PCI: &pciSelectors{Drivers: []string{"iavf"}}},
+		resources.Resource{ResourceName: "example.com/veth-again", NetDevs: &netdevConfig{Names: []string{f.vethPrefix + "a"}}})
+	err := Run(t.Context(), f.cfg, nil, slog.Default())
 	for _, want := range []string{
 		"example.com/vf and example.com/vf-again both select PCI device 0000:01:01.0",
 		"example.com/veth and example.com/veth-again both select netdevs device " + f.vethPrefix + "a",
@@ -210,7 +211,7 @@ func TestAdoptLeavesCNIDirAlone(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(f.devinfoDir, devinfo.KindCNI), nil, 0); err != nil {
 		t.Fatal(err)
 	}
-	resources, err := build(f.cfg, slog.Default())
+	resources, err := build(f.cfg, nil, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}

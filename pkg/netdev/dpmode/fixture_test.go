@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
+	"github.com/devplumb/devplumb/pkg/netdev/resources"
 	"github.com/devplumb/devplumb/pkg/netdev/source/link"
 	"github.com/devplumb/devplumb/pkg/netdev/source/pci"
 	"github.com/devplumb/devplumb/pkg/netdev/source/socket"
@@ -43,7 +44,7 @@ type fixture struct {
 	sockDir    string
 	devinfoDir string
 	cdiDir     string
-	cfg        *Config
+	cfg        *resources.Config
 	configPath string
 	witnesses  int
 }
@@ -59,14 +60,14 @@ func newFixture(t *testing.T) *fixture {
 	for _, s := range []string{"vhu0.sock", "vhu1.sock"} {
 		f.listen(s)
 	}
-	f.cfg = &Config{
+	f.cfg = &resources.Config{
 		PluginDir:  f.node.PluginDir(),
 		DevInfoDir: f.devinfoDir,
 		CDIDir:     f.cdiDir,
 		SysfsRoot:  f.sysfs,
 		Resync:     metav1.Duration{Duration: 100 * time.Millisecond},
-		Resources: []Resource{
-			{ResourceName: resVF, PCI: &pcipoolSelectors{PFNames: []string{"ens1f0"}}},
+		Resources: []resources.Resource{
+			{ResourceName: resVF, PCI: &pciSelectors{PFNames: []string{"ens1f0"}}},
 			{ResourceName: resVeth, NetDevs: &netdevConfig{Names: []string{f.vethPrefix + "*"}}},
 			{ResourceName: resVhost, VhostUser: &vhostConfig{SocketDir: f.sockDir, Mode: "client"}},
 			{ResourceName: resVDPA, VDPA: &vdpaSelectors{Drivers: []string{"vhost"}}},
@@ -103,7 +104,7 @@ func (f *fixture) fakeSysfs() {
 		}
 		sysfstest.AddPCI(t, f.sysfs, vf)
 	}
-	// A vDPA-capable NIC elsewhere (not a network PF for the VF pool: no netdev named ens1f0).
+	// A vDPA-capable NIC elsewhere (not a network PF for the VF source: no netdev named ens1f0).
 	sysfstest.AddPCI(t, f.sysfs, sysfstest.PCI{Addr: "0000:65:00.2", Vendor: "15b3", Device: "101e", Class: "020000", Driver: "mlx5_core", NUMA: 1})
 	sysfstest.AddVDPA(t, f.sysfs, "vdpa0", "0000:65:00.2", "vhost_vdpa", 3)
 }
@@ -124,7 +125,7 @@ func (f *fixture) run() (stop func() error) {
 	f.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, f.cfg, slog.Default()) }()
+	go func() { done <- Run(ctx, f.cfg, nil, slog.Default()) }()
 	var result error
 	stopped := false
 	stop = func() error {
@@ -195,8 +196,8 @@ func dirEntries(t *testing.T, dir string) []string {
 }
 
 type (
-	pcipoolSelectors = pci.Selectors
-	netdevConfig     = link.Config
-	vhostConfig      = socket.VhostUser
-	vdpaSelectors    = vdpa.Selectors
+	pciSelectors  = pci.Selectors
+	netdevConfig  = link.Config
+	vhostConfig   = socket.VhostUser
+	vdpaSelectors = vdpa.Selectors
 )

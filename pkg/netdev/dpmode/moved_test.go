@@ -72,7 +72,7 @@ func TestVethMovedByHostDeviceStaysInUse(t *testing.T) {
 	f.waitNode("pair destroyed with the pod namespace", func(r map[string][]kubeletsim.Device) bool { return len(r[resVeth]) == 0 })
 }
 
-// waitMoveSeen makes sure the pool has handled the move of dev: netlink
+// waitMoveSeen makes sure the source has handled the move of dev: netlink
 // events arrive in order, so once a veth pair created after the move is on
 // the node, the move's RTM_DELLINK was handled and rescanned before it.
 func (f *fixture) waitMoveSeen(dev string) {

@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/devplumb/devplumb/pkg/netdev/dpmode"
+	"github.com/devplumb/devplumb/pkg/netdev/resources"
 	"github.com/devplumb/devplumb/pkg/netdev/source/link"
 	"github.com/devplumb/devplumb/pkg/netdev/source/pci"
 	"github.com/devplumb/devplumb/pkg/netdev/source/socket"
@@ -32,7 +32,7 @@ const (
 	node     = "node-a"
 )
 
-// fixture is one node's pools: a fake sysfs with four VFs of PF ens1f0
+// fixture is one node's device sources: a fake sysfs with four VFs of PF ens1f0
 // (two per NUMA node, two bound to vfio-pci, the first with netdev
 // ens1f0v0) and a vhost-vdpa device, a real veth pair, a vhost-user socket
 // dir; and the dirs the driver writes to.
@@ -40,7 +40,7 @@ type fixture struct {
 	t                              *testing.T
 	sysfs, sockDir, vethPrefix     string
 	devinfoDir, cdiDir, pluginsDir string
-	cfg                            *dpmode.Config
+	cfg                            *resources.Config
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -65,10 +65,10 @@ func newFixture(t *testing.T) *fixture {
 	for _, s := range []string{"vhu0.sock", "vhu1.sock"} {
 		f.listen(s)
 	}
-	f.cfg = &dpmode.Config{
+	f.cfg = &resources.Config{
 		DevInfoDir: f.devinfoDir, CDIDir: f.cdiDir, SysfsRoot: f.sysfs,
 		Resync: metav1.Duration{Duration: 100 * time.Millisecond},
-		Resources: []dpmode.Resource{
+		Resources: []resources.Resource{
 			{ResourceName: resVF, PCI: &pci.Selectors{PFNames: []string{"ens1f0"}}},
 			{ResourceName: resVeth, NetDevs: &link.Config{Names: []string{f.vethPrefix + "*"}}},
 			{ResourceName: resVhost, VhostUser: &socket.VhostUser{SocketDir: f.sockDir, Mode: "client"}},

@@ -48,7 +48,7 @@ func published(t *testing.T, d *Driver) map[string]map[string]string {
 	return out
 }
 
-func TestSlicesDescribeEveryPool(t *testing.T) {
+func TestSlicesDescribeEverySource(t *testing.T) {
 	f := newFixture(t)
 	d := f.driver()
 	got := published(t, d)
@@ -113,10 +113,10 @@ func TestDeviceNames(t *testing.T) {
 	}
 }
 
-// TestSlicesFollowThePools: a VF leaving sysfs turns unhealthy and leaves
+// TestSlicesFollowTheSources: a VF leaving sysfs turns unhealthy and leaves
 // the slice; a deleted veth pair and a removed socket leave it; a new socket
 // joins it; a VF back in sysfs is published again.
-func TestSlicesFollowThePools(t *testing.T) {
+func TestSlicesFollowTheSources(t *testing.T) {
 	f := newFixture(t)
 	d := f.driver()
 	vf0 := DeviceName(resVF, "0000:01:01.0")
@@ -173,7 +173,7 @@ func (r recorder) PublishResources(_ context.Context, dr resourceslice.DriverRes
 	return nil
 }
 
-// TestWatchPublishesChanges: the watch loop publishes at once, and again when a pool
+// TestWatchPublishesChanges: the watch loop publishes at once, and again when a source
 // changes (a new socket, seen by the socket dir's watcher or the rescan), not otherwise.
 func TestWatchPublishesChanges(t *testing.T) {
 	f := newFixture(t)

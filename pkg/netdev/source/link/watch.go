@@ -14,7 +14,7 @@ import (
 
 // Watch follows RTNLGRP_LINK and calls changed whenever a selected interface
 // appears, changes, is moved or deleted, or a moved veth's peer dies.
-func (p *Pool) Watch(ctx context.Context, changed func()) error {
+func (p *Source) Watch(ctx context.Context, changed func()) error {
 	s, err := subscribe()
 	if err != nil {
 		return err
@@ -26,17 +26,17 @@ func (p *Pool) Watch(ctx context.Context, changed func()) error {
 func subscribe() (*nl.NetlinkSocket, error) {
 	s, err := nl.Subscribe(unix.NETLINK_ROUTE, unix.RTNLGRP_LINK)
 	if err != nil {
-		return nil, fmt.Errorf("netdevs pool: subscribe to link events: %w", err)
+		return nil, fmt.Errorf("netdevs source: subscribe to link events: %w", err)
 	}
 	// Receive blocks; a timeout lets the loop notice that ctx ended.
 	if err := s.SetReceiveTimeout(&unix.Timeval{Usec: 200000}); err != nil {
 		s.Close()
-		return nil, fmt.Errorf("netdevs pool: netlink timeout: %w", err)
+		return nil, fmt.Errorf("netdevs source: netlink timeout: %w", err)
 	}
 	return s, nil
 }
 
-func (p *Pool) watchOn(ctx context.Context, s *nl.NetlinkSocket, changed func()) error {
+func (p *Source) watchOn(ctx context.Context, s *nl.NetlinkSocket, changed func()) error {
 	for ctx.Err() == nil {
 		msgs, _, err := s.Receive()
 		switch {
@@ -47,7 +47,7 @@ func (p *Pool) watchOn(ctx context.Context, s *nl.NetlinkSocket, changed func())
 			changed()
 			continue
 		case err != nil:
-			return fmt.Errorf("netdevs pool: receive link events: %w", err)
+			return fmt.Errorf("netdevs source: receive link events: %w", err)
 		}
 		relevant := false
 		for _, m := range msgs {
@@ -60,8 +60,8 @@ func (p *Pool) watchOn(ctx context.Context, s *nl.NetlinkSocket, changed func())
 	return nil
 }
 
-// handle applies one link message and reports whether it concerns the pool.
-func (p *Pool) handle(m syscall.NetlinkMessage) bool {
+// handle applies one link message and reports whether it concerns the source.
+func (p *Source) handle(m syscall.NetlinkMessage) bool {
 	if m.Header.Type != unix.RTM_NEWLINK && m.Header.Type != unix.RTM_DELLINK {
 		return false
 	}
@@ -72,7 +72,7 @@ func (p *Pool) handle(m syscall.NetlinkMessage) bool {
 		return true // rescan to be safe
 	}
 	if m.Header.Type == unix.RTM_NEWLINK {
-		// A listed interface renamed away changes the pool too.
+		// A listed interface renamed away changes the source too.
 		return p.matches(link.Attrs().Name) || p.listedIndex(link.Attrs().Index)
 	}
 	movedTo, wasMoved := newNetNSID(m.Data)

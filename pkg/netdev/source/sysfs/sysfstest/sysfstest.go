@@ -1,5 +1,5 @@
 // Package sysfstest builds fake sysfs trees with the kernel's layout for
-// tests of the PCI and vDPA pools: device directories under devices/, links
+// tests of the PCI and vDPA sources: device directories under devices/, links
 // from bus/*/devices, driver, physfn and iommu_group links, net/ and
 // infiniband/ subdirectories.
 package sysfstest

@@ -1,4 +1,4 @@
-// Package vdpapool finds vDPA devices under <sysfs>/bus/vdpa/devices for one
+// Package vdpa is the device source that finds vDPA devices under <sysfs>/bus/vdpa/devices for one
 // resource, selected by name glob and driver ("vhost" for vhost_vdpa,
 // "virtio" for virtio_vdpa). The device ID is the vDPA device name (vdpa0).
 // A vhost-vdpa device gives the container its /dev/vhost-vdpa-N node; a
@@ -28,8 +28,8 @@ type Selectors struct {
 	Drivers []string `json:"drivers,omitempty"` // "vhost", "virtio"
 }
 
-// Pool is the vDPA pool of one resource.
-type Pool struct {
+// Source is the vDPA source of one resource.
+type Source struct {
 	root string
 	sel  Selectors
 
@@ -37,34 +37,34 @@ type Pool struct {
 	known map[string]source.Device
 }
 
-// New checks the selectors and returns a pool reading sysfs under root.
-func New(root string, sel Selectors) (*Pool, error) {
+// New checks the selectors and returns a source reading sysfs under root.
+func New(root string, sel Selectors) (*Source, error) {
 	if root == "" {
 		root = sysfs.DefaultRoot
 	}
 	for _, g := range sel.Names {
 		if _, err := filepath.Match(g, ""); err != nil {
-			return nil, fmt.Errorf("vdpa pool: bad name glob %q: %w", g, err)
+			return nil, fmt.Errorf("vdpa source: bad name glob %q: %w", g, err)
 		}
 	}
 	for _, d := range sel.Drivers {
 		if d != devinfo.VdpaDriverVhost && d != devinfo.VdpaDriverVirtio {
-			return nil, fmt.Errorf("vdpa pool: driver %q is not %q or %q", d, devinfo.VdpaDriverVhost, devinfo.VdpaDriverVirtio)
+			return nil, fmt.Errorf("vdpa source: driver %q is not %q or %q", d, devinfo.VdpaDriverVhost, devinfo.VdpaDriverVirtio)
 		}
 	}
-	return &Pool{root: root, sel: sel, known: map[string]source.Device{}}, nil
+	return &Source{root: root, sel: sel, known: map[string]source.Device{}}, nil
 }
 
 // Kind is "vdpa".
-func (p *Pool) Kind() string { return "vdpa" }
+func (p *Source) Kind() string { return "vdpa" }
 
-func (p *Pool) devicesDir() string { return filepath.Join(p.root, "bus", "vdpa", "devices") }
+func (p *Source) devicesDir() string { return filepath.Join(p.root, "bus", "vdpa", "devices") }
 
 // Scan lists the selected devices.
-func (p *Pool) Scan() ([]source.Device, error) {
+func (p *Source) Scan() ([]source.Device, error) {
 	entries, err := os.ReadDir(p.devicesDir())
 	if err != nil && !os.IsNotExist(err) { // no vdpa bus: no devices yet
-		return nil, fmt.Errorf("vdpa pool: %w", err)
+		return nil, fmt.Errorf("vdpa source: %w", err)
 	}
 	found := map[string]source.Device{}
 	for _, e := range entries {
@@ -84,7 +84,7 @@ func (p *Pool) Scan() ([]source.Device, error) {
 
 // read describes one vDPA device; ok is false when it is not selected or not
 // bound to a vDPA bus driver.
-func (p *Pool) read(name string) (source.Device, bool) {
+func (p *Source) read(name string) (source.Device, bool) {
 	dir := filepath.Join(p.devicesDir(), name)
 	if !p.nameSelected(name) {
 		return source.Device{}, false
@@ -111,7 +111,7 @@ func (p *Pool) read(name string) (source.Device, bool) {
 	return d, true
 }
 
-func (p *Pool) nameSelected(name string) bool {
+func (p *Source) nameSelected(name string) bool {
 	if len(p.sel.Names) == 0 {
 		return true
 	}

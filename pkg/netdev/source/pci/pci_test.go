@@ -101,7 +101,7 @@ func TestMissingSysfs(t *testing.T) {
 	}
 }
 
-func mustNew(t *testing.T, root string, sel Selectors) *Pool {
+func mustNew(t *testing.T, root string, sel Selectors) *Source {
 	t.Helper()
 	p, err := New(root, sel)
 	if err != nil {
@@ -111,7 +111,7 @@ func mustNew(t *testing.T, root string, sel Selectors) *Pool {
 }
 
 // TestSelectorsRejectIDsThatNeverMatch: "0x8086" or "8086 " would leave the
-// pool silently empty; the config error says what form is expected.
+// source silently empty; the config error says what form is expected.
 func TestSelectorsRejectIDsThatNeverMatch(t *testing.T) {
 	for _, sel := range []Selectors{
 		{Vendors: []string{"0x8086"}},
@@ -120,8 +120,8 @@ func TestSelectorsRejectIDsThatNeverMatch(t *testing.T) {
 		{Drivers: []string{""}},
 	} {
 		_, err := New("", sel)
-		if err == nil || !strings.Contains(err.Error(), "pci pool") {
-			t.Errorf("New(%+v): %v, want a pci pool config error", sel, err)
+		if err == nil || !strings.Contains(err.Error(), "pci source") {
+			t.Errorf("New(%+v): %v, want a pci source config error", sel, err)
 		}
 	}
 	if _, err := New("", Selectors{Vendors: []string{"8086"}, Devices: []string{"154c"}}); err != nil {

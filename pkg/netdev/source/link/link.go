@@ -25,11 +25,11 @@ type Config struct {
 type moved struct {
 	dev       source.Device
 	peerIndex int    // host ifindex of its veth peer, 0 when unknown
-	seq       uint64 // Pool.seq when the move was recorded
+	seq       uint64 // Source.seq when the move was recorded
 }
 
-// Pool is the named-netdev pool of one resource.
-type Pool struct {
+// Source is the named-netdev source of one resource.
+type Source struct {
 	globs []string
 	sysfs string
 	log   *slog.Logger
@@ -43,14 +43,14 @@ type Pool struct {
 	afterList func() // test hook: runs between listing links and using them
 }
 
-// New checks the globs and returns the pool; sysfs "" means /sys.
-func New(c Config, sysfsRoot string, log *slog.Logger) (*Pool, error) {
+// New checks the globs and returns the source; sysfs "" means /sys.
+func New(c Config, sysfsRoot string, log *slog.Logger) (*Source, error) {
 	if len(c.Names) == 0 {
-		return nil, fmt.Errorf("netdevs pool: names must list at least one glob")
+		return nil, fmt.Errorf("netdevs source: names must list at least one glob")
 	}
 	for _, g := range c.Names {
 		if _, err := filepath.Match(g, ""); err != nil || g == "" {
-			return nil, fmt.Errorf("netdevs pool: bad name glob %q", g)
+			return nil, fmt.Errorf("netdevs source: bad name glob %q", g)
 		}
 	}
 	if sysfsRoot == "" {
@@ -59,13 +59,13 @@ func New(c Config, sysfsRoot string, log *slog.Logger) (*Pool, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Pool{globs: c.Names, sysfs: sysfsRoot, log: log, moved: map[string]moved{}, last: map[string]source.Device{}}, nil
+	return &Source{globs: c.Names, sysfs: sysfsRoot, log: log, moved: map[string]moved{}, last: map[string]source.Device{}}, nil
 }
 
 // Kind is "netdevs".
-func (p *Pool) Kind() string { return "netdevs" }
+func (p *Source) Kind() string { return "netdevs" }
 
-func (p *Pool) matches(name string) bool {
+func (p *Source) matches(name string) bool {
 	for _, g := range p.globs {
 		if ok, _ := filepath.Match(g, name); ok {
 			return true
@@ -77,7 +77,7 @@ func (p *Pool) matches(name string) bool {
 // Scan lists the selected host interfaces and the moved ones still in use.
 // A move recorded after the links were listed is newer than the list: the
 // interface it names is in use, not "back in the host namespace".
-func (p *Pool) Scan() ([]source.Device, error) {
+func (p *Source) Scan() ([]source.Device, error) {
 	p.mu.Lock()
 	start := p.seq
 	p.mu.Unlock()
@@ -112,10 +112,10 @@ func (p *Pool) Scan() ([]source.Device, error) {
 
 // listHost lists the selected host interfaces by name, every host ifindex,
 // and the ifindexes of the selected ones.
-func (p *Pool) listHost() (host map[string]source.Device, indexes, listed map[int]bool, err error) {
+func (p *Source) listHost() (host map[string]source.Device, indexes, listed map[int]bool, err error) {
 	links, err := netlinksafe.LinkList()
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("netdevs pool: list links: %w", err)
+		return nil, nil, nil, fmt.Errorf("netdevs source: list links: %w", err)
 	}
 	if p.afterList != nil {
 		p.afterList()
@@ -133,14 +133,14 @@ func (p *Pool) listHost() (host map[string]source.Device, indexes, listed map[in
 	return host, indexes, listed, nil
 }
 
-func (p *Pool) listedIndex(i int) bool {
+func (p *Source) listedIndex(i int) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.index[i]
 }
 
 // describe builds the device of a host interface.
-func (p *Pool) describe(name string) source.Device {
+func (p *Source) describe(name string) source.Device {
 	d := source.Device{Device: deviceplugin.Device{ID: name, Healthy: true, NUMANode: deviceplugin.NoNUMA}}
 	devLink := filepath.Join(p.sysfs, "class", "net", name, "device")
 	if _, err := os.Lstat(devLink); err == nil {
@@ -159,8 +159,8 @@ func (p *Pool) describe(name string) source.Device {
 }
 
 // linkGone handles an RTM_DELLINK of a host interface. It reports whether
-// the pool's devices may have changed.
-func (p *Pool) linkGone(link netlink.Link, index int, movedTo int, wasMoved bool) bool {
+// the source's devices may have changed.
+func (p *Source) linkGone(link netlink.Link, index int, movedTo int, wasMoved bool) bool {
 	a := link.Attrs()
 	p.mu.Lock()
 	defer p.mu.Unlock()
