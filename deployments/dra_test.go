@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/dynamic-resource-allocation/cel"
 
-	"github.com/devplumb/devplumb/pkg/netdev/dpmode"
+	"github.com/devplumb/devplumb/pkg/netdev/resources"
 	"github.com/devplumb/devplumb/pkg/netdev/dramode"
 )
 
@@ -67,7 +67,7 @@ func TestDRAConfigIsTheDevicePluginConfig(t *testing.T) {
 	if a, b := normalized(t, cms[0]).(*corev1.ConfigMap).Data, normalized(t, dpCM).(*corev1.ConfigMap).Data; !reflect.DeepEqual(a, b) {
 		t.Errorf("DRA config %v differs from the device plugin's %v", a, b)
 	}
-	cfg, err := dpmode.ParseConfig([]byte(cms[0].Data["config.json"]))
+	cfg, err := resources.ParseConfig([]byte(cms[0].Data["config.json"]))
 	if err != nil {
 		t.Fatal(err)
 	}
