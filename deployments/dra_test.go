@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/dynamic-resource-allocation/cel"
 
-	"github.com/devplumb/devplumb/pkg/netdev/resources"
 	"github.com/devplumb/devplumb/pkg/netdev/dramode"
+	"github.com/devplumb/devplumb/pkg/netdev/resources"
 )
 
 // The DRA objects live in dra/, apart from the plain manifests that the Helm chart and
