@@ -125,7 +125,7 @@ func TestUsageErrors(t *testing.T) {
 }
 
 // vhostUserSetup listens on the sockets (closed when the test ends) in
-// sockDir and writes a config for a client-mode vhost-user pool of them,
+// sockDir and writes a config for a client-mode vhost-user source of them,
 // resource example.com/vhu, into work. It returns the config path.
 func vhostUserSetup(t *testing.T, sockDir, work string, sockets ...string) string {
 	t.Helper()

@@ -5,6 +5,9 @@ import (
 	"testing"
 
 	"github.com/devplumb/devplumb/pkg/netdev/resources"
+	"github.com/devplumb/devplumb/pkg/netdev/source/link"
+	"github.com/devplumb/devplumb/pkg/netdev/source/pci"
+	"github.com/devplumb/devplumb/pkg/netdev/source/socket"
 )
 
 func TestRunRejectsBadSources(t *testing.T) {
@@ -13,12 +16,12 @@ func TestRunRejectsBadSources(t *testing.T) {
 		want string
 		rcs  []resources.Resource
 	}{
-		{"not a directory", []resources.Resource{{ResourceName: "example.com/a", VhostUser: &vhostConfig{SocketDir: dir + "/missing", Mode: "client"}}}},
-		{"bad name glob", []resources.Resource{{ResourceName: "example.com/a", NetDevs: &netdevConfig{Names: []string{"["}}}}},
-		{"bus/pci/devices", []resources.Resource{{ResourceName: "example.com/a", PCI: &pciSelectors{}}}}, // sysfs root without bus/pci
+		{"not a directory", []resources.Resource{{ResourceName: "example.com/a", VhostUser: &socket.VhostUser{SocketDir: dir + "/missing", Mode: "client"}}}},
+		{"bad name glob", []resources.Resource{{ResourceName: "example.com/a", NetDevs: &link.Config{Names: []string{"["}}}}},
+		{"bus/pci/devices", []resources.Resource{{ResourceName: "example.com/a", PCI: &pci.Selectors{}}}}, // sysfs root without bus/pci
 		{"share the CDI spec file", []resources.Resource{
-			{ResourceName: "a.com-b/c", NetDevs: &netdevConfig{Names: []string{"x"}}},
-			{ResourceName: "a.com/b-c", NetDevs: &netdevConfig{Names: []string{"y"}}},
+			{ResourceName: "a.com-b/c", NetDevs: &link.Config{Names: []string{"x"}}},
+			{ResourceName: "a.com/b-c", NetDevs: &link.Config{Names: []string{"y"}}},
 		}},
 	}
 	for _, c := range cases {

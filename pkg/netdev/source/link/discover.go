@@ -26,7 +26,7 @@ var DefaultNetnsDirs = []string{"/var/run/netns", "/run/netns"}
 // use. Namespaces are found in nsDirs (default DefaultNetnsDirs) and through
 // /proc/<pid>/ns/net of every process; each is entered once. Namespaces that
 // cannot be entered are skipped. It returns the names found.
-func (p *Source) DiscoverMoved(nsDirs ...string) ([]string, error) {
+func (s *Source) DiscoverMoved(nsDirs ...string) ([]string, error) {
 	if len(nsDirs) == 0 {
 		nsDirs = DefaultNetnsDirs
 	}
@@ -46,7 +46,7 @@ func (p *Source) DiscoverMoved(nsDirs ...string) ([]string, error) {
 			continue
 		}
 		seen[id] = true
-		found = append(found, p.discoverIn(path, hostLinks)...)
+		found = append(found, s.discoverIn(path, hostLinks)...)
 	}
 	return found, nil
 }
@@ -78,7 +78,7 @@ func nsID(path string) ([2]uint64, error) {
 }
 
 // discoverIn records the source's moved interfaces found in one namespace.
-func (p *Source) discoverIn(path string, hostLinks []netlink.Link) []string {
+func (s *Source) discoverIn(path string, hostLinks []netlink.Link) []string {
 	var links []netlink.Link
 	err := ns.WithNetNSPath(path, func(ns.NetNS) error {
 		var err error
@@ -86,24 +86,24 @@ func (p *Source) discoverIn(path string, hostLinks []netlink.Link) []string {
 		return err
 	})
 	if err != nil {
-		p.log.Debug("namespace skipped", "path", path, "err", err)
+		s.log.Debug("namespace skipped", "path", path, "err", err)
 		return nil
 	}
 	var found []string
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, l := range links {
 		a := l.Attrs()
-		if a.Alias == "" || !p.matches(a.Alias) {
+		if a.Alias == "" || !s.matches(a.Alias) {
 			continue
 		}
 		m := moved{dev: source.Device{Device: deviceplugin.Device{ID: a.Alias, Healthy: true, NUMANode: deviceplugin.NoNUMA}}}
 		if _, isVeth := l.(*netlink.Veth); isVeth && hostPeer(hostLinks, a.ParentIndex) {
 			m.peerIndex = a.ParentIndex
 		}
-		p.moved[a.Alias] = m
+		s.moved[a.Alias] = m
 		found = append(found, a.Alias)
-		p.log.Info("interface found in another network namespace: in use", "name", a.Alias, "netns", path, "as", a.Name)
+		s.log.Info("interface found in another network namespace: in use", "name", a.Alias, "netns", path, "as", a.Name)
 	}
 	return found
 }

@@ -1,8 +1,9 @@
-// Package link is the device source that makes kernel network interfaces of the host network
-// namespace, selected by name glob, into devices of one resource; the device
-// ID is the interface name. It is meant for NICs without SR-IOV and for veth
-// ends in tests. An interface backed by a PCI device is described with a pci
-// device-info (its sysfs "device" link); other interfaces have none.
+// Package link is the device source that makes kernel network interfaces of
+// the host network namespace, selected by name glob, into devices of one
+// resource; the device ID is the interface name. It is meant for NICs
+// without SR-IOV and for veth ends in tests. An interface backed by a PCI
+// device is described with a pci device-info (its sysfs "device" link);
+// other interfaces have none.
 //
 // # Moved is not deleted
 //

@@ -14,13 +14,13 @@ import (
 
 // Watch follows RTNLGRP_LINK and calls changed whenever a selected interface
 // appears, changes, is moved or deleted, or a moved veth's peer dies.
-func (p *Source) Watch(ctx context.Context, changed func()) error {
-	s, err := subscribe()
+func (s *Source) Watch(ctx context.Context, changed func()) error {
+	sock, err := subscribe()
 	if err != nil {
 		return err
 	}
-	defer s.Close()
-	return p.watchOn(ctx, s, changed)
+	defer sock.Close()
+	return s.watchOn(ctx, sock, changed)
 }
 
 func subscribe() (*nl.NetlinkSocket, error) {
@@ -36,14 +36,14 @@ func subscribe() (*nl.NetlinkSocket, error) {
 	return s, nil
 }
 
-func (p *Source) watchOn(ctx context.Context, s *nl.NetlinkSocket, changed func()) error {
+func (s *Source) watchOn(ctx context.Context, sock *nl.NetlinkSocket, changed func()) error {
 	for ctx.Err() == nil {
-		msgs, _, err := s.Receive()
+		msgs, _, err := sock.Receive()
 		switch {
 		case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EINTR):
 			continue
 		case errors.Is(err, unix.ENOBUFS):
-			p.log.Warn("netlink events lost; rescanning")
+			s.log.Warn("netlink events lost; rescanning")
 			changed()
 			continue
 		case err != nil:
@@ -51,7 +51,7 @@ func (p *Source) watchOn(ctx context.Context, s *nl.NetlinkSocket, changed func(
 		}
 		relevant := false
 		for _, m := range msgs {
-			relevant = p.handle(m) || relevant
+			relevant = s.handle(m) || relevant
 		}
 		if relevant {
 			changed()
@@ -61,22 +61,22 @@ func (p *Source) watchOn(ctx context.Context, s *nl.NetlinkSocket, changed func(
 }
 
 // handle applies one link message and reports whether it concerns the source.
-func (p *Source) handle(m syscall.NetlinkMessage) bool {
+func (s *Source) handle(m syscall.NetlinkMessage) bool {
 	if m.Header.Type != unix.RTM_NEWLINK && m.Header.Type != unix.RTM_DELLINK {
 		return false
 	}
 	hdr := unix.NlMsghdr(m.Header)
 	link, err := netlink.LinkDeserialize(&hdr, m.Data)
 	if err != nil {
-		p.log.Warn("undecodable link message", "err", err)
+		s.log.Warn("undecodable link message", "err", err)
 		return true // rescan to be safe
 	}
 	if m.Header.Type == unix.RTM_NEWLINK {
 		// A listed interface renamed away changes the source too.
-		return p.matches(link.Attrs().Name) || p.listedIndex(link.Attrs().Index)
+		return s.matches(link.Attrs().Name) || s.listedIndex(link.Attrs().Index)
 	}
 	movedTo, wasMoved := newNetNSID(m.Data)
-	return p.linkGone(link, link.Attrs().Index, movedTo, wasMoved)
+	return s.linkGone(link, link.Attrs().Index, movedTo, wasMoved)
 }
 
 // newNetNSID returns IFLA_NEW_NETNSID of an RTM_DELLINK: present only when

@@ -1,8 +1,8 @@
-// Package pci is the device source that finds network PCI devices (PFs and VFs) in sysfs for one
-// resource, selected by vendor, device ID, driver, PF name and link type.
-// The device ID is the PCI address. A PF with VFs configured is left out:
-// its VFs are the devices. A device bound to vfio-pci needs /dev/vfio/vfio
-// and its IOMMU group's node in the container.
+// Package pci is the device source that finds network PCI devices (PFs and
+// VFs) in sysfs for one resource, selected by vendor, device ID, driver, PF
+// name and link type. The device ID is the PCI address. A PF with VFs
+// configured is left out: its VFs are the devices. A device bound to
+// vfio-pci needs /dev/vfio/vfio and its IOMMU group's node in the container.
 //
 // Health: a device stays in sysfs while a CNI plugin moves its netdev into a
 // pod (only the netdev changes namespace), so in-use devices stay Healthy. A
@@ -77,56 +77,56 @@ func (sel Selectors) Validate() error {
 }
 
 // Kind is "pci".
-func (p *Source) Kind() string { return "pci" }
+func (s *Source) Kind() string { return "pci" }
 
 // Scan lists the selected devices.
-func (p *Source) Scan() ([]source.Device, error) {
-	addrs, err := sysfs.List(p.root)
+func (s *Source) Scan() ([]source.Device, error) {
+	addrs, err := sysfs.List(s.root)
 	if err != nil {
 		return nil, fmt.Errorf("pci source: %w", err)
 	}
 	found := map[string]source.Device{}
 	for _, addr := range addrs {
-		d, err := sysfs.Read(p.root, addr)
+		d, err := sysfs.Read(s.root, addr)
 		if err != nil {
 			if sysfs.ErrNotExist(err) {
 				continue // removed while we looked
 			}
 			return nil, fmt.Errorf("pci source: %w", err)
 		}
-		if p.selected(d) {
+		if s.selected(d) {
 			found[addr] = device(d)
 		}
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := source.KeepVanished(p.known, found, func(addr string) bool { return !sysfs.Exists(p.root, addr) })
-	p.known = found
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := source.KeepVanished(s.known, found, func(addr string) bool { return !sysfs.Exists(s.root, addr) })
+	s.known = found
 	return out, nil
 }
 
-func (p *Source) selected(d *sysfs.Device) bool {
+func (s *Source) selected(d *sysfs.Device) bool {
 	if !d.IsNetwork() || d.NumVFs > 0 {
 		return false
 	}
-	if !match(p.sel.Vendors, d.Vendor) || !match(p.sel.Devices, d.DeviceID) || !match(p.sel.Drivers, d.Driver) {
+	if !match(s.sel.Vendors, d.Vendor) || !match(s.sel.Devices, d.DeviceID) || !match(s.sel.Drivers, d.Driver) {
 		return false
 	}
-	if len(p.sel.PFNames) > 0 && !anyIn(p.sel.PFNames, p.pfNames(d)) {
+	if len(s.sel.PFNames) > 0 && !anyIn(s.sel.PFNames, s.pfNames(d)) {
 		return false
 	}
-	if len(p.sel.LinkTypes) > 0 && !anyIn(p.sel.LinkTypes, p.linkTypes(d)) {
+	if len(s.sel.LinkTypes) > 0 && !anyIn(s.sel.LinkTypes, s.linkTypes(d)) {
 		return false
 	}
 	return true
 }
 
 // pfNames are the netdev names of the device's PF, or its own for a PF.
-func (p *Source) pfNames(d *sysfs.Device) []string {
+func (s *Source) pfNames(d *sysfs.Device) []string {
 	if d.PFAddress == "" {
 		return d.NetDevs
 	}
-	pf, err := sysfs.Read(p.root, d.PFAddress)
+	pf, err := sysfs.Read(s.root, d.PFAddress)
 	if err != nil {
 		return nil
 	}
@@ -135,15 +135,15 @@ func (p *Source) pfNames(d *sysfs.Device) []string {
 
 // linkTypes of the device's netdevs; a VF bound to vfio-pci has none, so its
 // PF's count.
-func (p *Source) linkTypes(d *sysfs.Device) []string {
+func (s *Source) linkTypes(d *sysfs.Device) []string {
 	var out []string
 	for _, n := range d.NetDevs {
-		out = append(out, sysfs.LinkType(p.root, d.Address, n))
+		out = append(out, sysfs.LinkType(s.root, d.Address, n))
 	}
 	if len(out) == 0 && d.PFAddress != "" {
-		if pf, err := sysfs.Read(p.root, d.PFAddress); err == nil {
+		if pf, err := sysfs.Read(s.root, d.PFAddress); err == nil {
 			for _, n := range pf.NetDevs {
-				out = append(out, sysfs.LinkType(p.root, pf.Address, n))
+				out = append(out, sysfs.LinkType(s.root, pf.Address, n))
 			}
 		}
 	}

@@ -14,7 +14,7 @@ import (
 // vfio-pci), a plain PF without VFs, and a non-network device.
 func fakeNIC(t *testing.T) string {
 	root := t.TempDir()
-	sysfstest.AddPCI(t, root, sysfstest.PCI{Addr: "0000:01:00.0", Vendor: "8086", Device: "1592", Class: "020000", Driver: "ice", NUMA: 1, NumVFs: 2, Net: []string{"ens1f0"}})
+	sysfstest.AddPCI(t, root, sysfstest.E810PF("0000:01:00.0", 1, 2, "ens1f0"))
 	sysfstest.AddPCI(t, root, sysfstest.PCI{Addr: "0000:01:01.0", Vendor: "8086", Device: "1889", Class: "020000", Driver: "iavf", NUMA: 1, PF: "0000:01:00.0", Net: []string{"ens1f0v0"}, RDMA: []string{"irdma1"}})
 	sysfstest.AddPCI(t, root, sysfstest.PCI{Addr: "0000:01:01.1", Vendor: "8086", Device: "1889", Class: "020000", Driver: "vfio-pci", NUMA: 1, PF: "0000:01:00.0", IOMMUGroup: "42"})
 	sysfstest.AddPCI(t, root, sysfstest.PCI{Addr: "0000:02:00.0", Vendor: "15b3", Device: "1017", Class: "020000", Driver: "mlx5_core", NUMA: -1, Net: []string{"ens2"}})
@@ -89,7 +89,7 @@ func TestRemovedDeviceTurnsUnhealthyAndRecovers(t *testing.T) {
 	if err != nil || len(devs) != 1 || devs[0].Healthy {
 		t.Fatalf("after removal: %+v %v", devs, err)
 	}
-	sysfstest.AddPCI(t, root, sysfstest.PCI{Addr: "0000:01:01.0", Vendor: "8086", Device: "1889", Class: "020000", Driver: "iavf", PF: "0000:01:00.0"})
+	sysfstest.AddPCI(t, root, sysfstest.E810VF("0000:01:01.0", "0000:01:00.0", 0))
 	if devs, _ := p.Scan(); len(devs) != 1 || !devs[0].Healthy {
 		t.Fatalf("after return: %+v", devs)
 	}

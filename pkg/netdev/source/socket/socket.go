@@ -1,5 +1,6 @@
-// Package socket is the device source that turns a directory of vhost-user or memif sockets into
-// devices of one resource. Who creates the socket decides what a device is:
+// Package socket is the device source that turns a directory of vhost-user
+// or memif sockets into devices of one resource. Who creates the socket
+// decides what a device is:
 //
 //   - The host creates it (vhost-user mode "client", memif role "slave": a
 //     vswitch made each socket): every unix socket directly in the directory
@@ -73,13 +74,13 @@ func NewVhostUser(c VhostUser) (*Source, error) {
 		return nil, fmt.Errorf("vhostUser source: mode %q is not %q or %q", c.Mode, devinfo.VhostUserModeClient, devinfo.VhostUserModeServer)
 	}
 	mode := c.Mode
-	p, err := newSource("vhostuser", c.SocketDir, c.Mode == devinfo.VhostUserModeClient, c.SocketName, func(path string) *devinfo.DeviceInfo {
+	s, err := newSource("vhostuser", c.SocketDir, c.Mode == devinfo.VhostUserModeClient, c.SocketName, func(path string) *devinfo.DeviceInfo {
 		return &devinfo.DeviceInfo{Type: devinfo.TypeVhostUser, Version: devinfo.Version, VhostUser: &devinfo.VhostDevice{Mode: mode, Path: path}}
 	})
-	if p != nil {
-		p.mountDir = c.MountSocketDir
+	if s != nil {
+		s.mountDir = c.MountSocketDir
 	}
-	return p, err
+	return s, err
 }
 
 // NewMemif checks c and returns its source.
@@ -95,13 +96,13 @@ func NewMemif(c Memif) (*Source, error) {
 		return nil, fmt.Errorf("memif source: mode %q is not \"ethernet\" or \"ip\"", c.Mode)
 	}
 	role := c.Role
-	p, err := newSource("memif", c.SocketDir, c.Role == "slave", c.SocketName, func(path string) *devinfo.DeviceInfo {
+	s, err := newSource("memif", c.SocketDir, c.Role == "slave", c.SocketName, func(path string) *devinfo.DeviceInfo {
 		return &devinfo.DeviceInfo{Type: devinfo.TypeMemif, Version: devinfo.Version, Memif: &devinfo.MemifDevice{Role: role, Path: path, Mode: mode}}
 	})
-	if p != nil {
-		p.mountDir = c.MountSocketDir
+	if s != nil {
+		s.mountDir = c.MountSocketDir
 	}
-	return p, err
+	return s, err
 }
 
 func newSource(kind, dir string, hostCreates bool, socketName string, info func(string) *devinfo.DeviceInfo) (*Source, error) {
@@ -121,51 +122,51 @@ func newSource(kind, dir string, hostCreates bool, socketName string, info func(
 }
 
 // Kind is "vhostuser" or "memif".
-func (p *Source) Kind() string { return p.kind }
+func (s *Source) Kind() string { return s.kind }
 
 // Scan lists the sockets (host-created) or subdirectories (container-created).
-func (p *Source) Scan() ([]source.Device, error) {
-	entries, err := os.ReadDir(p.dir)
+func (s *Source) Scan() ([]source.Device, error) {
+	entries, err := os.ReadDir(s.dir)
 	if errors.Is(err, os.ErrNotExist) {
 		// The vswitch removed its socket dir (restarting): its sockets are
 		// gone with it; Watch notices when the dir is back.
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s source: %w", p.kind, err)
+		return nil, fmt.Errorf("%s source: %w", s.kind, err)
 	}
 	var out []source.Device
 	for _, e := range entries {
-		path := filepath.Join(p.dir, e.Name())
+		path := filepath.Join(s.dir, e.Name())
 		switch {
-		case p.hostCreates && e.Type()&os.ModeSocket != 0:
+		case s.hostCreates && e.Type()&os.ModeSocket != 0:
 			mount := path
-			if p.mountDir {
-				mount = p.dir
+			if s.mountDir {
+				mount = s.dir
 			}
-			out = append(out, p.device(e.Name(), mount, path))
-		case !p.hostCreates && e.IsDir():
-			out = append(out, p.device(e.Name(), path, filepath.Join(path, p.socketName)))
+			out = append(out, s.device(e.Name(), mount, path))
+		case !s.hostCreates && e.IsDir():
+			out = append(out, s.device(e.Name(), path, filepath.Join(path, s.socketName)))
 		}
 	}
 	source.Sort(out)
 	return out, nil
 }
 
-func (p *Source) device(id, mount, socket string) source.Device {
+func (s *Source) device(id, mount, socket string) source.Device {
 	return source.Device{
 		Device: deviceplugin.Device{ID: id, Healthy: true, NUMANode: deviceplugin.NoNUMA},
-		Info:   p.info(socket),
+		Info:   s.info(socket),
 		Mounts: []source.Mount{{HostPath: mount, ContainerPath: mount}},
 	}
 }
 
 // Watch calls changed after each change in the socket directory, also when
 // the directory itself is removed or created again.
-func (p *Source) Watch(ctx context.Context, changed func()) error {
-	w, err := dirwatch.New(p.dir)
+func (s *Source) Watch(ctx context.Context, changed func()) error {
+	w, err := dirwatch.New(s.dir)
 	if err != nil {
-		return fmt.Errorf("%s source: %w", p.kind, err)
+		return fmt.Errorf("%s source: %w", s.kind, err)
 	}
 	defer w.Close()
 	for {
@@ -174,18 +175,18 @@ func (p *Source) Watch(ctx context.Context, changed func()) error {
 			return nil
 		case ev, ok := <-w.Events:
 			if !ok {
-				return fmt.Errorf("%s source: watcher closed", p.kind)
+				return fmt.Errorf("%s source: watcher closed", s.kind)
 			}
 			c, err := w.Handle(ev)
 			if err != nil {
-				return fmt.Errorf("%s source: %w", p.kind, err)
+				return fmt.Errorf("%s source: %w", s.kind, err)
 			}
 			if c != dirwatch.Ignored && !ev.Has(fsnotify.Chmod) {
 				changed()
 			}
 		case _, ok := <-w.Errors:
 			if !ok {
-				return fmt.Errorf("%s source: watcher closed", p.kind)
+				return fmt.Errorf("%s source: watcher closed", s.kind)
 			}
 			changed() // events may have been lost (queue overflow): rescan
 		}
