@@ -6,8 +6,8 @@
 // and CDI specs and device-info files of prepared claims, which stay
 // prepared across its restarts.
 //
-//	netdev-dp --config FILE [--plugin-dir DIR] [--devinfo-dir DIR] [--cdi-dir DIR] [--sysfs-root DIR]
-//	          [--log-level LEVEL] [--log-format text|json]
+//	netdev-dp [--mode deviceplugin] --config FILE [--plugin-dir DIR] [--devinfo-dir DIR] [--cdi-dir DIR] [--sysfs-root DIR]
+//	          [--metrics-address HOST:PORT] [--log-level LEVEL] [--log-format text|json] [--debug]
 //	netdev-dp --mode dra --config FILE [--node-name NODE] [--kubeconfig FILE] [--driver-name NAME]
 //	          [--kubelet-registrar-dir DIR] [--kubelet-plugins-dir DIR] [--devinfo-dir DIR] [--cdi-dir DIR] ...
 //	netdev-dp --version
