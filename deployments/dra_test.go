@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/dynamic-resource-allocation/cel"
 
-	"github.com/devplumb/devplumb/pkg/netdev/dpmode"
 	"github.com/devplumb/devplumb/pkg/netdev/dramode"
+	"github.com/devplumb/devplumb/pkg/netdev/resources"
 )
 
 // The DRA objects live in dra/, apart from the plain manifests that the Helm chart and
@@ -67,7 +67,7 @@ func TestDRAConfigIsTheDevicePluginConfig(t *testing.T) {
 	if a, b := normalized(t, cms[0]).(*corev1.ConfigMap).Data, normalized(t, dpCM).(*corev1.ConfigMap).Data; !reflect.DeepEqual(a, b) {
 		t.Errorf("DRA config %v differs from the device plugin's %v", a, b)
 	}
-	cfg, err := dpmode.ParseConfig([]byte(cms[0].Data["config.json"]))
+	cfg, err := resources.ParseConfig([]byte(cms[0].Data["config.json"]))
 	if err != nil {
 		t.Fatal(err)
 	}

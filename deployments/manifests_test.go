@@ -23,7 +23,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/devplumb/devplumb/pkg/cni/config"
-	"github.com/devplumb/devplumb/pkg/netdev/dpmode"
+	"github.com/devplumb/devplumb/pkg/netdev/resources"
 )
 
 // decode reads every YAML document of every manifest under the current directory into
@@ -161,7 +161,7 @@ func TestDaemonSets(t *testing.T) {
 	if cm == nil {
 		t.Fatal("netdev-dp-daemonset.yaml: no ConfigMap")
 	}
-	if _, err := dpmode.ParseConfig([]byte(cm.Data["config.json"])); err != nil {
+	if _, err := resources.ParseConfig([]byte(cm.Data["config.json"])); err != nil {
 		t.Errorf("netdev-dp ConfigMap config.json: %v", err)
 	}
 }

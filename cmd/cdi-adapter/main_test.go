@@ -56,7 +56,7 @@ func newNode(t *testing.T, nodes, reserved int) *node {
 
 func (n *node) dev(i int) string { return n.nodes.Dev(i) }
 
-// start runs the adapter binary; it is killed when the test ends.
+// start runs the adapter binary; it is stopped when the test ends.
 func (n *node) start(poll string, flags ...string) (*exec.Cmd, *bytes.Buffer) {
 	n.t.Helper()
 	var stderr bytes.Buffer
@@ -68,8 +68,30 @@ func (n *node) start(poll string, flags ...string) (*exec.Cmd, *bytes.Buffer) {
 	if err := cmd.Start(); err != nil {
 		n.t.Fatal(err)
 	}
-	n.t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	n.t.Cleanup(func() { stop(n.t, cmd) })
 	return cmd, &stderr
+}
+
+// stop ends an adapter the test left running with SIGTERM and waits for it.
+// A SIGKILL would end the adapter alone: a call of cdi-devnodes it has in
+// flight (an INFO every poll) outlives it and goes on writing its lock and
+// state files into the test's temp dir while the test's cleanup removes it
+// ("directory not empty"). On SIGTERM the adapter cancels its calls and
+// waits for their processes before it exits.
+func stop(t *testing.T, cmd *exec.Cmd) {
+	if cmd.ProcessState != nil {
+		return // the test stopped it and waited
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Errorf("cdi-adapter still running 30s after SIGTERM: killed")
+		cmd.Process.Kill()
+		<-done
+	}
 }
 
 // waitDevices waits until the resource is registered with count slots.

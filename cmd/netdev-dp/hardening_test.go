@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"os"
 	"os/exec"
@@ -46,17 +45,7 @@ func TestSocketDirLinksOverlap(t *testing.T) {
 		}
 	}
 	for _, dirs := range [][2]string{{sockDir, l1}, {l1, l2}} {
-		cfg, err := json.Marshal(map[string]any{"resources": []map[string]any{
-			{"resourceName": "example.com/a", "vhostUser": map[string]string{"socketDir": dirs[0], "mode": "client"}},
-			{"resourceName": "example.com/b", "vhostUser": map[string]string{"socketDir": dirs[1], "mode": "client"}},
-		}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		config := filepath.Join(work, "overlap.json")
-		if err := os.WriteFile(config, cfg, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		config := writeConfig(t, filepath.Join(work, "overlap.json"), vhostUser("example.com/a", dirs[0]), vhostUser("example.com/b", dirs[1]))
 		var stderr bytes.Buffer
 		code := run([]string{"--config", config, "--plugin-dir", t.TempDir(), "--devinfo-dir", filepath.Join(work, "devinfo"),
 			"--cdi-dir", filepath.Join(work, "cdi")}, io.Discard, &stderr)

@@ -6,8 +6,8 @@
 // and CDI specs and device-info files of prepared claims, which stay
 // prepared across its restarts.
 //
-//	netdev-dp --config FILE [--plugin-dir DIR] [--devinfo-dir DIR] [--cdi-dir DIR] [--sysfs-root DIR]
-//	          [--log-level LEVEL] [--log-format text|json]
+//	netdev-dp [--mode deviceplugin] --config FILE [--plugin-dir DIR] [--devinfo-dir DIR] [--cdi-dir DIR] [--sysfs-root DIR]
+//	          [--metrics-address HOST:PORT] [--log-level LEVEL] [--log-format text|json] [--debug]
 //	netdev-dp --mode dra --config FILE [--node-name NODE] [--kubeconfig FILE] [--driver-name NAME]
 //	          [--kubelet-registrar-dir DIR] [--kubelet-plugins-dir DIR] [--devinfo-dir DIR] [--cdi-dir DIR] ...
 //	netdev-dp --version
@@ -32,6 +32,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/netdev/dpmode"
 	"github.com/devplumb/devplumb/pkg/netdev/dramode"
 	"github.com/devplumb/devplumb/pkg/netdev/metrics"
+	"github.com/devplumb/devplumb/pkg/netdev/resources"
 )
 
 func main() {
@@ -51,7 +52,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if o == nil {
 		return code
 	}
-	cfg, err := dpmode.LoadConfig(o.configPath)
+	cfg, err := resources.LoadConfig(o.configPath)
 	if err != nil {
 		o.log.Error("netdev-dp: bad config", "err", err)
 		return 1
@@ -63,9 +64,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	var m *metrics.Metrics // nil: no metrics
 	if o.metricsAddr != "" {
-		cfg.Metrics = metrics.New("netdev_dp")
-		stopMetrics, err := metricsserver.Start("--metrics-address", o.metricsAddr, cfg.Metrics.Handler(), o.log)
+		m = metrics.New("netdev_dp")
+		stopMetrics, err := metricsserver.Start("--metrics-address", o.metricsAddr, m.Handler(), o.log)
 		if err != nil {
 			o.log.Error("netdev-dp: metrics", "err", err)
 			return 1
@@ -75,7 +77,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if o.mode == "dra" {
 		return runDRA(ctx, cfg, o.dra, o.kubeconfig, o.log)
 	}
-	if err := dpmode.Run(ctx, cfg, o.log); err != nil {
+	if err := dpmode.Run(ctx, cfg, m, o.log); err != nil {
 		o.log.Error("netdev-dp failed", "err", err)
 		return 1
 	}
@@ -152,7 +154,7 @@ func checkMode(mode, metricsAddr string) error {
 }
 
 // runDRA serves cfg as a DRA driver until ctx ends.
-func runDRA(ctx context.Context, cfg *dpmode.Config, o dramode.Options, kubeconfig string, log *slog.Logger) int {
+func runDRA(ctx context.Context, cfg *resources.Config, o dramode.Options, kubeconfig string, log *slog.Logger) int {
 	client, err := dramode.NewClient(kubeconfig)
 	if err == nil {
 		o.Client = client

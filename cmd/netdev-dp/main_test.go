@@ -17,6 +17,8 @@ import (
 
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
+	"github.com/devplumb/devplumb/pkg/netdev/resources"
+	"github.com/devplumb/devplumb/pkg/netdev/source/socket"
 	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
@@ -125,7 +127,7 @@ func TestUsageErrors(t *testing.T) {
 }
 
 // vhostUserSetup listens on the sockets (closed when the test ends) in
-// sockDir and writes a config for a client-mode vhost-user pool of them,
+// sockDir and writes a config for a client-mode vhost-user source of them,
 // resource example.com/vhu, into work. It returns the config path.
 func vhostUserSetup(t *testing.T, sockDir, work string, sockets ...string) string {
 	t.Helper()
@@ -136,15 +138,23 @@ func vhostUserSetup(t *testing.T, sockDir, work string, sockets ...string) strin
 		}
 		t.Cleanup(func() { l.Close() })
 	}
-	cfg, err := json.Marshal(map[string]any{"resources": []map[string]any{
-		{"resourceName": "example.com/vhu", "vhostUser": map[string]string{"socketDir": sockDir, "mode": "client"}},
-	}})
+	return writeConfig(t, filepath.Join(work, "config.json"), vhostUser("example.com/vhu", sockDir))
+}
+
+// vhostUser is a resource of the client-mode vhost-user sockets in dir.
+func vhostUser(name, dir string) resources.Resource {
+	return resources.Resource{ResourceName: name, VhostUser: &socket.VhostUser{SocketDir: dir, Mode: "client"}}
+}
+
+// writeConfig writes a config file of the resources to path and returns path.
+func writeConfig(t *testing.T, path string, rs ...resources.Resource) string {
+	t.Helper()
+	data, err := json.Marshal(resources.Config{Resources: rs})
 	if err != nil {
 		t.Fatal(err)
 	}
-	config := filepath.Join(work, "config.json")
-	if err := os.WriteFile(config, cfg, 0o644); err != nil {
+	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return config
+	return path
 }

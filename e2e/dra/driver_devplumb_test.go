@@ -12,7 +12,7 @@ import (
 
 	"github.com/devplumb/devplumb/e2e/kubeapi"
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
-	"github.com/devplumb/devplumb/pkg/netdev/dpmode"
+	"github.com/devplumb/devplumb/pkg/netdev/resources"
 	"github.com/devplumb/devplumb/pkg/netdev/source/link"
 	"github.com/devplumb/devplumb/pkg/testenv"
 	"github.com/devplumb/devplumb/podresources/podresourcestest"
@@ -36,7 +36,7 @@ func TestDriverNodesimDevplumb(t *testing.T) {
 			_ = netlink.LinkDel(l)
 		}
 	})
-	n := newDriverNode(t, dpmode.Resource{ResourceName: drvResHostdev, NetDevs: &link.Config{Names: []string{veth}}})
+	n := newDriverNode(t, resources.Resource{ResourceName: drvResHostdev, NetDevs: &link.Config{Names: []string{veth}}})
 	testenv.CNIPlugins(t)
 	nodesim := filepath.Join(testenv.Build(t, "./cmd/nodesim"), "nodesim")
 	sim, err := kubeapi.Spawn(n.dir, "nodesim", nodesim, "serve", "--root", n.dir, "--kubeconfig", srv.Kubeconfig, "--node-name", n.name)

@@ -33,8 +33,8 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/devplumb/devplumb/e2e/kubeapi"
-	"github.com/devplumb/devplumb/pkg/netdev/dpmode"
 	"github.com/devplumb/devplumb/pkg/netdev/dramode"
+	"github.com/devplumb/devplumb/pkg/netdev/resources"
 	"github.com/devplumb/devplumb/pkg/netdev/source/pci"
 	"github.com/devplumb/devplumb/pkg/netdev/source/socket"
 	"github.com/devplumb/devplumb/pkg/netdev/source/sysfs/sysfstest"
@@ -67,7 +67,7 @@ type driverNode struct {
 }
 
 // newDriverNode makes the node; extra resources join the config's VFs and sockets.
-func newDriverNode(t *testing.T, extra ...dpmode.Resource) *driverNode {
+func newDriverNode(t *testing.T, extra ...resources.Resource) *driverNode {
 	t.Helper()
 	b := make([]byte, 3)
 	rand.Read(b)
@@ -85,7 +85,7 @@ func newDriverNode(t *testing.T, extra ...dpmode.Resource) *driverNode {
 	for _, s := range []string{"vhu0.sock", "vhu1.sock"} {
 		n.listen(s)
 	}
-	cfg := dpmode.Config{Resources: []dpmode.Resource{
+	cfg := resources.Config{Resources: []resources.Resource{
 		{ResourceName: drvResVF, PCI: &pci.Selectors{PFNames: []string{"ens1f0"}}},
 		{ResourceName: drvResVhost, VhostUser: &socket.VhostUser{SocketDir: n.sockDir, Mode: "client"}},
 	}}

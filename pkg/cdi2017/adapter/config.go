@@ -1,4 +1,4 @@
-// Package cdiadapter serves each binary of the 2017 CDI draft (pkg/cdi2017/protocol)
+// Package adapter serves each binary of the 2017 CDI draft (pkg/cdi2017/protocol)
 // as a kubelet device plugin (pkg/deviceplugin), so such a binary hands
 // devices to pods on today's kubelet, through CDI device names (KEP-4009).
 //

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
 	"time"
 
+	"github.com/devplumb/devplumb/pkg/base/rungroup"
 	"github.com/devplumb/devplumb/pkg/cdi2017/protocol"
 	"github.com/devplumb/devplumb/podresources"
 )
@@ -73,28 +73,14 @@ func build(cfg *Config, log *slog.Logger) ([]*resource, error) {
 // serve runs the device plugins and the PodResources poll until ctx ends or
 // a plugin cannot serve.
 func serve(ctx context.Context, cfg *Config, resources []*resource, startedAt time.Time, log *slog.Logger) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	errc := make(chan error, len(resources))
-	for _, r := range resources {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := r.dp.Run(ctx); err != nil {
-				errc <- err
-				cancel()
-			}
-		}()
-	}
-	poll(ctx, cfg, resources, startedAt, log)
-	wg.Wait()
-	select {
-	case err := <-errc:
-		return err
-	default:
+	servers := []func(context.Context) error{func(ctx context.Context) error {
+		poll(ctx, cfg, resources, startedAt, log)
 		return nil
+	}}
+	for _, r := range resources {
+		servers = append(servers, r.dp.Run)
 	}
+	return rungroup.Run(ctx, servers...)
 }
 
 // poll lists PodResources every cfg.Poll and reconciles each resource. The

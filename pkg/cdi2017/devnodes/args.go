@@ -1,4 +1,4 @@
-// Package cdidevnodes is the reference plugin of the 2017 CDI draft (the
+// Package devnodes is the reference plugin of the 2017 CDI draft (the
 // draft's generic example made real): it hands out the device nodes that
 // match a glob, keeps the first num_system_reserved of them for the system,
 // and records which request ID holds which nodes in a state file that is

@@ -1,4 +1,4 @@
-// Package cdibin implements the 2017 Container Device Interface draft
+// Package protocol implements the 2017 Container Device Interface draft
 // (version 0.0.2, "device binaries"): CNI-like binaries that a caller runs
 // with CDI_COMMAND=VERSION|INFO|ADD|DEL and CDI_* variables in the
 // environment and the config JSON on stdin, and that answer JSON on stdout

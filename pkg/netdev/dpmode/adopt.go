@@ -21,7 +21,7 @@ import (
 // say for sure whose a file is: "example.com/vf" and "example.com/vf-x" both
 // match "example.com-vf-x-0-device.json". So a file is adopted only when the
 // longest configured resource prefix matches it and its content is what this
-// resource's pool writes for that device ID; anything else is left alone.
+// resource's source writes for that device ID; anything else is left alone.
 func adopt(resources []*resource, store *devinfo.Store) error {
 	files, err := dpFiles(store)
 	if err != nil {
@@ -34,7 +34,7 @@ func adopt(resources []*resource, store *devinfo.Store) error {
 		}
 		path := filepath.Join(store.Dir, devinfo.KindDP, name)
 		info, err := devinfo.ReadFile(path)
-		if err != nil || !describes(r.pool.Kind(), id, info) {
+		if err != nil || !describes(r.source.Kind(), id, info) {
 			r.log.Warn("device-info file named like this resource's but not written by it: leaving it alone", "file", path, "err", err)
 			continue
 		}
@@ -84,8 +84,8 @@ func owner(resources []*resource, name string) (*resource, string) {
 	return best, id
 }
 
-// describes reports whether info is what a pool of kind writes for device
-// id (see the pools' Info functions).
+// describes reports whether info is what a source of kind writes for device
+// id (see the sources' Info functions).
 func describes(kind, id string, info *devinfo.DeviceInfo) bool {
 	socketDevice := func(path string) bool {
 		return filepath.Base(path) == id || filepath.Base(filepath.Dir(path)) == id

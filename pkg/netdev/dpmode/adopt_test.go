@@ -10,7 +10,11 @@ import (
 
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/deviceplugin"
+	"github.com/devplumb/devplumb/pkg/netdev/netdevtest"
+	"github.com/devplumb/devplumb/pkg/netdev/resources"
 	"github.com/devplumb/devplumb/pkg/netdev/source"
+	"github.com/devplumb/devplumb/pkg/netdev/source/link"
+	"github.com/devplumb/devplumb/pkg/netdev/source/pci"
 )
 
 func pciInfo(addr string) *devinfo.DeviceInfo {
@@ -23,29 +27,29 @@ func pciInfo(addr string) *devinfo.DeviceInfo {
 // touch files that are not its own even when their names look alike.
 func TestAdoptsFilesOfAKilledRun(t *testing.T) {
 	f := newFixture(t)
-	store := devinfo.NewStore(f.devinfoDir)
+	store := devinfo.NewStore(f.DevInfoDir)
 	write := func(res, id string, info *devinfo.DeviceInfo) {
 		t.Helper()
 		if err := store.WriteDP(res, id, info); err != nil {
 			t.Fatal(err)
 		}
 	}
-	write(resVF, "0000:01:01.7", pciInfo("0000:01:01.7")) // VF gone since
-	write(resVF, "0000:01:01.0", pciInfo("0000:01:01.0")) // still there, stale content
-	write(resVhost, "gone.sock", &devinfo.DeviceInfo{Type: devinfo.TypeVhostUser, Version: devinfo.Version,
-		VhostUser: &devinfo.VhostDevice{Mode: "client", Path: filepath.Join(f.sockDir, "gone.sock")}})
+	write(netdevtest.ResVF, "0000:01:01.7", pciInfo("0000:01:01.7")) // VF gone since
+	write(netdevtest.ResVF, "0000:01:01.0", pciInfo("0000:01:01.0")) // still there, stale content
+	write(netdevtest.ResVhost, "gone.sock", &devinfo.DeviceInfo{Type: devinfo.TypeVhostUser, Version: devinfo.Version,
+		VhostUser: &devinfo.VhostDevice{Mode: "client", Path: filepath.Join(f.SockDir, "gone.sock")}})
 	// Another plugin's resources: "example.com/vf-extra" shares the prefix
 	// "example.com-vf-"; "other.com/vf" shares nothing.
 	write("example.com/vf-extra", "0000:01:01.7", pciInfo("0000:01:01.7"))
 	write("other.com/vf", "0000:01:01.7", pciInfo("0000:01:01.7"))
 
 	stop := f.run()
-	for _, gone := range [][2]string{{resVF, "0000:01:01.7"}, {resVhost, "gone.sock"}} {
+	for _, gone := range [][2]string{{netdevtest.ResVF, "0000:01:01.7"}, {netdevtest.ResVhost, "gone.sock"}} {
 		if _, err := store.ReadDP(gone[0], gone[1]); err == nil {
 			t.Errorf("file of vanished device %s %s kept", gone[0], gone[1])
 		}
 	}
-	info, err := store.ReadDP(resVF, "0000:01:01.0")
+	info, err := store.ReadDP(netdevtest.ResVF, "0000:01:01.0")
 	if err != nil || info.Pci.PfPciAddress != "0000:01:00.0" {
 		t.Errorf("file of an existing VF: %+v %v; want it kept and refreshed", info, err)
 	}
@@ -58,7 +62,7 @@ func TestAdoptsFilesOfAKilledRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The adopted file of the existing VF is ours now: removed on stop.
-	if _, err := store.ReadDP(resVF, "0000:01:01.0"); err == nil {
+	if _, err := store.ReadDP(netdevtest.ResVF, "0000:01:01.0"); err == nil {
 		t.Error("adopted file left after stop")
 	}
 	for _, res := range []string{"example.com/vf-extra", "other.com/vf"} {
@@ -72,7 +76,7 @@ func TestAdoptsFilesOfAKilledRun(t *testing.T) {
 // can no longer be described (a netdev moved into a pod: its sysfs entry is
 // in the pod's namespace) keeps its file while the plugin runs.
 func TestListedDeviceKeepsFileWithoutInfo(t *testing.T) {
-	r := &resource{name: resVF, store: devinfo.NewStore(t.TempDir()), log: slog.Default(),
+	r := &resource{name: netdevtest.ResVF, store: devinfo.NewStore(t.TempDir()), log: slog.Default(),
 		files: map[string]*devinfo.DeviceInfo{}}
 	dev := source.Device{Device: deviceplugin.Device{ID: "0000:01:01.0", Healthy: true}, Info: pciInfo("0000:01:01.0")}
 	if errs := r.syncFiles(source.Index([]source.Device{dev})); len(errs) != 0 {
@@ -82,14 +86,14 @@ func TestListedDeviceKeepsFileWithoutInfo(t *testing.T) {
 	if errs := r.syncFiles(source.Index([]source.Device{dev})); len(errs) != 0 {
 		t.Fatal(errs)
 	}
-	info, err := r.store.ReadDP(resVF, dev.ID)
+	info, err := r.store.ReadDP(netdevtest.ResVF, dev.ID)
 	if err != nil || !reflect.DeepEqual(info, pciInfo(dev.ID)) {
 		t.Fatalf("file of a listed device: %+v %v", info, err)
 	}
 	if errs := r.syncFiles(nil); len(errs) != 0 {
 		t.Fatal(errs)
 	}
-	if _, err := r.store.ReadDP(resVF, dev.ID); err == nil {
+	if _, err := r.store.ReadDP(netdevtest.ResVF, dev.ID); err == nil {
 		t.Fatal("file of a device that left is still there")
 	}
 }
@@ -119,14 +123,14 @@ func TestOwner(t *testing.T) {
 func TestSecondInstanceLeavesTheFirstAlone(t *testing.T) {
 	f := newFixture(t)
 	f.run()
-	err := Run(t.Context(), f.cfg, slog.Default())
+	err := Run(t.Context(), f.Config, nil, slog.Default())
 	if err == nil || !strings.Contains(err.Error(), "another plugin is serving") {
 		t.Fatalf("second instance: %v", err)
 	}
-	if _, err := devinfo.NewStore(f.devinfoDir).ReadDP(resVF, "0000:01:01.0"); err != nil {
+	if _, err := devinfo.NewStore(f.DevInfoDir).ReadDP(netdevtest.ResVF, "0000:01:01.0"); err != nil {
 		t.Errorf("the running instance's device-info file is gone: %v", err)
 	}
-	if left := dirEntries(t, f.cdiDir); len(left) != 4 {
+	if left := dirEntries(t, f.CDIDir); len(left) != 4 {
 		t.Errorf("CDI specs of the running instance: %v", left)
 	}
 }
@@ -134,19 +138,19 @@ func TestSecondInstanceLeavesTheFirstAlone(t *testing.T) {
 // TestRemovedFileIsWrittenAgain: a listed device's file removed by someone
 // else comes back at the next sync.
 func TestRemovedFileIsWrittenAgain(t *testing.T) {
-	r := &resource{name: resVF, store: devinfo.NewStore(t.TempDir()), log: slog.Default(),
+	r := &resource{name: netdevtest.ResVF, store: devinfo.NewStore(t.TempDir()), log: slog.Default(),
 		files: map[string]*devinfo.DeviceInfo{}}
 	devs := source.Index([]source.Device{{Device: deviceplugin.Device{ID: "0000:01:01.0", Healthy: true}, Info: pciInfo("0000:01:01.0")}})
 	if errs := r.syncFiles(devs); len(errs) != 0 {
 		t.Fatal(errs)
 	}
-	if err := r.store.RemoveDP(resVF, "0000:01:01.0"); err != nil {
+	if err := r.store.RemoveDP(netdevtest.ResVF, "0000:01:01.0"); err != nil {
 		t.Fatal(err)
 	}
 	if errs := r.syncFiles(devs); len(errs) != 0 {
 		t.Fatal(errs)
 	}
-	if _, err := r.store.ReadDP(resVF, "0000:01:01.0"); err != nil {
+	if _, err := r.store.ReadDP(netdevtest.ResVF, "0000:01:01.0"); err != nil {
 		t.Fatalf("removed file not written again: %v", err)
 	}
 }
@@ -156,13 +160,13 @@ func TestRemovedFileIsWrittenAgain(t *testing.T) {
 // leaves nothing behind.
 func TestOverlappingResourcesRefused(t *testing.T) {
 	f := newFixture(t)
-	f.cfg.Resources = append(f.cfg.Resources,
-		Resource{ResourceName: "example.com/vf-again", PCI: &pcipoolSelectors{Drivers: []string{"iavf"}}},
-		Resource{ResourceName: "example.com/veth-again", NetDevs: &netdevConfig{Names: []string{f.vethPrefix + "a"}}})
-	err := Run(t.Context(), f.cfg, slog.Default())
+	f.Config.Resources = append(f.Config.Resources,
+		resources.Resource{ResourceName: "example.com/vf-again", PCI: &pci.Selectors{Drivers: []string{"iavf"}}},
+		resources.Resource{ResourceName: "example.com/veth-again", NetDevs: &link.Config{Names: []string{f.VethPrefix + "a"}}})
+	err := Run(t.Context(), f.Config, nil, slog.Default())
 	for _, want := range []string{
 		"example.com/vf and example.com/vf-again both select PCI device 0000:01:01.0",
-		"example.com/veth and example.com/veth-again both select netdevs device " + f.vethPrefix + "a",
+		"example.com/veth and example.com/veth-again both select netdevs device " + f.VethPrefix + "a",
 	} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("got %v, want an error containing %q", err, want)
@@ -176,8 +180,8 @@ func TestOverlappingResourcesRefused(t *testing.T) {
 // could not list. netdev-dp gives it 0755 before it adopts files there, and keeps them.
 func TestOwnsDPDirectoryMode(t *testing.T) {
 	f := newFixture(t)
-	dp := filepath.Join(f.devinfoDir, "dp")
-	if err := os.MkdirAll(f.devinfoDir, 0o755); err != nil {
+	dp := filepath.Join(f.DevInfoDir, "dp")
+	if err := os.MkdirAll(f.DevInfoDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Mkdir(dp, 0); err != nil {
@@ -203,14 +207,14 @@ func TestOwnsDPDirectoryMode(t *testing.T) {
 // adopts its dp/ files and starts.
 func TestAdoptLeavesCNIDirAlone(t *testing.T) {
 	f := newFixture(t)
-	store := devinfo.NewStore(f.devinfoDir)
-	if err := store.WriteDP(resVF, "0000:01:01.0", pciInfo("0000:01:01.0")); err != nil {
+	store := devinfo.NewStore(f.DevInfoDir)
+	if err := store.WriteDP(netdevtest.ResVF, "0000:01:01.0", pciInfo("0000:01:01.0")); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(f.devinfoDir, devinfo.KindCNI), nil, 0); err != nil {
+	if err := os.WriteFile(filepath.Join(f.DevInfoDir, devinfo.KindCNI), nil, 0); err != nil {
 		t.Fatal(err)
 	}
-	resources, err := build(f.cfg, slog.Default())
+	resources, err := build(f.Config, nil, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,8 +222,8 @@ func TestAdoptLeavesCNIDirAlone(t *testing.T) {
 		t.Fatalf("adopt with an unlistable cni/: %v", err)
 	}
 	for _, r := range resources {
-		if _, ok := r.files["0000:01:01.0"]; r.name == resVF && !ok {
-			t.Errorf("%s did not adopt its file of 0000:01:01.0: %v", resVF, r.files)
+		if _, ok := r.files["0000:01:01.0"]; r.name == netdevtest.ResVF && !ok {
+			t.Errorf("%s did not adopt its file of 0000:01:01.0: %v", netdevtest.ResVF, r.files)
 		}
 	}
 	f.run() // and the whole start

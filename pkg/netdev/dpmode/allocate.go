@@ -19,15 +19,15 @@ func (r *resource) allocate(_ context.Context, ids []string) (*pluginapi.Contain
 	devs := make([]source.Device, 0, len(ids))
 	for _, id := range ids {
 		pd, ok := r.dp.Lookup(id)
-		d, isPool := pd.Detail.(source.Device)
-		if !ok || !isPool {
-			return nil, fmt.Errorf("device %q left the pool", id)
+		d, isDevice := pd.Detail.(source.Device)
+		if !ok || !isDevice {
+			return nil, fmt.Errorf("device %q left the source", id)
 		}
 		devs = append(devs, d)
 	}
 
 	resp := &pluginapi.ContainerAllocateResponse{
-		Envs: map[string]string{envName(r.pool.Kind(), r.name): strings.Join(ids, ",")},
+		Envs: map[string]string{envName(r.source.Kind(), r.name): strings.Join(ids, ",")},
 	}
 	seenNode := map[string]bool{}
 	var names []string

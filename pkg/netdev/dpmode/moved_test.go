@@ -13,6 +13,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
+	"github.com/devplumb/devplumb/pkg/netdev/netdevtest"
 	"github.com/devplumb/devplumb/pkg/testenv"
 	"github.com/vishvananda/netlink"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -38,12 +39,12 @@ func TestVethMovedByHostDeviceStaysInUse(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	alloc, err := f.node.AddPod(ctx, kubeletsim.PodSpec{Namespace: "ns", Name: "veth-pod", Containers: []kubeletsim.ContainerSpec{
-		{Name: "c", Requests: []kubeletsim.ResourceRequest{{Resource: resVeth, Count: 1}}},
+		{Name: "c", Requests: []kubeletsim.ResourceRequest{{Resource: netdevtest.ResVeth, Count: 1}}},
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev := alloc.Devices(resVeth)[0]
+	dev := alloc.Devices(netdevtest.ResVeth)[0]
 	podNS, err := testutils.NewNS()
 	if err != nil {
 		t.Fatal(err)
@@ -54,14 +55,14 @@ func TestVethMovedByHostDeviceStaysInUse(t *testing.T) {
 	// The move is reported (RTM_DELLINK with IFLA_NEW_NETNSID): after it is
 	// handled the device must still be listed and healthy.
 	f.waitMoveSeen(dev)
-	if h := health(f.node.Resources()[resVeth], dev); h != pluginapi.Healthy {
+	if h := health(f.node.Resources()[netdevtest.ResVeth], dev); h != pluginapi.Healthy {
 		t.Fatalf("veth %s moved into a pod: node sees %s", dev, h)
 	}
 
 	// DEL moves it back; it is a host interface again.
 	hostDevice(t, plugins, "DEL", dev, podNS)
 	f.waitNode("back from the pod", func(r map[string][]kubeletsim.Device) bool {
-		return health(r[resVeth], dev) == pluginapi.Healthy && len(r[resVeth]) == 2
+		return health(r[netdevtest.ResVeth], dev) == pluginapi.Healthy && len(r[netdevtest.ResVeth]) == 2
 	})
 
 	// Moved again, then the pod's namespace is destroyed: the pair dies.
@@ -69,16 +70,16 @@ func TestVethMovedByHostDeviceStaysInUse(t *testing.T) {
 	f.waitMoveSeen(dev)
 	podNS.Close()
 	testutils.UnmountNS(podNS)
-	f.waitNode("pair destroyed with the pod namespace", func(r map[string][]kubeletsim.Device) bool { return len(r[resVeth]) == 0 })
+	f.waitNode("pair destroyed with the pod namespace", func(r map[string][]kubeletsim.Device) bool { return len(r[netdevtest.ResVeth]) == 0 })
 }
 
-// waitMoveSeen makes sure the pool has handled the move of dev: netlink
+// waitMoveSeen makes sure the source has handled the move of dev: netlink
 // events arrive in order, so once a veth pair created after the move is on
 // the node, the move's RTM_DELLINK was handled and rescanned before it.
 func (f *fixture) waitMoveSeen(dev string) {
 	f.t.Helper()
 	f.witnesses++
-	a, b := fmt.Sprintf("%sw%d", f.vethPrefix, f.witnesses), fmt.Sprintf("%sx%d", f.vethPrefix, f.witnesses)
+	a, b := fmt.Sprintf("%sw%d", f.VethPrefix, f.witnesses), fmt.Sprintf("%sx%d", f.VethPrefix, f.witnesses)
 	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: a}, PeerName: b}); err != nil {
 		f.t.Fatal(err)
 	}
@@ -87,12 +88,14 @@ func (f *fixture) waitMoveSeen(dev string) {
 			netlink.LinkDel(l)
 		}
 	})
-	f.waitNode("witness "+a, func(r map[string][]kubeletsim.Device) bool { return health(r[resVeth], a) == pluginapi.Healthy })
+	f.waitNode("witness "+a, func(r map[string][]kubeletsim.Device) bool {
+		return health(r[netdevtest.ResVeth], a) == pluginapi.Healthy
+	})
 	if l, err := netlink.LinkByName(dev); err == nil {
 		f.t.Fatalf("%s still in the host namespace (%v)", dev, l.Attrs().Index)
 	}
 	// Remove the witness again so that counts below stay simple.
 	l, _ := netlink.LinkByName(a)
 	netlink.LinkDel(l)
-	f.waitNode("witness "+a+" gone", func(r map[string][]kubeletsim.Device) bool { return health(r[resVeth], a) == "absent" })
+	f.waitNode("witness "+a+" gone", func(r map[string][]kubeletsim.Device) bool { return health(r[netdevtest.ResVeth], a) == "absent" })
 }

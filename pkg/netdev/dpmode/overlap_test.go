@@ -9,24 +9,25 @@ import (
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/cdispec"
 	"github.com/devplumb/devplumb/pkg/deviceplugin"
+	"github.com/devplumb/devplumb/pkg/netdev/resources"
 	"github.com/devplumb/devplumb/pkg/netdev/source"
 )
 
-// listPool is a pool whose devices the test sets.
-type listPool struct {
+// listSource is a source whose devices the test sets.
+type listSource struct {
 	mu   sync.Mutex
 	devs []source.Device
 }
 
-func (p *listPool) Kind() string { return "netdevs" }
+func (p *listSource) Kind() string { return "netdevs" }
 
-func (p *listPool) Scan() ([]source.Device, error) {
+func (p *listSource) Scan() ([]source.Device, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return slices.Clone(p.devs), nil
 }
 
-func (p *listPool) set(ids ...string) {
+func (p *listSource) set(ids ...string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.devs = nil
@@ -44,24 +45,24 @@ func advertised(r *resource) []string {
 }
 
 // TestDeviceAppearingUnderTwoResources: a device that shows up later under
-// two resources (VFs created after the start, matched by a PCI pool and a
+// two resources (VFs created after the start, matched by a PCI source and a
 // netdev glob) is advertised by one of them only, and goes to the other
 // when the first no longer has it.
 func TestDeviceAppearingUnderTwoResources(t *testing.T) {
 	dir := t.TempDir()
-	own := NewOwners()
-	mk := func(name string, pool *listPool) *resource {
+	own := resources.NewOwners()
+	mk := func(name string, source *listSource) *resource {
 		w, err := cdispec.New(dir+"/cdi", name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := newResource(name, pool, dir+"/dp", w, devinfo.NewStore(dir+"/di"), own, slog.Default(), nil)
+		r, err := newResource(name, source, dir+"/dp", w, devinfo.NewStore(dir+"/di"), own, slog.Default(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return r
 	}
-	pa, pb := &listPool{}, &listPool{}
+	pa, pb := &listSource{}, &listSource{}
 	a, b := mk("example.com/a", pa), mk("example.com/b", pb)
 	syncAll := func() {
 		t.Helper()

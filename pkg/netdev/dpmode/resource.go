@@ -16,19 +16,20 @@ import (
 	"github.com/devplumb/devplumb/pkg/cdispec"
 	"github.com/devplumb/devplumb/pkg/deviceplugin"
 	"github.com/devplumb/devplumb/pkg/netdev/metrics"
+	"github.com/devplumb/devplumb/pkg/netdev/resources"
 	"github.com/devplumb/devplumb/pkg/netdev/source"
 )
 
 // resource keeps one resource's plugin, CDI spec and device-info files in
-// step with its pool.
+// step with its device source.
 type resource struct {
 	name    string
-	pool    source.Pool
+	source  source.Source
 	dp      *deviceplugin.Server
 	cdi     *cdispec.Writer
 	store   *devinfo.Store
-	owners  *Owners          // shared by all resources of the daemon
-	metrics *metrics.Metrics // nil: no metrics
+	owners  *resources.Owners // shared by all resources of the daemon
+	metrics *metrics.Metrics  // nil: no metrics
 	log     *slog.Logger
 	kick    chan struct{} // coalesced "rescan now"
 
@@ -38,10 +39,10 @@ type resource struct {
 	conflicts []string                       // devices left out at the last sync: another resource has them
 }
 
-func newResource(name string, pool source.Pool, pluginDir string, cdi *cdispec.Writer, store *devinfo.Store, own *Owners, log *slog.Logger, m *metrics.Metrics) (*resource, error) {
+func newResource(name string, src source.Source, pluginDir string, cdi *cdispec.Writer, store *devinfo.Store, own *resources.Owners, log *slog.Logger, m *metrics.Metrics) (*resource, error) {
 	r := &resource{
-		name: name, pool: pool, cdi: cdi, store: store, owners: own, metrics: m,
-		log:   log.With("resource", name, "pool", pool.Kind()),
+		name: name, source: src, cdi: cdi, store: store, owners: own, metrics: m,
+		log:   log.With("resource", name, "source", src.Kind()),
 		kick:  make(chan struct{}, 1),
 		files: map[string]*devinfo.DeviceInfo{},
 	}
@@ -74,15 +75,15 @@ func (r *resource) changed() {
 	}
 }
 
-// sync scans the pool and brings the CDI spec, the device-info files and
+// sync scans the source and brings the CDI spec, the device-info files and
 // then the kubelet's view up to date, in that order, so that a device the
 // kubelet can allocate is already described.
 func (r *resource) sync() error {
-	devs, err := r.pool.Scan()
+	devs, err := r.source.Scan()
 	if err != nil {
 		return fmt.Errorf("resource %s: scan: %w", r.name, err)
 	}
-	devs, conflicts := r.owners.Claim(r.name, r.pool.Kind(), devs)
+	devs, conflicts := r.owners.Assign(r.name, r.source.Kind(), devs)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, c := range conflicts {

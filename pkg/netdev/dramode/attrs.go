@@ -31,8 +31,8 @@ const (
 	AttrSocketPath    = "socketPath"    // vhost-user / memif socket
 )
 
-// poolTypes maps a pool's Kind to the type attribute.
-var poolTypes = map[string]string{"pci": "pci", "netdevs": "netdev", "vdpa": "vdpa", "vhostuser": "vhostuser", "memif": "memif"}
+// sourceTypes maps a device source's Kind to the type attribute.
+var sourceTypes = map[string]string{"pci": "pci", "netdevs": "netdev", "vdpa": "vdpa", "vhostuser": "vhostuser", "memif": "memif"}
 
 // DeviceName is a device's name in the ResourceSlice: a DNS label. An ID
 // that is one already (an interface name like "eth1", "vdpa0") is kept.
@@ -85,7 +85,7 @@ func attributes(driver, resourceName, kind, sysfsRoot string, d source.Device) (
 	own := func(n string) resourceapi.QualifiedName { return resourceapi.QualifiedName(driver + "/" + n) }
 	str(AttrDeviceID, d.ID)
 	str(AttrResourceName, resourceName)
-	str(own(AttrType), poolTypes[kind])
+	str(own(AttrType), sourceTypes[kind])
 	if d.NUMANode != deviceplugin.NoNUMA {
 		n := int64(d.NUMANode)
 		attrs[own(AttrNUMANode)] = resourceapi.DeviceAttribute{IntValue: &n}

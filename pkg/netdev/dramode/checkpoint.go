@@ -27,7 +27,7 @@ type record struct {
 
 // preparedDevice is one device of a prepared claim, with the description it
 // had when prepared: its CDI spec entry and device-info file are rebuilt
-// from it after a restart, also when the pool no longer shows the device
+// from it after a restart, also when its source no longer shows the device
 // the same way (a netdev moved into the pod).
 type preparedDevice struct {
 	Requests []string      `json:"requests"`

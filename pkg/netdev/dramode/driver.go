@@ -1,5 +1,6 @@
-// Package netdevdra is netdev-dp's DRA mode: the same pools as its device
-// plugin mode (pkg/netdev/dpmode), served as a DRA driver with the kubelet plugin
+// Package dramode is netdev-dp's DRA mode: the same device sources as its
+// device plugin mode (pkg/netdev/dpmode; both open them with
+// pkg/netdev/resources), served as a DRA driver with the kubelet plugin
 // helper of k8s.io/dynamic-resource-allocation (kubeletplugin). It publishes
 // one ResourceSlice pool per node (named after the node) with every healthy
 // device, its attributes (attrs.go) and its name (DeviceName); it prepares a
@@ -27,7 +28,7 @@ import (
 
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/cdispec"
-	"github.com/devplumb/devplumb/pkg/netdev/dpmode"
+	"github.com/devplumb/devplumb/pkg/netdev/resources"
 	"github.com/devplumb/devplumb/pkg/netdev/source"
 	"github.com/devplumb/devplumb/pkg/netdev/source/sysfs"
 )
@@ -46,21 +47,21 @@ type Options struct {
 
 // res is one configured resource.
 type res struct {
-	name string
-	pool source.Pool
-	cdi  *cdispec.Writer
+	name   string
+	source source.Source
+	cdi    *cdispec.Writer
 }
 
-// Driver serves the pools of one config as a DRA driver.
+// Driver serves the device sources of one config as a DRA driver.
 type Driver struct {
 	name, pool, sysfs string
 	opts              Options
 	log               *slog.Logger
 	resources         []*res
-	owners            *dpmode.Owners
+	owners            *resources.Owners
 	store             *devinfo.Store
 	claims            checkpoints
-	resync            time.Duration // rescan period besides pool events
+	resync            time.Duration // rescan period besides source events
 
 	mu        sync.Mutex
 	devices   map[string]entry // published devices by slice device name
@@ -74,9 +75,9 @@ type Driver struct {
 	stop    context.CancelCauseFunc // set by Run
 }
 
-// New checks cfg and o, opens the pools and takes over the claims an
+// New checks cfg and o, opens the device sources and takes over the claims an
 // earlier run prepared (their files are written again if missing).
-func New(cfg *dpmode.Config, o Options, log *slog.Logger) (*Driver, error) {
+func New(cfg *resources.Config, o Options, log *slog.Logger) (*Driver, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -87,28 +88,28 @@ func New(cfg *dpmode.Config, o Options, log *slog.Logger) (*Driver, error) {
 	if o.NodeName == "" {
 		return nil, errors.New("DRA mode needs the node name (--node-name or NODE_NAME)")
 	}
-	pools, err := dpmode.OpenPools(cfg, log)
+	opened, err := resources.Open(cfg, log)
 	if err != nil {
 		return nil, err
 	}
 	d := &Driver{
 		name: o.DriverName, pool: o.NodeName, sysfs: cfg.SysfsRoot, opts: o,
 		log:    log.With("driver", o.DriverName),
-		owners: dpmode.NewOwners(), store: devinfo.NewStore(cfg.DevInfoDir),
+		owners: resources.NewOwners(), store: devinfo.NewStore(cfg.DevInfoDir),
 		claims:   checkpoints{dir: filepath.Join(o.PluginsDir, o.DriverName, "claims")},
 		prepared: map[types.UID]*record{},
 	}
 	d.resync = cfg.Resync.Duration
 	if d.resync <= 0 {
-		d.resync = dpmode.DefaultResync
+		d.resync = resources.DefaultResync
 	}
 	if d.sysfs == "" {
 		d.sysfs = sysfs.DefaultRoot
 	}
-	for _, p := range pools {
-		d.resources = append(d.resources, &res{name: p.ResourceName, pool: p.Pool, cdi: p.CDI})
+	for _, o := range opened {
+		d.resources = append(d.resources, &res{name: o.ResourceName, source: o.Source, cdi: o.CDI})
 	}
-	if err := dpmode.OwnDPDir(cfg.DevInfoDir); err != nil {
+	if err := resources.OwnDPDir(cfg.DevInfoDir); err != nil {
 		return nil, err
 	}
 	if err := d.restore(); err != nil {

@@ -14,6 +14,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/netdev/netdevtest"
 )
 
 func prepare(t *testing.T, d *Driver, claims ...*resourceapi.ResourceClaim) map[types.UID]kubeletplugin.PrepareResult {
@@ -69,8 +70,8 @@ func cdiCache(t *testing.T, dir string) *cdi.Cache {
 func TestPrepareWritesAndUnprepareRemoves(t *testing.T) {
 	f := newFixture(t)
 	d := f.driver()
-	vf, vhu := DeviceName(resVF, "0000:01:01.2"), DeviceName(resVhost, "vhu0.sock")
-	c := claim("net", node, vf, vhu, f.vethPrefix+"a")
+	vf, vhu := DeviceName(netdevtest.ResVF, "0000:01:01.2"), DeviceName(netdevtest.ResVhost, "vhu0.sock")
+	c := claim("net", node, vf, vhu, f.VethPrefix+"a")
 	// A result of another driver is that driver's to prepare.
 	c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results,
 		resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: "gpu.example.com", Pool: node, Device: "gpu0"})
@@ -78,7 +79,7 @@ func TestPrepareWritesAndUnprepareRemoves(t *testing.T) {
 	if r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	want := []string{"example.com/vf=0000:01:01.2", "example.com/vhu=vhu0.sock", "example.com/veth=" + f.vethPrefix + "a"}
+	want := []string{"example.com/vf=0000:01:01.2", "example.com/vhu=vhu0.sock", "example.com/veth=" + f.VethPrefix + "a"}
 	if got := cdiNames(r); !slices.Equal(got, want) {
 		t.Errorf("CDI names %v, want %v", got, want)
 	}
@@ -87,7 +88,7 @@ func TestPrepareWritesAndUnprepareRemoves(t *testing.T) {
 			t.Errorf("device %d: %+v", i, dev)
 		}
 	}
-	cache := cdiCache(t, f.cdiDir)
+	cache := cdiCache(t, f.CDIDir)
 	for _, n := range want {
 		if cache.GetDevice(n) == nil {
 			t.Errorf("CDI device %s not in the CDI specs (%v)", n, cache.ListDevices())
@@ -99,14 +100,14 @@ func TestPrepareWritesAndUnprepareRemoves(t *testing.T) {
 	if vfio := cache.GetDevice(want[0]).ContainerEdits.DeviceNodes; len(vfio) != 2 || vfio[1].Path != "/dev/vfio/42" {
 		t.Errorf("VF's CDI device nodes %+v", vfio)
 	}
-	store := devinfo.NewStore(f.devinfoDir)
-	if info, err := store.ReadDP(resVF, "0000:01:01.2"); err != nil || info.Pci.PciAddress != "0000:01:01.2" {
+	store := devinfo.NewStore(f.DevInfoDir)
+	if info, err := store.ReadDP(netdevtest.ResVF, "0000:01:01.2"); err != nil || info.Pci.PciAddress != "0000:01:01.2" {
 		t.Errorf("VF device-info: %+v, %v", info, err)
 	}
-	if info, err := store.ReadDP(resVhost, "vhu0.sock"); err != nil || info.VhostUser.Path != filepath.Join(f.sockDir, "vhu0.sock") {
+	if info, err := store.ReadDP(netdevtest.ResVhost, "vhu0.sock"); err != nil || info.VhostUser.Path != filepath.Join(f.SockDir, "vhu0.sock") {
 		t.Errorf("vhost-user device-info: %+v, %v", info, err)
 	}
-	if _, err := store.ReadDP(resVhost, "vhu1.sock"); err == nil {
+	if _, err := store.ReadDP(netdevtest.ResVhost, "vhu1.sock"); err == nil {
 		t.Error("a device no claim holds has a device-info file")
 	}
 
@@ -116,10 +117,10 @@ func TestPrepareWritesAndUnprepareRemoves(t *testing.T) {
 	}
 	unprepare(t, d, c)
 	unprepare(t, d, c)
-	if left := files(t, f.devinfoDir); len(left) != 0 {
+	if left := files(t, f.DevInfoDir); len(left) != 0 {
 		t.Errorf("device-info files left: %v", left)
 	}
-	if left := files(t, f.cdiDir); len(left) != 0 {
+	if left := files(t, f.CDIDir); len(left) != 0 {
 		t.Errorf("CDI specs left: %v", left)
 	}
 	if left := files(t, filepath.Join(f.pluginsDir, DefaultDriverName)); len(left) != 0 {
@@ -132,15 +133,15 @@ func TestPrepareWritesAndUnprepareRemoves(t *testing.T) {
 func TestBadClaimsFailAlone(t *testing.T) {
 	f := newFixture(t)
 	d := f.driver()
-	vf := DeviceName(resVF, "0000:01:01.0")
+	vf := DeviceName(netdevtest.ResVF, "0000:01:01.0")
 	good := claim("good", node, vf)
 	unallocated := claim("unalloc", node)
 	unallocated.Status.Allocation = nil
 	bad := map[*resourceapi.ResourceClaim]string{
-		claim("other-node", "node-b", DeviceName(resVF, "0000:01:01.1")): `device 0000-01-01-1-7739c206 is in pool "node-b", not in this node's pool "node-a"`,
-		claim("unknown", node, "no-such-device"):                         `claim ns/unknown: device "no-such-device" is not in pool "node-a"`,
-		claim("taken", node, vf):                                         `is prepared for claim ns/good (uid-good) already`,
-		unallocated:                                                      "claim ns/unalloc is not allocated",
+		claim("other-node", "node-b", DeviceName(netdevtest.ResVF, "0000:01:01.1")): `device 0000-01-01-1-7739c206 is in pool "node-b", not in this node's pool "node-a"`,
+		claim("unknown", node, "no-such-device"):                                    `claim ns/unknown: device "no-such-device" is not in pool "node-a"`,
+		claim("taken", node, vf):                                                    `is prepared for claim ns/good (uid-good) already`,
+		unallocated:                                                                 "claim ns/unalloc is not allocated",
 	}
 	all := []*resourceapi.ResourceClaim{good}
 	for c := range bad {
@@ -155,7 +156,7 @@ func TestBadClaimsFailAlone(t *testing.T) {
 			t.Errorf("claim %s: error %v, want one containing %q", c.Name, err, want)
 		}
 	}
-	if got := files(t, f.devinfoDir); !slices.Equal(got, []string{"dp/example.com-vf-0000:01:01.0-device.json"}) {
+	if got := files(t, f.DevInfoDir); !slices.Equal(got, []string{"dp/example.com-vf-0000:01:01.0-device.json"}) {
 		t.Errorf("device-info files %v: only the good claim's", got)
 	}
 	if got := files(t, filepath.Join(f.pluginsDir, DefaultDriverName, "claims")); !slices.Equal(got, []string{"uid-good.json"}) {
@@ -169,18 +170,18 @@ func TestBadClaimsFailAlone(t *testing.T) {
 func TestPreparedClaimsSurviveARestart(t *testing.T) {
 	f := newFixture(t)
 	d := f.driver()
-	c := claim("net", node, DeviceName(resVF, "0000:01:01.3"), "vdpa0")
+	c := claim("net", node, DeviceName(netdevtest.ResVF, "0000:01:01.3"), "vdpa0")
 	first := prepare(t, d, c)[c.UID]
 	if first.Err != nil {
 		t.Fatal(first.Err)
 	}
 	// Someone removed a file meanwhile.
-	if err := devinfo.NewStore(f.devinfoDir).RemoveDP(resVDPA, "vdpa0"); err != nil {
+	if err := devinfo.NewStore(f.DevInfoDir).RemoveDP(netdevtest.ResVDPA, "vdpa0"); err != nil {
 		t.Fatal(err)
 	}
 
 	d2 := f.driver()
-	if _, err := devinfo.NewStore(f.devinfoDir).ReadDP(resVDPA, "vdpa0"); err != nil {
+	if _, err := devinfo.NewStore(f.DevInfoDir).ReadDP(netdevtest.ResVDPA, "vdpa0"); err != nil {
 		t.Errorf("device-info of a prepared claim not written again at start: %v", err)
 	}
 	again := prepare(t, d2, c)[c.UID]
@@ -192,10 +193,10 @@ func TestPreparedClaimsSurviveARestart(t *testing.T) {
 		t.Error("a device held by a claim prepared before the restart was prepared again")
 	}
 	unprepare(t, d2, c)
-	if left := files(t, f.devinfoDir); len(left) != 0 {
+	if left := files(t, f.DevInfoDir); len(left) != 0 {
 		t.Errorf("device-info files left: %v", left)
 	}
-	if left := files(t, f.cdiDir); len(left) != 0 {
+	if left := files(t, f.CDIDir); len(left) != 0 {
 		t.Errorf("CDI specs left: %v", left)
 	}
 }
@@ -209,7 +210,7 @@ func TestCorruptCheckpointFailsTheStart(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "x.json"), []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(f.cfg, Options{NodeName: node, PluginsDir: f.pluginsDir}, nil); err == nil || !strings.Contains(err.Error(), "x.json") {
+	if _, err := New(f.Config, Options{NodeName: node, PluginsDir: f.pluginsDir}, nil); err == nil || !strings.Contains(err.Error(), "x.json") {
 		t.Errorf("corrupt checkpoint: %v", err)
 	}
 }

@@ -25,7 +25,7 @@ type scanned struct {
 
 // inventory turns a scan into the published devices, by slice device name.
 // Only healthy devices are published: the scheduler must not allocate a
-// device that is gone (one a pod holds stays listed by its pool, healthy).
+// device that is gone (one a pod holds stays listed by its source, healthy).
 // A name two resources' devices would share goes to the first resource
 // in config order; the later one is left out and reported.
 func inventory(scans []scanned) (devices map[string]entry, problems []string) {
@@ -61,7 +61,7 @@ func driverResources(driver, pool, sysfs string, devices map[string]entry) (reso
 	var all []resourceapi.Device
 	for _, n := range names {
 		e := devices[n]
-		attrs, dropped := attributes(driver, e.res.name, e.res.pool.Kind(), sysfs, e.dev)
+		attrs, dropped := attributes(driver, e.res.name, e.res.source.Kind(), sysfs, e.dev)
 		if len(dropped) > 0 {
 			problems = append(problems, fmt.Sprintf("device %s of %s: attributes %s left out: longer than %d characters",
 				e.dev.ID, e.res.name, strings.Join(dropped, ", "), resourceapi.DeviceAttributeMaxValueLength))

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
+	"github.com/devplumb/devplumb/pkg/netdev/netdevtest"
 	"github.com/devplumb/devplumb/pkg/netdev/source/sysfs/sysfstest"
 )
 
@@ -48,29 +49,29 @@ func published(t *testing.T, d *Driver) map[string]map[string]string {
 	return out
 }
 
-func TestSlicesDescribeEveryPool(t *testing.T) {
+func TestSlicesDescribeEverySource(t *testing.T) {
 	f := newFixture(t)
 	d := f.driver()
 	got := published(t, d)
 	dom := DefaultDriverName + "/"
-	veth := f.vethPrefix + "a"
+	veth := f.VethPrefix + "a"
 	want := map[string]map[string]string{
-		DeviceName(resVF, "0000:01:01.0"): {"type": "pci", "pciAddress": "0000:01:01.0", "pfName": "ens1f0", "numaNode": "1", "interfaceName": "ens1f0v0"},
-		DeviceName(resVF, "0000:01:01.1"): {"type": "pci", "pciAddress": "0000:01:01.1", "pfName": "ens1f0", "numaNode": "1"},
-		DeviceName(resVF, "0000:01:01.2"): {"type": "pci", "pciAddress": "0000:01:01.2", "pfName": "ens1f0", "numaNode": "0"},
-		DeviceName(resVF, "0000:01:01.3"): {"type": "pci", "pciAddress": "0000:01:01.3", "pfName": "ens1f0", "numaNode": "0"},
-		veth:                              {"type": "netdev", "interfaceName": veth},
-		f.vethPrefix + "b":                {"type": "netdev", "interfaceName": f.vethPrefix + "b"},
-		DeviceName(resVhost, "vhu0.sock"): {"type": "vhostuser", "socketPath": filepath.Join(f.sockDir, "vhu0.sock")},
-		DeviceName(resVhost, "vhu1.sock"): {"type": "vhostuser", "socketPath": filepath.Join(f.sockDir, "vhu1.sock")},
-		"vdpa0":                           {"type": "vdpa", "pciAddress": "0000:65:00.2", "numaNode": "1"},
+		DeviceName(netdevtest.ResVF, "0000:01:01.0"): {"type": "pci", "pciAddress": "0000:01:01.0", "pfName": "ens1f0", "numaNode": "1", "interfaceName": "ens1f0v0"},
+		DeviceName(netdevtest.ResVF, "0000:01:01.1"): {"type": "pci", "pciAddress": "0000:01:01.1", "pfName": "ens1f0", "numaNode": "1"},
+		DeviceName(netdevtest.ResVF, "0000:01:01.2"): {"type": "pci", "pciAddress": "0000:01:01.2", "pfName": "ens1f0", "numaNode": "0"},
+		DeviceName(netdevtest.ResVF, "0000:01:01.3"): {"type": "pci", "pciAddress": "0000:01:01.3", "pfName": "ens1f0", "numaNode": "0"},
+		veth:               {"type": "netdev", "interfaceName": veth},
+		f.VethPrefix + "b": {"type": "netdev", "interfaceName": f.VethPrefix + "b"},
+		DeviceName(netdevtest.ResVhost, "vhu0.sock"): {"type": "vhostuser", "socketPath": filepath.Join(f.SockDir, "vhu0.sock")},
+		DeviceName(netdevtest.ResVhost, "vhu1.sock"): {"type": "vhostuser", "socketPath": filepath.Join(f.SockDir, "vhu1.sock")},
+		"vdpa0": {"type": "vdpa", "pciAddress": "0000:65:00.2", "numaNode": "1"},
 	}
 	ids := map[string][2]string{ // name -> resource, device ID
-		DeviceName(resVF, "0000:01:01.0"): {resVF, "0000:01:01.0"}, DeviceName(resVF, "0000:01:01.1"): {resVF, "0000:01:01.1"},
-		DeviceName(resVF, "0000:01:01.2"): {resVF, "0000:01:01.2"}, DeviceName(resVF, "0000:01:01.3"): {resVF, "0000:01:01.3"},
-		veth: {resVeth, veth}, f.vethPrefix + "b": {resVeth, f.vethPrefix + "b"},
-		DeviceName(resVhost, "vhu0.sock"): {resVhost, "vhu0.sock"}, DeviceName(resVhost, "vhu1.sock"): {resVhost, "vhu1.sock"},
-		"vdpa0": {resVDPA, "vdpa0"},
+		DeviceName(netdevtest.ResVF, "0000:01:01.0"): {netdevtest.ResVF, "0000:01:01.0"}, DeviceName(netdevtest.ResVF, "0000:01:01.1"): {netdevtest.ResVF, "0000:01:01.1"},
+		DeviceName(netdevtest.ResVF, "0000:01:01.2"): {netdevtest.ResVF, "0000:01:01.2"}, DeviceName(netdevtest.ResVF, "0000:01:01.3"): {netdevtest.ResVF, "0000:01:01.3"},
+		veth: {netdevtest.ResVeth, veth}, f.VethPrefix + "b": {netdevtest.ResVeth, f.VethPrefix + "b"},
+		DeviceName(netdevtest.ResVhost, "vhu0.sock"): {netdevtest.ResVhost, "vhu0.sock"}, DeviceName(netdevtest.ResVhost, "vhu1.sock"): {netdevtest.ResVhost, "vhu1.sock"},
+		"vdpa0": {netdevtest.ResVDPA, "vdpa0"},
 	}
 	if len(got) != len(want) {
 		t.Errorf("published %d devices %v, want %d", len(got), slices.Sorted(maps.Keys(got)), len(want))
@@ -113,15 +114,15 @@ func TestDeviceNames(t *testing.T) {
 	}
 }
 
-// TestSlicesFollowThePools: a VF leaving sysfs turns unhealthy and leaves
+// TestSlicesFollowTheSources: a VF leaving sysfs turns unhealthy and leaves
 // the slice; a deleted veth pair and a removed socket leave it; a new socket
 // joins it; a VF back in sysfs is published again.
-func TestSlicesFollowThePools(t *testing.T) {
+func TestSlicesFollowTheSources(t *testing.T) {
 	f := newFixture(t)
 	d := f.driver()
-	vf0 := DeviceName(resVF, "0000:01:01.0")
-	sysfstest.RemovePCI(t, f.sysfs, "0000:01:01.0")
-	l := f.listen("vhu2.sock")
+	vf0 := DeviceName(netdevtest.ResVF, "0000:01:01.0")
+	sysfstest.RemovePCI(t, f.Sysfs, "0000:01:01.0")
+	l := f.Listen("vhu2.sock")
 	if err := d.sync(); err != nil {
 		t.Fatal(err)
 	}
@@ -129,11 +130,11 @@ func TestSlicesFollowThePools(t *testing.T) {
 	if _, ok := got[vf0]; ok {
 		t.Error("VF gone from sysfs still published")
 	}
-	if _, ok := got[DeviceName(resVhost, "vhu2.sock")]; !ok {
+	if _, ok := got[DeviceName(netdevtest.ResVhost, "vhu2.sock")]; !ok {
 		t.Error("new socket not published")
 	}
 	l.Close()
-	sysfstest.AddPCI(t, f.sysfs, sysfstest.PCI{Addr: "0000:01:01.0", Vendor: "8086", Device: "1889", Class: "020000", Driver: "iavf", NUMA: 1, PF: "0000:01:00.0"})
+	sysfstest.AddPCI(t, f.Sysfs, sysfstest.E810VF("0000:01:01.0", sysfstest.NodePF, 1))
 	if err := d.sync(); err != nil {
 		t.Fatal(err)
 	}
@@ -141,16 +142,16 @@ func TestSlicesFollowThePools(t *testing.T) {
 	if _, ok := got[vf0]; !ok {
 		t.Error("VF back in sysfs not published again")
 	}
-	if _, ok := got[DeviceName(resVhost, "vhu2.sock")]; ok {
+	if _, ok := got[DeviceName(netdevtest.ResVhost, "vhu2.sock")]; ok {
 		t.Error("removed socket still published")
 	}
 }
 
 func TestOverlapAtStartIsAnError(t *testing.T) {
 	f := newFixture(t)
-	f.cfg.Resources = append(f.cfg.Resources, f.cfg.Resources[0])
-	f.cfg.Resources[len(f.cfg.Resources)-1].ResourceName = "example.com/vf-again"
-	d, err := New(f.cfg, Options{NodeName: node, PluginsDir: f.pluginsDir}, nil)
+	f.Config.Resources = append(f.Config.Resources, f.Config.Resources[0])
+	f.Config.Resources[len(f.Config.Resources)-1].ResourceName = "example.com/vf-again"
+	d, err := New(f.Config, Options{NodeName: node, PluginsDir: f.pluginsDir}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +174,7 @@ func (r recorder) PublishResources(_ context.Context, dr resourceslice.DriverRes
 	return nil
 }
 
-// TestWatchPublishesChanges: the watch loop publishes at once, and again when a pool
+// TestWatchPublishesChanges: the watch loop publishes at once, and again when a source
 // changes (a new socket, seen by the socket dir's watcher or the rescan), not otherwise.
 func TestWatchPublishesChanges(t *testing.T) {
 	f := newFixture(t)
@@ -196,8 +197,8 @@ func TestWatchPublishesChanges(t *testing.T) {
 	if first := names(<-rec.got); len(first) != 9 {
 		t.Fatalf("first publish: %v", first)
 	}
-	f.listen("vhu7.sock")
-	want := DeviceName(resVhost, "vhu7.sock")
+	f.Listen("vhu7.sock")
+	want := DeviceName(netdevtest.ResVhost, "vhu7.sock")
 	if next := names(<-rec.got); !slices.Contains(next, want) || len(next) != 10 {
 		t.Errorf("published after a new socket: %v", next)
 	}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 
+	"github.com/devplumb/devplumb/pkg/netdev/resources"
 	"github.com/devplumb/devplumb/pkg/netdev/source"
 )
 
@@ -23,18 +24,18 @@ type publisher interface {
 	PublishResources(ctx context.Context, r resourceslice.DriverResources) error
 }
 
-// sync scans every pool and recomputes the published devices. It reports
-// scan errors; devices of a pool that failed keep their last state.
+// sync scans every device source and recomputes the published devices. It
+// reports scan errors; devices of a source that failed keep their last state.
 func (d *Driver) sync() error {
 	var scans []scanned
 	var errs, conflicts []string
 	for _, r := range d.resources {
-		devs, err := r.pool.Scan()
+		devs, err := r.source.Scan()
 		if err != nil {
 			errs = append(errs, fmt.Sprintf("resource %s: scan: %v", r.name, err))
 			devs = d.lastDevices(r)
 		}
-		kept, c := d.owners.Claim(r.name, r.pool.Kind(), devs)
+		kept, c := d.owners.Assign(r.name, r.source.Kind(), devs)
 		conflicts = append(conflicts, c...)
 		scans = append(scans, scanned{res: r, devs: kept})
 	}
@@ -89,18 +90,14 @@ func (d *Driver) logChanges(next map[string]entry) {
 	}
 }
 
-// conflictsAtStart fails the start when resources overlap (see netdevdp.Owners).
+// conflictsAtStart fails the start when resources overlap (see resources.Owners).
 func (d *Driver) conflictsAtStart() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if len(d.conflicts) > 0 {
-		return fmt.Errorf("resources overlap (a device would be given to two claims at once; make the selectors disjoint): %s",
-			strings.Join(d.conflicts, "; "))
-	}
-	return nil
+	return resources.OverlapError(d.conflicts, "claims")
 }
 
-// watch publishes the slices, then rescans on every pool event and every
+// watch publishes the slices, then rescans on every source event and every
 // resync period (sysfs has no events), publishing again when they change.
 func (d *Driver) watch(ctx context.Context, p publisher) {
 	kick := make(chan struct{}, 1)
@@ -111,12 +108,12 @@ func (d *Driver) watch(ctx context.Context, p publisher) {
 		}
 	}
 	var wg sync.WaitGroup
-	defer wg.Wait() // the pools' watchers end with ctx
+	defer wg.Wait() // the sources' watchers end with ctx
 	for _, r := range d.resources {
-		if n, ok := r.pool.(source.Notifier); ok {
+		if n, ok := r.source.(source.Notifier); ok {
 			wg.Go(func() {
 				if err := n.Watch(ctx, changed); err != nil {
-					d.log.Error("watching the pool failed; relying on periodic rescans", "resource", r.name, "err", err)
+					d.log.Error("watching the device source failed; relying on periodic rescans", "resource", r.name, "err", err)
 				}
 			})
 		}

@@ -18,25 +18,25 @@ import (
 // containerd and CRI-O pod sandboxes).
 var DefaultNetnsDirs = []string{"/var/run/netns", "/run/netns"}
 
-// DiscoverMoved finds interfaces of the pool that a CNI plugin moved into
-// another network namespace before the pool started, so that a restarted
+// DiscoverMoved finds interfaces of the source that a CNI plugin moved into
+// another network namespace before the source started, so that a restarted
 // plugin keeps listing devices that pods hold. host-device records the host
 // name of an interface it moves in the interface's alias (IFLA_IFALIAS); an
-// interface in another namespace whose alias matches the pool's globs is in
+// interface in another namespace whose alias matches the source's globs is in
 // use. Namespaces are found in nsDirs (default DefaultNetnsDirs) and through
 // /proc/<pid>/ns/net of every process; each is entered once. Namespaces that
 // cannot be entered are skipped. It returns the names found.
-func (p *Pool) DiscoverMoved(nsDirs ...string) ([]string, error) {
+func (s *Source) DiscoverMoved(nsDirs ...string) ([]string, error) {
 	if len(nsDirs) == 0 {
 		nsDirs = DefaultNetnsDirs
 	}
 	self, err := nsID("/proc/self/ns/net")
 	if err != nil {
-		return nil, fmt.Errorf("netdevs pool: own network namespace: %w", err)
+		return nil, fmt.Errorf("netdevs source: own network namespace: %w", err)
 	}
 	hostLinks, err := netlinksafe.LinkList()
 	if err != nil {
-		return nil, fmt.Errorf("netdevs pool: list links: %w", err)
+		return nil, fmt.Errorf("netdevs source: list links: %w", err)
 	}
 	seen := map[[2]uint64]bool{self: true}
 	var found []string
@@ -46,7 +46,7 @@ func (p *Pool) DiscoverMoved(nsDirs ...string) ([]string, error) {
 			continue
 		}
 		seen[id] = true
-		found = append(found, p.discoverIn(path, hostLinks)...)
+		found = append(found, s.discoverIn(path, hostLinks)...)
 	}
 	return found, nil
 }
@@ -77,8 +77,8 @@ func nsID(path string) ([2]uint64, error) {
 	return [2]uint64{uint64(sys.Dev), sys.Ino}, nil
 }
 
-// discoverIn records the pool's moved interfaces found in one namespace.
-func (p *Pool) discoverIn(path string, hostLinks []netlink.Link) []string {
+// discoverIn records the source's moved interfaces found in one namespace.
+func (s *Source) discoverIn(path string, hostLinks []netlink.Link) []string {
 	var links []netlink.Link
 	err := ns.WithNetNSPath(path, func(ns.NetNS) error {
 		var err error
@@ -86,24 +86,24 @@ func (p *Pool) discoverIn(path string, hostLinks []netlink.Link) []string {
 		return err
 	})
 	if err != nil {
-		p.log.Debug("namespace skipped", "path", path, "err", err)
+		s.log.Debug("namespace skipped", "path", path, "err", err)
 		return nil
 	}
 	var found []string
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, l := range links {
 		a := l.Attrs()
-		if a.Alias == "" || !p.matches(a.Alias) {
+		if a.Alias == "" || !s.matches(a.Alias) {
 			continue
 		}
 		m := moved{dev: source.Device{Device: deviceplugin.Device{ID: a.Alias, Healthy: true, NUMANode: deviceplugin.NoNUMA}}}
 		if _, isVeth := l.(*netlink.Veth); isVeth && hostPeer(hostLinks, a.ParentIndex) {
 			m.peerIndex = a.ParentIndex
 		}
-		p.moved[a.Alias] = m
+		s.moved[a.Alias] = m
 		found = append(found, a.Alias)
-		p.log.Info("interface found in another network namespace: in use", "name", a.Alias, "netns", path, "as", a.Name)
+		s.log.Info("interface found in another network namespace: in use", "name", a.Alias, "netns", path, "as", a.Name)
 	}
 	return found
 }

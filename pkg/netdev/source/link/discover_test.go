@@ -15,7 +15,7 @@ import (
 )
 
 // TestDiscoverMovedAfterRestart: a veth that host-device moved into a pod
-// before the pool started is found there and listed as in use; when the pod
+// before the source started is found there and listed as in use; when the pod
 // namespace dies, so does the pair, and the device leaves.
 func TestDiscoverMovedAfterRestart(t *testing.T) {
 	plugins := testenv.CNIPlugins(t)

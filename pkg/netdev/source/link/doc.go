@@ -1,21 +1,22 @@
-// Package netdevpool makes kernel network interfaces of the host network
-// namespace, selected by name glob, into devices of one resource; the device
-// ID is the interface name. It is meant for NICs without SR-IOV and for veth
-// ends in tests. An interface backed by a PCI device is described with a pci
-// device-info (its sysfs "device" link); other interfaces have none.
+// Package link is the device source that makes kernel network interfaces of
+// the host network namespace, selected by name glob, into devices of one
+// resource; the device ID is the interface name. It is meant for NICs
+// without SR-IOV and for veth ends in tests. An interface backed by a PCI
+// device is described with a pci device-info (its sysfs "device" link);
+// other interfaces have none.
 //
 // # Moved is not deleted
 //
 // A CNI plugin such as host-device moves the allocated interface into the
 // pod's network namespace. It then vanishes from the host namespace exactly
 // like a deleted one, but it is in use and must stay listed and Healthy. The
-// pool tells the two apart with what the kernel reports, not with guesses:
+// source tells the two apart with what the kernel reports, not with guesses:
 //
 //   - When an interface leaves a namespace, the kernel sends RTM_DELLINK to
 //     the old namespace carrying IFLA_NEW_NETNSID (the id, in the old
 //     namespace, of the namespace it went to; Linux >= 4.15, with
 //     IFLA_NEW_IFINDEX since 5.x). A deletion's RTM_DELLINK has no such
-//     attribute. The pool subscribes to RTNLGRP_LINK and records every
+//     attribute. The source subscribes to RTNLGRP_LINK and records every
 //     selected interface whose RTM_DELLINK carries IFLA_NEW_NETNSID as
 //     "moved": it stays listed and Healthy. host-device moves through a
 //     temporary namespace first; that namespace's id is what is reported, so
@@ -44,7 +45,7 @@
 // ends moved) whose pod namespace is destroyed returns to the initial
 // namespace under its pod name, no longer matches the glob, and stays listed
 // as in use until the plugin restarts. A netlink overflow (ENOBUFS) loses
-// events: the pool rescans, which keeps the moves it already knew.
+// events: the source rescans, which keeps the moves it already knew.
 //
 // Health: a listed host interface whose sysfs device link points to a device
 // that no longer exists is Unhealthy.

@@ -14,44 +14,44 @@ import (
 
 // Watch follows RTNLGRP_LINK and calls changed whenever a selected interface
 // appears, changes, is moved or deleted, or a moved veth's peer dies.
-func (p *Pool) Watch(ctx context.Context, changed func()) error {
-	s, err := subscribe()
+func (s *Source) Watch(ctx context.Context, changed func()) error {
+	sock, err := subscribe()
 	if err != nil {
 		return err
 	}
-	defer s.Close()
-	return p.watchOn(ctx, s, changed)
+	defer sock.Close()
+	return s.watchOn(ctx, sock, changed)
 }
 
 func subscribe() (*nl.NetlinkSocket, error) {
 	s, err := nl.Subscribe(unix.NETLINK_ROUTE, unix.RTNLGRP_LINK)
 	if err != nil {
-		return nil, fmt.Errorf("netdevs pool: subscribe to link events: %w", err)
+		return nil, fmt.Errorf("netdevs source: subscribe to link events: %w", err)
 	}
 	// Receive blocks; a timeout lets the loop notice that ctx ended.
 	if err := s.SetReceiveTimeout(&unix.Timeval{Usec: 200000}); err != nil {
 		s.Close()
-		return nil, fmt.Errorf("netdevs pool: netlink timeout: %w", err)
+		return nil, fmt.Errorf("netdevs source: netlink timeout: %w", err)
 	}
 	return s, nil
 }
 
-func (p *Pool) watchOn(ctx context.Context, s *nl.NetlinkSocket, changed func()) error {
+func (s *Source) watchOn(ctx context.Context, sock *nl.NetlinkSocket, changed func()) error {
 	for ctx.Err() == nil {
-		msgs, _, err := s.Receive()
+		msgs, _, err := sock.Receive()
 		switch {
 		case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EINTR):
 			continue
 		case errors.Is(err, unix.ENOBUFS):
-			p.log.Warn("netlink events lost; rescanning")
+			s.log.Warn("netlink events lost; rescanning")
 			changed()
 			continue
 		case err != nil:
-			return fmt.Errorf("netdevs pool: receive link events: %w", err)
+			return fmt.Errorf("netdevs source: receive link events: %w", err)
 		}
 		relevant := false
 		for _, m := range msgs {
-			relevant = p.handle(m) || relevant
+			relevant = s.handle(m) || relevant
 		}
 		if relevant {
 			changed()
@@ -60,23 +60,23 @@ func (p *Pool) watchOn(ctx context.Context, s *nl.NetlinkSocket, changed func())
 	return nil
 }
 
-// handle applies one link message and reports whether it concerns the pool.
-func (p *Pool) handle(m syscall.NetlinkMessage) bool {
+// handle applies one link message and reports whether it concerns the source.
+func (s *Source) handle(m syscall.NetlinkMessage) bool {
 	if m.Header.Type != unix.RTM_NEWLINK && m.Header.Type != unix.RTM_DELLINK {
 		return false
 	}
 	hdr := unix.NlMsghdr(m.Header)
 	link, err := netlink.LinkDeserialize(&hdr, m.Data)
 	if err != nil {
-		p.log.Warn("undecodable link message", "err", err)
+		s.log.Warn("undecodable link message", "err", err)
 		return true // rescan to be safe
 	}
 	if m.Header.Type == unix.RTM_NEWLINK {
-		// A listed interface renamed away changes the pool too.
-		return p.matches(link.Attrs().Name) || p.listedIndex(link.Attrs().Index)
+		// A listed interface renamed away changes the source too.
+		return s.matches(link.Attrs().Name) || s.listedIndex(link.Attrs().Index)
 	}
 	movedTo, wasMoved := newNetNSID(m.Data)
-	return p.linkGone(link, link.Attrs().Index, movedTo, wasMoved)
+	return s.linkGone(link, link.Attrs().Index, movedTo, wasMoved)
 }
 
 // newNetNSID returns IFLA_NEW_NETNSID of an RTM_DELLINK: present only when

@@ -1,5 +1,5 @@
 // Package sysfstest builds fake sysfs trees with the kernel's layout for
-// tests of the PCI and vDPA pools: device directories under devices/, links
+// tests of the PCI and vDPA sources: device directories under devices/, links
 // from bus/*/devices, driver, physfn and iommu_group links, net/ and
 // infiniband/ subdirectories.
 package sysfstest
@@ -117,4 +117,53 @@ func AddNetDev(t testing.TB, root, ifName, addr string) {
 	link(t, filepath.Join("..", "..", "..", "devices", "pci0000:00", addr), filepath.Join(dir, "device"))
 	mkdir(t, filepath.Join(root, "bus", "pci"))
 	link(t, filepath.Join("..", "..", "bus", "pci"), filepath.Join(pciDir(root, addr), "subsystem"))
+}
+
+// The fixtures' NIC: an Intel E810 PF with its VFs, as the netdev-dp tests
+// of every layer describe it.
+const (
+	IntelVendor = "8086"
+	E810PFID    = "1592" // device ID of the PF (driver ice)
+	E810VFID    = "1889" // device ID of its VFs (driver iavf)
+	NetClass    = "020000"
+)
+
+// E810PF is an E810 PF at addr on NUMA node numa with numVFs VFs and the
+// given netdevs.
+func E810PF(addr string, numa, numVFs int, net ...string) PCI {
+	return PCI{Addr: addr, Vendor: IntelVendor, Device: E810PFID, Class: NetClass, Driver: "ice", NUMA: numa, NumVFs: numVFs, Net: net}
+}
+
+// E810VF is a VF of PF pf at addr on NUMA node numa, bound to iavf.
+func E810VF(addr, pf string, numa int) PCI {
+	return PCI{Addr: addr, Vendor: IntelVendor, Device: E810VFID, Class: NetClass, Driver: "iavf", NUMA: numa, PF: pf}
+}
+
+// NodePF is the PF AddNode creates, with netdev NodePFName.
+const (
+	NodePF     = "0000:01:00.0"
+	NodePFName = "ens1f0"
+)
+
+// AddNode creates the node both netdev-dp modes are tested on: E810 PF
+// NodePF (netdev ens1f0) with four VFs 0000:01:01.0-3, the first two on
+// NUMA node 1 and bound to iavf (the first with netdev ens1f0v0), the last
+// two on NUMA node 0 and bound to vfio-pci (IOMMU groups 42, 43); and a
+// vDPA-capable NIC elsewhere (0000:65:00.2, NUMA node 1, no netdev named
+// ens1f0) with vhost-vdpa device vdpa0 (/dev/vhost-vdpa-3).
+func AddNode(t testing.TB, root string) {
+	t.Helper()
+	AddPCI(t, root, E810PF(NodePF, 0, 4, NodePFName))
+	for i, numa := range []int{1, 1, 0, 0} {
+		vf := E810VF(fmt.Sprintf("0000:01:01.%d", i), NodePF, numa)
+		if i == 0 {
+			vf.Net = []string{NodePFName + "v0"}
+		}
+		if i >= 2 {
+			vf.Driver, vf.IOMMUGroup = "vfio-pci", fmt.Sprint(40+i)
+		}
+		AddPCI(t, root, vf)
+	}
+	AddPCI(t, root, PCI{Addr: "0000:65:00.2", Vendor: "15b3", Device: "101e", Class: NetClass, Driver: "mlx5_core", NUMA: 1})
+	AddVDPA(t, root, "vdpa0", "0000:65:00.2", "vhost_vdpa", 3)
 }

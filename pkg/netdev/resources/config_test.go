@@ -1,4 +1,4 @@
-package dpmode
+package resources
 
 import (
 	"bytes"
@@ -44,57 +44,13 @@ func TestParseConfigErrors(t *testing.T) {
 		`{"resources": [{"resourceName": "example.com/a", "pci": {"vendor": ["8086"]}}]}`:                                                                 `unknown field "vendor"`,
 		`{"resources": [{"resourceName": "example.com/a", "netdevs": {"names": ["x"]}}]} {}`:                                                              "trailing data",
 		"{\"resources\": [\n  {\"resourceName\": \"example.com/a\",}\n]}":                                                                                 "at line 2, column 36",
-		`{"resources": [{"resourceName": "example.com/a", "pci": {"vendors": ["0x8086"]}}]}`:                                                              `resources[0] (example.com/a): pci pool: vendors: "0x8086"`,
+		`{"resources": [{"resourceName": "example.com/a", "pci": {"vendors": ["0x8086"]}}]}`:                                                              `resources[0] (example.com/a): pci source: vendors: "0x8086"`,
 		"{\"resources\": [\n  {\"resourceName\": 7}]}":                                                                                                    "at line 2, column 20",
 	}
 	for in, want := range cases {
 		_, err := ParseConfig([]byte(in))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: got %v, want error containing %q", in, err, want)
-		}
-	}
-}
-
-func TestRunRejectsBadPools(t *testing.T) {
-	dir := t.TempDir()
-	cases := []struct {
-		want string
-		rcs  []Resource
-	}{
-		{"not a directory", []Resource{{ResourceName: "example.com/a", VhostUser: &vhostConfig{SocketDir: dir + "/missing", Mode: "client"}}}},
-		{"bad name glob", []Resource{{ResourceName: "example.com/a", NetDevs: &netdevConfig{Names: []string{"["}}}}},
-		{"bus/pci/devices", []Resource{{ResourceName: "example.com/a", PCI: &pcipoolSelectors{}}}}, // sysfs root without bus/pci
-		{"share the CDI spec file", []Resource{
-			{ResourceName: "a.com-b/c", NetDevs: &netdevConfig{Names: []string{"x"}}},
-			{ResourceName: "a.com/b-c", NetDevs: &netdevConfig{Names: []string{"y"}}},
-		}},
-	}
-	for _, c := range cases {
-		cfg := &Config{PluginDir: dir + "/dp", DevInfoDir: dir + "/di", CDIDir: dir + "/cdi", SysfsRoot: dir, Resources: c.rcs}
-		if err := Run(t.Context(), cfg, nil); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%+v: got %v, want an error containing %q", c.rcs, err, c.want)
-		}
-	}
-	if left := dirEntries(t, dir); len(left) != 0 {
-		t.Errorf("failed starts left files: %v", left)
-	}
-}
-
-func TestEnvName(t *testing.T) {
-	if got := envName("pci", "intel.com/intel_sriov-netdevice"); got != "PCIDEVICE_INTEL_COM_INTEL_SRIOV_NETDEVICE" {
-		t.Errorf("envName = %q", got)
-	}
-}
-
-func TestCDIAnnotationKeyFallsBackToHash(t *testing.T) {
-	long := "example.com/" + strings.Repeat("r", 60)
-	ann, err := cdiAnnotations(long, []string{"0000:01:00.1"}, []string{"example.com/x=0000:01:00.1"})
-	if err != nil || len(ann) != 1 {
-		t.Fatalf("%v %v", ann, err)
-	}
-	for k := range ann {
-		if len(k) > len("cdi.k8s.io/")+63 {
-			t.Errorf("key %q too long", k)
 		}
 	}
 }

@@ -25,11 +25,11 @@ type Config struct {
 type moved struct {
 	dev       source.Device
 	peerIndex int    // host ifindex of its veth peer, 0 when unknown
-	seq       uint64 // Pool.seq when the move was recorded
+	seq       uint64 // Source.seq when the move was recorded
 }
 
-// Pool is the named-netdev pool of one resource.
-type Pool struct {
+// Source is the named-netdev source of one resource.
+type Source struct {
 	globs []string
 	sysfs string
 	log   *slog.Logger
@@ -43,14 +43,14 @@ type Pool struct {
 	afterList func() // test hook: runs between listing links and using them
 }
 
-// New checks the globs and returns the pool; sysfs "" means /sys.
-func New(c Config, sysfsRoot string, log *slog.Logger) (*Pool, error) {
+// New checks the globs and returns the source; sysfs "" means /sys.
+func New(c Config, sysfsRoot string, log *slog.Logger) (*Source, error) {
 	if len(c.Names) == 0 {
-		return nil, fmt.Errorf("netdevs pool: names must list at least one glob")
+		return nil, fmt.Errorf("netdevs source: names must list at least one glob")
 	}
 	for _, g := range c.Names {
 		if _, err := filepath.Match(g, ""); err != nil || g == "" {
-			return nil, fmt.Errorf("netdevs pool: bad name glob %q", g)
+			return nil, fmt.Errorf("netdevs source: bad name glob %q", g)
 		}
 	}
 	if sysfsRoot == "" {
@@ -59,14 +59,14 @@ func New(c Config, sysfsRoot string, log *slog.Logger) (*Pool, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Pool{globs: c.Names, sysfs: sysfsRoot, log: log, moved: map[string]moved{}, last: map[string]source.Device{}}, nil
+	return &Source{globs: c.Names, sysfs: sysfsRoot, log: log, moved: map[string]moved{}, last: map[string]source.Device{}}, nil
 }
 
 // Kind is "netdevs".
-func (p *Pool) Kind() string { return "netdevs" }
+func (s *Source) Kind() string { return "netdevs" }
 
-func (p *Pool) matches(name string) bool {
-	for _, g := range p.globs {
+func (s *Source) matches(name string) bool {
+	for _, g := range s.globs {
 		if ok, _ := filepath.Match(g, name); ok {
 			return true
 		}
@@ -77,28 +77,28 @@ func (p *Pool) matches(name string) bool {
 // Scan lists the selected host interfaces and the moved ones still in use.
 // A move recorded after the links were listed is newer than the list: the
 // interface it names is in use, not "back in the host namespace".
-func (p *Pool) Scan() ([]source.Device, error) {
-	p.mu.Lock()
-	start := p.seq
-	p.mu.Unlock()
-	host, indexes, listed, err := p.listHost()
+func (s *Source) Scan() ([]source.Device, error) {
+	s.mu.Lock()
+	start := s.seq
+	s.mu.Unlock()
+	host, indexes, listed, err := s.listHost()
 	if err != nil {
 		return nil, err
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.last, p.index = host, listed
-	out := make([]source.Device, 0, len(host)+len(p.moved))
-	for name, m := range p.moved {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.last, s.index = host, listed
+	out := make([]source.Device, 0, len(host)+len(s.moved))
+	for name, m := range s.moved {
 		switch {
 		case m.seq > start:
 			delete(host, name) // moved since the list was taken
 			out = append(out, m.dev)
 		case host[name].ID != "":
-			delete(p.moved, name) // back in the host namespace
+			delete(s.moved, name) // back in the host namespace
 		case m.peerIndex > 0 && !indexes[m.peerIndex]:
-			p.log.Info("moved veth's host peer is gone: the pair was destroyed", "name", name, "peerIndex", m.peerIndex)
-			delete(p.moved, name)
+			s.log.Info("moved veth's host peer is gone: the pair was destroyed", "name", name, "peerIndex", m.peerIndex)
+			delete(s.moved, name)
 		default:
 			out = append(out, m.dev)
 		}
@@ -112,45 +112,45 @@ func (p *Pool) Scan() ([]source.Device, error) {
 
 // listHost lists the selected host interfaces by name, every host ifindex,
 // and the ifindexes of the selected ones.
-func (p *Pool) listHost() (host map[string]source.Device, indexes, listed map[int]bool, err error) {
+func (s *Source) listHost() (host map[string]source.Device, indexes, listed map[int]bool, err error) {
 	links, err := netlinksafe.LinkList()
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("netdevs pool: list links: %w", err)
+		return nil, nil, nil, fmt.Errorf("netdevs source: list links: %w", err)
 	}
-	if p.afterList != nil {
-		p.afterList()
+	if s.afterList != nil {
+		s.afterList()
 	}
 	host = map[string]source.Device{}
 	indexes, listed = map[int]bool{}, map[int]bool{}
 	for _, l := range links {
 		a := l.Attrs()
 		indexes[a.Index] = true
-		if p.matches(a.Name) {
-			host[a.Name] = p.describe(a.Name)
+		if s.matches(a.Name) {
+			host[a.Name] = s.describe(a.Name)
 			listed[a.Index] = true
 		}
 	}
 	return host, indexes, listed, nil
 }
 
-func (p *Pool) listedIndex(i int) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.index[i]
+func (s *Source) listedIndex(i int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.index[i]
 }
 
 // describe builds the device of a host interface.
-func (p *Pool) describe(name string) source.Device {
+func (s *Source) describe(name string) source.Device {
 	d := source.Device{Device: deviceplugin.Device{ID: name, Healthy: true, NUMANode: deviceplugin.NoNUMA}}
-	devLink := filepath.Join(p.sysfs, "class", "net", name, "device")
+	devLink := filepath.Join(s.sysfs, "class", "net", name, "device")
 	if _, err := os.Lstat(devLink); err == nil {
 		if _, err := os.Stat(devLink); err != nil {
 			d.Healthy = false // the interface outlived its device
 			return d
 		}
 	}
-	if addr := sysfs.NetDevPCIAddress(p.sysfs, name); addr != "" {
-		if pd, err := sysfs.Read(p.sysfs, addr); err == nil {
+	if addr := sysfs.NetDevPCIAddress(s.sysfs, name); addr != "" {
+		if pd, err := sysfs.Read(s.sysfs, addr); err == nil {
 			d.NUMANode = pd.NUMANode
 			d.Info = pci.Info(pd)
 		}
@@ -159,37 +159,37 @@ func (p *Pool) describe(name string) source.Device {
 }
 
 // linkGone handles an RTM_DELLINK of a host interface. It reports whether
-// the pool's devices may have changed.
-func (p *Pool) linkGone(link netlink.Link, index int, movedTo int, wasMoved bool) bool {
+// the source's devices may have changed.
+func (s *Source) linkGone(link netlink.Link, index int, movedTo int, wasMoved bool) bool {
 	a := link.Attrs()
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	relevant := false
-	for name, m := range p.moved {
+	for name, m := range s.moved {
 		if m.peerIndex == index {
-			p.log.Info("moved veth's host peer deleted: the pair was destroyed", "name", name, "peer", a.Name)
-			delete(p.moved, name)
+			s.log.Info("moved veth's host peer deleted: the pair was destroyed", "name", name, "peer", a.Name)
+			delete(s.moved, name)
 			relevant = true
 		}
 	}
-	if !p.matches(a.Name) {
+	if !s.matches(a.Name) {
 		return relevant
 	}
 	if !wasMoved {
-		p.log.Info("interface deleted", "name", a.Name)
-		delete(p.moved, a.Name)
+		s.log.Info("interface deleted", "name", a.Name)
+		delete(s.moved, a.Name)
 		return true
 	}
-	dev, ok := p.last[a.Name]
+	dev, ok := s.last[a.Name]
 	if !ok {
 		dev = source.Device{Device: deviceplugin.Device{ID: a.Name, Healthy: true, NUMANode: deviceplugin.NoNUMA}}
 	}
-	p.seq++
-	m := moved{dev: dev, seq: p.seq}
+	s.seq++
+	m := moved{dev: dev, seq: s.seq}
 	if _, isVeth := link.(*netlink.Veth); isVeth && a.NetNsID < 0 && a.ParentIndex > 0 {
 		m.peerIndex = a.ParentIndex
 	}
-	p.moved[a.Name] = m
-	p.log.Info("interface moved to another network namespace: in use", "name", a.Name, "netnsid", movedTo, "vethPeerIndex", m.peerIndex)
+	s.moved[a.Name] = m
+	s.log.Info("interface moved to another network namespace: in use", "name", a.Name, "netnsid", movedTo, "vethPeerIndex", m.peerIndex)
 	return true
 }

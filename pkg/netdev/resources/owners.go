@@ -1,4 +1,4 @@
-package dpmode
+package resources
 
 import (
 	"fmt"
@@ -11,21 +11,22 @@ import (
 
 // Owners records which resource advertises each host device. One device
 // selected by two resources would be counted twice by the kubelet and could
-// go to two pods at once; so a device goes to the resource that had it
-// first, and the others leave it out (at start that is a config error, see
-// conflictsAtStart; later, when a device appears under two resources, an
-// error is logged). Devices are compared by what they are on the host (PCI
+// go to two pods at once; so a device is assigned to the resource that had
+// it first, and the others leave it out (at start that is a config error, see
+// OverlapError; later, when a device appears under two resources, an error is
+// logged). Devices are compared by what they are on the host (PCI
 // address, socket path), so a PCI-backed netdev and its PCI function collide.
 type Owners struct {
 	mu sync.Mutex
 	by map[string]string // identity -> resource name
 }
 
+// NewOwners returns an empty record, one for all resources of a run.
 func NewOwners() *Owners { return &Owners{by: map[string]string{}} }
 
-// Claim returns the devices of res that no other resource advertises and a
+// Assign returns the devices of res that no other resource advertises and a
 // description of each one left out. Devices res no longer lists are released.
-func (o *Owners) Claim(res, kind string, devs []source.Device) (kept []source.Device, conflicts []string) {
+func (o *Owners) Assign(res, kind string, devs []source.Device) (kept []source.Device, conflicts []string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for key, owner := range o.by {
@@ -45,20 +46,16 @@ func (o *Owners) Claim(res, kind string, devs []source.Device) (kept []source.De
 	return kept, conflicts
 }
 
-// conflictsAtStart fails the start when resources overlap: with devices that
-// exist already, that is a config to fix, not something to run with.
-func conflictsAtStart(resources []*resource) error {
-	var all []string
-	for _, r := range resources {
-		r.mu.Lock()
-		all = append(all, r.conflicts...)
-		r.mu.Unlock()
+// OverlapError fails a start when resources overlap (conflicts as Assign
+// reported them): with devices that exist already, that is a config to fix,
+// not something to run with. holders says what a device would be given to
+// twice ("pods", "claims").
+func OverlapError(conflicts []string, holders string) error {
+	if len(conflicts) == 0 {
+		return nil
 	}
-	if len(all) > 0 {
-		return fmt.Errorf("resources overlap (a device would be given to two pods at once; make the selectors disjoint): %s",
-			strings.Join(all, "; "))
-	}
-	return nil
+	return fmt.Errorf("resources overlap (a device would be given to two %s at once; make the selectors disjoint): %s",
+		holders, strings.Join(conflicts, "; "))
 }
 
 // identity names the host object behind a device.

@@ -141,7 +141,7 @@ func TestWatchSeesRemoval(t *testing.T) {
 }
 
 // TestWatchFollowsRecreatedDir: a vswitch that removes its socket directory
-// and creates it again (a restart) must not leave the pool deaf: the devices
+// and creates it again (a restart) must not leave the source deaf: the devices
 // leave with the directory, and sockets in the new directory are seen coming
 // and going.
 func TestWatchFollowsRecreatedDir(t *testing.T) {

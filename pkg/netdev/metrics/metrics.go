@@ -1,4 +1,4 @@
-// Package dpmetrics exposes a device plugin daemon's state to Prometheus and
+// Package metrics exposes a device plugin daemon's state to Prometheus and
 // its health to the kubelet's probes: devices per resource and health,
 // registrations, kubelet restarts seen, allocations and errors, on
 // /metrics, /healthz and /readyz.

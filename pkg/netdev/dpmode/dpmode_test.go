@@ -11,6 +11,7 @@ import (
 
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
+	"github.com/devplumb/devplumb/pkg/netdev/netdevtest"
 	"github.com/devplumb/devplumb/pkg/netdev/source/sysfs/sysfstest"
 	"github.com/vishvananda/netlink"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -40,17 +41,17 @@ func TestAdvertisesDescribesAndCleansUp(t *testing.T) {
 	stop := f.run()
 	res := f.node.Resources()
 	want := map[string][]string{
-		resVF:    {"0000:01:01.0", "0000:01:01.1", "0000:01:01.2", "0000:01:01.3"},
-		resVeth:  {f.vethPrefix + "a", f.vethPrefix + "b"},
-		resVhost: {"vhu0.sock", "vhu1.sock"},
-		resVDPA:  {"vdpa0"},
+		netdevtest.ResVF:    {"0000:01:01.0", "0000:01:01.1", "0000:01:01.2", "0000:01:01.3"},
+		netdevtest.ResVeth:  {f.VethPrefix + "a", f.VethPrefix + "b"},
+		netdevtest.ResVhost: {"vhu0.sock", "vhu1.sock"},
+		netdevtest.ResVDPA:  {"vdpa0"},
 	}
 	for r, w := range want {
 		if got := ids(res[r]); !slices.Equal(got, w) {
 			t.Errorf("%s: node has %v, want %v", r, got, w)
 		}
 	}
-	for _, d := range res[resVF] {
+	for _, d := range res[netdevtest.ResVF] {
 		wantNUMA := int64(1)
 		if d.ID >= "0000:01:01.2" {
 			wantNUMA = 0
@@ -61,27 +62,27 @@ func TestAdvertisesDescribesAndCleansUp(t *testing.T) {
 	}
 
 	// Device-info files: every describable device, valid; none for veths.
-	store := devinfo.NewStore(f.devinfoDir)
+	store := devinfo.NewStore(f.DevInfoDir)
 	for r, w := range want {
 		for _, id := range w {
 			info, err := store.ReadDP(r, id)
 			switch {
-			case r == resVeth && err == nil:
+			case r == netdevtest.ResVeth && err == nil:
 				t.Errorf("veth %s has a device-info file", id)
-			case r != resVeth && err != nil:
+			case r != netdevtest.ResVeth && err != nil:
 				t.Errorf("%s %s: %v", r, id, err)
-			case r != resVeth && devinfo.Validate(info) != nil:
+			case r != netdevtest.ResVeth && devinfo.Validate(info) != nil:
 				t.Errorf("%s %s: invalid: %v", r, id, devinfo.Validate(info))
 			}
 		}
 	}
-	vf, _ := store.ReadDP(resVF, "0000:01:01.2")
+	vf, _ := store.ReadDP(netdevtest.ResVF, "0000:01:01.2")
 	if vf == nil || vf.Type != devinfo.TypePCI || vf.Pci.PfPciAddress != "0000:01:00.0" {
 		t.Errorf("VF device-info %+v", vf)
 	}
 
 	// CDI specs: the CDI library's own cache loads them without errors.
-	cache, err := cdi.NewCache(cdi.WithSpecDirs(f.cdiDir), cdi.WithAutoRefresh(false))
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(f.CDIDir), cdi.WithAutoRefresh(false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,8 +92,8 @@ func TestAdvertisesDescribesAndCleansUp(t *testing.T) {
 	if n := len(cache.ListDevices()); n != 9 {
 		t.Errorf("CDI devices %v, want 9", cache.ListDevices())
 	}
-	for _, e := range dirEntries(t, f.cdiDir) {
-		if st, _ := os.Stat(filepath.Join(f.cdiDir, e)); st.Mode().Perm() != 0o644 {
+	for _, e := range dirEntries(t, f.CDIDir) {
+		if st, _ := os.Stat(filepath.Join(f.CDIDir, e)); st.Mode().Perm() != 0o644 {
 			t.Errorf("CDI spec %s mode %v", e, st.Mode())
 		}
 	}
@@ -106,10 +107,10 @@ func TestAdvertisesDescribesAndCleansUp(t *testing.T) {
 // assertCleanedUp checks that nothing of the plugin is left.
 func assertCleanedUp(t *testing.T, f *fixture) {
 	t.Helper()
-	if left := dirEntries(t, f.devinfoDir); len(left) != 0 {
+	if left := dirEntries(t, f.DevInfoDir); len(left) != 0 {
 		t.Errorf("device-info files left: %v", left)
 	}
-	if left := dirEntries(t, f.cdiDir); len(left) != 0 {
+	if left := dirEntries(t, f.CDIDir); len(left) != 0 {
 		t.Errorf("CDI specs left: %v", left)
 	}
 	entries, _ := os.ReadDir(f.node.PluginDir())
@@ -126,18 +127,18 @@ func TestAllocationResponses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	alloc, err := f.node.AddPod(ctx, kubeletsim.PodSpec{Namespace: "ns", Name: "p", Containers: []kubeletsim.ContainerSpec{
-		{Name: "c", Requests: []kubeletsim.ResourceRequest{{Resource: resVF, Count: 2}, {Resource: resVhost, Count: 1}, {Resource: resVDPA, Count: 1}}},
+		{Name: "c", Requests: []kubeletsim.ResourceRequest{{Resource: netdevtest.ResVF, Count: 2}, {Resource: netdevtest.ResVhost, Count: 1}, {Resource: netdevtest.ResVDPA, Count: 1}}},
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cache, err := cdi.NewCache(cdi.WithSpecDirs(f.cdiDir), cdi.WithAutoRefresh(false))
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(f.CDIDir), cdi.WithAutoRefresh(false))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, ra := range alloc.Containers[0].Resources {
 		r := ra.Response
-		env := envName(map[string]string{resVF: "pci", resVhost: "vhostuser", resVDPA: "vdpa"}[ra.Resource], ra.Resource)
+		env := envName(map[string]string{netdevtest.ResVF: "pci", netdevtest.ResVhost: "vhostuser", netdevtest.ResVDPA: "vdpa"}[ra.Resource], ra.Resource)
 		if r.Envs[env] != strings.Join(ra.DeviceIDs, ",") {
 			t.Errorf("%s: env %s=%q, want %v", ra.Resource, env, r.Envs[env], ra.DeviceIDs)
 		}
@@ -156,7 +157,7 @@ func TestAllocationResponses(t *testing.T) {
 			t.Errorf("%s: annotations %v: %v (want %v)", ra.Resource, r.Annotations, err, names)
 		}
 		switch ra.Resource {
-		case resVF:
+		case netdevtest.ResVF:
 			// Preferred allocation keeps both on one NUMA node: the tighter
 			// fit, two free on each node, lowest node first.
 			if !slices.Equal(ra.DeviceIDs, []string{"0000:01:01.2", "0000:01:01.3"}) {
@@ -169,12 +170,12 @@ func TestAllocationResponses(t *testing.T) {
 			if !slices.Equal(paths, []string{"/dev/vfio/vfio", "/dev/vfio/42", "/dev/vfio/43"}) {
 				t.Errorf("vfio device specs %v", paths)
 			}
-		case resVhost:
-			sock := filepath.Join(f.sockDir, ra.DeviceIDs[0])
+		case netdevtest.ResVhost:
+			sock := filepath.Join(f.SockDir, ra.DeviceIDs[0])
 			if len(r.Mounts) != 1 || r.Mounts[0].HostPath != sock || r.Mounts[0].ContainerPath != sock {
 				t.Errorf("vhost mounts %v", r.Mounts)
 			}
-		case resVDPA:
+		case netdevtest.ResVDPA:
 			if len(r.Devices) != 1 || r.Devices[0].HostPath != "/dev/vhost-vdpa-3" || r.Devices[0].Permissions != "rw" {
 				t.Errorf("vdpa device specs %v", r.Devices)
 			}
@@ -185,36 +186,36 @@ func TestAllocationResponses(t *testing.T) {
 func TestHealthChangesReachTheNode(t *testing.T) {
 	f := newFixture(t)
 	f.run()
-	store := devinfo.NewStore(f.devinfoDir)
+	store := devinfo.NewStore(f.DevInfoDir)
 
 	// A deleted veth pair leaves the list.
-	l, err := netlink.LinkByName(f.vethPrefix + "a")
+	l, err := netlink.LinkByName(f.VethPrefix + "a")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := netlink.LinkDel(l); err != nil {
 		t.Fatal(err)
 	}
-	f.waitNode("veth pair gone", func(r map[string][]kubeletsim.Device) bool { return len(r[resVeth]) == 0 })
+	f.waitNode("veth pair gone", func(r map[string][]kubeletsim.Device) bool { return len(r[netdevtest.ResVeth]) == 0 })
 
 	// A VF that leaves sysfs turns Unhealthy and keeps its file.
-	sysfstest.RemovePCI(t, f.sysfs, "0000:01:01.0")
+	sysfstest.RemovePCI(t, f.Sysfs, "0000:01:01.0")
 	f.waitNode("VF unhealthy", func(r map[string][]kubeletsim.Device) bool {
-		return health(r[resVF], "0000:01:01.0") == pluginapi.Unhealthy
+		return health(r[netdevtest.ResVF], "0000:01:01.0") == pluginapi.Unhealthy
 	})
-	if _, err := store.ReadDP(resVF, "0000:01:01.0"); err != nil {
+	if _, err := store.ReadDP(netdevtest.ResVF, "0000:01:01.0"); err != nil {
 		t.Errorf("file of an unhealthy, still listed VF removed: %v", err)
 	}
 
 	// A new socket is a new device with a file; a removed one leaves both.
-	l2 := f.listen("vhu2.sock")
-	f.waitNode("new socket listed", func(r map[string][]kubeletsim.Device) bool { return len(r[resVhost]) == 3 })
-	if _, err := store.ReadDP(resVhost, "vhu2.sock"); err != nil {
+	l2 := f.Listen("vhu2.sock")
+	f.waitNode("new socket listed", func(r map[string][]kubeletsim.Device) bool { return len(r[netdevtest.ResVhost]) == 3 })
+	if _, err := store.ReadDP(netdevtest.ResVhost, "vhu2.sock"); err != nil {
 		t.Errorf("new socket has no device-info: %v", err)
 	}
 	l2.Close()
-	f.waitNode("socket gone", func(r map[string][]kubeletsim.Device) bool { return len(r[resVhost]) == 2 })
-	if _, err := store.ReadDP(resVhost, "vhu2.sock"); err == nil {
+	f.waitNode("socket gone", func(r map[string][]kubeletsim.Device) bool { return len(r[netdevtest.ResVhost]) == 2 })
+	if _, err := store.ReadDP(netdevtest.ResVhost, "vhu2.sock"); err == nil {
 		t.Error("device-info of a removed socket is still there")
 	}
 }
@@ -227,13 +228,13 @@ func TestReRegistersAfterNodeRestart(t *testing.T) {
 	f.startNode()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	for _, r := range []string{resVF, resVeth, resVhost, resVDPA} {
+	for _, r := range []string{netdevtest.ResVF, netdevtest.ResVeth, netdevtest.ResVhost, netdevtest.ResVDPA} {
 		if err := f.node.WaitRegistered(ctx, r); err != nil {
 			t.Fatalf("%s not registered again within 2s of the restart (%v): %v", r, time.Since(restarted), err)
 		}
 	}
 	// Files of devices that still exist survive the kubelet restart.
-	if _, err := devinfo.NewStore(f.devinfoDir).ReadDP(resVF, "0000:01:01.0"); err != nil {
+	if _, err := devinfo.NewStore(f.DevInfoDir).ReadDP(netdevtest.ResVF, "0000:01:01.0"); err != nil {
 		t.Error(err)
 	}
 }

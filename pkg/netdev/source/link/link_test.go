@@ -58,9 +58,9 @@ func moveTo(t *testing.T, name string, target ns.NetNS) {
 	}
 }
 
-// watched starts the pool's watch (subscribed before it returns) and returns
+// watched starts the source's watch (subscribed before it returns) and returns
 // a function waiting until a scan satisfies cond.
-func watched(t *testing.T, p *Pool) func(what string, cond func([]source.Device) bool) {
+func watched(t *testing.T, p *Source) func(what string, cond func([]source.Device) bool) {
 	t.Helper()
 	s, err := subscribe()
 	if err != nil {

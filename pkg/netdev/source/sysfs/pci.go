@@ -1,4 +1,4 @@
-// Package pcisysfs reads what netdev-dp needs to know about a PCI device from
+// Package sysfs reads what netdev-dp needs to know about a PCI device from
 // sysfs: IDs, driver, NUMA node, its PF, its netdevs, RDMA devices and IOMMU
 // group. Every path is under a sysfs root so tests can supply a fake tree
 // with the kernel's layout (bus/pci/devices/<addr> links to the device dir).

@@ -1,5 +1,6 @@
-// Package sockpool turns a directory of vhost-user or memif sockets into
-// devices of one resource. Who creates the socket decides what a device is:
+// Package socket is the device source that turns a directory of vhost-user
+// or memif sockets into devices of one resource. Who creates the socket
+// decides what a device is:
 //
 //   - The host creates it (vhost-user mode "client", memif role "slave": a
 //     vswitch made each socket): every unix socket directly in the directory
@@ -11,7 +12,7 @@
 //     path and creates <subdir>/<socketName> in it.
 //
 // With mountSocketDir, a host-created socket's whole directory is mounted
-// instead of the file: the container then sees every socket of the pool, but
+// instead of the file: the container then sees every socket of the source, but
 // keeps a working path when the vswitch re-creates its socket (a bind mount
 // of the file would keep pointing at the old one).
 //
@@ -38,7 +39,7 @@ import (
 // DefaultSocketName is the socket a container creates in its subdirectory.
 const DefaultSocketName = "socket"
 
-// VhostUser configures a vhost-user pool.
+// VhostUser configures a vhost-user source.
 type VhostUser struct {
 	SocketDir  string `json:"socketDir"`
 	Mode       string `json:"mode"`                 // "client" or "server"
@@ -47,7 +48,7 @@ type VhostUser struct {
 	MountSocketDir bool `json:"mountSocketDir,omitempty"`
 }
 
-// Memif configures a memif pool.
+// Memif configures a memif source.
 type Memif struct {
 	SocketDir  string `json:"socketDir"`
 	Role       string `json:"role"`                 // "slave" or "master"
@@ -57,8 +58,8 @@ type Memif struct {
 	MountSocketDir bool `json:"mountSocketDir,omitempty"`
 }
 
-// Pool is a socket directory pool.
-type Pool struct {
+// Source is a socket directory source.
+type Source struct {
 	kind        string
 	dir         string
 	hostCreates bool
@@ -67,105 +68,105 @@ type Pool struct {
 	info        func(path string) *devinfo.DeviceInfo
 }
 
-// NewVhostUser checks c and returns its pool.
-func NewVhostUser(c VhostUser) (*Pool, error) {
+// NewVhostUser checks c and returns its source.
+func NewVhostUser(c VhostUser) (*Source, error) {
 	if c.Mode != devinfo.VhostUserModeClient && c.Mode != devinfo.VhostUserModeServer {
-		return nil, fmt.Errorf("vhostUser pool: mode %q is not %q or %q", c.Mode, devinfo.VhostUserModeClient, devinfo.VhostUserModeServer)
+		return nil, fmt.Errorf("vhostUser source: mode %q is not %q or %q", c.Mode, devinfo.VhostUserModeClient, devinfo.VhostUserModeServer)
 	}
 	mode := c.Mode
-	p, err := newPool("vhostuser", c.SocketDir, c.Mode == devinfo.VhostUserModeClient, c.SocketName, func(path string) *devinfo.DeviceInfo {
+	s, err := newSource("vhostuser", c.SocketDir, c.Mode == devinfo.VhostUserModeClient, c.SocketName, func(path string) *devinfo.DeviceInfo {
 		return &devinfo.DeviceInfo{Type: devinfo.TypeVhostUser, Version: devinfo.Version, VhostUser: &devinfo.VhostDevice{Mode: mode, Path: path}}
 	})
-	if p != nil {
-		p.mountDir = c.MountSocketDir
+	if s != nil {
+		s.mountDir = c.MountSocketDir
 	}
-	return p, err
+	return s, err
 }
 
-// NewMemif checks c and returns its pool.
-func NewMemif(c Memif) (*Pool, error) {
+// NewMemif checks c and returns its source.
+func NewMemif(c Memif) (*Source, error) {
 	if c.Role != "slave" && c.Role != "master" {
-		return nil, fmt.Errorf("memif pool: role %q is not \"slave\" or \"master\"", c.Role)
+		return nil, fmt.Errorf("memif source: role %q is not \"slave\" or \"master\"", c.Role)
 	}
 	mode := c.Mode
 	if mode == "" {
 		mode = "ethernet"
 	}
 	if mode != "ethernet" && mode != "ip" {
-		return nil, fmt.Errorf("memif pool: mode %q is not \"ethernet\" or \"ip\"", c.Mode)
+		return nil, fmt.Errorf("memif source: mode %q is not \"ethernet\" or \"ip\"", c.Mode)
 	}
 	role := c.Role
-	p, err := newPool("memif", c.SocketDir, c.Role == "slave", c.SocketName, func(path string) *devinfo.DeviceInfo {
+	s, err := newSource("memif", c.SocketDir, c.Role == "slave", c.SocketName, func(path string) *devinfo.DeviceInfo {
 		return &devinfo.DeviceInfo{Type: devinfo.TypeMemif, Version: devinfo.Version, Memif: &devinfo.MemifDevice{Role: role, Path: path, Mode: mode}}
 	})
-	if p != nil {
-		p.mountDir = c.MountSocketDir
+	if s != nil {
+		s.mountDir = c.MountSocketDir
 	}
-	return p, err
+	return s, err
 }
 
-func newPool(kind, dir string, hostCreates bool, socketName string, info func(string) *devinfo.DeviceInfo) (*Pool, error) {
+func newSource(kind, dir string, hostCreates bool, socketName string, info func(string) *devinfo.DeviceInfo) (*Source, error) {
 	if dir == "" || !filepath.IsAbs(dir) {
-		return nil, fmt.Errorf("%s pool: socketDir %q must be an absolute path", kind, dir)
+		return nil, fmt.Errorf("%s source: socketDir %q must be an absolute path", kind, dir)
 	}
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		return nil, fmt.Errorf("%s pool: socketDir %s is not a directory: %v", kind, dir, err)
+		return nil, fmt.Errorf("%s source: socketDir %s is not a directory: %v", kind, dir, err)
 	}
 	if socketName == "" {
 		socketName = DefaultSocketName
 	}
 	if socketName != filepath.Base(socketName) || socketName == ".." {
-		return nil, fmt.Errorf("%s pool: socketName %q must be a plain file name", kind, socketName)
+		return nil, fmt.Errorf("%s source: socketName %q must be a plain file name", kind, socketName)
 	}
-	return &Pool{kind: kind, dir: filepath.Clean(dir), hostCreates: hostCreates, socketName: socketName, info: info}, nil
+	return &Source{kind: kind, dir: filepath.Clean(dir), hostCreates: hostCreates, socketName: socketName, info: info}, nil
 }
 
 // Kind is "vhostuser" or "memif".
-func (p *Pool) Kind() string { return p.kind }
+func (s *Source) Kind() string { return s.kind }
 
 // Scan lists the sockets (host-created) or subdirectories (container-created).
-func (p *Pool) Scan() ([]source.Device, error) {
-	entries, err := os.ReadDir(p.dir)
+func (s *Source) Scan() ([]source.Device, error) {
+	entries, err := os.ReadDir(s.dir)
 	if errors.Is(err, os.ErrNotExist) {
 		// The vswitch removed its socket dir (restarting): its sockets are
 		// gone with it; Watch notices when the dir is back.
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s pool: %w", p.kind, err)
+		return nil, fmt.Errorf("%s source: %w", s.kind, err)
 	}
 	var out []source.Device
 	for _, e := range entries {
-		path := filepath.Join(p.dir, e.Name())
+		path := filepath.Join(s.dir, e.Name())
 		switch {
-		case p.hostCreates && e.Type()&os.ModeSocket != 0:
+		case s.hostCreates && e.Type()&os.ModeSocket != 0:
 			mount := path
-			if p.mountDir {
-				mount = p.dir
+			if s.mountDir {
+				mount = s.dir
 			}
-			out = append(out, p.device(e.Name(), mount, path))
-		case !p.hostCreates && e.IsDir():
-			out = append(out, p.device(e.Name(), path, filepath.Join(path, p.socketName)))
+			out = append(out, s.device(e.Name(), mount, path))
+		case !s.hostCreates && e.IsDir():
+			out = append(out, s.device(e.Name(), path, filepath.Join(path, s.socketName)))
 		}
 	}
 	source.Sort(out)
 	return out, nil
 }
 
-func (p *Pool) device(id, mount, socket string) source.Device {
+func (s *Source) device(id, mount, socket string) source.Device {
 	return source.Device{
 		Device: deviceplugin.Device{ID: id, Healthy: true, NUMANode: deviceplugin.NoNUMA},
-		Info:   p.info(socket),
+		Info:   s.info(socket),
 		Mounts: []source.Mount{{HostPath: mount, ContainerPath: mount}},
 	}
 }
 
 // Watch calls changed after each change in the socket directory, also when
 // the directory itself is removed or created again.
-func (p *Pool) Watch(ctx context.Context, changed func()) error {
-	w, err := dirwatch.New(p.dir)
+func (s *Source) Watch(ctx context.Context, changed func()) error {
+	w, err := dirwatch.New(s.dir)
 	if err != nil {
-		return fmt.Errorf("%s pool: %w", p.kind, err)
+		return fmt.Errorf("%s source: %w", s.kind, err)
 	}
 	defer w.Close()
 	for {
@@ -174,18 +175,18 @@ func (p *Pool) Watch(ctx context.Context, changed func()) error {
 			return nil
 		case ev, ok := <-w.Events:
 			if !ok {
-				return fmt.Errorf("%s pool: watcher closed", p.kind)
+				return fmt.Errorf("%s source: watcher closed", s.kind)
 			}
 			c, err := w.Handle(ev)
 			if err != nil {
-				return fmt.Errorf("%s pool: %w", p.kind, err)
+				return fmt.Errorf("%s source: %w", s.kind, err)
 			}
 			if c != dirwatch.Ignored && !ev.Has(fsnotify.Chmod) {
 				changed()
 			}
 		case _, ok := <-w.Errors:
 			if !ok {
-				return fmt.Errorf("%s pool: watcher closed", p.kind)
+				return fmt.Errorf("%s source: watcher closed", s.kind)
 			}
 			changed() // events may have been lost (queue overflow): rescan
 		}

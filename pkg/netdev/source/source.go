@@ -1,8 +1,9 @@
-// Package devpool holds what every device pool of netdev-dp reports about a
+// Package source holds what every device source of netdev-dp reports about a
 // device: its identity and health for the kubelet, the device-info it can be
 // described with, and what a container needs to use it (device nodes,
-// mounts). Pools live in their own packages (netdevpool, pcipool, vdpapool,
-// sockpool); this package is the shared vocabulary and the Pool interface.
+// mounts). The sources live in the subpackages (pci, vdpa, socket, link);
+// this package is their shared vocabulary and the Source interface they
+// implement. ("Pool" is kept for DRA's ResourceSlice pools.)
 package source
 
 import (
@@ -28,7 +29,7 @@ type Mount struct {
 	ReadOnly      bool
 }
 
-// Device is one allocatable device of a pool.
+// Device is one allocatable device of a source.
 type Device struct {
 	// ID, health and NUMA node (deviceplugin.NoNUMA when unknown), as
 	// the kubelet sees them: one type for one thing.
@@ -38,12 +39,12 @@ type Device struct {
 	Mounts   []Mount
 }
 
-// Pool finds the devices of one resource.
-type Pool interface {
-	// Scan returns the pool's current devices. Devices that a pool still
+// Source finds the devices of one resource.
+type Source interface {
+	// Scan returns the source's current devices. Devices that a source still
 	// knows but cannot use are returned with Healthy false.
 	Scan() ([]Device, error)
-	// Kind names the pool type ("pci", "netdevs", ...), used in env names.
+	// Kind names the source type ("pci", "netdevs", ...), used in env names.
 	Kind() string
 }
 
@@ -61,7 +62,7 @@ func Index(devs []Device) map[string]Device {
 	return m
 }
 
-// Notifier is implemented by pools that learn about changes as they happen
+// Notifier is implemented by sources that learn about changes as they happen
 // (netlink, fsnotify); the caller rescans after each notification.
 type Notifier interface {
 	// Watch runs until ctx ends, calling changed after each change.

@@ -12,7 +12,7 @@ import (
 
 func TestReadAndNetDev(t *testing.T) {
 	root := t.TempDir()
-	sysfstest.AddPCI(t, root, sysfstest.PCI{Addr: "0000:01:00.0", Vendor: "8086", Device: "1592", Class: "020000", Driver: "ice", NUMA: 1, NumVFs: 2, Net: []string{"ens1f0"}})
+	sysfstest.AddPCI(t, root, sysfstest.E810PF("0000:01:00.0", 1, 2, "ens1f0"))
 	sysfstest.AddPCI(t, root, sysfstest.PCI{Addr: "0000:01:01.0", Vendor: "8086", Device: "1889", Class: "020000", Driver: "vfio-pci", NUMA: -1, PF: "0000:01:00.0", IOMMUGroup: "7", RDMA: []string{"irdma0"}})
 	sysfstest.AddNetDev(t, root, "ens1f0", "0000:01:00.0")
 

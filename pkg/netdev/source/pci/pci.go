@@ -1,8 +1,8 @@
-// Package pcipool finds network PCI devices (PFs and VFs) in sysfs for one
-// resource, selected by vendor, device ID, driver, PF name and link type.
-// The device ID is the PCI address. A PF with VFs configured is left out:
-// its VFs are the devices. A device bound to vfio-pci needs /dev/vfio/vfio
-// and its IOMMU group's node in the container.
+// Package pci is the device source that finds network PCI devices (PFs and
+// VFs) in sysfs for one resource, selected by vendor, device ID, driver, PF
+// name and link type. The device ID is the PCI address. A PF with VFs
+// configured is left out: its VFs are the devices. A device bound to
+// vfio-pci needs /dev/vfio/vfio and its IOMMU group's node in the container.
 //
 // Health: a device stays in sysfs while a CNI plugin moves its netdev into a
 // pod (only the netdev changes namespace), so in-use devices stay Healthy. A
@@ -34,8 +34,8 @@ type Selectors struct {
 	LinkTypes []string `json:"linkTypes,omitempty"` // "ether", "infiniband"
 }
 
-// Pool is the PCI pool of one resource.
-type Pool struct {
+// Source is the PCI source of one resource.
+type Source struct {
 	root string
 	sel  Selectors
 
@@ -43,90 +43,90 @@ type Pool struct {
 	known map[string]source.Device // devices seen, kept when they leave sysfs
 }
 
-// New checks sel and returns a pool reading sysfs under root ("" means /sys).
-func New(root string, sel Selectors) (*Pool, error) {
+// New checks sel and returns a source reading sysfs under root ("" means /sys).
+func New(root string, sel Selectors) (*Source, error) {
 	if err := sel.Validate(); err != nil {
 		return nil, err
 	}
 	if root == "" {
 		root = sysfs.DefaultRoot
 	}
-	return &Pool{root: root, sel: sel, known: map[string]source.Device{}}, nil
+	return &Source{root: root, sel: sel, known: map[string]source.Device{}}, nil
 }
 
 // hexID is how sysfs IDs are compared: four lower-case hex digits, no "0x".
 var hexID = regexp.MustCompile(`^[0-9a-f]{4}$`)
 
 // Validate refuses IDs written in a form that can never match (sysfs shows
-// "0x8086"; selectors take "8086"), which would leave the pool silently
+// "0x8086"; selectors take "8086"), which would leave the source silently
 // empty, and empty names.
 func (sel Selectors) Validate() error {
 	for what, ids := range map[string][]string{"vendors": sel.Vendors, "devices": sel.Devices} {
 		for _, id := range ids {
 			if !hexID.MatchString(id) {
-				return fmt.Errorf("pci pool: %s: %q is not a PCI ID of four lower-case hex digits without 0x, like \"8086\"", what, id)
+				return fmt.Errorf("pci source: %s: %q is not a PCI ID of four lower-case hex digits without 0x, like \"8086\"", what, id)
 			}
 		}
 	}
 	for what, names := range map[string][]string{"drivers": sel.Drivers, "pfNames": sel.PFNames, "linkTypes": sel.LinkTypes} {
 		if slices.Contains(names, "") {
-			return fmt.Errorf("pci pool: %s: empty name", what)
+			return fmt.Errorf("pci source: %s: empty name", what)
 		}
 	}
 	return nil
 }
 
 // Kind is "pci".
-func (p *Pool) Kind() string { return "pci" }
+func (s *Source) Kind() string { return "pci" }
 
 // Scan lists the selected devices.
-func (p *Pool) Scan() ([]source.Device, error) {
-	addrs, err := sysfs.List(p.root)
+func (s *Source) Scan() ([]source.Device, error) {
+	addrs, err := sysfs.List(s.root)
 	if err != nil {
-		return nil, fmt.Errorf("pci pool: %w", err)
+		return nil, fmt.Errorf("pci source: %w", err)
 	}
 	found := map[string]source.Device{}
 	for _, addr := range addrs {
-		d, err := sysfs.Read(p.root, addr)
+		d, err := sysfs.Read(s.root, addr)
 		if err != nil {
 			if sysfs.ErrNotExist(err) {
 				continue // removed while we looked
 			}
-			return nil, fmt.Errorf("pci pool: %w", err)
+			return nil, fmt.Errorf("pci source: %w", err)
 		}
-		if p.selected(d) {
+		if s.selected(d) {
 			found[addr] = device(d)
 		}
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := source.KeepVanished(p.known, found, func(addr string) bool { return !sysfs.Exists(p.root, addr) })
-	p.known = found
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := source.KeepVanished(s.known, found, func(addr string) bool { return !sysfs.Exists(s.root, addr) })
+	s.known = found
 	return out, nil
 }
 
-func (p *Pool) selected(d *sysfs.Device) bool {
+func (s *Source) selected(d *sysfs.Device) bool {
 	if !d.IsNetwork() || d.NumVFs > 0 {
 		return false
 	}
-	if !match(p.sel.Vendors, d.Vendor) || !match(p.sel.Devices, d.DeviceID) || !match(p.sel.Drivers, d.Driver) {
+	if !match(s.sel.Vendors, d.Vendor) || !match(s.sel.Devices, d.DeviceID) || !match(s.sel.Drivers, d.Driver) {
 		return false
 	}
-	if len(p.sel.PFNames) > 0 && !anyIn(p.sel.PFNames, p.pfNames(d)) {
+	if len(s.sel.PFNames) > 0 && !anyIn(s.sel.PFNames, s.pfNames(d)) {
 		return false
 	}
-	if len(p.sel.LinkTypes) > 0 && !anyIn(p.sel.LinkTypes, p.linkTypes(d)) {
+	if len(s.sel.LinkTypes) > 0 && !anyIn(s.sel.LinkTypes, s.linkTypes(d)) {
 		return false
 	}
 	return true
 }
 
 // pfNames are the netdev names of the device's PF, or its own for a PF.
-func (p *Pool) pfNames(d *sysfs.Device) []string {
+func (s *Source) pfNames(d *sysfs.Device) []string {
 	if d.PFAddress == "" {
 		return d.NetDevs
 	}
-	pf, err := sysfs.Read(p.root, d.PFAddress)
+	pf, err := sysfs.Read(s.root, d.PFAddress)
 	if err != nil {
 		return nil
 	}
@@ -135,15 +135,15 @@ func (p *Pool) pfNames(d *sysfs.Device) []string {
 
 // linkTypes of the device's netdevs; a VF bound to vfio-pci has none, so its
 // PF's count.
-func (p *Pool) linkTypes(d *sysfs.Device) []string {
+func (s *Source) linkTypes(d *sysfs.Device) []string {
 	var out []string
 	for _, n := range d.NetDevs {
-		out = append(out, sysfs.LinkType(p.root, d.Address, n))
+		out = append(out, sysfs.LinkType(s.root, d.Address, n))
 	}
 	if len(out) == 0 && d.PFAddress != "" {
-		if pf, err := sysfs.Read(p.root, d.PFAddress); err == nil {
+		if pf, err := sysfs.Read(s.root, d.PFAddress); err == nil {
 			for _, n := range pf.NetDevs {
-				out = append(out, sysfs.LinkType(p.root, pf.Address, n))
+				out = append(out, sysfs.LinkType(s.root, pf.Address, n))
 			}
 		}
 	}
@@ -161,7 +161,7 @@ func anyIn(list, vals []string) bool {
 	return false
 }
 
-// device turns a sysfs device into a pool device.
+// device turns a sysfs device into a source device.
 func device(d *sysfs.Device) source.Device {
 	return source.Device{
 		Device:   deviceplugin.Device{ID: d.Address, Healthy: true, NUMANode: d.NUMANode},

@@ -1,8 +1,4 @@
-// Package netdevdp is the netdev-dp daemon: for every configured resource it
-// runs a device pool, a device plugin server (pkg/deviceplugin), the
-// resource's CDI spec file (pkg/cdispec) and its device plugin device-info
-// files (devinfo), and keeps all of them in step with the pool.
-package dpmode
+package resources
 
 import (
 	"bytes"
@@ -15,14 +11,13 @@ import (
 
 	"github.com/devplumb/devplumb/pkg/base/resourcename"
 	"github.com/devplumb/devplumb/pkg/base/safefile"
-	"github.com/devplumb/devplumb/pkg/netdev/metrics"
 	"github.com/devplumb/devplumb/pkg/netdev/source/link"
 	"github.com/devplumb/devplumb/pkg/netdev/source/pci"
 	"github.com/devplumb/devplumb/pkg/netdev/source/socket"
 	"github.com/devplumb/devplumb/pkg/netdev/source/vdpa"
 )
 
-// DefaultResync is how often every pool is rescanned besides its events.
+// DefaultResync is how often every source is rescanned besides its events.
 // sysfs (pci, vdpa) has no change events, so this is their health period.
 const DefaultResync = 5 * time.Second
 
@@ -35,13 +30,9 @@ type Config struct {
 	SysfsRoot  string          `json:"sysfsRoot,omitempty"`
 	Resync     metav1.Duration `json:"resyncInterval,omitempty"` // "5s"; default DefaultResync
 	Resources  []Resource      `json:"resources"`
-
-	// Metrics, when set, counts what every resource's plugin does and
-	// serves it (set by the command line, not the file).
-	Metrics *metrics.Metrics `json:"-"`
 }
 
-// Resource is one advertised resource and the one pool that feeds it.
+// Resource is one advertised resource and the one device source that feeds it.
 type Resource struct {
 	ResourceName string            `json:"resourceName"`
 	PCI          *pci.Selectors    `json:"pci,omitempty"`
@@ -125,7 +116,7 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%s: resource %q is configured twice", where, r.ResourceName)
 		}
 		seen[r.ResourceName] = true
-		if n := r.poolCount(); n != 1 {
+		if n := r.sourceCount(); n != 1 {
 			return fmt.Errorf("%s (%s): exactly one of pci, netdevs, vdpa, vhostUser, memif is required, found %d", where, r.ResourceName, n)
 		}
 		if r.PCI != nil {
@@ -137,7 +128,7 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-func (r *Resource) poolCount() int {
+func (r *Resource) sourceCount() int {
 	n := 0
 	for _, set := range []bool{r.PCI != nil, r.NetDevs != nil, r.VDPA != nil, r.VhostUser != nil, r.Memif != nil} {
 		if set {

@@ -1,11 +1,11 @@
-package dpmode
+package resources
 
 import (
 	"testing"
 )
 
 // FuzzParseConfig: no config panics; an accepted one has resources, each
-// with one pool and a name given once.
+// with one source and a name given once.
 func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(`{"resyncInterval":"2s","resources":[{"resourceName":"example.com/vf","pci":{"vendors":["8086"],"pfNames":["ens1f0"]}},` +
 		`{"resourceName":"example.com/netdev","netdevs":{"names":["eth*"]}},` +
@@ -36,7 +36,7 @@ func FuzzParseConfig(f *testing.F) {
 				}
 			}
 			if n != 1 {
-				t.Fatalf("resource %s accepted with %d pools", r.ResourceName, n)
+				t.Fatalf("resource %s accepted with %d sources", r.ResourceName, n)
 			}
 		}
 		if c.Resync.Duration < 0 {

@@ -14,7 +14,7 @@ import (
 // vfio-pci), a plain PF without VFs, and a non-network device.
 func fakeNIC(t *testing.T) string {
 	root := t.TempDir()
-	sysfstest.AddPCI(t, root, sysfstest.PCI{Addr: "0000:01:00.0", Vendor: "8086", Device: "1592", Class: "020000", Driver: "ice", NUMA: 1, NumVFs: 2, Net: []string{"ens1f0"}})
+	sysfstest.AddPCI(t, root, sysfstest.E810PF("0000:01:00.0", 1, 2, "ens1f0"))
 	sysfstest.AddPCI(t, root, sysfstest.PCI{Addr: "0000:01:01.0", Vendor: "8086", Device: "1889", Class: "020000", Driver: "iavf", NUMA: 1, PF: "0000:01:00.0", Net: []string{"ens1f0v0"}, RDMA: []string{"irdma1"}})
 	sysfstest.AddPCI(t, root, sysfstest.PCI{Addr: "0000:01:01.1", Vendor: "8086", Device: "1889", Class: "020000", Driver: "vfio-pci", NUMA: 1, PF: "0000:01:00.0", IOMMUGroup: "42"})
 	sysfstest.AddPCI(t, root, sysfstest.PCI{Addr: "0000:02:00.0", Vendor: "15b3", Device: "1017", Class: "020000", Driver: "mlx5_core", NUMA: -1, Net: []string{"ens2"}})
@@ -89,7 +89,7 @@ func TestRemovedDeviceTurnsUnhealthyAndRecovers(t *testing.T) {
 	if err != nil || len(devs) != 1 || devs[0].Healthy {
 		t.Fatalf("after removal: %+v %v", devs, err)
 	}
-	sysfstest.AddPCI(t, root, sysfstest.PCI{Addr: "0000:01:01.0", Vendor: "8086", Device: "1889", Class: "020000", Driver: "iavf", PF: "0000:01:00.0"})
+	sysfstest.AddPCI(t, root, sysfstest.E810VF("0000:01:01.0", "0000:01:00.0", 0))
 	if devs, _ := p.Scan(); len(devs) != 1 || !devs[0].Healthy {
 		t.Fatalf("after return: %+v", devs)
 	}
@@ -101,7 +101,7 @@ func TestMissingSysfs(t *testing.T) {
 	}
 }
 
-func mustNew(t *testing.T, root string, sel Selectors) *Pool {
+func mustNew(t *testing.T, root string, sel Selectors) *Source {
 	t.Helper()
 	p, err := New(root, sel)
 	if err != nil {
@@ -111,7 +111,7 @@ func mustNew(t *testing.T, root string, sel Selectors) *Pool {
 }
 
 // TestSelectorsRejectIDsThatNeverMatch: "0x8086" or "8086 " would leave the
-// pool silently empty; the config error says what form is expected.
+// source silently empty; the config error says what form is expected.
 func TestSelectorsRejectIDsThatNeverMatch(t *testing.T) {
 	for _, sel := range []Selectors{
 		{Vendors: []string{"0x8086"}},
@@ -120,8 +120,8 @@ func TestSelectorsRejectIDsThatNeverMatch(t *testing.T) {
 		{Drivers: []string{""}},
 	} {
 		_, err := New("", sel)
-		if err == nil || !strings.Contains(err.Error(), "pci pool") {
-			t.Errorf("New(%+v): %v, want a pci pool config error", sel, err)
+		if err == nil || !strings.Contains(err.Error(), "pci source") {
+			t.Errorf("New(%+v): %v, want a pci source config error", sel, err)
 		}
 	}
 	if _, err := New("", Selectors{Vendors: []string{"8086"}, Devices: []string{"154c"}}); err != nil {

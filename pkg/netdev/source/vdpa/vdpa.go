@@ -1,8 +1,9 @@
-// Package vdpapool finds vDPA devices under <sysfs>/bus/vdpa/devices for one
-// resource, selected by name glob and driver ("vhost" for vhost_vdpa,
-// "virtio" for virtio_vdpa). The device ID is the vDPA device name (vdpa0).
-// A vhost-vdpa device gives the container its /dev/vhost-vdpa-N node; a
-// virtio-vdpa device is a kernel netdev and needs no node.
+// Package vdpa is the device source that finds vDPA devices under
+// <sysfs>/bus/vdpa/devices for one resource, selected by name glob and
+// driver ("vhost" for vhost_vdpa, "virtio" for virtio_vdpa). The device ID
+// is the vDPA device name (vdpa0). A vhost-vdpa device gives the container
+// its /dev/vhost-vdpa-N node; a virtio-vdpa device is a kernel netdev and
+// needs no node.
 //
 // Health: a device that leaves sysfs becomes Unhealthy and stays listed (a
 // pod may hold it); it becomes Healthy again when it returns.
@@ -28,8 +29,8 @@ type Selectors struct {
 	Drivers []string `json:"drivers,omitempty"` // "vhost", "virtio"
 }
 
-// Pool is the vDPA pool of one resource.
-type Pool struct {
+// Source is the vDPA source of one resource.
+type Source struct {
 	root string
 	sel  Selectors
 
@@ -37,60 +38,60 @@ type Pool struct {
 	known map[string]source.Device
 }
 
-// New checks the selectors and returns a pool reading sysfs under root.
-func New(root string, sel Selectors) (*Pool, error) {
+// New checks the selectors and returns a source reading sysfs under root.
+func New(root string, sel Selectors) (*Source, error) {
 	if root == "" {
 		root = sysfs.DefaultRoot
 	}
 	for _, g := range sel.Names {
 		if _, err := filepath.Match(g, ""); err != nil {
-			return nil, fmt.Errorf("vdpa pool: bad name glob %q: %w", g, err)
+			return nil, fmt.Errorf("vdpa source: bad name glob %q: %w", g, err)
 		}
 	}
 	for _, d := range sel.Drivers {
 		if d != devinfo.VdpaDriverVhost && d != devinfo.VdpaDriverVirtio {
-			return nil, fmt.Errorf("vdpa pool: driver %q is not %q or %q", d, devinfo.VdpaDriverVhost, devinfo.VdpaDriverVirtio)
+			return nil, fmt.Errorf("vdpa source: driver %q is not %q or %q", d, devinfo.VdpaDriverVhost, devinfo.VdpaDriverVirtio)
 		}
 	}
-	return &Pool{root: root, sel: sel, known: map[string]source.Device{}}, nil
+	return &Source{root: root, sel: sel, known: map[string]source.Device{}}, nil
 }
 
 // Kind is "vdpa".
-func (p *Pool) Kind() string { return "vdpa" }
+func (s *Source) Kind() string { return "vdpa" }
 
-func (p *Pool) devicesDir() string { return filepath.Join(p.root, "bus", "vdpa", "devices") }
+func (s *Source) devicesDir() string { return filepath.Join(s.root, "bus", "vdpa", "devices") }
 
 // Scan lists the selected devices.
-func (p *Pool) Scan() ([]source.Device, error) {
-	entries, err := os.ReadDir(p.devicesDir())
+func (s *Source) Scan() ([]source.Device, error) {
+	entries, err := os.ReadDir(s.devicesDir())
 	if err != nil && !os.IsNotExist(err) { // no vdpa bus: no devices yet
-		return nil, fmt.Errorf("vdpa pool: %w", err)
+		return nil, fmt.Errorf("vdpa source: %w", err)
 	}
 	found := map[string]source.Device{}
 	for _, e := range entries {
-		if d, ok := p.read(e.Name()); ok {
+		if d, ok := s.read(e.Name()); ok {
 			found[d.ID] = d
 		}
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := source.KeepVanished(p.known, found, func(name string) bool {
-		_, err := os.Stat(filepath.Join(p.devicesDir(), name))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := source.KeepVanished(s.known, found, func(name string) bool {
+		_, err := os.Stat(filepath.Join(s.devicesDir(), name))
 		return err != nil
 	})
-	p.known = found
+	s.known = found
 	return out, nil
 }
 
 // read describes one vDPA device; ok is false when it is not selected or not
 // bound to a vDPA bus driver.
-func (p *Pool) read(name string) (source.Device, bool) {
-	dir := filepath.Join(p.devicesDir(), name)
-	if !p.nameSelected(name) {
+func (s *Source) read(name string) (source.Device, bool) {
+	dir := filepath.Join(s.devicesDir(), name)
+	if !s.nameSelected(name) {
 		return source.Device{}, false
 	}
 	driver, path, node := busDriver(dir)
-	if driver == "" || (len(p.sel.Drivers) > 0 && !slices.Contains(p.sel.Drivers, driver)) {
+	if driver == "" || (len(s.sel.Drivers) > 0 && !slices.Contains(s.sel.Drivers, driver)) {
 		return source.Device{}, false
 	}
 	info := &devinfo.VdpaDevice{ParentDevice: name, Driver: driver, Path: path}
@@ -98,7 +99,7 @@ func (p *Pool) read(name string) (source.Device, bool) {
 	if target, err := filepath.EvalSymlinks(dir); err == nil {
 		if parent := filepath.Base(filepath.Dir(target)); sysfs.IsAddress(parent) {
 			info.PciAddress = parent
-			if pd, err := sysfs.Read(p.root, parent); err == nil {
+			if pd, err := sysfs.Read(s.root, parent); err == nil {
 				info.PfPciAddress = pd.PFAddress
 				d.NUMANode = pd.NUMANode
 			}
@@ -111,11 +112,11 @@ func (p *Pool) read(name string) (source.Device, bool) {
 	return d, true
 }
 
-func (p *Pool) nameSelected(name string) bool {
-	if len(p.sel.Names) == 0 {
+func (s *Source) nameSelected(name string) bool {
+	if len(s.sel.Names) == 0 {
 		return true
 	}
-	for _, g := range p.sel.Names {
+	for _, g := range s.sel.Names {
 		if ok, _ := filepath.Match(g, name); ok {
 			return true
 		}

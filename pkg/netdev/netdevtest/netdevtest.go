@@ -1,0 +1,73 @@
+// Package netdevtest is the node both netdev-dp modes (pkg/netdev/dpmode,
+// pkg/netdev/dramode) are tested on: a fake sysfs (sysfstest.AddNode), a
+// directory of vhost-user sockets, a veth pair the test made, and the
+// netdev-dp config with one resource of each kind of device source.
+package netdevtest
+
+import (
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/devplumb/devplumb/pkg/netdev/resources"
+	"github.com/devplumb/devplumb/pkg/netdev/source/link"
+	"github.com/devplumb/devplumb/pkg/netdev/source/pci"
+	"github.com/devplumb/devplumb/pkg/netdev/source/socket"
+	"github.com/devplumb/devplumb/pkg/netdev/source/sysfs/sysfstest"
+	"github.com/devplumb/devplumb/pkg/netdev/source/vdpa"
+)
+
+// The node's resources.
+const (
+	ResVF    = "example.com/vf"   // the PF's VFs (pci source)
+	ResVeth  = "example.com/veth" // the veth pair (link source)
+	ResVhost = "example.com/vhu"  // vhu0.sock, vhu1.sock (socket source, client mode)
+	ResVDPA  = "example.com/vdpa" // vdpa0 (vdpa source)
+)
+
+// Node is one node's devices and the dirs netdev-dp writes to.
+type Node struct {
+	t                  testing.TB
+	Sysfs, SockDir     string
+	VethPrefix         string // the pair is <prefix>a, <prefix>b
+	DevInfoDir, CDIDir string // not created: netdev-dp makes them
+	Config             *resources.Config
+}
+
+// New builds the node in temp dirs around the veth pair named vethPrefix+"a"
+// and "b", which the caller made. The config's PluginDir is left empty.
+func New(t testing.TB, vethPrefix string) *Node {
+	t.Helper()
+	n := &Node{t: t, Sysfs: t.TempDir(), SockDir: t.TempDir(), VethPrefix: vethPrefix}
+	n.DevInfoDir = filepath.Join(t.TempDir(), "devinfo")
+	n.CDIDir = filepath.Join(t.TempDir(), "cdi")
+	sysfstest.AddNode(t, n.Sysfs)
+	for _, s := range []string{"vhu0.sock", "vhu1.sock"} {
+		n.Listen(s)
+	}
+	n.Config = &resources.Config{
+		DevInfoDir: n.DevInfoDir, CDIDir: n.CDIDir, SysfsRoot: n.Sysfs,
+		Resync: metav1.Duration{Duration: 100 * time.Millisecond},
+		Resources: []resources.Resource{
+			{ResourceName: ResVF, PCI: &pci.Selectors{PFNames: []string{sysfstest.NodePFName}}},
+			{ResourceName: ResVeth, NetDevs: &link.Config{Names: []string{vethPrefix + "*"}}},
+			{ResourceName: ResVhost, VhostUser: &socket.VhostUser{SocketDir: n.SockDir, Mode: "client"}},
+			{ResourceName: ResVDPA, VDPA: &vdpa.Selectors{Drivers: []string{"vhost"}}},
+		},
+	}
+	return n
+}
+
+// Listen makes socket name in SockDir, open until the test ends.
+func (n *Node) Listen(name string) net.Listener {
+	n.t.Helper()
+	l, err := net.Listen("unix", filepath.Join(n.SockDir, name))
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	n.t.Cleanup(func() { l.Close() })
+	return l
+}
