@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -100,5 +101,40 @@ func TestArchitectureTreeMatchesRepository(t *testing.T) {
 		if st, err := os.Stat(filepath.Join("..", d)); err != nil || !st.IsDir() {
 			t.Errorf("docs/architecture.md's tree names %s, which is not a directory", d)
 		}
+	}
+}
+
+// mdLink is a Markdown link's target: [text](target).
+var mdLink = regexp.MustCompile(`\]\(([^)#\s]+)[^)]*\)`)
+
+// Every relative link of the repository's Markdown files reaches a file or directory.
+func TestMarkdownLinksResolve(t *testing.T) {
+	err := filepath.WalkDir("..", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && p != ".." && strings.HasPrefix(d.Name(), ".") || d.IsDir() && d.Name() == "bin" {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(p, ".md") {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, m := range mdLink.FindAllStringSubmatch(string(b), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			if _, err := os.Stat(filepath.Join(filepath.Dir(p), target)); err != nil {
+				t.Errorf("%s links to %s, which does not exist", p, target)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
