@@ -220,7 +220,7 @@ func TestInspectShowsPhases(t *testing.T) {
 		Devices: []*v1.ContainerDevices{{ResourceName: "a.com/a", DeviceIds: []string{"1"}}}}}})
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state")
-	rec := &attachment.Attachment{Key: attachment.Key{Network: "n", ContainerID: "c1", IfName: "net1"},
+	rec := &attachment.Record{Key: attachment.Key{Network: "n", ContainerID: "c1", IfName: "net1"},
 		Pod: attachment.Pod{Namespace: "ns", Name: "p"}, ResourceName: "a.com/a", DeviceID: "1", Complete: true,
 		Phases: []attachment.Phase{{Name: "config", Duration: 85 * time.Microsecond}, {Name: "delegate", Duration: 12 * time.Millisecond}}}
 	if err := attachment.New(state).Put(rec); err != nil {
@@ -302,7 +302,7 @@ func TestInspectShowsClaim(t *testing.T) {
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state")
 	claim := &attachment.ClaimDevice{Namespace: "ns", Name: "p-net-x7k2q", Driver: "netdev.devplumb.io", Pool: "node1", Device: "vf-1"}
-	rec := &attachment.Attachment{Key: attachment.Key{Network: "n", ContainerID: "c1", IfName: "net1"},
+	rec := &attachment.Record{Key: attachment.Key{Network: "n", ContainerID: "c1", IfName: "net1"},
 		Pod: attachment.Pod{Namespace: "ns", Name: "p"}, ResourceName: "a.com/a", DeviceID: "0000:01:00.1", Complete: true, Claim: claim}
 	if err := attachment.New(state).Put(rec); err != nil {
 		t.Fatal(err)

@@ -68,7 +68,7 @@ func GC(ctx context.Context, p Paths, opts GCOptions) ([]GCAction, error) {
 	g := &gcRun{p: p, opts: opts, store: store}
 	// Delegate DELs run before the lock: ADDs on the node never wait on a
 	// plugin. A claim whose DEL failed is kept, so a later gc tries again.
-	var gone []*attachment.Attachment
+	var gone []*attachment.Record
 	for _, a := range read {
 		if stale(pods, a) && g.netnsGone(a) && g.delegateDel(ctx, a) {
 			gone = append(gone, a)
@@ -94,7 +94,7 @@ func GC(ctx context.Context, p Paths, opts GCOptions) ([]GCAction, error) {
 	return g.acts, nil
 }
 
-func sameClaim(cur, a *attachment.Attachment) bool {
+func sameClaim(cur, a *attachment.Record) bool {
 	return cur != nil && cur.DeviceID == a.DeviceID && cur.ResourceName == a.ResourceName && cur.Pod == a.Pod
 }
 
@@ -105,13 +105,13 @@ type gcRun struct {
 	acts  []GCAction
 }
 
-func claimName(a *attachment.Attachment) string {
+func claimName(a *attachment.Record) string {
 	return fmt.Sprintf("claim %s/%s/%s (%s of pod %s)", a.Network, short(a.ContainerID), a.IfName, a.DeviceID, a.Pod)
 }
 
 // netnsGone keeps (and says so) a stale claim whose netns still exists: the
 // runtime's DEL is still to come.
-func (g *gcRun) netnsGone(a *attachment.Attachment) bool {
+func (g *gcRun) netnsGone(a *attachment.Record) bool {
 	if a.NetNS == "" {
 		return true
 	}
@@ -124,7 +124,7 @@ func (g *gcRun) netnsGone(a *attachment.Attachment) bool {
 
 // delegateDel runs the recorded delegates' DEL without a netns (it is gone),
 // which releases their leases; false when it failed and the claim stays.
-func (g *gcRun) delegateDel(ctx context.Context, a *attachment.Attachment) bool {
+func (g *gcRun) delegateDel(ctx context.Context, a *attachment.Record) bool {
 	if len(a.Delegate) == 0 {
 		return true // the ADD never got as far as running a delegate
 	}
@@ -150,7 +150,7 @@ func (g *gcRun) delegateDel(ctx context.Context, a *attachment.Attachment) bool 
 	return true
 }
 
-func (g *gcRun) staleClaim(a *attachment.Attachment) error {
+func (g *gcRun) staleClaim(a *attachment.Record) error {
 	g.acts = append(g.acts, GCAction{Verb: "remove", What: claimName(a)})
 	if !g.opts.DryRun {
 		if err := g.store.Remove(a.Key); err != nil {

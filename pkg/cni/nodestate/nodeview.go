@@ -187,7 +187,7 @@ func (v *View) collectAttachments() {
 
 // stale reports an attachment of a known pod whose device the kubelet (its
 // answer is pods) no longer assigns to it.
-func stale(pods []Pod, a *attachment.Attachment) bool {
+func stale(pods []Pod, a *attachment.Record) bool {
 	if !a.Pod.Known() {
 		return false
 	}

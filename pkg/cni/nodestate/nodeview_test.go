@@ -46,7 +46,7 @@ func (n *node) attach(t *testing.T, pod, cid, ifname, dev string) string {
 	t.Helper()
 	cni, _ := n.files.CNIPath(devinfo.CNIFileName("net", cid, ifname))
 	writeFile(t, cni, `{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:01:02.2"}}`)
-	err := n.state.Put(&attachment.Attachment{
+	err := n.state.Put(&attachment.Record{
 		Key: attachment.Key{Network: "net", ContainerID: cid, IfName: ifname},
 		Pod: attachment.Pod{Namespace: "ns", Name: pod}, ResourceName: res, DeviceID: dev,
 		CNIFile: cni, Complete: true,
@@ -245,7 +245,7 @@ func TestGCRemovesOnlyDeviceInfoFiles(t *testing.T) {
 	victim := filepath.Join(t.TempDir(), "victim")
 	writeFile(t, victim, "precious")
 	k := attachment.Key{Network: "net", ContainerID: "c1", IfName: "net1"}
-	err := n.state.Put(&attachment.Attachment{Key: k, Pod: attachment.Pod{Namespace: "ns", Name: "gone"},
+	err := n.state.Put(&attachment.Record{Key: k, Pod: attachment.Pod{Namespace: "ns", Name: "gone"},
 		ResourceName: res, DeviceID: "veth1", CNIFile: victim, Complete: true})
 	if err != nil {
 		t.Fatal(err)
@@ -302,7 +302,7 @@ func TestGCRunsDelegateDEL(t *testing.T) {
 	}
 	lease := filepath.Join(leases, "net", "10.254.7.2")
 	record := func(cid, netnsPath string, delegateConf []byte) {
-		err := n.state.Put(&attachment.Attachment{Key: attachment.Key{Network: "net", ContainerID: cid, IfName: "net1"},
+		err := n.state.Put(&attachment.Record{Key: attachment.Key{Network: "net", ContainerID: cid, IfName: "net1"},
 			Pod: attachment.Pod{Namespace: "ns", Name: "gone"}, ResourceName: res, DeviceID: "veth-" + cid,
 			Delegate: delegateConf, NetNS: netnsPath, Complete: true})
 		if err != nil {
@@ -349,7 +349,7 @@ func TestDRAAttachmentLivesWithItsPod(t *testing.T) {
 	for i, pod := range []string{"dra", "gone"} {
 		cni, _ := n.files.CNIPath(devinfo.CNIFileName("net", pod, "net1"))
 		writeFile(t, cni, `{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:01:02.2"}}`)
-		err := n.state.Put(&attachment.Attachment{
+		err := n.state.Put(&attachment.Record{
 			Key: attachment.Key{Network: "net", ContainerID: pod, IfName: "net1"},
 			Pod: attachment.Pod{Namespace: "ns", Name: pod}, ResourceName: res, DeviceID: fmt.Sprintf("0000:01:02.%d", i), CNIFile: cni, Complete: true,
 			Claim: &attachment.ClaimDevice{Namespace: "ns", Name: pod + "-net", Driver: "netdev.devplumb.io", Pool: "node", Device: fmt.Sprintf("pci-%d", i)},

@@ -87,7 +87,7 @@ func (c *call) checkFileNames() *types.Error {
 // other inputs. Running the delegate ADD again on top of it would fail
 // (host-device finds its device in the pod already). The CNI file stays: it
 // may be the caller's, and attach writes it again.
-func (c *call) cleanEarlierAdd(rec *attachment.Attachment) {
+func (c *call) cleanEarlierAdd(rec *attachment.Record) {
 	if len(rec.Delegate) == 0 {
 		return
 	}
@@ -99,7 +99,7 @@ func (c *call) cleanEarlierAdd(rec *attachment.Attachment) {
 
 // claim checks the chain's prevResult, finds the candidate devices and
 // claims one for this attachment, dropping the claims it supersedes.
-func (c *call) claim() (*attachment.Attachment, *types.Error) {
+func (c *call) claim() (*attachment.Record, *types.Error) {
 	prev, err := prevResult(c.args.StdinData, c.conf.CNIVersion)
 	if err != nil {
 		return nil, cniError(types.ErrDecodingFailure, err.Error(), nil)
@@ -117,7 +117,7 @@ func (c *call) claim() (*attachment.Attachment, *types.Error) {
 		return nil, cerr
 	}
 	c.t.mark(phasePodResources)
-	claimed, err := c.claims.Claim(attachment.Request{Key: c.key, Pod: c.pod, ResourceName: res, Candidates: cands,
+	claimed, err := c.claims.Take(attachment.Request{Key: c.key, Pod: c.pod, ResourceName: res, Candidates: cands,
 		Stale: c.staleHolders(res, cands), SandboxGone: sandboxGone})
 	c.t.mark(phaseClaim)
 	if claimed != nil {
@@ -132,8 +132,8 @@ func (c *call) claim() (*attachment.Attachment, *types.Error) {
 	if err != nil {
 		return nil, cniError(ErrState, "cannot record the device claim in \"stateDir\" "+c.conf.StateDir, err)
 	}
-	c.recordClaim(claimed.Attachment)
-	return claimed.Attachment, nil
+	c.recordClaim(claimed.Record)
+	return claimed.Record, nil
 }
 
 // refuseSelf fails ADD, before anything is claimed, when a delegate is
@@ -153,7 +153,7 @@ func (c *call) refuseSelf() *types.Error {
 // with the same inputs with the result it had, instead of running the
 // delegates again: a second host-device ADD fails, as the device is in the
 // pod already, and its rollback would tear down the working attachment.
-func (c *call) replay(rec *attachment.Attachment) (types.Result, bool) {
+func (c *call) replay(rec *attachment.Record) (types.Result, bool) {
 	if !rec.Complete || len(rec.Result) == 0 || rec.NetNS != c.args.Netns {
 		return nil, false
 	}
@@ -181,7 +181,7 @@ func sameCompact(a, b []byte) bool {
 
 // sameJSON reports whether the runtime arguments equal those recorded, as
 // they were stored: in JSON, where an empty list or map is left out.
-func sameJSON(rt *libcni.RuntimeConf, rec *attachment.Attachment) bool {
+func sameJSON(rt *libcni.RuntimeConf, rec *attachment.Record) bool {
 	enc := func(args [][2]string, caps map[string]any) []byte {
 		var v [2]any
 		if len(args) > 0 {
@@ -204,7 +204,7 @@ func sameJSON(rt *libcni.RuntimeConf, rec *attachment.Attachment) bool {
 // pod's replaced sandbox, or a holder the kubelet no longer knows), so their
 // delegates release what they hold (IPAM leases, the device) now rather
 // than never: the late DEL of such a sandbox finds no state.
-func (c *call) dropOlderSandboxes(dropped []*attachment.Attachment) {
+func (c *call) dropOlderSandboxes(dropped []*attachment.Record) {
 	for _, a := range dropped {
 		c.p.Log.Info("dropping an older claim of the device", "pod", a.Pod.String(), "container", a.ContainerID, "device", a.DeviceID)
 		if err := c.undo(a); err != nil {
@@ -218,7 +218,7 @@ func (c *call) dropOlderSandboxes(dropped []*attachment.Attachment) {
 // attach runs everything after the claim; any failure rolls back. The
 // record names the CNI file and the delegate config before either is used,
 // so a DEL or GC after a crash at any point finds what to undo.
-func (c *call) attach(rec *attachment.Attachment) (types.Result, *types.Error) {
+func (c *call) attach(rec *attachment.Record) (types.Result, *types.Error) {
 	list, rt, cerr := c.prepare(rec)
 	if cerr != nil {
 		c.release(rec)
@@ -252,7 +252,7 @@ func (c *call) attach(rec *attachment.Attachment) (types.Result, *types.Error) {
 }
 
 // prepare fills rec with the CNI file and the delegate run, not yet done.
-func (c *call) prepare(rec *attachment.Attachment) (*libcni.NetworkConfigList, *libcni.RuntimeConf, *types.Error) {
+func (c *call) prepare(rec *attachment.Record) (*libcni.NetworkConfigList, *libcni.RuntimeConf, *types.Error) {
 	cniFile, err := c.cniFile()
 	if err != nil {
 		return nil, nil, cniError(types.ErrInvalidNetworkConfig, "cannot name the CNI device-info file", err)
@@ -270,7 +270,7 @@ func (c *call) prepare(rec *attachment.Attachment) (*libcni.NetworkConfigList, *
 // stateError reports a failed state write; a claim lost to a newer sandbox
 // or a takeover says so, since retrying ADD is then the fix.
 func stateError(stateDir string, err error) *types.Error {
-	if errors.Is(err, attachment.ErrClaimLost) {
+	if errors.Is(err, attachment.ErrDeviceLost) {
 		return cniError(ErrNoFreeDevice, err.Error(), nil)
 	}
 	return cniError(ErrState, "cannot write state in \"stateDir\" "+stateDir, err)
@@ -278,7 +278,7 @@ func stateError(stateDir string, err error) *types.Error {
 
 // copyDeviceInfo copies the device plugin's file, if it wrote one, to the
 // attachment's CNI file. No DP file is fine (the spec's "can"); a bad one is not.
-func (c *call) copyDeviceInfo(rec *attachment.Attachment) *types.Error {
+func (c *call) copyDeviceInfo(rec *attachment.Record) *types.Error {
 	err := devinfo.ErrNotFound
 	if rec.ResourceName != "" {
 		var info *devinfo.DeviceInfo
@@ -317,7 +317,7 @@ func (c *call) runtime(deviceID, cniFile string) *libcni.RuntimeConf {
 // the completed attachment and tells the API server. It returns the result
 // to print: the delegates' after the chain's prevResult, in the config's
 // cniVersion.
-func (c *call) finish(rec *attachment.Attachment, result types.Result) (types.Result, *types.Error) {
+func (c *call) finish(rec *attachment.Record, result types.Result) (types.Result, *types.Error) {
 	info, err := devinfo.ReadFile(rec.CNIFile)
 	if errors.Is(err, devinfo.ErrNotFound) {
 		info, err = nil, nil
@@ -389,14 +389,14 @@ func (c *call) setStatus(entry *nadv1.NetworkStatus) *types.Error {
 }
 
 // rollback undoes a started delegate ADD, then the files and the claim.
-func (c *call) rollback(list *libcni.NetworkConfigList, rt *libcni.RuntimeConf, rec *attachment.Attachment) {
+func (c *call) rollback(list *libcni.NetworkConfigList, rt *libcni.RuntimeConf, rec *attachment.Record) {
 	if err := c.inv.Del(context.Background(), list, rt); err != nil {
 		c.p.Log.Error("rollback: delegate DEL failed", "err", err)
 	}
 	c.rollbackFiles(rec)
 }
 
-func (c *call) rollbackFiles(rec *attachment.Attachment) {
+func (c *call) rollbackFiles(rec *attachment.Record) {
 	if rec.CNIFile != "" {
 		if err := devinfo.RemoveFile(rec.CNIFile); err != nil {
 			c.p.Log.Error("rollback: cannot remove CNI device-info file", "err", err)
@@ -405,7 +405,7 @@ func (c *call) rollbackFiles(rec *attachment.Attachment) {
 	c.release(rec)
 }
 
-func (c *call) release(rec *attachment.Attachment) {
+func (c *call) release(rec *attachment.Record) {
 	if err := c.claims.ReleaseHeld(rec); err != nil {
 		c.p.Log.Error("rollback: cannot release claim", "err", err)
 	}

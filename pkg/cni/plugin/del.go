@@ -83,7 +83,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) (retErr error) {
 // markUndone records that the delegates of a completed attachment are
 // undone, so a DEL killed before it removes the record and run again does
 // not fail on a second delegate DEL.
-func (c *call) markUndone(rec *attachment.Attachment) {
+func (c *call) markUndone(rec *attachment.Record) {
 	if rec == nil || !rec.Complete {
 		return
 	}
@@ -156,7 +156,7 @@ func existingNetns(path string) string {
 
 // delInputs is what DEL runs: the cached delegate config and arguments of
 // ADD, else those rebuilt from the stdin config.
-func (c *call) delInputs(rec *attachment.Attachment) (*libcni.NetworkConfigList, *libcni.RuntimeConf, string, *types.Error) {
+func (c *call) delInputs(rec *attachment.Record) (*libcni.NetworkConfigList, *libcni.RuntimeConf, string, *types.Error) {
 	if rec != nil && len(rec.Delegate) > 0 {
 		list, err := delegate.ListFromBytes(rec.Delegate)
 		if err == nil {
@@ -196,7 +196,7 @@ func (c *call) removeLegacyCNIFile() {
 
 // statusNames are the network names this attachment's network-status entry may have:
 // the one ADD recorded, else today's and an older devplumb's (the config's name).
-func (c *call) statusNames(rec *attachment.Attachment) []string {
+func (c *call) statusNames(rec *attachment.Record) []string {
 	if rec != nil && rec.NetworkStatus != nil && rec.NetworkStatus.Name != "" {
 		return []string{rec.NetworkStatus.Name}
 	}
@@ -207,7 +207,7 @@ func (c *call) statusNames(rec *attachment.Attachment) []string {
 }
 
 // removeStatus drops this attachment's network-status entry.
-func (c *call) removeStatus(rec *attachment.Attachment) {
+func (c *call) removeStatus(rec *attachment.Record) {
 	pod := c.pod
 	if !pod.Known() && rec != nil {
 		pod = rec.Pod

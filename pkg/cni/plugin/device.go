@@ -179,20 +179,20 @@ func (c *call) close() {
 // It returns the check Claim runs under the lock: the record is still the
 // very claim judged stale (same attachment, pod and device), as devplumbctl
 // gc re-checks under the lock.
-func (c *call) staleHolders(res string, cands []string) func(*attachment.Attachment) bool {
+func (c *call) staleHolders(res string, cands []string) func(*attachment.Record) bool {
 	if c.pr == nil {
 		// No kubelet asked for the candidates (an explicit device): none
 		// to ask about their holders either.
-		return func(*attachment.Attachment) bool { return false }
+		return func(*attachment.Record) bool { return false }
 	}
 	recs, _ := c.claims.List() // unreadable records are Claim's to report
-	stale := map[attachment.Key]*attachment.Attachment{}
+	stale := map[attachment.Key]*attachment.Record{}
 	for _, a := range recs {
 		if a.Key != c.key && a.ResourceName == res && slices.Contains(cands, a.DeviceID) && c.staleClaim(a) {
 			stale[a.Key] = a
 		}
 	}
-	return func(a *attachment.Attachment) bool {
+	return func(a *attachment.Record) bool {
 		s := stale[a.Key]
 		if s == nil || s.DeviceID != a.DeviceID || s.Pod != a.Pod || s.ResourceName != a.ResourceName {
 			return false
@@ -209,7 +209,7 @@ func (c *call) staleHolders(res string, cands []string) func(*attachment.Attachm
 // holder of this pod's namespace and name but another UID is a pod deleted
 // and created again: the kubelet's answer is about the new pod, so the old
 // one's claim is left over when its sandbox is gone.
-func (c *call) staleClaim(a *attachment.Attachment) bool {
+func (c *call) staleClaim(a *attachment.Record) bool {
 	if c.pr == nil || !a.Pod.Known() || a.ResourceName == "" {
 		return false
 	}
@@ -231,12 +231,12 @@ func (c *call) staleClaim(a *attachment.Attachment) bool {
 
 // sandboxGone reports whether an attachment's sandbox is gone: its netns
 // no longer exists, or its ADD never got as far as recording one.
-func sandboxGone(a *attachment.Attachment) bool {
+func sandboxGone(a *attachment.Record) bool {
 	return existingNetns(a.NetNS) == ""
 }
 
 // checkKubelet confirms the kubelet still assigns a claimed device to the pod.
-func (c *call) checkKubelet(a *attachment.Attachment) *types.Error {
+func (c *call) checkKubelet(a *attachment.Record) *types.Error {
 	if a.ResourceName == "" || c.conf.DeviceIDFromConfig() != "" || !a.Pod.Known() || a.Claim != nil {
 		// A DRA device's claim may be one the kubelet does not report.
 		return nil

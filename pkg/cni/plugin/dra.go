@@ -139,7 +139,7 @@ func (c *call) claimCandidates(res string) ([]string, string, *types.Error) {
 }
 
 // recordClaim notes in the record which ResourceClaim device it holds.
-func (c *call) recordClaim(rec *attachment.Attachment) {
+func (c *call) recordClaim(rec *attachment.Record) {
 	if d, ok := c.draDevs[rec.DeviceID]; ok && d.ResourceName == rec.ResourceName {
 		cl := d.Claim
 		rec.Claim = &cl
@@ -149,7 +149,7 @@ func (c *call) recordClaim(rec *attachment.Attachment) {
 // setClaimStatus writes devplumb's part of the claim's status.devices[]
 // entry of the attachment's DRA device, if it has one; failures count as
 // for network-status ("networkStatus": required or best-effort).
-func (c *call) setClaimStatus(rec *attachment.Attachment, entry *nadv1.NetworkStatus, result types.Result) *types.Error {
+func (c *call) setClaimStatus(rec *attachment.Record, entry *nadv1.NetworkStatus, result types.Result) *types.Error {
 	if rec.Claim == nil {
 		return nil
 	}
@@ -174,7 +174,7 @@ func (c *call) setClaimStatus(rec *attachment.Attachment, entry *nadv1.NetworkSt
 // network-status on DEL, a failure is logged, never fatal. It goes by the
 // state record alone (no API read): a DEL without state knows no claim, and
 // its entry then goes with the claim (a template's claim goes with the pod).
-func (c *call) removeClaimStatus(rec *attachment.Attachment) {
+func (c *call) removeClaimStatus(rec *attachment.Record) {
 	if rec == nil || rec.Claim == nil {
 		return
 	}
@@ -215,7 +215,7 @@ func cidrs(ips []string, result types.Result) []string {
 }
 
 // recordedResult is the result a completed record keeps, for a repeated ADD.
-func recordedResult(rec *attachment.Attachment) types.Result {
+func recordedResult(rec *attachment.Record) types.Result {
 	r, err := create.CreateFromBytes(rec.Result)
 	if err != nil {
 		return nil

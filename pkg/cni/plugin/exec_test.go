@@ -127,7 +127,7 @@ func (e *execEnv) args(ifName string) *skel.CmdArgs {
 		Args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=p1;K8S_POD_UID=u1", StdinData: data}
 }
 
-func (e *execEnv) state() []*attachment.Attachment {
+func (e *execEnv) state() []*attachment.Record {
 	all, err := attachment.New(filepath.Join(e.root, "state")).List()
 	if err != nil {
 		e.t.Fatal(err)

@@ -119,7 +119,7 @@ func (k *kubeEnv) args() *skel.CmdArgs {
 		Args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=p1;K8S_POD_UID=u1", StdinData: data}
 }
 
-func (k *kubeEnv) claims() []*attachment.Attachment {
+func (k *kubeEnv) claims() []*attachment.Record {
 	all, err := attachment.New(filepath.Join(k.root, "state")).List()
 	if err != nil {
 		k.t.Fatal(err)

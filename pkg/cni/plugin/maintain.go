@@ -155,7 +155,7 @@ func (c *call) collectStale(valid func(attachment.Key) bool) []error {
 }
 
 // collect removes one stale attachment: what it set up, then its claim.
-func (c *call) collect(rec *attachment.Attachment) error {
+func (c *call) collect(rec *attachment.Record) error {
 	if err := c.undo(rec); err != nil {
 		return err
 	}
@@ -165,7 +165,7 @@ func (c *call) collect(rec *attachment.Attachment) error {
 
 // undo runs the delegate DEL of a recorded attachment with what its ADD used
 // and removes its CNI file; the claim is the caller's.
-func (c *call) undo(rec *attachment.Attachment) error {
+func (c *call) undo(rec *attachment.Record) error {
 	if err := c.undoDelegate(rec); err != nil {
 		if rec.Complete {
 			return err
@@ -182,7 +182,7 @@ func (c *call) undo(rec *attachment.Attachment) error {
 
 // undoDelegate runs the delegate DEL of a recorded attachment, if its ADD
 // got as far as recording the delegate config.
-func (c *call) undoDelegate(rec *attachment.Attachment) error {
+func (c *call) undoDelegate(rec *attachment.Record) error {
 	if len(rec.Delegate) == 0 {
 		return nil
 	}
