@@ -10,6 +10,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/types/create"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 
@@ -19,43 +20,78 @@ import (
 	"github.com/devplumb/devplumb/pkg/cni/delegate"
 )
 
-// Add is CNI ADD.
+// Add is CNI ADD, the six steps of DESIGN.md's data path: (1) pod identity
+// from CNI_ARGS, (2) resourceName -> device IDs, (3) take one free device,
+// (4) copy its device-info, (5) delegate ADD, (6) network-status.
 func (p *Plugin) Add(args *skel.CmdArgs) (err error) {
 	if err := tooDeep(); err != nil {
 		return cniError(types.ErrInvalidNetworkConfig, err.Error(), nil)
 	}
+	// 1. The pod comes from CNI_ARGS (newCall reads it: c.pod).
 	c, cerr := p.newCall(args, true)
 	if cerr != nil {
 		return cerr
 	}
 	defer c.close()
 	defer func() { c.endTiming("ADD", err) }()
-	if cerr := c.checkFileNames(); cerr != nil {
+	prev, cerr := c.checkAdd()
+	if cerr != nil {
 		return cerr
 	}
-	rec, cerr := c.claim()
+	// 2. resourceName -> the device IDs this attachment may take.
+	want, cerr := c.findDevices()
+	if cerr != nil {
+		return cerr
+	}
+	c.timing.mark(phasePodResources)
+	// 3. One of them no other attachment holds, recorded under the lock.
+	rec, cerr := c.take(want)
 	if cerr != nil {
 		return cerr
 	}
 	failpoint.Hit("add-claimed")
-	result, replayed := c.replay(rec)
-	switch {
-	case replayed && rec.NetworkStatus != nil:
-		// A best-effort status write may have failed the first time;
-		// replacing our own entry again is harmless.
+	if result, replayed := c.replay(rec); replayed {
+		return c.answerReplay(rec, result)
+	}
+	c.cleanEarlierAdd(rec)
+	// 4-6. Device-info, delegate ADD, network-status (attach), or rollback.
+	result, cerr := c.attach(rec, prev)
+	if cerr != nil {
+		return cerr
+	}
+	return types.PrintResult(result, c.conf.CNIVersion)
+}
+
+// answerReplay answers a repeated ADD with the result it had. A
+// best-effort status write may have failed the first time; replacing
+// devplumb's own entries again is harmless.
+func (c *call) answerReplay(rec *attachment.Record, result types.Result) error {
+	if rec.NetworkStatus != nil {
 		if cerr := c.setClaimStatus(rec, rec.NetworkStatus, recordedResult(rec)); cerr != nil {
 			return cerr
 		}
 		if cerr := c.setStatus(rec.NetworkStatus); cerr != nil {
 			return cerr
 		}
-	case !replayed:
-		c.cleanEarlierAdd(rec)
-		if result, cerr = c.attach(rec); cerr != nil {
-			return cerr
-		}
 	}
 	return types.PrintResult(result, c.conf.CNIVersion)
+}
+
+// checkAdd refuses, before anything is taken, an ADD that cannot succeed:
+// names too long for its files, a prevResult that is not one, a delegate
+// that is devplumb. It returns the chain's prevResult (nil when none).
+func (c *call) checkAdd() (*current.Result, *types.Error) {
+	if cerr := c.checkFileNames(); cerr != nil {
+		return nil, cerr
+	}
+	prev, err := prevResult(c.args.StdinData, c.conf.CNIVersion)
+	if err != nil {
+		return nil, cniError(types.ErrDecodingFailure, err.Error(), nil)
+	}
+	if cerr := c.refuseSelf(); cerr != nil {
+		return nil, cerr
+	}
+	return prev, nil
 }
 
 // maxFileName is the longest file name Linux filesystems take.
@@ -91,52 +127,36 @@ func (c *call) cleanEarlierAdd(rec *attachment.Record) {
 	if len(rec.Delegate) == 0 {
 		return
 	}
-	c.p.Log.Info("undoing the delegates of an earlier ADD of this attachment", "container", rec.ContainerID, "ifname", rec.IfName)
+	c.log.Info("undoing the delegates of an earlier ADD of this attachment", "container", rec.ContainerID, "ifname", rec.IfName)
 	if err := c.undoDelegate(rec); err != nil {
-		c.p.Log.Warn("cannot undo the delegates of an earlier ADD of this attachment", "err", err)
+		c.log.Warn("cannot undo the delegates of an earlier ADD of this attachment", "err", err)
 	}
 }
 
-// claim checks the chain's prevResult, finds the candidate devices and
-// claims one for this attachment, dropping the claims it supersedes.
-func (c *call) claim() (*attachment.Record, *types.Error) {
-	prev, err := prevResult(c.args.StdinData, c.conf.CNIVersion)
-	if err != nil {
-		return nil, cniError(types.ErrDecodingFailure, err.Error(), nil)
-	}
-	c.prev = prev
-	if cerr := c.refuseSelf(); cerr != nil {
-		return nil, cerr
-	}
-	res, cerr := c.resourceName()
-	if cerr != nil {
-		return nil, cerr
-	}
-	cands, res, cerr := c.candidates(res)
-	if cerr != nil {
-		return nil, cerr
-	}
-	c.t.mark(phasePodResources)
-	claimed, err := c.claims.Take(attachment.Request{Key: c.key, Pod: c.pod, ResourceName: res, Candidates: cands,
-		Stale: c.staleHolders(res, cands), SandboxGone: sandboxGone})
-	c.t.mark(phaseClaim)
-	if claimed != nil {
-		if claimed.Unreadable != nil {
-			c.p.Log.Warn("passing over corrupt state records; remove them or run DEL of their attachments", "err", claimed.Unreadable)
+// take is step 3 of ADD: one of the candidates no other attachment holds,
+// recorded for this attachment under the state lock; the records it
+// supersedes (older sandboxes of the pod, stale holders) are undone.
+func (c *call) take(want *candidates) (*attachment.Record, *types.Error) {
+	taken, err := c.records.Take(attachment.Request{Key: c.key, Pod: c.pod, ResourceName: want.resourceName,
+		Candidates: want.ids, Stale: c.staleHolders(want), SandboxGone: sandboxGone})
+	c.timing.mark(phaseClaim)
+	if taken != nil {
+		if taken.Unreadable != nil {
+			c.log.Warn("passing over corrupt state records; remove them or run DEL of their attachments", "err", taken.Unreadable)
 		}
-		c.dropOlderSandboxes(claimed.Dropped)
+		c.dropOlderSandboxes(taken.Dropped)
 	}
 	if errors.Is(err, attachment.ErrNoFreeDevice) {
 		return nil, cniError(ErrNoFreeDevice, err.Error(), nil)
 	}
 	if err != nil {
-		return nil, cniError(ErrState, "cannot record the device claim in \"stateDir\" "+c.conf.StateDir, err)
+		return nil, cniError(ErrState, "cannot record the device taken in \"stateDir\" "+c.conf.StateDir, err)
 	}
-	c.recordClaim(claimed.Record)
-	return claimed.Record, nil
+	noteClaim(taken.Record, want)
+	return taken.Record, nil
 }
 
-// refuseSelf fails ADD, before anything is claimed, when a delegate is
+// refuseSelf fails ADD, before anything is taken, when a delegate is
 // devplumb: nothing recorded then names it for a later DEL to run.
 func (c *call) refuseSelf() *types.Error {
 	list, cerr := c.buildList("")
@@ -169,7 +189,7 @@ func (c *call) replay(rec *attachment.Record) (types.Result, bool) {
 	if err != nil {
 		return nil, false
 	}
-	c.p.Log.Info("ADD repeated for a completed attachment: returning its result", "container", rec.ContainerID, "ifname", rec.IfName)
+	c.log.Info("ADD repeated for a completed attachment: returning its result", "container", rec.ContainerID, "ifname", rec.IfName)
 	return result, true
 }
 
@@ -200,50 +220,53 @@ func sameJSON(rt *libcni.RuntimeConf, rec *attachment.Record) bool {
 	return a != nil && bytes.Equal(a, enc(rec.CNIArgs, rec.CapabilityArgs))
 }
 
-// dropOlderSandboxes undoes the attachments whose claims Claim dropped (a
+// dropOlderSandboxes undoes the attachments whose records Take dropped (a
 // pod's replaced sandbox, or a holder the kubelet no longer knows), so their
 // delegates release what they hold (IPAM leases, the device) now rather
 // than never: the late DEL of such a sandbox finds no state.
 func (c *call) dropOlderSandboxes(dropped []*attachment.Record) {
 	for _, a := range dropped {
-		c.p.Log.Info("dropping an older claim of the device", "pod", a.Pod.String(), "container", a.ContainerID, "device", a.DeviceID)
+		c.log.Info("dropping an older record of the device", "pod", a.Pod.String(), "container", a.ContainerID, "device", a.DeviceID)
 		if err := c.undo(a); err != nil {
-			c.p.Log.Warn("cannot undo the attachment of a dropped claim", "container", a.ContainerID, "err", err)
+			c.log.Warn("cannot undo the attachment of a dropped record", "container", a.ContainerID, "err", err)
 		}
 		// Before this ADD applies its own: the device may be the same.
 		c.removeClaimStatus(a)
 	}
 }
 
-// attach runs everything after the claim; any failure rolls back. The
+// attach runs steps 4-6 for the device taken; any failure rolls back. The
 // record names the CNI file and the delegate config before either is used,
 // so a DEL or GC after a crash at any point finds what to undo.
-func (c *call) attach(rec *attachment.Record) (types.Result, *types.Error) {
+func (c *call) attach(rec *attachment.Record, prev *current.Result) (types.Result, *types.Error) {
 	list, rt, cerr := c.prepare(rec)
 	if cerr != nil {
 		c.release(rec)
 		return nil, cerr
 	}
-	if err := c.claims.Update(rec); err != nil {
+	if err := c.records.Update(rec); err != nil {
 		c.release(rec)
 		return nil, stateError(c.conf.StateDir, err)
 	}
-	c.t.mark(phaseClaim)
+	c.timing.mark(phaseClaim)
 	failpoint.Hit("add-recorded")
+	// 4. The device plugin's device-info, copied to the attachment's CNI file.
 	if cerr := c.copyDeviceInfo(rec); cerr != nil {
 		c.rollbackFiles(rec)
 		return nil, cerr
 	}
-	c.t.mark(phaseDeviceInfo)
+	c.timing.mark(phaseDeviceInfo)
 	failpoint.Hit("add-devinfo-copied")
-	result, err := c.inv.Add(context.Background(), list, rt)
-	c.t.mark(phaseDelegate)
+	// 5. The delegates' ADD, with the device ID and the CNI file injected.
+	result, err := c.delegates.Add(context.Background(), list, rt)
+	c.timing.mark(phaseDelegate)
 	if err != nil {
 		c.rollback(list, rt, rec)
 		return nil, delegateError(fmt.Sprintf("delegate ADD failed for device %s", rec.DeviceID), err)
 	}
 	failpoint.Hit("add-delegated")
-	out, cerr := c.finish(rec, result)
+	// 6. The network-status entry, recorded and written to the pod (and claim).
+	out, cerr := c.finish(rec, prev, result)
 	if cerr != nil {
 		c.rollback(list, rt, rec)
 		return nil, cerr
@@ -267,7 +290,7 @@ func (c *call) prepare(rec *attachment.Record) (*libcni.NetworkConfigList, *libc
 	return list, rt, nil
 }
 
-// stateError reports a failed state write; a claim lost to a newer sandbox
+// stateError reports a failed state write; a device lost to a newer sandbox
 // or a takeover says so, since retrying ADD is then the fix.
 func stateError(stateDir string, err error) *types.Error {
 	if errors.Is(err, attachment.ErrDeviceLost) {
@@ -282,7 +305,7 @@ func (c *call) copyDeviceInfo(rec *attachment.Record) *types.Error {
 	err := devinfo.ErrNotFound
 	if rec.ResourceName != "" {
 		var info *devinfo.DeviceInfo
-		info, err = c.files.CopyDPToCNI(rec.ResourceName, rec.DeviceID, rec.CNIFile)
+		info, err = c.deviceInfo.CopyDPToCNI(rec.ResourceName, rec.DeviceID, rec.CNIFile)
 		if err == nil {
 			// Checked after the copy so that rollback removes the copy.
 			err = devinfo.CheckFiledUnder(info, rec.DeviceID)
@@ -308,7 +331,7 @@ func (c *call) runtime(deviceID, cniFile string) *libcni.RuntimeConf {
 		ContainerID:    c.args.ContainerID,
 		NetNS:          c.args.Netns,
 		IfName:         c.args.IfName,
-		Args:           c.cni,
+		Args:           c.cniArgs,
 		CapabilityArgs: delegate.CapabilityArgs(c.conf, deviceID, cniFile),
 	}
 }
@@ -317,7 +340,7 @@ func (c *call) runtime(deviceID, cniFile string) *libcni.RuntimeConf {
 // the completed attachment and tells the API server. It returns the result
 // to print: the delegates' after the chain's prevResult, in the config's
 // cniVersion.
-func (c *call) finish(rec *attachment.Record, result types.Result) (types.Result, *types.Error) {
+func (c *call) finish(rec *attachment.Record, prev *current.Result, result types.Result) (types.Result, *types.Error) {
 	info, err := devinfo.ReadFile(rec.CNIFile)
 	if errors.Is(err, devinfo.ErrNotFound) {
 		info, err = nil, nil
@@ -330,16 +353,16 @@ func (c *call) finish(rec *attachment.Record, result types.Result) (types.Result
 	if err != nil {
 		return nil, cniError(ErrDelegate, "cannot read the delegate's result", err)
 	}
-	out, raw, cerr := c.output(result)
+	out, raw, cerr := c.output(prev, result)
 	if cerr != nil {
 		return nil, cerr
 	}
 	rec.Result, rec.NetworkStatus, rec.Complete = raw, entry, true
-	rec.Phases = c.t.mark(phaseNetworkStatus).recorded()
-	if err := c.claims.Update(rec); err != nil {
+	rec.Phases = c.timing.mark(phaseNetworkStatus).recorded()
+	if err := c.records.Update(rec); err != nil {
 		return nil, stateError(c.conf.StateDir, err)
 	}
-	c.t.mark(phaseState)
+	c.timing.mark(phaseState)
 	failpoint.Hit("add-completed")
 	// Last, so that no failure after them leaves an entry on the pod or
 	// the claim: the claim's first, removed again if the pod's fails.
@@ -348,13 +371,13 @@ func (c *call) finish(rec *attachment.Record, result types.Result) (types.Result
 			c.removeClaimStatus(rec)
 		}
 	}
-	c.t.mark(phaseKube)
+	c.timing.mark(phaseKube)
 	return out, cerr
 }
 
 // output is the result devplumb prints, and its JSON for the state.
-func (c *call) output(result types.Result) (types.Result, []byte, *types.Error) {
-	merged, err := withPrev(c.prev, result)
+func (c *call) output(prev *current.Result, result types.Result) (types.Result, []byte, *types.Error) {
+	merged, err := withPrev(prev, result)
 	if err != nil {
 		return nil, nil, cniError(ErrDelegate, "cannot add the delegate result to prevResult", err)
 	}
@@ -388,10 +411,10 @@ func (c *call) setStatus(entry *nadv1.NetworkStatus) *types.Error {
 	return nil
 }
 
-// rollback undoes a started delegate ADD, then the files and the claim.
+// rollback undoes a started delegate ADD, then the files and the record.
 func (c *call) rollback(list *libcni.NetworkConfigList, rt *libcni.RuntimeConf, rec *attachment.Record) {
-	if err := c.inv.Del(context.Background(), list, rt); err != nil {
-		c.p.Log.Error("rollback: delegate DEL failed", "err", err)
+	if err := c.delegates.Del(context.Background(), list, rt); err != nil {
+		c.log.Error("rollback: delegate DEL failed", "err", err)
 	}
 	c.rollbackFiles(rec)
 }
@@ -399,14 +422,14 @@ func (c *call) rollback(list *libcni.NetworkConfigList, rt *libcni.RuntimeConf, 
 func (c *call) rollbackFiles(rec *attachment.Record) {
 	if rec.CNIFile != "" {
 		if err := devinfo.RemoveFile(rec.CNIFile); err != nil {
-			c.p.Log.Error("rollback: cannot remove CNI device-info file", "err", err)
+			c.log.Error("rollback: cannot remove CNI device-info file", "err", err)
 		}
 	}
 	c.release(rec)
 }
 
 func (c *call) release(rec *attachment.Record) {
-	if err := c.claims.ReleaseHeld(rec); err != nil {
-		c.p.Log.Error("rollback: cannot release claim", "err", err)
+	if err := c.records.ReleaseHeld(rec); err != nil {
+		c.log.Error("rollback: cannot release the device record", "err", err)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/skel"
@@ -17,6 +16,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
 	"github.com/devplumb/devplumb/pkg/cni/config"
 	"github.com/devplumb/devplumb/pkg/cni/delegate"
+	"github.com/devplumb/devplumb/pkg/cni/leftover"
 )
 
 // Del is CNI DEL. With state it undoes exactly what ADD did; without state
@@ -34,19 +34,19 @@ func (p *Plugin) Del(args *skel.CmdArgs) (retErr error) {
 	}
 	defer func() { c.endTiming("DEL", retErr) }()
 	c.forgetGoneNetns()
-	rec, err := c.claims.Get(c.key)
+	rec, err := c.records.Get(c.key)
 	if err != nil {
 		// A corrupt record cannot guide DEL; fall back to the stateless path.
-		c.p.Log.Warn("ignoring unreadable state", "err", err)
+		c.log.Warn("ignoring unreadable state", "err", err)
 		rec = nil
 	}
 	list, rt, cniFile, cerr := c.delInputs(rec)
 	if cerr != nil {
 		return cerr
 	}
-	c.t.mark(phaseState)
+	c.timing.mark(phaseState)
 	err = c.delegateDel(list, rt)
-	c.t.mark(phaseDelegate)
+	c.timing.mark(phaseDelegate)
 	if err != nil {
 		if rec != nil && rec.Complete {
 			return delegateError("delegate DEL failed (state kept, DEL can be retried)", err)
@@ -54,7 +54,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) (retErr error) {
 		// Without a completed ADD nothing proves the delegate ADD ran (or
 		// a DEL killed after it already undid it): a delegate whose DEL
 		// fails on what is not there (host-device) must not fail DEL.
-		c.p.Log.Warn("delegate DEL failed for an attachment with no completed ADD", "err", err)
+		c.log.Warn("delegate DEL failed for an attachment with no completed ADD", "err", err)
 	}
 	c.markUndone(rec)
 	failpoint.Hit("del-delegated")
@@ -66,17 +66,17 @@ func (p *Plugin) Del(args *skel.CmdArgs) (retErr error) {
 	if rec == nil {
 		c.removeLegacyCNIFile()
 	}
-	c.t.mark(phaseDeviceInfo)
+	c.timing.mark(phaseDeviceInfo)
 	failpoint.Hit("del-file-removed")
-	if err := c.claims.Release(c.key); err != nil {
-		return cniError(ErrState, "cannot release the device claim in \"stateDir\" "+c.conf.StateDir, err)
+	if err := c.records.Release(c.key); err != nil {
+		return cniError(ErrState, "cannot release the device record in \"stateDir\" "+c.conf.StateDir, err)
 	}
-	c.t.mark(phaseClaim)
+	c.timing.mark(phaseClaim)
 	// Last: with the API server down this waits out its bound, and the
 	// device must not wait for that.
 	c.removeStatus(rec)
 	c.removeClaimStatus(rec)
-	c.t.mark(phaseKube)
+	c.timing.mark(phaseKube)
 	return nil
 }
 
@@ -88,8 +88,8 @@ func (c *call) markUndone(rec *attachment.Record) {
 		return
 	}
 	rec.Complete = false
-	if err := c.claims.Update(rec); err != nil {
-		c.p.Log.Warn("cannot record that the delegates are undone", "err", err)
+	if err := c.records.Update(rec); err != nil {
+		c.log.Warn("cannot record that the delegates are undone", "err", err)
 	}
 }
 
@@ -97,10 +97,10 @@ func (c *call) markUndone(rec *attachment.Record) {
 // that DEL would recurse, and ADD never let such a delegate run.
 func (c *call) delegateDel(list *libcni.NetworkConfigList, rt *libcni.RuntimeConf) error {
 	if err := c.delegatesSafe(list); err != nil {
-		c.p.Log.Warn("not running the delegate DEL", "err", err)
+		c.log.Warn("not running the delegate DEL", "err", err)
 		return nil
 	}
-	return c.inv.Del(context.Background(), list, rt)
+	return c.delegates.Del(context.Background(), list, rt)
 }
 
 // withoutBadCNIFile drops a runtimeConfig.CNIDeviceInfoFile that ADD
@@ -140,18 +140,10 @@ func (p *Plugin) withoutBadCNIFile(args *skel.CmdArgs) *skel.CmdArgs {
 // and took the interface with it; delegates clean the rest (IPAM, host side)
 // given no netns, as CNI allows.
 func (c *call) forgetGoneNetns() {
-	if existingNetns(c.args.Netns) == "" && c.args.Netns != "" {
-		c.p.Log.Info("netns already gone; running DEL without it", "netns", c.args.Netns)
+	if c.args.Netns != "" && leftover.NetnsGone(c.args.Netns) {
+		c.log.Info("netns already gone; running DEL without it", "netns", c.args.Netns)
 		c.args.Netns = ""
 	}
-}
-
-// existingNetns is path if it still exists, else "".
-func existingNetns(path string) string {
-	if _, err := os.Stat(path); path == "" || err != nil {
-		return ""
-	}
-	return path
 }
 
 // delInputs is what DEL runs: the cached delegate config and arguments of
@@ -164,7 +156,7 @@ func (c *call) delInputs(rec *attachment.Record) (*libcni.NetworkConfigList, *li
 			rt.CapabilityArgs = rec.CapabilityArgs
 			return list, rt, c.ownedCNIFile(rec.CNIFile), nil
 		}
-		c.p.Log.Warn("cached delegate config unusable; using the stdin config", "err", err)
+		c.log.Warn("cached delegate config unusable; using the stdin config", "err", err)
 	}
 	dev := c.conf.DeviceIDFromConfig()
 	if rec != nil {
@@ -173,7 +165,7 @@ func (c *call) delInputs(rec *attachment.Record) (*libcni.NetworkConfigList, *li
 	cniFile, err := c.cniFile()
 	if err != nil {
 		// Names that cannot form a file name cannot have a file.
-		c.p.Log.Warn("no CNI device-info file name for this attachment", "err", err)
+		c.log.Warn("no CNI device-info file name for this attachment", "err", err)
 		cniFile = ""
 	}
 	list, cerr := c.buildList(dev)
@@ -189,7 +181,7 @@ func (c *call) delInputs(rec *attachment.Record) (*libcni.NetworkConfigList, *li
 func (c *call) removeLegacyCNIFile() {
 	if f := c.legacyCNIFile(); f != "" {
 		if err := devinfo.RemoveFile(f); err != nil {
-			c.p.Log.Warn("cannot remove an older CNI device-info file", "file", f, "err", err)
+			c.log.Warn("cannot remove an older CNI device-info file", "file", f, "err", err)
 		}
 	}
 }
@@ -230,6 +222,6 @@ func (c *call) removeStatus(rec *attachment.Record) {
 	}
 	if err != nil {
 		// DEL must not fail on the API server: the pod may be gone already.
-		c.p.Log.Warn(fmt.Sprintf("removing network-status of pod %s failed", pod), "err", err)
+		c.log.Warn(fmt.Sprintf("removing network-status of pod %s failed", pod), "err", err)
 	}
 }

@@ -3,18 +3,17 @@ package plugin
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"slices"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/devplumb/devplumb/pkg/base/safefile"
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
 	"github.com/devplumb/devplumb/pkg/cni/config"
 	"github.com/devplumb/devplumb/pkg/cni/delegate"
 	"github.com/devplumb/devplumb/pkg/cni/dradevice"
+	"github.com/devplumb/devplumb/pkg/cni/leftover"
 	"github.com/devplumb/devplumb/podresources"
 )
 
@@ -65,36 +64,77 @@ func (c *call) resourceName() (string, *types.Error) {
 	return res, nil
 }
 
-// candidates are the devices this attachment may take, and their resource:
-// the caller's explicit device; else the devices of the config's
+// candidates are the devices an attachment may take, in preference order,
+// and their resource: what step 2 of ADD finds and step 3 takes one of.
+type candidates struct {
+	resourceName string
+	ids          []string
+	// dra are the DRA devices among ids, by ID: the taken one's
+	// ResourceClaim goes into the state record.
+	dra map[string]dradevice.Device
+}
+
+// findDevices is step 2 of ADD: resourceName -> device IDs. They are the
+// caller's explicit device; else the devices of the config's
 // "resourceClaim" (dra.go); else the pod's devices of the resource in
 // kubelet order, the device plugin's and then the DRA drivers' (by the CDI
-// rule, see pkg/cni/dradevice), and only when the kubelet reports none, the DRA
-// devices the API server knows (a claim no container references is not in
-// the kubelet's answer).
-func (c *call) candidates(resourceName string) ([]string, string, *types.Error) {
+// rule, see pkg/cni/dradevice), and only when the kubelet reports none, the
+// DRA devices the API server knows (a claim no container references is not
+// in the kubelet's answer).
+func (c *call) findDevices() (*candidates, *types.Error) {
+	res, cerr := c.resourceName()
+	if cerr != nil {
+		return nil, cerr
+	}
 	if id := c.conf.DeviceIDFromConfig(); id != "" {
-		return []string{id}, resourceName, nil
+		return &candidates{resourceName: res, ids: []string{id}}, nil
 	}
 	if !c.pod.Known() {
-		what := resourceName + " devices"
+		what := res + " devices"
 		if c.conf.ResourceClaim != "" {
 			what = "claim " + c.conf.ResourceClaim
 		}
-		return nil, "", cniError(types.ErrInvalidEnvironmentVariables, "CNI_ARGS must carry K8S_POD_NAMESPACE and K8S_POD_NAME "+
+		return nil, cniError(types.ErrInvalidEnvironmentVariables, "CNI_ARGS must carry K8S_POD_NAMESPACE and K8S_POD_NAME "+
 			"so devplumb can find the pod's "+what, nil)
 	}
 	if c.conf.ResourceClaim != "" {
-		return c.claimCandidates(resourceName)
+		return c.claimCandidates(res)
 	}
-	ids, cerr := c.kubeletCandidates(resourceName)
-	return ids, resourceName, cerr
+	return c.kubeletCandidates(res)
 }
 
 // kubeletCandidates are the pod's devices of the resource, the kubelet's
 // first, then the API server's DRA devices if the kubelet reports none.
-func (c *call) kubeletCandidates(resourceName string) ([]string, *types.Error) {
-	pr, cerr := c.podResources()
+func (c *call) kubeletCandidates(resourceName string) (*candidates, *types.Error) {
+	pod, cerr := c.kubeletPod(resourceName)
+	if cerr != nil {
+		return nil, cerr
+	}
+	found := &candidates{resourceName: resourceName}
+	for _, id := range podresources.DevicesOf(pod, resourceName) {
+		if err := config.CheckDeviceID("kubelet device ID", id); err != nil {
+			c.log.Warn("skipping device the kubelet reported", "err", err)
+			continue
+		}
+		found.ids = append(found.ids, id)
+	}
+	refused := found.addDRA(dradevice.Local(pod, resourceName), c.log)
+	if len(found.ids) == 0 {
+		devs, cerr := c.apiDevices(resourceName, pod)
+		if cerr != nil {
+			return nil, cerr
+		}
+		refused = append(refused, found.addDRA(devs, c.log)...)
+	}
+	if len(found.ids) == 0 {
+		return nil, c.noDevice(resourceName, pod, refused)
+	}
+	return found, nil
+}
+
+// kubeletPod is the kubelet's answer about this call's pod.
+func (c *call) kubeletPod(resourceName string) (*v1.PodResources, *types.Error) {
+	pr, cerr := c.kubelet.open()
 	if cerr != nil {
 		return nil, cerr
 	}
@@ -108,28 +148,7 @@ func (c *call) kubeletCandidates(resourceName string) ([]string, *types.Error) {
 	if err != nil {
 		return nil, cniError(ErrPodResources, "the kubelet PodResources API failed at "+c.conf.PodResourcesSocket, err)
 	}
-	var ids []string
-	for _, id := range podresources.DevicesOf(pod, resourceName) {
-		if err := config.CheckDeviceID("kubelet device ID", id); err != nil {
-			c.p.Log.Warn("skipping device the kubelet reported", "err", err)
-			continue
-		}
-		ids = append(ids, id)
-	}
-	ids, refused := c.addDRA(ids, dradevice.Local(pod, resourceName))
-	if len(ids) == 0 {
-		devs, cerr := c.apiDevices(resourceName, pod)
-		if cerr != nil {
-			return nil, cerr
-		}
-		var more []string
-		ids, more = c.addDRA(ids, devs)
-		refused = append(refused, more...)
-	}
-	if len(ids) == 0 {
-		return nil, c.noDevice(resourceName, pod, refused)
-	}
-	return ids, nil
+	return pod, nil
 }
 
 // noDevice says that the pod has no device of the resource, what the
@@ -144,51 +163,30 @@ func (c *call) noDevice(resourceName string, pod *v1.PodResources, refused []str
 		dradevice.AttrResourceName, resourceName, describe(pod), why), nil)
 }
 
-// podResources opens the kubelet client once per call; close releases it.
-func (c *call) podResources() (*podresources.Client, *types.Error) {
-	if c.pr != nil {
-		return c.pr, nil
-	}
-	// The kubelet decides which pod has which device: a socket a NAD author
-	// made (in a directory of theirs) must not.
-	if err := safefile.CheckOwnedFile(c.conf.PodResourcesSocket); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, cniError(ErrPodResources, "refusing \"podResourcesSocket\": it must be the kubelet's", err)
-	}
-	pr, err := podresources.New(c.conf.PodResourcesSocket, podresources.WithTimeout(c.p.Timeout), podresources.WithLogger(c.p.Log))
-	if err != nil {
-		return nil, cniError(ErrPodResources, "cannot reach the kubelet PodResources API: check \"podResourcesSocket\"", err)
-	}
-	c.pr = pr
-	return pr, nil
-}
-
 func (c *call) close() {
 	if c.closeLog != nil {
 		c.closeLog()
 		c.closeLog = nil
 	}
-	if c.pr != nil {
-		_ = c.pr.Close()
-		c.pr = nil
-	}
+	c.kubelet.close()
 }
 
 // staleHolders asks the kubelet, before the node-wide state lock is taken
 // (a slow kubelet must not make every ADD on the node queue behind this
-// one), which other attachments' claims on the candidates are left over.
-// It returns the check Claim runs under the lock: the record is still the
-// very claim judged stale (same attachment, pod and device), as devplumbctl
-// gc re-checks under the lock.
-func (c *call) staleHolders(res string, cands []string) func(*attachment.Record) bool {
-	if c.pr == nil {
+// one), which other attachments' records holding the candidates are left
+// over. It returns the check Take runs under the lock: the record is still
+// the very one judged stale (same attachment, pod and device), as
+// devplumbctl gc re-checks under the lock.
+func (c *call) staleHolders(want *candidates) func(*attachment.Record) bool {
+	if !c.kubelet.asked() {
 		// No kubelet asked for the candidates (an explicit device): none
 		// to ask about their holders either.
 		return func(*attachment.Record) bool { return false }
 	}
-	recs, _ := c.claims.List() // unreadable records are Claim's to report
+	recs, _ := c.records.List() // unreadable records are Take's to report
 	stale := map[attachment.Key]*attachment.Record{}
 	for _, a := range recs {
-		if a.Key != c.key && a.ResourceName == res && slices.Contains(cands, a.DeviceID) && c.staleClaim(a) {
+		if a.Key != c.key && a.ResourceName == want.resourceName && slices.Contains(want.ids, a.DeviceID) && c.heldStale(a) {
 			stale[a.Key] = a
 		}
 	}
@@ -197,20 +195,20 @@ func (c *call) staleHolders(res string, cands []string) func(*attachment.Record)
 		if s == nil || s.DeviceID != a.DeviceID || s.Pod != a.Pod || s.ResourceName != a.ResourceName {
 			return false
 		}
-		c.p.Log.Warn("taking over a stale claim: the kubelet no longer gives the device to its holder",
+		c.log.Warn("taking over a stale device record: the kubelet no longer gives the device to its holder",
 			"device", a.DeviceID, "holder", a.Pod.String(), "container", a.ContainerID)
 		return true
 	}
 }
 
-// staleClaim reports whether another attachment's claim on a device the
-// kubelet gave this pod is left over: the kubelet no longer lists the
-// device for the holder (its DEL never came, e.g. after a node crash). A
-// holder of this pod's namespace and name but another UID is a pod deleted
-// and created again: the kubelet's answer is about the new pod, so the old
-// one's claim is left over when its sandbox is gone.
-func (c *call) staleClaim(a *attachment.Record) bool {
-	if c.pr == nil || !a.Pod.Known() || a.ResourceName == "" {
+// heldStale reports whether another attachment's record of a device the
+// kubelet gave this pod is left over: the kubelet no longer gives the
+// device to the holder (its DEL never came, e.g. after a node crash), by
+// leftover's rule. A holder of this pod's namespace and name but another
+// UID is a pod deleted and created again: the kubelet's answer is about the
+// new pod, so the old one's record is left over when its sandbox is gone.
+func (c *call) heldStale(a *attachment.Record) bool {
+	if !c.kubelet.asked() || !a.Pod.Known() || a.ResourceName == "" {
 		return false
 	}
 	if a.Pod.Namespace == c.pod.Namespace && a.Pod.Name == c.pod.Name {
@@ -218,30 +216,30 @@ func (c *call) staleClaim(a *attachment.Record) bool {
 	}
 	ctx, cancel := c.ctx()
 	defer cancel()
-	pod, err := c.pr.Get(ctx, a.Pod.Namespace, a.Pod.Name)
-	if a.Claim != nil {
-		// A DRA device's holder may have it from a claim the kubelet does
-		// not report (no container references it): only a pod the kubelet
-		// no longer knows has left it over.
-		return errors.Is(err, podresources.ErrPodNotFound)
+	pod, err := c.kubelet.client.Get(ctx, a.Pod.Namespace, a.Pod.Name)
+	if err != nil && !errors.Is(err, podresources.ErrPodNotFound) {
+		return false // no answer: nothing to judge by
 	}
-	return errors.Is(err, podresources.ErrPodNotFound) ||
-		(err == nil && !slices.Contains(podresources.DevicesOf(pod, a.ResourceName), a.DeviceID))
+	var devices []string
+	if err == nil {
+		devices = podresources.DevicesOf(pod, a.ResourceName)
+	}
+	return leftover.DeviceGone(a, err == nil, devices)
 }
 
 // sandboxGone reports whether an attachment's sandbox is gone: its netns
 // no longer exists, or its ADD never got as far as recording one.
 func sandboxGone(a *attachment.Record) bool {
-	return existingNetns(a.NetNS) == ""
+	return leftover.NetnsGone(a.NetNS)
 }
 
-// checkKubelet confirms the kubelet still assigns a claimed device to the pod.
+// checkKubelet confirms the kubelet still assigns a recorded device to the pod.
 func (c *call) checkKubelet(a *attachment.Record) *types.Error {
 	if a.ResourceName == "" || c.conf.DeviceIDFromConfig() != "" || !a.Pod.Known() || a.Claim != nil {
 		// A DRA device's claim may be one the kubelet does not report.
 		return nil
 	}
-	pr, cerr := c.podResources()
+	pr, cerr := c.kubelet.open()
 	if cerr != nil {
 		return cerr
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -42,13 +44,11 @@ func (c *call) draKube() (DRAKube, error) {
 	return d, nil
 }
 
-// addDRA adds the DRA devices to the candidates: recorded in c.draDevs by
-// ID, so the claimed one's ResourceClaim goes into the state record. It
+// addDRA adds the DRA devices to the candidates, noting each in cs.dra. It
 // says why it passed over the devices it refused.
-func (c *call) addDRA(ids []string, devs []dradevice.Device) ([]string, []string) {
-	var refused []string
-	if c.draDevs == nil {
-		c.draDevs = map[string]dradevice.Device{}
+func (cs *candidates) addDRA(devs []dradevice.Device, log *slog.Logger) (refused []string) {
+	if cs.dra == nil {
+		cs.dra = map[string]dradevice.Device{}
 	}
 	for _, d := range devs {
 		// Both name files under deviceInfoDir: attributes are the driver's
@@ -58,26 +58,17 @@ func (c *call) addDRA(ids []string, devs []dradevice.Device) ([]string, []string
 			err = config.CheckResourceName("resource name of "+d.Claim.String(), d.ResourceName)
 		}
 		if err != nil {
-			c.p.Log.Warn("skipping a DRA device", "err", err)
+			log.Warn("skipping a DRA device", "err", err)
 			refused = append(refused, err.Error())
 			continue
 		}
-		if _, dup := c.draDevs[d.ID]; dup || containsID(ids, d.ID) {
+		if _, dup := cs.dra[d.ID]; dup || slices.Contains(cs.ids, d.ID) {
 			continue
 		}
-		c.draDevs[d.ID] = d
-		ids = append(ids, d.ID)
+		cs.dra[d.ID] = d
+		cs.ids = append(cs.ids, d.ID)
 	}
-	return ids, refused
-}
-
-func containsID(ids []string, id string) bool {
-	for _, x := range ids {
-		if x == id {
-			return true
-		}
-	}
-	return false
+	return refused
 }
 
 // apiDevices asks the API server for the pod's DRA devices (the pod, its
@@ -106,11 +97,11 @@ func (c *call) apiDevices(res string, local *v1.PodResources) ([]dradevice.Devic
 }
 
 // claimCandidates are the devices of the config's "resourceClaim", and
-// their resource: one resource, so that devplumb's claims and the DP
+// their resource: one resource, so that devplumb's records and the DP
 // device-info file have one name to go by.
-func (c *call) claimCandidates(res string) ([]string, string, *types.Error) {
+func (c *call) claimCandidates(res string) (*candidates, *types.Error) {
 	var local *v1.PodResources
-	if pr, cerr := c.podResources(); cerr == nil {
+	if pr, cerr := c.kubelet.open(); cerr == nil {
 		// Only for the CDI rule of a device without the deviceID attribute.
 		ctx, cancel := c.ctx()
 		local, _ = pr.Get(ctx, c.pod.Namespace, c.pod.Name)
@@ -118,29 +109,30 @@ func (c *call) claimCandidates(res string) ([]string, string, *types.Error) {
 	}
 	devs, cerr := c.apiDevices(res, local)
 	if cerr != nil {
-		return nil, "", cerr
+		return nil, cerr
 	}
 	if len(devs) == 0 {
-		return nil, "", cniError(ErrNoDevice, fmt.Sprintf("claim %q of pod %s has no usable device", c.conf.ResourceClaim, c.pod), nil)
+		return nil, cniError(ErrNoDevice, fmt.Sprintf("claim %q of pod %s has no usable device", c.conf.ResourceClaim, c.pod), nil)
 	}
 	for _, d := range devs[1:] {
 		if d.ResourceName != devs[0].ResourceName {
-			return nil, "", cniError(ErrNoDevice, fmt.Sprintf("claim %q of pod %s has devices of resources %s and %s: "+
+			return nil, cniError(ErrNoDevice, fmt.Sprintf("claim %q of pod %s has devices of resources %s and %s: "+
 				"set \"request\" or \"resourceName\" to say which this network takes", c.conf.ResourceClaim, c.pod,
 				devs[0].ResourceName, d.ResourceName), nil)
 		}
 	}
-	ids, refused := c.addDRA(nil, devs)
-	if len(ids) == 0 {
-		return nil, "", cniError(ErrNoDevice, fmt.Sprintf("claim %q of pod %s has no usable device: %s",
+	found := &candidates{resourceName: devs[0].ResourceName}
+	if refused := found.addDRA(devs, c.log); len(found.ids) == 0 {
+		return nil, cniError(ErrNoDevice, fmt.Sprintf("claim %q of pod %s has no usable device: %s",
 			c.conf.ResourceClaim, c.pod, strings.Join(refused, "; ")), nil)
 	}
-	return ids, devs[0].ResourceName, nil
+	return found, nil
 }
 
-// recordClaim notes in the record which ResourceClaim device it holds.
-func (c *call) recordClaim(rec *attachment.Record) {
-	if d, ok := c.draDevs[rec.DeviceID]; ok && d.ResourceName == rec.ResourceName {
+// noteClaim notes in the record which ResourceClaim device it holds, if
+// the device it took is a DRA device among the candidates.
+func noteClaim(rec *attachment.Record, want *candidates) {
+	if d, ok := want.dra[rec.DeviceID]; ok && d.ResourceName == rec.ResourceName {
 		cl := d.Claim
 		rec.Claim = &cl
 	}
@@ -188,7 +180,7 @@ func (c *call) removeClaimStatus(rec *attachment.Record) {
 		err = k.RemoveDeviceStatus(ctx, *rec.Claim)
 	}
 	if err != nil {
-		c.p.Log.Warn("removing devplumb's status of "+rec.Claim.String()+" failed", "err", err)
+		c.log.Warn("removing devplumb's status of "+rec.Claim.String()+" failed", "err", err)
 	}
 }
 

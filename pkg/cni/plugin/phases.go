@@ -65,9 +65,9 @@ func (p *phases) log(l *slog.Logger, op string) {
 // a spool (devplumbctl metrics), dropped there for its histograms. Losing a sample is
 // no reason to fail a call.
 func (c *call) endTiming(op string, err error) {
-	c.t.log(c.p.Log, op)
-	rec := phasespool.Record{Op: op, Network: c.conf.Name, Failed: err != nil, Phases: c.t.recorded()}
+	c.timing.log(c.log, op)
+	rec := phasespool.Record{Op: op, Network: c.conf.Name, Failed: err != nil, Phases: c.timing.recorded()}
 	if err := phasespool.Drop(c.conf.StateDir, rec); err != nil {
-		c.p.Log.Debug("phase record not spooled", "err", err)
+		c.log.Debug("phase record not spooled", "err", err)
 	}
 }

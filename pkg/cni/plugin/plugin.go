@@ -1,5 +1,5 @@
 // Package plugin is the devplumb CNI meta-plugin: ADD finds the pod's device,
-// claims it, hands its device information to the delegate plugins and records
+// takes it, hands its device information to the delegate plugins and records
 // the network-status entry; DEL, CHECK, STATUS and GC follow the same path.
 package plugin
 
@@ -18,7 +18,6 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
-	current "github.com/containernetworking/cni/pkg/types/100"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 
 	"github.com/devplumb/devplumb/devinfo"
@@ -26,14 +25,13 @@ import (
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
 	"github.com/devplumb/devplumb/pkg/cni/config"
 	"github.com/devplumb/devplumb/pkg/cni/delegate"
-	"github.com/devplumb/devplumb/pkg/cni/dradevice"
 	"github.com/devplumb/devplumb/podresources"
 )
 
 // devplumb's own CNI error codes (the CNI spec leaves 100+ to plugins).
 const (
 	ErrNoDevice       uint = 100 // the pod has no usable device of the resource
-	ErrNoFreeDevice   uint = 101 // every device of the pod is claimed by other attachments
+	ErrNoFreeDevice   uint = 101 // other attachments hold every device of the pod
 	ErrDeviceInfo     uint = 102 // a device-info file is invalid
 	ErrDelegate       uint = 103 // a delegate plugin failed
 	ErrPodResources   uint = 104 // the kubelet's PodResources API failed
@@ -107,35 +105,36 @@ func delegateError(what string, err error) *types.Error {
 	return types.NewError(te.Code, fmt.Sprintf("%s: %s", what, te.Msg), err.Error())
 }
 
-// call is one CNI invocation with its parsed inputs.
+// call is one CNI invocation: its parsed inputs and what serves them. What
+// a step of ADD or DEL finds out (the candidate devices, the taken record,
+// the chain's prevResult, the delegates' result) is not kept here: each step
+// returns it and the next takes it.
 type call struct {
-	p      *Plugin
+	plugin *Plugin
+	log    *slog.Logger // the network's logger (forCall)
 	args   *skel.CmdArgs
 	conf   *config.NetConf
 	pod    attachment.Pod
 	key    attachment.Key
-	cni    [][2]string
-	files  *devinfo.Store
-	claims *attachment.Store
-	inv    *delegate.Invoker
-	pr     *podresources.Client // opened on first use
-	prev   *current.Result      // ADD: the chain's prevResult, if any
-	// draDevs are the DRA devices among the candidates, by device ID.
-	draDevs map[string]dradevice.Device
-	// kc is the call's API client, made on first use (kcMade): one per call,
-	// so that what one step read another can use (network-status starts from
-	// the pod object the DRA lookup read).
-	kc     Kube
-	kcErr  error
-	kcMade bool
-	t      *phases // timings of the call's steps
-	depth  int     // devplumb runs above this one (DepthEnv)
+	// cniArgs are CNI_ARGS as the delegates get them.
+	cniArgs    [][2]string
+	deviceInfo *devinfo.Store
+	records    *attachment.Store
+	delegates  *delegate.Invoker
+	// kubelet and api are the call's PodResources and Kubernetes clients,
+	// made on first use: one each per call, so that what one step read
+	// another can use (network-status starts from the pod object the DRA
+	// lookup read).
+	kubelet *kubeletClient
+	api     *apiClient
+	timing  *phases // timings of the call's steps
+	depth   int     // devplumb runs above this one (DepthEnv)
 	// closeLog ends the call's log file, if its network has one.
 	closeLog func()
 }
 
 func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Error) {
-	t := startPhases()
+	timing := startPhases()
 	conf, err := config.Parse(args.StdinData)
 	if err != nil {
 		code := types.ErrInvalidNetworkConfig
@@ -152,21 +151,23 @@ func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Err
 		}
 		p.Log.Warn("ignoring unparsable CNI_ARGS", "err", err)
 	}
-	inv, err := p.invoker(args.Path, conf.StateDir, conf.Name)
+	delegates, err := p.invoker(args.Path, conf.StateDir, conf.Name)
 	if err != nil {
 		return nil, cniError(ErrState, "unusable \"stateDir\" "+conf.StateDir, err)
 	}
 	own := *args // DEL may clear Netns; the caller's args stay as given
 	p, closeLog := p.forCall(conf)
 	return &call{
-		p: p, args: &own, closeLog: closeLog, conf: conf, pod: pod,
-		key:    attachment.Key{Network: conf.Name, ContainerID: args.ContainerID, IfName: args.IfName},
-		cni:    delegate.ParseArgs(args.Args),
-		files:  devinfo.NewStore(conf.DeviceInfoDir),
-		claims: attachment.New(conf.StateDir),
-		inv:    inv,
-		depth:  markDepth(),
-		t:      t.mark(phaseConfig),
+		plugin: p, log: p.Log, args: &own, closeLog: closeLog, conf: conf, pod: pod,
+		key:        attachment.Key{Network: conf.Name, ContainerID: args.ContainerID, IfName: args.IfName},
+		cniArgs:    delegate.ParseArgs(args.Args),
+		deviceInfo: devinfo.NewStore(conf.DeviceInfoDir),
+		records:    attachment.New(conf.StateDir),
+		delegates:  delegates,
+		kubelet:    &kubeletClient{socket: conf.PodResourcesSocket, timeout: p.Timeout, log: p.Log},
+		api:        &apiClient{make: func() (Kube, error) { return p.newKube(conf) }},
+		depth:      markDepth(),
+		timing:     timing.mark(phaseConfig),
 	}, nil
 }
 
@@ -205,7 +206,7 @@ func (c *call) cniFile() (string, error) {
 	if f := c.conf.RuntimeConfig.CNIDeviceInfoFile; f != "" {
 		return f, nil
 	}
-	return c.files.CNIPath(devinfo.CNIFileName(c.networkName(), c.args.ContainerID, c.args.IfName))
+	return c.deviceInfo.CNIPath(devinfo.CNIFileName(c.networkName(), c.args.ContainerID, c.args.IfName))
 }
 
 // networkName names the attachment's network in network-status and in the CNI
@@ -238,7 +239,7 @@ func (c *call) legacyCNIFile() string {
 	if c.conf.RuntimeConfig.CNIDeviceInfoFile != "" || c.networkName() == c.conf.Name {
 		return ""
 	}
-	p, err := c.files.CNIPath(devinfo.CNIFileName(c.conf.Name, c.args.ContainerID, c.args.IfName))
+	p, err := c.deviceInfo.CNIPath(devinfo.CNIFileName(c.conf.Name, c.args.ContainerID, c.args.IfName))
 	if err != nil {
 		return ""
 	}
@@ -262,14 +263,18 @@ func (c *call) ownedCNIFile(path string) string {
 		return ""
 	}
 	if err := config.CheckCNIDeviceInfoFile("recorded CNI device-info file", path, c.conf.CNIDeviceInfoDirs()); err != nil {
-		c.p.Log.Warn("leaving a file devplumb does not own", "err", err)
+		c.log.Warn("leaving a file devplumb does not own", "err", err)
 		return ""
 	}
 	return path
 }
 
 func (c *call) ctx() (context.Context, context.CancelFunc) {
-	t := c.p.Timeout
+	return timeoutCtx(c.plugin.Timeout)
+}
+
+// timeoutCtx bounds one request to the kubelet or the API server.
+func timeoutCtx(t time.Duration) (context.Context, context.CancelFunc) {
 	if t <= 0 {
 		t = podresources.DefaultTimeout
 	}
@@ -277,33 +282,28 @@ func (c *call) ctx() (context.Context, context.CancelFunc) {
 }
 
 // kube returns the call's API client, or nil when the config has no kubeconfig.
-func (c *call) kube() (Kube, error) {
-	if !c.kcMade {
-		c.kc, c.kcErr = c.newKube()
-		c.kcMade = true
-	}
-	return c.kc, c.kcErr
-}
+func (c *call) kube() (Kube, error) { return c.api.get() }
 
-func (c *call) newKube() (Kube, error) {
-	if c.conf.Kubeconfig == "" {
+// newKube builds the Kubernetes client of conf's kubeconfig; nil without one.
+func (p *Plugin) newKube(conf *config.NetConf) (Kube, error) {
+	if conf.Kubeconfig == "" {
 		return nil, nil
 	}
-	if c.p.NewKube == nil {
+	if p.NewKube == nil {
 		return nil, errors.New("this devplumb build has no Kubernetes client")
 	}
 	// Credentials and server come from this file: one a NAD author wrote
 	// would point devplumb at their own API server.
-	if err := safefile.CheckOwnedFile(c.conf.Kubeconfig); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := safefile.CheckOwnedFile(conf.Kubeconfig); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("refusing kubeconfig: %w", err)
 	}
-	return c.p.NewKube(c.conf.Kubeconfig, c.p.Timeout, c.p.Log)
+	return p.NewKube(conf.Kubeconfig, p.Timeout, p.Log)
 }
 
 // kubeFailed applies networkStatus: "required" fails, "best-effort" logs.
 func (c *call) kubeFailed(what string, err error) *types.Error {
 	if c.conf.NetworkStatus == config.NetworkStatusBestEffort {
-		c.p.Log.Warn(what+" failed; continuing (networkStatus is best-effort)", "err", err)
+		c.log.Warn(what+" failed; continuing (networkStatus is best-effort)", "err", err)
 		return nil
 	}
 	return cniError(ErrKube, what+" failed: check kubeconfig "+c.conf.Kubeconfig+
