@@ -12,7 +12,6 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/types/create"
-	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/base/failpoint"
@@ -67,10 +66,10 @@ func (p *Plugin) Add(args *skel.CmdArgs) (err error) {
 // devplumb's own entries again is harmless.
 func (c *call) answerReplay(rec *attachment.Record, result types.Result) error {
 	if rec.NetworkStatus != nil {
-		if cerr := c.setClaimStatus(rec, rec.NetworkStatus, recordedResult(rec)); cerr != nil {
+		if cerr := c.status.setClaim(rec, rec.NetworkStatus, recordedResult(rec)); cerr != nil {
 			return cerr
 		}
-		if cerr := c.setStatus(rec.NetworkStatus); cerr != nil {
+		if cerr := c.status.setPod(rec.NetworkStatus); cerr != nil {
 			return cerr
 		}
 	}
@@ -231,7 +230,7 @@ func (c *call) dropOlderSandboxes(dropped []*attachment.Record) {
 			c.log.Warn("cannot undo the attachment of a dropped record", "container", a.ContainerID, "err", err)
 		}
 		// Before this ADD applies its own: the device may be the same.
-		c.removeClaimStatus(a)
+		c.status.removeClaim(a)
 	}
 }
 
@@ -366,9 +365,9 @@ func (c *call) finish(rec *attachment.Record, prev *current.Result, result types
 	failpoint.Hit("add-completed")
 	// Last, so that no failure after them leaves an entry on the pod or
 	// the claim: the claim's first, removed again if the pod's fails.
-	if cerr = c.setClaimStatus(rec, entry, result); cerr == nil {
-		if cerr = c.setStatus(entry); cerr != nil {
-			c.removeClaimStatus(rec)
+	if cerr = c.status.setClaim(rec, entry, result); cerr == nil {
+		if cerr = c.status.setPod(entry); cerr != nil {
+			c.status.removeClaim(rec)
 		}
 	}
 	c.timing.mark(phaseKube)
@@ -390,25 +389,6 @@ func (c *call) output(prev *current.Result, result types.Result) (types.Result, 
 		return nil, nil, cniError(types.ErrInternal, "cannot encode the result", err)
 	}
 	return out, raw, nil
-}
-
-func (c *call) setStatus(entry *nadv1.NetworkStatus) *types.Error {
-	k, err := c.kube()
-	if err != nil {
-		return c.kubeFailed("building the Kubernetes client", err)
-	}
-	if k == nil {
-		return nil
-	}
-	if !c.pod.Known() {
-		return c.kubeFailed("writing network-status", errors.New("CNI_ARGS carry no K8S_POD_NAMESPACE/K8S_POD_NAME"))
-	}
-	ctx, cancel := c.ctx()
-	defer cancel()
-	if err := k.SetNetworkStatus(ctx, c.pod.Namespace, c.pod.Name, c.pod.UID, *entry); err != nil {
-		return c.kubeFailed("writing network-status of pod "+c.pod.String(), err)
-	}
-	return nil
 }
 
 // rollback undoes a started delegate ADD, then the files and the record.

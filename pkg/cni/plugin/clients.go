@@ -29,6 +29,20 @@ func (a *apiClient) get() (Kube, error) {
 	return a.client, a.err
 }
 
+// dra is the call's API client when it can do DRA; nil (and no error)
+// without a kubeconfig.
+func (a *apiClient) dra() (DRAKube, error) {
+	k, err := a.get()
+	if err != nil || k == nil {
+		return nil, err
+	}
+	d, ok := k.(DRAKube)
+	if !ok {
+		return nil, errors.New("this devplumb build's Kubernetes client cannot read ResourceClaims")
+	}
+	return d, nil
+}
+
 // kubeletClient is a call's PodResources client, opened on first use.
 type kubeletClient struct {
 	socket  string

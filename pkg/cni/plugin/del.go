@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/skel"
@@ -19,9 +17,11 @@ import (
 	"github.com/devplumb/devplumb/pkg/cni/leftover"
 )
 
-// Del is CNI DEL. With state it undoes exactly what ADD did; without state
-// it runs the delegate DEL from the stdin config and removes the
-// deterministic CNI file. Something already gone is never an error.
+// Del is CNI DEL: ADD's steps backwards (delegate DEL, the CNI device-info
+// file, the device's record, the API server's entries). With state it
+// undoes exactly what ADD did; without state it runs the delegate DEL from
+// the stdin config and removes the deterministic CNI file. Something
+// already gone is never an error.
 func (p *Plugin) Del(args *skel.CmdArgs) (retErr error) {
 	if err := tooDeep(); err != nil {
 		// Under devplumb, ADD refused everything: there is nothing to undo.
@@ -32,20 +32,53 @@ func (p *Plugin) Del(args *skel.CmdArgs) (retErr error) {
 	if cerr != nil {
 		return cerr
 	}
+	defer c.close()
 	defer func() { c.endTiming("DEL", retErr) }()
 	c.forgetGoneNetns()
-	rec, err := c.records.Get(c.key)
-	if err != nil {
-		// A corrupt record cannot guide DEL; fall back to the stateless path.
-		c.log.Warn("ignoring unreadable state", "err", err)
-		rec = nil
-	}
+	rec := c.recordForDel()
 	list, rt, cniFile, cerr := c.delInputs(rec)
 	if cerr != nil {
 		return cerr
 	}
 	c.timing.mark(phaseState)
-	err = c.delegateDel(list, rt)
+	// 5. The delegates' DEL.
+	if cerr := c.undoDelegates(rec, list, rt); cerr != nil {
+		return cerr
+	}
+	failpoint.Hit("del-delegated")
+	// 4. The CNI device-info file.
+	if cerr := c.removeCNIFiles(rec, cniFile); cerr != nil {
+		return cerr
+	}
+	c.timing.mark(phaseDeviceInfo)
+	failpoint.Hit("del-file-removed")
+	// 3. The device's record.
+	if err := c.records.Release(c.key); err != nil {
+		return cniError(ErrState, "cannot release the device record in \"stateDir\" "+c.conf.StateDir, err)
+	}
+	c.timing.mark(phaseClaim)
+	// 6. Last: with the API server down this waits out its bound, and the
+	// device must not wait for that.
+	c.status.removePod(rec, c.statusNames(rec))
+	c.status.removeClaim(rec)
+	c.timing.mark(phaseKube)
+	return nil
+}
+
+// recordForDel is the attachment's record, or nil: a corrupt record cannot
+// guide DEL, which then takes the stateless path.
+func (c *call) recordForDel() *attachment.Record {
+	rec, err := c.records.Get(c.key)
+	if err != nil {
+		c.log.Warn("ignoring unreadable state", "err", err)
+		return nil
+	}
+	return rec
+}
+
+// undoDelegates runs the delegates' DEL and records that they are undone.
+func (c *call) undoDelegates(rec *attachment.Record, list *libcni.NetworkConfigList, rt *libcni.RuntimeConf) *types.Error {
+	err := c.delegateDel(list, rt)
 	c.timing.mark(phaseDelegate)
 	if err != nil {
 		if rec != nil && rec.Complete {
@@ -57,7 +90,12 @@ func (p *Plugin) Del(args *skel.CmdArgs) (retErr error) {
 		c.log.Warn("delegate DEL failed for an attachment with no completed ADD", "err", err)
 	}
 	c.markUndone(rec)
-	failpoint.Hit("del-delegated")
+	return nil
+}
+
+// removeCNIFiles removes the attachment's CNI device-info file and, with no
+// record to name it, the one an older devplumb would have named.
+func (c *call) removeCNIFiles(rec *attachment.Record, cniFile string) *types.Error {
 	if cniFile != "" {
 		if err := devinfo.RemoveFile(cniFile); err != nil {
 			return cniError(types.ErrIOFailure, "cannot remove the CNI device-info file", err)
@@ -66,17 +104,6 @@ func (p *Plugin) Del(args *skel.CmdArgs) (retErr error) {
 	if rec == nil {
 		c.removeLegacyCNIFile()
 	}
-	c.timing.mark(phaseDeviceInfo)
-	failpoint.Hit("del-file-removed")
-	if err := c.records.Release(c.key); err != nil {
-		return cniError(ErrState, "cannot release the device record in \"stateDir\" "+c.conf.StateDir, err)
-	}
-	c.timing.mark(phaseClaim)
-	// Last: with the API server down this waits out its bound, and the
-	// device must not wait for that.
-	c.removeStatus(rec)
-	c.removeClaimStatus(rec)
-	c.timing.mark(phaseKube)
 	return nil
 }
 
@@ -196,32 +223,4 @@ func (c *call) statusNames(rec *attachment.Record) []string {
 		return []string{n, c.conf.Name}
 	}
 	return []string{c.conf.Name}
-}
-
-// removeStatus drops this attachment's network-status entry.
-func (c *call) removeStatus(rec *attachment.Record) {
-	pod := c.pod
-	if !pod.Known() && rec != nil {
-		pod = rec.Pod
-	}
-	k, err := c.kube()
-	if err == nil && k == nil {
-		return
-	}
-	if err == nil && !pod.Known() {
-		err = errors.New("CNI_ARGS carry no K8S_POD_NAMESPACE/K8S_POD_NAME")
-	}
-	if err == nil {
-		ctx, cancel := c.ctx()
-		defer cancel()
-		for _, network := range c.statusNames(rec) {
-			if err = k.RemoveNetworkStatus(ctx, pod.Namespace, pod.Name, pod.UID, network, c.args.IfName); err != nil {
-				break
-			}
-		}
-	}
-	if err != nil {
-		// DEL must not fail on the API server: the pod may be gone already.
-		c.log.Warn(fmt.Sprintf("removing network-status of pod %s failed", pod), "err", err)
-	}
 }

@@ -39,7 +39,7 @@ func (c *call) resourceName() (string, *types.Error) {
 	if c.conf.ResourceName != "" || c.conf.ResourceClaim != "" || c.conf.DeviceIDFromConfig() != "" {
 		return c.conf.ResourceName, nil
 	}
-	k, err := c.kube()
+	k, err := c.api.get()
 	if err != nil {
 		return "", cniError(ErrKube, "cannot build the Kubernetes client to read resourceName from the NetworkAttachmentDefinition", err)
 	}

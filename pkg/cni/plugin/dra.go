@@ -11,7 +11,6 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/types/create"
-	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
@@ -28,20 +27,6 @@ type DRAKube interface {
 	dradevice.API
 	ApplyDeviceStatus(ctx context.Context, s dradevice.Status) error
 	RemoveDeviceStatus(ctx context.Context, claim dradevice.Claim) error
-}
-
-// draKube is the call's API client when it can do DRA; nil (and no error)
-// without a kubeconfig.
-func (c *call) draKube() (DRAKube, error) {
-	k, err := c.kube()
-	if err != nil || k == nil {
-		return nil, err
-	}
-	d, ok := k.(DRAKube)
-	if !ok {
-		return nil, errors.New("this devplumb build's Kubernetes client cannot read ResourceClaims")
-	}
-	return d, nil
 }
 
 // addDRA adds the DRA devices to the candidates, noting each in cs.dra. It
@@ -75,7 +60,7 @@ func (cs *candidates) addDRA(devs []dradevice.Device, log *slog.Logger) (refused
 // claims, the slices of their drivers on the node). local is the kubelet's
 // answer, for the CDI rule; nil when it was not asked.
 func (c *call) apiDevices(res string, local *v1.PodResources) ([]dradevice.Device, *types.Error) {
-	k, err := c.draKube()
+	k, err := c.api.dra()
 	if err != nil {
 		return nil, cniError(ErrKube, "cannot build the Kubernetes client to read the pod's ResourceClaims", err)
 	}
@@ -135,52 +120,6 @@ func noteClaim(rec *attachment.Record, want *candidates) {
 	if d, ok := want.dra[rec.DeviceID]; ok && d.ResourceName == rec.ResourceName {
 		cl := d.Claim
 		rec.Claim = &cl
-	}
-}
-
-// setClaimStatus writes devplumb's part of the claim's status.devices[]
-// entry of the attachment's DRA device, if it has one; failures count as
-// for network-status ("networkStatus": required or best-effort).
-func (c *call) setClaimStatus(rec *attachment.Record, entry *nadv1.NetworkStatus, result types.Result) *types.Error {
-	if rec.Claim == nil {
-		return nil
-	}
-	k, err := c.draKube()
-	if err != nil {
-		return c.kubeFailed("building the Kubernetes client", err)
-	}
-	if k == nil {
-		return nil
-	}
-	st := dradevice.Status{Claim: *rec.Claim, InterfaceName: entry.Interface, HardwareAddress: entry.Mac,
-		IPs: cidrs(entry.IPs, result), Network: c.conf.Name}
-	ctx, cancel := c.ctx()
-	defer cancel()
-	if err := k.ApplyDeviceStatus(ctx, st); err != nil {
-		return c.kubeFailed("writing the status of "+rec.Claim.String(), err)
-	}
-	return nil
-}
-
-// removeClaimStatus removes devplumb's part of the claim's entry; like
-// network-status on DEL, a failure is logged, never fatal. It goes by the
-// state record alone (no API read): a DEL without state knows no claim, and
-// its entry then goes with the claim (a template's claim goes with the pod).
-func (c *call) removeClaimStatus(rec *attachment.Record) {
-	if rec == nil || rec.Claim == nil {
-		return
-	}
-	k, err := c.draKube()
-	if err == nil && k == nil {
-		return
-	}
-	if err == nil {
-		ctx, cancel := c.ctx()
-		defer cancel()
-		err = k.RemoveDeviceStatus(ctx, *rec.Claim)
-	}
-	if err != nil {
-		c.log.Warn("removing devplumb's status of "+rec.Claim.String()+" failed", "err", err)
 	}
 }
 

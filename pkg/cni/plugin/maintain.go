@@ -159,7 +159,7 @@ func (c *call) collect(rec *attachment.Record) error {
 	if err := c.undo(rec); err != nil {
 		return err
 	}
-	c.removeClaimStatus(rec)
+	c.status.removeClaim(rec)
 	return c.records.Release(rec.Key)
 }
 

@@ -127,8 +127,10 @@ type call struct {
 	// lookup read).
 	kubelet *kubeletClient
 	api     *apiClient
-	timing  *phases // timings of the call's steps
-	depth   int     // devplumb runs above this one (DepthEnv)
+	// status writes and removes the attachment's entries on the API server.
+	status *statusWriter
+	timing *phases // timings of the call's steps
+	depth  int     // devplumb runs above this one (DepthEnv)
 	// closeLog ends the call's log file, if its network has one.
 	closeLog func()
 }
@@ -157,6 +159,7 @@ func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Err
 	}
 	own := *args // DEL may clear Netns; the caller's args stay as given
 	p, closeLog := p.forCall(conf)
+	api := &apiClient{make: func() (Kube, error) { return p.newKube(conf) }}
 	return &call{
 		plugin: p, log: p.Log, args: &own, closeLog: closeLog, conf: conf, pod: pod,
 		key:        attachment.Key{Network: conf.Name, ContainerID: args.ContainerID, IfName: args.IfName},
@@ -165,7 +168,8 @@ func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Err
 		records:    attachment.New(conf.StateDir),
 		delegates:  delegates,
 		kubelet:    &kubeletClient{socket: conf.PodResourcesSocket, timeout: p.Timeout, log: p.Log},
-		api:        &apiClient{make: func() (Kube, error) { return p.newKube(conf) }},
+		api:        api,
+		status:     &statusWriter{api: api, conf: conf, pod: pod, ifName: args.IfName, timeout: p.Timeout, log: p.Log},
 		depth:      markDepth(),
 		timing:     timing.mark(phaseConfig),
 	}, nil
@@ -281,9 +285,6 @@ func timeoutCtx(t time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), t)
 }
 
-// kube returns the call's API client, or nil when the config has no kubeconfig.
-func (c *call) kube() (Kube, error) { return c.api.get() }
-
 // newKube builds the Kubernetes client of conf's kubeconfig; nil without one.
 func (p *Plugin) newKube(conf *config.NetConf) (Kube, error) {
 	if conf.Kubeconfig == "" {
@@ -298,14 +299,4 @@ func (p *Plugin) newKube(conf *config.NetConf) (Kube, error) {
 		return nil, fmt.Errorf("refusing kubeconfig: %w", err)
 	}
 	return p.NewKube(conf.Kubeconfig, p.Timeout, p.Log)
-}
-
-// kubeFailed applies networkStatus: "required" fails, "best-effort" logs.
-func (c *call) kubeFailed(what string, err error) *types.Error {
-	if c.conf.NetworkStatus == config.NetworkStatusBestEffort {
-		c.log.Warn(what+" failed; continuing (networkStatus is best-effort)", "err", err)
-		return nil
-	}
-	return cniError(ErrKube, what+" failed: check kubeconfig "+c.conf.Kubeconfig+
-		" and the RBAC of its user, or set \"networkStatus\": \"best-effort\"", err)
 }
