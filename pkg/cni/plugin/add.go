@@ -103,8 +103,8 @@ const maxFileName = 255
 // of the three in length). DEL needs no such check: it finds nothing.
 func (c *call) checkFileNames() *types.Error {
 	network := c.conf.Name // libcni's cache
-	if len(c.networkName()) > len(network) {
-		network = c.networkName() // the CNI device-info file
+	if len(c.names.network()) > len(network) {
+		network = c.names.network() // the CNI device-info file
 	}
 	n := len(network) + len(c.args.ContainerID) + len(c.args.IfName) + 2
 	if n <= maxFileName {
@@ -180,7 +180,7 @@ func (c *call) replay(rec *attachment.Record) (types.Result, bool) {
 	if err != nil || !sameCompact(list.Bytes, rec.Delegate) {
 		return nil, false
 	}
-	cniFile, err := c.cniFile()
+	cniFile, err := c.names.cniFile()
 	if err != nil || cniFile != rec.CNIFile || !sameJSON(c.runtime(rec.DeviceID, cniFile), rec) {
 		return nil, false
 	}
@@ -275,7 +275,7 @@ func (c *call) attach(rec *attachment.Record, prev *current.Result) (types.Resul
 
 // prepare fills rec with the CNI file and the delegate run, not yet done.
 func (c *call) prepare(rec *attachment.Record) (*libcni.NetworkConfigList, *libcni.RuntimeConf, *types.Error) {
-	cniFile, err := c.cniFile()
+	cniFile, err := c.names.cniFile()
 	if err != nil {
 		return nil, nil, cniError(types.ErrInvalidNetworkConfig, "cannot name the CNI device-info file", err)
 	}
@@ -348,7 +348,7 @@ func (c *call) finish(rec *attachment.Record, prev *current.Result, result types
 		return nil, cniError(ErrDeviceInfo, "the CNI device-info file is invalid after the delegate ran: "+
 			"the delegate must write the spec's format", err)
 	}
-	entry, err := networkStatus(result, c.networkName(), c.args.IfName, info)
+	entry, err := networkStatus(result, c.names.network(), c.args.IfName, info)
 	if err != nil {
 		return nil, cniError(ErrDelegate, "cannot read the delegate's result", err)
 	}

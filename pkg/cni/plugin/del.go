@@ -189,7 +189,7 @@ func (c *call) delInputs(rec *attachment.Record) (*libcni.NetworkConfigList, *li
 	if rec != nil {
 		dev = rec.DeviceID
 	}
-	cniFile, err := c.cniFile()
+	cniFile, err := c.names.cniFile()
 	if err != nil {
 		// Names that cannot form a file name cannot have a file.
 		c.log.Warn("no CNI device-info file name for this attachment", "err", err)
@@ -206,7 +206,7 @@ func (c *call) delInputs(rec *attachment.Record) (*libcni.NetworkConfigList, *li
 // older devplumb would have named after the config's name. A failure only leaves a
 // file that gc reports.
 func (c *call) removeLegacyCNIFile() {
-	if f := c.legacyCNIFile(); f != "" {
+	if f := c.names.legacyCNIFile(); f != "" {
 		if err := devinfo.RemoveFile(f); err != nil {
 			c.log.Warn("cannot remove an older CNI device-info file", "file", f, "err", err)
 		}
@@ -219,7 +219,7 @@ func (c *call) statusNames(rec *attachment.Record) []string {
 	if rec != nil && rec.NetworkStatus != nil && rec.NetworkStatus.Name != "" {
 		return []string{rec.NetworkStatus.Name}
 	}
-	if n := c.networkName(); n != c.conf.Name {
+	if n := c.names.network(); n != c.conf.Name {
 		return []string{n, c.conf.Name}
 	}
 	return []string{c.conf.Name}

@@ -119,6 +119,7 @@ type call struct {
 	// cniArgs are CNI_ARGS as the delegates get them.
 	cniArgs    [][2]string
 	deviceInfo *devinfo.Store
+	names      *names
 	records    *attachment.Store
 	delegates  *delegate.Invoker
 	// kubelet and api are the call's PodResources and Kubernetes clients,
@@ -159,12 +160,14 @@ func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Err
 	}
 	own := *args // DEL may clear Netns; the caller's args stay as given
 	p, closeLog := p.forCall(conf)
+	deviceInfo := devinfo.NewStore(conf.DeviceInfoDir)
 	api := &apiClient{make: func() (Kube, error) { return p.newKube(conf) }}
 	return &call{
 		plugin: p, log: p.Log, args: &own, closeLog: closeLog, conf: conf, pod: pod,
 		key:        attachment.Key{Network: conf.Name, ContainerID: args.ContainerID, IfName: args.IfName},
 		cniArgs:    delegate.ParseArgs(args.Args),
-		deviceInfo: devinfo.NewStore(conf.DeviceInfoDir),
+		deviceInfo: deviceInfo,
+		names:      &names{conf: conf, podNamespace: pod.Namespace, containerID: args.ContainerID, ifName: args.IfName, deviceInfo: deviceInfo},
 		records:    attachment.New(conf.StateDir),
 		delegates:  delegates,
 		kubelet:    &kubeletClient{socket: conf.PodResourcesSocket, timeout: p.Timeout, log: p.Log},
@@ -202,52 +205,6 @@ func podFromArgs(s string) (attachment.Pod, error) {
 		return attachment.Pod{}, err
 	}
 	return attachment.Pod{Namespace: string(a.K8S_POD_NAMESPACE), Name: string(a.K8S_POD_NAME), UID: string(a.K8S_POD_UID)}, nil
-}
-
-// cniFile is the attachment's CNI device-info file: the caller's
-// runtimeConfig.CNIDeviceInfoFile, else the deterministic name DEL can rebuild.
-func (c *call) cniFile() (string, error) {
-	if f := c.conf.RuntimeConfig.CNIDeviceInfoFile; f != "" {
-		return f, nil
-	}
-	return c.deviceInfo.CNIPath(devinfo.CNIFileName(c.networkName(), c.args.ContainerID, c.args.IfName))
-}
-
-// networkName names the attachment's network in network-status and in the CNI
-// device-info file's name. Multus names a network after its NetworkAttachmentDefinition,
-// "<namespace>/<name>" (the file "<namespace>-<name>-<containerID>_<ifname>"); devplumb
-// does the same when it has one, so the pod's annotation and the node's files read the
-// same under Multus and without it. Else it is the config's name.
-func (c *call) networkName() string {
-	if !c.fromNAD() {
-		return c.conf.Name
-	}
-	ns, name := c.conf.NADRef(c.pod.Namespace)
-	if ns == "" {
-		return c.conf.Name // no pod namespace to complete the reference with
-	}
-	return ns + "/" + name
-}
-
-// fromNAD: the config names a NetworkAttachmentDefinition, or takes its resourceName
-// from one (no resourceName, claim or device given, a kubeconfig to read the NAD with:
-// resourceName()'s rule). It depends on the config alone, so DEL names things as ADD did.
-func (c *call) fromNAD() bool {
-	return c.conf.NAD != "" || (c.conf.ResourceName == "" && c.conf.ResourceClaim == "" &&
-		c.conf.DeviceIDFromConfig() == "" && c.conf.Kubeconfig != "")
-}
-
-// legacyCNIFile is the CNI device-info file an older devplumb, which named every file
-// after the config's name, made for this attachment; "" when that is today's name.
-func (c *call) legacyCNIFile() string {
-	if c.conf.RuntimeConfig.CNIDeviceInfoFile != "" || c.networkName() == c.conf.Name {
-		return ""
-	}
-	p, err := c.deviceInfo.CNIPath(devinfo.CNIFileName(c.conf.Name, c.args.ContainerID, c.args.IfName))
-	if err != nil {
-		return ""
-	}
-	return p
 }
 
 // buildList is the delegate conflist with dev injected ("" injects nothing).
