@@ -96,7 +96,7 @@ func (c *call) checkAdd() (*current.Result, *types.Error) {
 // maxFileName is the longest file name Linux filesystems take.
 const maxFileName = 255
 
-// checkFileNames refuses, before anything is claimed or written, an
+// checkFileNames refuses, before anything is taken or written, an
 // attachment whose names cannot form the file names it needs: libcni's
 // cache "<network>-<containerID>-<ifname>" and the CNI device-info file
 // "<network>-<containerID>_<ifname>" (the CNI specification limits none
@@ -138,7 +138,7 @@ func (c *call) cleanEarlierAdd(rec *attachment.Record) {
 func (c *call) take(want *candidates) (*attachment.Record, *types.Error) {
 	taken, err := c.records.Take(attachment.Request{Key: c.key, Pod: c.pod, ResourceName: want.resourceName,
 		Candidates: want.ids, Stale: c.staleHolders(want), SandboxGone: sandboxGone})
-	c.timing.mark(phaseClaim)
+	c.timing.mark(phaseTake)
 	if taken != nil {
 		if taken.Unreadable != nil {
 			c.log.Warn("passing over corrupt state records; remove them or run DEL of their attachments", "err", taken.Unreadable)
@@ -247,7 +247,7 @@ func (c *call) attach(rec *attachment.Record, prev *current.Result) (types.Resul
 		c.release(rec)
 		return nil, stateError(c.conf.StateDir, err)
 	}
-	c.timing.mark(phaseClaim)
+	c.timing.mark(phaseTake)
 	failpoint.Hit("add-recorded")
 	// 4. The device plugin's device-info, copied to the attachment's CNI file.
 	if cerr := c.copyDeviceInfo(rec); cerr != nil {

@@ -56,7 +56,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) (retErr error) {
 	if err := c.records.Release(c.key); err != nil {
 		return cniError(ErrState, "cannot release the device record in \"stateDir\" "+c.conf.StateDir, err)
 	}
-	c.timing.mark(phaseClaim)
+	c.timing.mark(phaseTake)
 	// 6. Last: with the API server down this waits out its bound, and the
 	// device must not wait for that.
 	c.status.removePod(rec, c.statusNames(rec))

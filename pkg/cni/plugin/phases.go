@@ -12,9 +12,11 @@ import (
 
 // The timed steps of ADD and DEL, in the order ADD runs them.
 const (
-	phaseConfig        = "config"        // parse the config and CNI_ARGS
-	phasePodResources  = "podResources"  // ask the kubelet for the pod's devices
-	phaseClaim         = "claim"         // claim (or release) the device under the state lock
+	phaseConfig       = "config"       // parse the config and CNI_ARGS
+	phasePodResources = "podResources" // ask the kubelet for the pod's devices
+	// phaseTake: take (or release) the device under the state lock. Its name
+	// stays "claim": it is a Prometheus label value and in recorded state.
+	phaseTake          = "claim"
 	phaseDeviceInfo    = "deviceInfo"    // copy (or remove) the CNI device-info file
 	phaseDelegate      = "delegate"      // the delegate plugins' ADD (or DEL)
 	phaseNetworkStatus = "networkStatus" // build the network-status entry and the result
