@@ -64,7 +64,7 @@ func GC(ctx context.Context, p Paths, opts GCOptions) ([]GCAction, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gc needs the kubelet's PodResources to tell stale attachments: %w", err)
 	}
-	g := &gcRun{p: p, opts: opts, store: store}
+	g := &gcRun{paths: p, opts: opts, store: store}
 	// Delegate DELs run before the lock: ADDs on the node never wait on a
 	// plugin. A record whose DEL failed is kept, so a later gc tries again.
 	var gone []*attachment.Record
@@ -99,7 +99,7 @@ func sameHolder(cur, a *attachment.Record) bool {
 }
 
 type gcRun struct {
-	p     Paths
+	paths Paths
 	opts  GCOptions
 	store *attachment.Store
 	acts  []GCAction
@@ -138,7 +138,7 @@ func (g *gcRun) delegateDel(ctx context.Context, a *attachment.Record) bool {
 		if cniPath == "" {
 			cniPath = DefaultCNIPath
 		}
-		err = delegate.New(cniPath, delegate.CacheDir(g.p.StateDir, a.Network)).Del(ctx, list, rt)
+		err = delegate.New(cniPath, delegate.CacheDir(g.paths.StateDir, a.Network)).Del(ctx, list, rt)
 	}
 	if err != nil {
 		g.acts = append(g.acts, GCAction{Verb: "keep", What: recordName(a), Why: "its delegate DEL failed (run gc again once fixed): " + err.Error()})
@@ -166,7 +166,7 @@ func (g *gcRun) removeFile(path, why string) error {
 	if path == "" {
 		return nil
 	}
-	dirs := []string{filepath.Join(g.p.DeviceInfoDir, devinfo.KindCNI), filepath.Join(devinfo.DefaultDir, devinfo.KindCNI)}
+	dirs := []string{filepath.Join(g.paths.DeviceInfoDir, devinfo.KindCNI), filepath.Join(devinfo.DefaultDir, devinfo.KindCNI)}
 	if err := config.CheckCNIDeviceInfoFile("CNI device-info file", path, dirs); err != nil {
 		g.acts = append(g.acts, GCAction{Verb: "keep", What: "file " + path, Why: "not in a device-info directory"})
 		return nil
@@ -188,7 +188,7 @@ func (g *gcRun) orphans() error {
 			Why: fmt.Sprintf("some state records are unreadable, and might own them (%v)", corrupt)})
 		return nil
 	}
-	files, err := devinfo.NewStore(g.p.DeviceInfoDir).List()
+	files, err := devinfo.NewStore(g.paths.DeviceInfoDir).List()
 	if err != nil {
 		return err
 	}
