@@ -38,7 +38,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) (err error) {
 		return cerr
 	}
 	// 2. resourceName -> the device IDs this attachment may take.
-	want, cerr := c.findDevices()
+	want, cerr := c.devices.find()
 	if cerr != nil {
 		return cerr
 	}
@@ -137,7 +137,7 @@ func (c *call) cleanEarlierAdd(rec *attachment.Record) {
 // supersedes (older sandboxes of the pod, stale holders) are undone.
 func (c *call) take(want *candidates) (*attachment.Record, *types.Error) {
 	taken, err := c.records.Take(attachment.Request{Key: c.key, Pod: c.pod, ResourceName: want.resourceName,
-		Candidates: want.ids, Stale: c.staleHolders(want), SandboxGone: sandboxGone})
+		Candidates: want.ids, Stale: c.devices.staleHolders(want), SandboxGone: sandboxGone})
 	c.timing.mark(phaseTake)
 	if taken != nil {
 		if taken.Unreadable != nil {

@@ -1,10 +1,13 @@
 package plugin
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
@@ -17,17 +20,33 @@ import (
 	"github.com/devplumb/devplumb/podresources"
 )
 
+// finder finds the devices an attachment may take (step 2 of ADD), judges
+// their other holders (for step 3), and checks at CHECK that the kubelet
+// still gives the pod its device.
+type finder struct {
+	conf    *config.NetConf
+	pod     attachment.Pod
+	key     attachment.Key
+	records *attachment.Store
+	kubelet *kubeletClient
+	api     *apiClient
+	timeout time.Duration
+	log     *slog.Logger
+}
+
+func (f *finder) ctx() (context.Context, context.CancelFunc) { return timeoutCtx(f.timeout) }
+
 // noDeviceSource says what is missing. A config declaring the deviceID
 // capability expects its caller (Multus) to pass the device; Multus passes
 // one only for a pod that requests the resource its NAD's resourceName
 // annotation names: that, not the config, is then what is missing.
-func (c *call) noDeviceSource() *types.Error {
-	if c.conf.Capabilities[delegate.CapDeviceID] {
+func (f *finder) noDeviceSource() *types.Error {
+	if f.conf.Capabilities[delegate.CapDeviceID] {
 		return cniError(ErrNoDeviceSource, fmt.Sprintf("pod %s/%s has no device for network %q: the caller passed no runtimeConfig.deviceID; "+
 			"Multus passes one only when the pod's containers request the resource the NetworkAttachmentDefinition's "+
 			"k8s.v1.cni.cncf.io/resourceName annotation names: request that resource in the pod, or set \"resourceName\" "+
 			"(for a pod whose device comes from a DRA ResourceClaim, which Multus does not pass: \"resourceName\" and \"kubeconfig\")",
-			c.pod.Namespace, c.pod.Name, c.conf.Name), nil)
+			f.pod.Namespace, f.pod.Name, f.conf.Name), nil)
 	}
 	return cniError(ErrNoDeviceSource, `no device source: set "resourceName", pass the device as runtimeConfig.deviceID `+
 		`(capability "deviceID") or "deviceID", or set "kubeconfig" so devplumb reads resourceName from the NetworkAttachmentDefinition`, nil)
@@ -35,19 +54,19 @@ func (c *call) noDeviceSource() *types.Error {
 
 // resourceName is the configured resourceName, else (with no explicit
 // device) the one the NetworkAttachmentDefinition names.
-func (c *call) resourceName() (string, *types.Error) {
-	if c.conf.ResourceName != "" || c.conf.ResourceClaim != "" || c.conf.DeviceIDFromConfig() != "" {
-		return c.conf.ResourceName, nil
+func (f *finder) resourceName() (string, *types.Error) {
+	if f.conf.ResourceName != "" || f.conf.ResourceClaim != "" || f.conf.DeviceIDFromConfig() != "" {
+		return f.conf.ResourceName, nil
 	}
-	k, err := c.api.get()
+	k, err := f.api.get()
 	if err != nil {
 		return "", cniError(ErrKube, "cannot build the Kubernetes client to read resourceName from the NetworkAttachmentDefinition", err)
 	}
 	if k == nil {
-		return "", c.noDeviceSource()
+		return "", f.noDeviceSource()
 	}
-	ns, name := c.conf.NADRef(c.pod.Namespace)
-	ctx, cancel := c.ctx()
+	ns, name := f.conf.NADRef(f.pod.Namespace)
+	ctx, cancel := f.ctx()
 	defer cancel()
 	res, err := k.NADResourceName(ctx, ns, name)
 	if err != nil {
@@ -74,101 +93,93 @@ type candidates struct {
 	dra map[string]dradevice.Device
 }
 
-// findDevices is step 2 of ADD: resourceName -> device IDs. They are the
+// find is step 2 of ADD: resourceName -> device IDs. They are the
 // caller's explicit device; else the devices of the config's
 // "resourceClaim" (dra.go); else the pod's devices of the resource in
 // kubelet order, the device plugin's and then the DRA drivers' (by the CDI
 // rule, see pkg/cni/dradevice), and only when the kubelet reports none, the
 // DRA devices the API server knows (a claim no container references is not
 // in the kubelet's answer).
-func (c *call) findDevices() (*candidates, *types.Error) {
-	res, cerr := c.resourceName()
+func (f *finder) find() (*candidates, *types.Error) {
+	res, cerr := f.resourceName()
 	if cerr != nil {
 		return nil, cerr
 	}
-	if id := c.conf.DeviceIDFromConfig(); id != "" {
+	if id := f.conf.DeviceIDFromConfig(); id != "" {
 		return &candidates{resourceName: res, ids: []string{id}}, nil
 	}
-	if !c.pod.Known() {
+	if !f.pod.Known() {
 		what := res + " devices"
-		if c.conf.ResourceClaim != "" {
-			what = "claim " + c.conf.ResourceClaim
+		if f.conf.ResourceClaim != "" {
+			what = "claim " + f.conf.ResourceClaim
 		}
 		return nil, cniError(types.ErrInvalidEnvironmentVariables, "CNI_ARGS must carry K8S_POD_NAMESPACE and K8S_POD_NAME "+
 			"so devplumb can find the pod's "+what, nil)
 	}
-	if c.conf.ResourceClaim != "" {
-		return c.claimCandidates(res)
+	if f.conf.ResourceClaim != "" {
+		return f.claimCandidates(res)
 	}
-	return c.kubeletCandidates(res)
+	return f.kubeletCandidates(res)
 }
 
 // kubeletCandidates are the pod's devices of the resource, the kubelet's
 // first, then the API server's DRA devices if the kubelet reports none.
-func (c *call) kubeletCandidates(resourceName string) (*candidates, *types.Error) {
-	pod, cerr := c.kubeletPod(resourceName)
+func (f *finder) kubeletCandidates(resourceName string) (*candidates, *types.Error) {
+	pod, cerr := f.kubeletPod(resourceName)
 	if cerr != nil {
 		return nil, cerr
 	}
 	found := &candidates{resourceName: resourceName}
 	for _, id := range podresources.DevicesOf(pod, resourceName) {
 		if err := config.CheckDeviceID("kubelet device ID", id); err != nil {
-			c.log.Warn("skipping device the kubelet reported", "err", err)
+			f.log.Warn("skipping device the kubelet reported", "err", err)
 			continue
 		}
 		found.ids = append(found.ids, id)
 	}
-	refused := found.addDRA(dradevice.Local(pod, resourceName), c.log)
+	refused := found.addDRA(dradevice.Local(pod, resourceName), f.log)
 	if len(found.ids) == 0 {
-		devs, cerr := c.apiDevices(resourceName, pod)
+		devs, cerr := f.apiDevices(resourceName, pod)
 		if cerr != nil {
 			return nil, cerr
 		}
-		refused = append(refused, found.addDRA(devs, c.log)...)
+		refused = append(refused, found.addDRA(devs, f.log)...)
 	}
 	if len(found.ids) == 0 {
-		return nil, c.noDevice(resourceName, pod, refused)
+		return nil, f.noDevice(resourceName, pod, refused)
 	}
 	return found, nil
 }
 
 // kubeletPod is the kubelet's answer about this call's pod.
-func (c *call) kubeletPod(resourceName string) (*v1.PodResources, *types.Error) {
-	pr, cerr := c.kubelet.open()
+func (f *finder) kubeletPod(resourceName string) (*v1.PodResources, *types.Error) {
+	pr, cerr := f.kubelet.open()
 	if cerr != nil {
 		return nil, cerr
 	}
-	ctx, cancel := c.ctx()
+	ctx, cancel := f.ctx()
 	defer cancel()
-	pod, err := pr.Get(ctx, c.pod.Namespace, c.pod.Name)
+	pod, err := pr.Get(ctx, f.pod.Namespace, f.pod.Name)
 	if errors.Is(err, podresources.ErrPodNotFound) {
 		return nil, cniError(ErrNoDevice, fmt.Sprintf("the kubelet knows no pod %s: check K8S_POD_NAMESPACE/K8S_POD_NAME "+
-			"and that the pod requests %s", c.pod, resourceName), err)
+			"and that the pod requests %s", f.pod, resourceName), err)
 	}
 	if err != nil {
-		return nil, cniError(ErrPodResources, "the kubelet PodResources API failed at "+c.conf.PodResourcesSocket, err)
+		return nil, cniError(ErrPodResources, "the kubelet PodResources API failed at "+f.conf.PodResourcesSocket, err)
 	}
 	return pod, nil
 }
 
 // noDevice says that the pod has no device of the resource, what the
 // kubelet reported, and which DRA devices were refused and why.
-func (c *call) noDevice(resourceName string, pod *v1.PodResources, refused []string) *types.Error {
+func (f *finder) noDevice(resourceName string, pod *v1.PodResources, refused []string) *types.Error {
 	why := ""
 	if len(refused) > 0 {
 		why = "; refused: " + strings.Join(refused, "; ")
 	}
 	return cniError(ErrNoDevice, fmt.Sprintf("pod %s has no usable device of resource %s: request %s in the pod spec, "+
-		"or claim a DRA device with attribute %s=%s (the kubelet returned %s%s)", c.pod, resourceName, resourceName,
+		"or claim a DRA device with attribute %s=%s (the kubelet returned %s%s)", f.pod, resourceName, resourceName,
 		dradevice.AttrResourceName, resourceName, describe(pod), why), nil)
-}
-
-func (c *call) close() {
-	if c.closeLog != nil {
-		c.closeLog()
-		c.closeLog = nil
-	}
-	c.kubelet.close()
 }
 
 // staleHolders asks the kubelet, before the node-wide state lock is taken
@@ -177,16 +188,16 @@ func (c *call) close() {
 // over. It returns the check Take runs under the lock: the record is still
 // the very one judged stale (same attachment, pod and device), as
 // devplumbctl gc re-checks under the lock.
-func (c *call) staleHolders(want *candidates) func(*attachment.Record) bool {
-	if !c.kubelet.asked() {
+func (f *finder) staleHolders(want *candidates) func(*attachment.Record) bool {
+	if !f.kubelet.asked() {
 		// No kubelet asked for the candidates (an explicit device): none
 		// to ask about their holders either.
 		return func(*attachment.Record) bool { return false }
 	}
-	recs, _ := c.records.List() // unreadable records are Take's to report
+	recs, _ := f.records.List() // unreadable records are Take's to report
 	stale := map[attachment.Key]*attachment.Record{}
 	for _, a := range recs {
-		if a.Key != c.key && a.ResourceName == want.resourceName && slices.Contains(want.ids, a.DeviceID) && c.heldStale(a) {
+		if a.Key != f.key && a.ResourceName == want.resourceName && slices.Contains(want.ids, a.DeviceID) && f.heldStale(a) {
 			stale[a.Key] = a
 		}
 	}
@@ -195,7 +206,7 @@ func (c *call) staleHolders(want *candidates) func(*attachment.Record) bool {
 		if s == nil || s.DeviceID != a.DeviceID || s.Pod != a.Pod || s.ResourceName != a.ResourceName {
 			return false
 		}
-		c.log.Warn("taking over a stale device record: the kubelet no longer gives the device to its holder",
+		f.log.Warn("taking over a stale device record: the kubelet no longer gives the device to its holder",
 			"device", a.DeviceID, "holder", a.Pod.String(), "container", a.ContainerID)
 		return true
 	}
@@ -207,16 +218,16 @@ func (c *call) staleHolders(want *candidates) func(*attachment.Record) bool {
 // leftover's rule. A holder of this pod's namespace and name but another
 // UID is a pod deleted and created again: the kubelet's answer is about the
 // new pod, so the old one's record is left over when its sandbox is gone.
-func (c *call) heldStale(a *attachment.Record) bool {
-	if !c.kubelet.asked() || !a.Pod.Known() || a.ResourceName == "" {
+func (f *finder) heldStale(a *attachment.Record) bool {
+	if !f.kubelet.asked() || !a.Pod.Known() || a.ResourceName == "" {
 		return false
 	}
-	if a.Pod.Namespace == c.pod.Namespace && a.Pod.Name == c.pod.Name {
-		return a.Pod.UID != "" && c.pod.UID != "" && a.Pod.UID != c.pod.UID && sandboxGone(a)
+	if a.Pod.Namespace == f.pod.Namespace && a.Pod.Name == f.pod.Name {
+		return a.Pod.UID != "" && f.pod.UID != "" && a.Pod.UID != f.pod.UID && sandboxGone(a)
 	}
-	ctx, cancel := c.ctx()
+	ctx, cancel := f.ctx()
 	defer cancel()
-	pod, err := c.kubelet.client.Get(ctx, a.Pod.Namespace, a.Pod.Name)
+	pod, err := f.kubelet.client.Get(ctx, a.Pod.Namespace, a.Pod.Name)
 	if err != nil && !errors.Is(err, podresources.ErrPodNotFound) {
 		return false // no answer: nothing to judge by
 	}
@@ -234,20 +245,20 @@ func sandboxGone(a *attachment.Record) bool {
 }
 
 // checkKubelet confirms the kubelet still assigns a recorded device to the pod.
-func (c *call) checkKubelet(a *attachment.Record) *types.Error {
-	if a.ResourceName == "" || c.conf.DeviceIDFromConfig() != "" || !a.Pod.Known() || a.Claim != nil {
+func (f *finder) checkKubelet(a *attachment.Record) *types.Error {
+	if a.ResourceName == "" || f.conf.DeviceIDFromConfig() != "" || !a.Pod.Known() || a.Claim != nil {
 		// A DRA device's claim may be one the kubelet does not report.
 		return nil
 	}
-	pr, cerr := c.kubelet.open()
+	pr, cerr := f.kubelet.open()
 	if cerr != nil {
 		return cerr
 	}
-	ctx, cancel := c.ctx()
+	ctx, cancel := f.ctx()
 	defer cancel()
 	devs, err := pr.Devices(ctx, a.Pod.Namespace, a.Pod.Name, a.ResourceName)
 	if err != nil && !errors.Is(err, podresources.ErrPodNotFound) {
-		return cniError(ErrPodResources, "the kubelet PodResources API failed at "+c.conf.PodResourcesSocket, err)
+		return cniError(ErrPodResources, "the kubelet PodResources API failed at "+f.conf.PodResourcesSocket, err)
 	}
 	if !slices.Contains(devs, a.DeviceID) {
 		return cniError(ErrNoDevice, fmt.Sprintf("the kubelet no longer assigns %s device %s to pod %s: recreate the pod",

@@ -59,23 +59,23 @@ func (cs *candidates) addDRA(devs []dradevice.Device, log *slog.Logger) (refused
 // apiDevices asks the API server for the pod's DRA devices (the pod, its
 // claims, the slices of their drivers on the node). local is the kubelet's
 // answer, for the CDI rule; nil when it was not asked.
-func (c *call) apiDevices(res string, local *v1.PodResources) ([]dradevice.Device, *types.Error) {
-	k, err := c.api.dra()
+func (f *finder) apiDevices(res string, local *v1.PodResources) ([]dradevice.Device, *types.Error) {
+	k, err := f.api.dra()
 	if err != nil {
 		return nil, cniError(ErrKube, "cannot build the Kubernetes client to read the pod's ResourceClaims", err)
 	}
 	if k == nil {
 		return nil, nil
 	}
-	ctx, cancel := c.ctx()
+	ctx, cancel := f.ctx()
 	defer cancel()
-	devs, err := dradevice.Resolve(ctx, k, dradevice.Query{Namespace: c.pod.Namespace, Pod: c.pod.Name, UID: c.pod.UID,
-		PodClaim: c.conf.ResourceClaim, Request: c.conf.Request, ResourceName: res, Local: local})
+	devs, err := dradevice.Resolve(ctx, k, dradevice.Query{Namespace: f.pod.Namespace, Pod: f.pod.Name, UID: f.pod.UID,
+		PodClaim: f.conf.ResourceClaim, Request: f.conf.Request, ResourceName: res, Local: local})
 	if errors.Is(err, dradevice.ErrNoDevice) {
 		return nil, cniError(ErrNoDevice, err.Error(), nil)
 	}
 	if err != nil {
-		return nil, cniError(ErrKube, "cannot read the pod's ResourceClaims: check kubeconfig "+c.conf.Kubeconfig+
+		return nil, cniError(ErrKube, "cannot read the pod's ResourceClaims: check kubeconfig "+f.conf.Kubeconfig+
 			" and the RBAC of its user (get pods, resourceclaims; list resourceslices)", err)
 	}
 	return devs, nil
@@ -84,32 +84,32 @@ func (c *call) apiDevices(res string, local *v1.PodResources) ([]dradevice.Devic
 // claimCandidates are the devices of the config's "resourceClaim", and
 // their resource: one resource, so that devplumb's records and the DP
 // device-info file have one name to go by.
-func (c *call) claimCandidates(res string) (*candidates, *types.Error) {
+func (f *finder) claimCandidates(res string) (*candidates, *types.Error) {
 	var local *v1.PodResources
-	if pr, cerr := c.kubelet.open(); cerr == nil {
+	if pr, cerr := f.kubelet.open(); cerr == nil {
 		// Only for the CDI rule of a device without the deviceID attribute.
-		ctx, cancel := c.ctx()
-		local, _ = pr.Get(ctx, c.pod.Namespace, c.pod.Name)
+		ctx, cancel := f.ctx()
+		local, _ = pr.Get(ctx, f.pod.Namespace, f.pod.Name)
 		cancel()
 	}
-	devs, cerr := c.apiDevices(res, local)
+	devs, cerr := f.apiDevices(res, local)
 	if cerr != nil {
 		return nil, cerr
 	}
 	if len(devs) == 0 {
-		return nil, cniError(ErrNoDevice, fmt.Sprintf("claim %q of pod %s has no usable device", c.conf.ResourceClaim, c.pod), nil)
+		return nil, cniError(ErrNoDevice, fmt.Sprintf("claim %q of pod %s has no usable device", f.conf.ResourceClaim, f.pod), nil)
 	}
 	for _, d := range devs[1:] {
 		if d.ResourceName != devs[0].ResourceName {
 			return nil, cniError(ErrNoDevice, fmt.Sprintf("claim %q of pod %s has devices of resources %s and %s: "+
-				"set \"request\" or \"resourceName\" to say which this network takes", c.conf.ResourceClaim, c.pod,
+				"set \"request\" or \"resourceName\" to say which this network takes", f.conf.ResourceClaim, f.pod,
 				devs[0].ResourceName, d.ResourceName), nil)
 		}
 	}
 	found := &candidates{resourceName: devs[0].ResourceName}
-	if refused := found.addDRA(devs, c.log); len(found.ids) == 0 {
+	if refused := found.addDRA(devs, f.log); len(found.ids) == 0 {
 		return nil, cniError(ErrNoDevice, fmt.Sprintf("claim %q of pod %s has no usable device: %s",
-			c.conf.ResourceClaim, c.pod, strings.Join(refused, "; ")), nil)
+			f.conf.ResourceClaim, f.pod, strings.Join(refused, "; ")), nil)
 	}
 	return found, nil
 }

@@ -30,7 +30,7 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 			"run ADD again", c.key.Network, c.key.ContainerID, c.key.IfName), nil)
 	}
 	defer c.close()
-	if cerr := c.checkKubelet(rec); cerr != nil {
+	if cerr := c.devices.checkKubelet(rec); cerr != nil {
 		return cerr
 	}
 	if rec.NetworkStatus != nil && rec.NetworkStatus.DeviceInfo != nil {

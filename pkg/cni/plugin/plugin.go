@@ -122,12 +122,14 @@ type call struct {
 	names      *names
 	records    *attachment.Store
 	delegates  *delegate.Invoker
-	// kubelet and api are the call's PodResources and Kubernetes clients,
-	// made on first use: one each per call, so that what one step read
-	// another can use (network-status starts from the pod object the DRA
-	// lookup read).
+	// kubelet is the call's PodResources client, opened on first use and
+	// closed by close. It and the Kubernetes client (apiClient) are made
+	// once per call and shared by devices and status, so that what one step
+	// read another can use (network-status starts from the pod object the
+	// DRA lookup read).
 	kubelet *kubeletClient
-	api     *apiClient
+	// devices finds the attachment's device (ADD step 2) and judges holders.
+	devices *finder
 	// status writes and removes the attachment's entries on the API server.
 	status *statusWriter
 	timing *phases // timings of the call's steps
@@ -138,21 +140,9 @@ type call struct {
 
 func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Error) {
 	timing := startPhases()
-	conf, err := config.Parse(args.StdinData)
-	if err != nil {
-		code := types.ErrInvalidNetworkConfig
-		if errors.Is(err, config.ErrDecode) {
-			code = types.ErrDecodingFailure
-		}
-		return nil, cniError(code, "invalid devplumb network config: "+err.Error(), nil)
-	}
-	pod, err := podFromArgs(args.Args)
-	if err != nil {
-		if strictArgs {
-			return nil, cniError(types.ErrInvalidEnvironmentVariables, "invalid CNI_ARGS: "+err.Error()+
-				" (add IgnoreUnknown=1 to pass keys devplumb does not know)", nil)
-		}
-		p.Log.Warn("ignoring unparsable CNI_ARGS", "err", err)
+	conf, pod, cerr := p.parseInputs(args, strictArgs)
+	if cerr != nil {
+		return nil, cerr
 	}
 	delegates, err := p.invoker(args.Path, conf.StateDir, conf.Name)
 	if err != nil {
@@ -161,21 +151,47 @@ func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Err
 	own := *args // DEL may clear Netns; the caller's args stay as given
 	p, closeLog := p.forCall(conf)
 	deviceInfo := devinfo.NewStore(conf.DeviceInfoDir)
+	key := attachment.Key{Network: conf.Name, ContainerID: args.ContainerID, IfName: args.IfName}
+	records := attachment.New(conf.StateDir)
+	kubelet := &kubeletClient{socket: conf.PodResourcesSocket, timeout: p.Timeout, log: p.Log}
 	api := &apiClient{make: func() (Kube, error) { return p.newKube(conf) }}
 	return &call{
 		plugin: p, log: p.Log, args: &own, closeLog: closeLog, conf: conf, pod: pod,
-		key:        attachment.Key{Network: conf.Name, ContainerID: args.ContainerID, IfName: args.IfName},
+		key:        key,
 		cniArgs:    delegate.ParseArgs(args.Args),
 		deviceInfo: deviceInfo,
 		names:      &names{conf: conf, podNamespace: pod.Namespace, containerID: args.ContainerID, ifName: args.IfName, deviceInfo: deviceInfo},
-		records:    attachment.New(conf.StateDir),
+		records:    records,
 		delegates:  delegates,
-		kubelet:    &kubeletClient{socket: conf.PodResourcesSocket, timeout: p.Timeout, log: p.Log},
-		api:        api,
-		status:     &statusWriter{api: api, conf: conf, pod: pod, ifName: args.IfName, timeout: p.Timeout, log: p.Log},
-		depth:      markDepth(),
-		timing:     timing.mark(phaseConfig),
+		kubelet:    kubelet,
+		devices: &finder{conf: conf, pod: pod, key: key, records: records, kubelet: kubelet, api: api,
+			timeout: p.Timeout, log: p.Log},
+		status: &statusWriter{api: api, conf: conf, pod: pod, ifName: args.IfName, timeout: p.Timeout, log: p.Log},
+		depth:  markDepth(),
+		timing: timing.mark(phaseConfig),
 	}, nil
+}
+
+// parseInputs parses the network config and the pod identity in CNI_ARGS;
+// with strictArgs, CNI_ARGS that do not parse fail the call.
+func (p *Plugin) parseInputs(args *skel.CmdArgs, strictArgs bool) (*config.NetConf, attachment.Pod, *types.Error) {
+	conf, err := config.Parse(args.StdinData)
+	if err != nil {
+		code := types.ErrInvalidNetworkConfig
+		if errors.Is(err, config.ErrDecode) {
+			code = types.ErrDecodingFailure
+		}
+		return nil, attachment.Pod{}, cniError(code, "invalid devplumb network config: "+err.Error(), nil)
+	}
+	pod, err := podFromArgs(args.Args)
+	if err != nil {
+		if strictArgs {
+			return nil, attachment.Pod{}, cniError(types.ErrInvalidEnvironmentVariables, "invalid CNI_ARGS: "+err.Error()+
+				" (add IgnoreUnknown=1 to pass keys devplumb does not know)", nil)
+		}
+		p.Log.Warn("ignoring unparsable CNI_ARGS", "err", err)
+	}
+	return conf, pod, nil
 }
 
 // invoker runs delegates with one libcni cache per devplumb network: GC of
@@ -256,4 +272,12 @@ func (p *Plugin) newKube(conf *config.NetConf) (Kube, error) {
 		return nil, fmt.Errorf("refusing kubeconfig: %w", err)
 	}
 	return p.NewKube(conf.Kubeconfig, p.Timeout, p.Log)
+}
+
+func (c *call) close() {
+	if c.closeLog != nil {
+		c.closeLog()
+		c.closeLog = nil
+	}
+	c.kubelet.close()
 }
