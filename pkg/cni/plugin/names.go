@@ -42,7 +42,7 @@ func (n *names) network() string {
 
 // fromNAD: the config names a NetworkAttachmentDefinition, or takes its resourceName
 // from one (no resourceName, claim or device given, a kubeconfig to read the NAD with:
-// resourceName()'s rule). It depends on the config alone, so DEL names things as ADD did.
+// finder.resourceName's rule). It depends on the config alone, so DEL names things as ADD did.
 func (n *names) fromNAD() bool {
 	return n.conf.NAD != "" || (n.conf.ResourceName == "" && n.conf.ResourceClaim == "" &&
 		n.conf.DeviceIDFromConfig() == "" && n.conf.Kubeconfig != "")
