@@ -224,7 +224,7 @@ func (e *env) crashAfterClaim(pod ns.NetNS, dev string) string {
 	cid := cnitoolID(pod.Path())
 	crashed := attachment.Request{Key: attachment.Key{Network: "fast-net", ContainerID: cid, IfName: "net1"},
 		Pod: attachment.Pod{Namespace: "default", Name: "p1"}, ResourceName: resource, Candidates: []string{dev}}
-	if _, err := attachment.New(e.stateDir).Claim(crashed); err != nil {
+	if _, err := attachment.New(e.stateDir).Take(crashed); err != nil {
 		e.t.Fatal(err)
 	}
 	return cid
@@ -262,7 +262,7 @@ func (e *env) cniFile(network, containerID, ifName string) string {
 	return filepath.Join(e.devinfoDir, "cni", devinfo.CNIFileName(network, containerID, ifName))
 }
 
-func (e *env) state() []*attachment.Attachment {
+func (e *env) state() []*attachment.Record {
 	e.t.Helper()
 	all, err := attachment.New(e.stateDir).List()
 	if err != nil {

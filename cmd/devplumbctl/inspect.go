@@ -83,6 +83,20 @@ func inspect(args []string, stdout, stderr io.Writer) int {
 	} else {
 		printView(stdout, v)
 	}
+	return inspectExit(v, stderr)
+}
+
+// inspectExit is 2 when the kubelet could not be asked: without its answer
+// inspect cannot tell which attachments still hold their pod's device, so
+// "no problems found" would not be true (the view above still shows the
+// state and files, which one needs most when the kubelet is down). Else 1
+// when there are problems, 0 when there are none.
+func inspectExit(v *nodestate.View, stderr io.Writer) int {
+	if v.Pods == nil {
+		fmt.Fprintf(stderr, "devplumbctl inspect: cannot ask the kubelet's PodResources API at %s (%s): "+
+			"is the kubelet running, and is --pod-resources (or --root) right?\n", v.Paths.PodResources, v.PodResourcesError)
+		return 2
+	}
 	if len(v.Problems) > 0 {
 		return 1
 	}

@@ -18,13 +18,13 @@ const usage = `usage:
       a netconf is a devplumb config, a conflist holding devplumb entries, or a
       NetworkAttachmentDefinition (JSON or YAML) whose config is either
   devplumbctl inspect [--json] [--root DIR | --devinfo-dir DIR --state-dir DIR --pod-resources SOCKET]
-      the kubelet's device assignments, devplumb's claims and device-info files, and
+      the kubelet's device assignments, devplumb's attachment records and device-info files, and
       problems; exit 0 when there are none, 1 when there are, 2 when it cannot look
   devplumbctl gc [--dry-run] [--orphans] [--json] [--cni-path DIR] [same path flags as inspect]
-      remove the claims and CNI device-info files of attachments whose pod the kubelet
-      no longer gives the device (a claim whose netns still exists is kept), after
+      remove the records and CNI device-info files of attachments whose pod the kubelet
+      no longer gives the device (one whose netns still exists is kept), after
       running the recorded delegates' DEL (found in --cni-path, default /opt/cni/bin)
-      so that their IPAM leases go too; a claim whose delegate DEL fails is kept
+      so that their IPAM leases go too; one whose delegate DEL fails is kept
   devplumbctl metrics [--listen ADDR] [--state-dir DIR]
       serve the timings of devplumb's ADD and DEL phases as Prometheus histograms
   devplumbctl version | --version

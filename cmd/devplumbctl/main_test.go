@@ -220,7 +220,7 @@ func TestInspectShowsPhases(t *testing.T) {
 		Devices: []*v1.ContainerDevices{{ResourceName: "a.com/a", DeviceIds: []string{"1"}}}}}})
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state")
-	rec := &attachment.Attachment{Key: attachment.Key{Network: "n", ContainerID: "c1", IfName: "net1"},
+	rec := &attachment.Record{Key: attachment.Key{Network: "n", ContainerID: "c1", IfName: "net1"},
 		Pod: attachment.Pod{Namespace: "ns", Name: "p"}, ResourceName: "a.com/a", DeviceID: "1", Complete: true,
 		Phases: []attachment.Phase{{Name: "config", Duration: 85 * time.Microsecond}, {Name: "delegate", Duration: 12 * time.Millisecond}}}
 	if err := attachment.New(state).Put(rec); err != nil {
@@ -302,7 +302,7 @@ func TestInspectShowsClaim(t *testing.T) {
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state")
 	claim := &attachment.ClaimDevice{Namespace: "ns", Name: "p-net-x7k2q", Driver: "netdev.devplumb.io", Pool: "node1", Device: "vf-1"}
-	rec := &attachment.Attachment{Key: attachment.Key{Network: "n", ContainerID: "c1", IfName: "net1"},
+	rec := &attachment.Record{Key: attachment.Key{Network: "n", ContainerID: "c1", IfName: "net1"},
 		Pod: attachment.Pod{Namespace: "ns", Name: "p"}, ResourceName: "a.com/a", DeviceID: "0000:01:00.1", Complete: true, Claim: claim}
 	if err := attachment.New(state).Put(rec); err != nil {
 		t.Fatal(err)
@@ -316,5 +316,34 @@ func TestInspectShowsClaim(t *testing.T) {
 	var v nodestate.View
 	if err := json.Unmarshal([]byte(out), &v); err != nil || len(v.Attachments) != 1 || v.Attachments[0].Claim == nil || *v.Attachments[0].Claim != *claim {
 		t.Errorf("inspect --json: %v\n%s", err, out)
+	}
+}
+
+// inspect says it cannot look, and exits 2 (not 1, "problems found"), when the
+// kubelet's PodResources socket is missing; it still shows the state it read.
+func TestInspectWithoutKubeletExitsTwo(t *testing.T) {
+	dir := t.TempDir()
+	socket := filepath.Join(dir, "pod-resources", "kubelet.sock")
+	flags := []string{"--devinfo-dir", filepath.Join(dir, "devinfo"), "--state-dir", filepath.Join(dir, "state"), "--pod-resources", socket}
+	for _, args := range [][]string{append([]string{"inspect"}, flags...), append([]string{"inspect", "--json"}, flags...)} {
+		code, out, errOut := runCmd(args...)
+		if code != 2 || !strings.Contains(errOut, "cannot ask the kubelet's PodResources API at "+socket) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and a message naming the socket", args, code, errOut)
+		}
+		if !strings.Contains(out, filepath.Join(dir, "state")) {
+			t.Errorf("%v: the view is not printed:\n%s", args, out)
+		}
+	}
+}
+
+// validate netconf names a plain plugin config for what it is: not devplumb's.
+func TestValidateNetconfOfAnotherPlugin(t *testing.T) {
+	bridge := write(t, "bridge.json", `{"cniVersion":"1.0.0","name":"br","type":"bridge","bridge":"cni0"}`)
+	nad := write(t, "nad.yaml", "kind: NetworkAttachmentDefinition\nmetadata:\n  name: br\nspec:\n  config: '{\"cniVersion\":\"1.0.0\",\"type\":\"bridge\"}'\n")
+	for _, f := range []string{bridge, nad} {
+		code, out, _ := runCmd("validate", "netconf", f)
+		if code != 1 || !strings.Contains(out, `not a devplumb config: its type is "bridge"`) || strings.Contains(out, "no delegate") {
+			t.Errorf("%s: exit %d %q, want 1 and \"not a devplumb config\" naming type bridge", filepath.Base(f), code, out)
+		}
 	}
 }

@@ -96,6 +96,9 @@ func validateNetconf(_ string, data []byte) error {
 func validateConf(data []byte) error {
 	var top map[string]json.RawMessage
 	if json.Unmarshal(data, &top) != nil || top["plugins"] == nil {
+		if err := devplumbType(top); err != nil {
+			return err
+		}
 		_, err := config.Parse(data)
 		return err
 	}
@@ -121,6 +124,19 @@ func validateConf(data []byte) error {
 		return fmt.Errorf("conflist %q: no plugin of type devplumb", list.Name)
 	}
 	return nil
+}
+
+// devplumbType refuses a single config of another plugin (a plain bridge
+// config): what is wrong with it is not a missing "delegate" but that it is
+// not devplumb's. A config whose type is missing or not a string is left to
+// config.Parse, which says what it expects.
+func devplumbType(top map[string]json.RawMessage) error {
+	var typ string
+	if json.Unmarshal(top["type"], &typ) != nil || typ == "" || typ == "devplumb" {
+		return nil
+	}
+	return fmt.Errorf("not a devplumb config: its type is %q, not \"devplumb\" (validate netconf checks devplumb configs, "+
+		"conflists holding devplumb entries, and NetworkAttachmentDefinitions whose config is either)", typ)
 }
 
 // inject sets name and cniVersion as libcni does before it runs a plugin of

@@ -53,7 +53,7 @@ func FuzzRecord(f *testing.F) {
 
 // normalize is a record as JSON decodes it (numbers as written, raw JSON
 // compacted), so two equal records compare equal.
-func normalize(t *testing.T, a *Attachment) any {
+func normalize(t *testing.T, a *Record) any {
 	data, err := json.Marshal(a)
 	if err != nil {
 		t.Fatal(err)

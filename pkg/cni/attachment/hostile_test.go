@@ -66,7 +66,7 @@ func hostileRecords(t *testing.T, s *Store) []Key {
 }
 
 // Every read of state refuses records that are not small regular files,
-// names them, and never blocks: Get, Claim (under the lock), List, Release
+// names them, and never blocks: Get, Take (under the lock), List, Release
 // and RemoveCorrupt.
 func TestHostileRecordsAreRefusedWithoutBlocking(t *testing.T) {
 	s := New(t.TempDir())
@@ -79,10 +79,10 @@ func TestHostileRecordsAreRefusedWithoutBlocking(t *testing.T) {
 			}
 		})
 	}
-	within(t, "Claim", func() {
-		c, err := s.Claim(req("p", "c1", "net1", "d9"))
-		if err != nil || c.Attachment.DeviceID != "d9" {
-			t.Errorf("claim beside hostile records: %+v %v", c, err)
+	within(t, "Take", func() {
+		c, err := s.Take(req("p", "c1", "net1", "d9"))
+		if err != nil || c.Record.DeviceID != "d9" {
+			t.Errorf("take beside hostile records: %+v %v", c, err)
 		}
 		for _, k := range keys {
 			if c == nil || c.Unreadable == nil || !strings.Contains(c.Unreadable.Error(), k.ContainerID) {
@@ -114,7 +114,7 @@ func TestHostileRecordsAreRefusedWithoutBlocking(t *testing.T) {
 
 // No part of the state directory may lead elsewhere: with stateDir itself,
 // its lock or its attachments directory a link, or stateDir writable by
-// others, Claim and Release fail and nothing appears in the link's target.
+// others, Take and Release fail and nothing appears in the link's target.
 func TestStateDirLinksAreRefused(t *testing.T) {
 	cases := map[string]func(t *testing.T, dir, target string){
 		"stateDir is a link": func(t *testing.T, dir, target string) { mustLink(t, target, dir) },
@@ -134,8 +134,8 @@ func TestStateDirLinksAreRefused(t *testing.T) {
 			dir := filepath.Join(root, "state")
 			setup(t, dir, target)
 			s := New(dir)
-			if _, err := s.Claim(req("p", "c1", "net1", "d0")); err == nil {
-				t.Error("Claim succeeded")
+			if _, err := s.Take(req("p", "c1", "net1", "d0")); err == nil {
+				t.Error("Take succeeded")
 			}
 			if err := s.Release(Key{Network: "net", ContainerID: "c1", IfName: "net1"}); err == nil {
 				t.Error("Release succeeded")
@@ -174,7 +174,7 @@ func TestLongKeysAreHashed(t *testing.T) {
 	b.Key.ContainerID += "x"
 	b.Candidates = []string{"d1"}
 	for _, r := range []Request{a, b} {
-		if _, err := s.Claim(r); err != nil {
+		if _, err := s.Take(r); err != nil {
 			t.Fatal(err)
 		}
 		p, _ := s.path(r.Key)
@@ -198,32 +198,32 @@ func TestLongKeysAreHashed(t *testing.T) {
 	}
 }
 
-// A new sandbox takes over only the claims of the same pod (same UID) whose
+// A new sandbox takes over only the devices of the same pod (same UID) whose
 // sandbox is gone: not those of a pod recreated under the same name, nor of
 // a sandbox still there.
 func TestOnlyGoneSandboxesOfTheSamePodAreTakenOver(t *testing.T) {
 	cases := map[string]func(r *Request){
 		"other UID":     func(r *Request) { r.Pod.UID = "uid-other" },
 		"no UID":        func(r *Request) { r.Pod.UID = "" },
-		"sandbox alive": func(r *Request) { r.SandboxGone = func(*Attachment) bool { return false } },
+		"sandbox alive": func(r *Request) { r.SandboxGone = func(*Record) bool { return false } },
 		"unknown":       func(r *Request) { r.SandboxGone = nil },
 	}
 	for name, mod := range cases {
 		s := New(t.TempDir())
-		if _, err := s.Claim(req("p", "old", "net1", "d0")); err != nil {
+		if _, err := s.Take(req("p", "old", "net1", "d0")); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Claim(req("p", "old", "net2", "d9")); err != nil {
+		if _, err := s.Take(req("p", "old", "net2", "d9")); err != nil {
 			t.Fatal(err)
 		}
 		r := req("p", "new", "net1", "d0")
 		mod(&r)
-		c, err := s.Claim(r)
+		c, err := s.Take(r)
 		if !errors.Is(err, ErrNoFreeDevice) || len(c.Dropped) != 0 {
 			t.Errorf("%s: %+v %v", name, c, err)
 		}
 		if all, _ := s.List(); len(all) != 2 {
-			t.Errorf("%s: the old sandbox lost claims: %+v", name, all)
+			t.Errorf("%s: the old sandbox lost its records: %+v", name, all)
 		}
 	}
 }

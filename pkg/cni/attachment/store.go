@@ -20,7 +20,7 @@ import (
 )
 
 // This file is the record store: one file per attachment, the lock, and
-// reading and writing records. claims.go decides who gets which device.
+// reading and writing records. record.go decides who gets which device.
 
 func (s *Store) attachDir() string { return filepath.Join(s.Dir, "attachments") }
 
@@ -127,7 +127,7 @@ func (s *Store) records(create bool) (dir string, ok bool, err error) {
 
 // Get returns the record of k, or nil when there is none. Callers that
 // modify state hold the lock.
-func (s *Store) Get(k Key) (*Attachment, error) {
+func (s *Store) Get(k Key) (*Record, error) {
 	p, err := s.path(k)
 	if err != nil {
 		return nil, err
@@ -145,7 +145,7 @@ const maxRecordSize = 4 << 20
 // readRecord reads one record. It is never a link, FIFO or device when
 // devplumb wrote it, so such a file is refused (as corrupt) rather than
 // followed, blocked on or read without end while the state lock is held.
-func readRecord(p string) (*Attachment, error) {
+func readRecord(p string) (*Record, error) {
 	data, err := safefile.ReadFile(p, maxRecordSize, safefile.NoFollow)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -153,18 +153,18 @@ func readRecord(p string) (*Attachment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("state file %s is unusable (%w): remove it and run DEL again", p, err)
 	}
-	a := &Attachment{}
+	a := &Record{}
 	if err := json.Unmarshal(data, a); err != nil {
 		return nil, fmt.Errorf("state file %s is corrupt (%v): remove it and run DEL again", p, err)
 	}
 	return a, nil
 }
 
-// Put writes a record atomically, without fsync: the claims describe network
+// Put writes a record atomically, without fsync: the records describe network
 // namespaces and devices in pods, none of which survive the reboot that a power loss
 // is, and ADD passes over a record a crash left empty. fsync made every ADD write
 // wait for the disk, twice per record.
-func (s *Store) Put(a *Attachment) error {
+func (s *Store) Put(a *Record) error {
 	p, err := s.path(a.Key)
 	if err != nil {
 		return err
@@ -199,7 +199,7 @@ func (s *Store) Remove(k Key) error {
 
 // List returns all records, sorted by file name. Corrupt records are
 // skipped and reported in the error, so one bad file does not block GC.
-func (s *Store) List() ([]*Attachment, error) {
+func (s *Store) List() ([]*Record, error) {
 	out, corrupt, err := s.list()
 	if err != nil {
 		return nil, err
@@ -209,7 +209,7 @@ func (s *Store) List() ([]*Attachment, error) {
 
 // list returns the readable records, the errors of corrupt ones apart, and
 // err when the directory itself cannot be read.
-func (s *Store) list() (out []*Attachment, corrupt, err error) {
+func (s *Store) list() (out []*Record, corrupt, err error) {
 	if _, ok, err := s.records(false); !ok || err != nil {
 		return nil, nil, err
 	}

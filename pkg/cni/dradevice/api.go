@@ -61,7 +61,7 @@ func Resolve(ctx context.Context, api API, q Query) ([]Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &resolver{api: api, q: q, pod: pod, slices: map[string][]resourceapi.ResourceSlice{}}
+	r := &resolver{api: api, query: q, pod: pod, slices: map[string][]resourceapi.ResourceSlice{}}
 	var out []Device
 	for i := range podClaims {
 		devs, err := r.claimDevices(ctx, &podClaims[i])
@@ -93,7 +93,7 @@ func podClaimsOf(pod *corev1.Pod, name string) ([]corev1.PodResourceClaim, error
 
 type resolver struct {
 	api    API
-	q      Query
+	query  Query
 	pod    *corev1.Pod
 	slices map[string][]resourceapi.ResourceSlice // by driver: one list per driver
 }
@@ -106,14 +106,14 @@ type resolver struct {
 func (r *resolver) claimDevices(ctx context.Context, pc *corev1.PodResourceClaim) ([]Device, error) {
 	claim, err := r.claim(ctx, pc)
 	if claim == nil || err != nil {
-		if errors.Is(err, ErrNoDevice) && r.q.PodClaim == "" {
+		if errors.Is(err, ErrNoDevice) && r.query.PodClaim == "" {
 			return nil, nil
 		}
 		return nil, err
 	}
 	var out []Device
 	for _, res := range claim.Status.Allocation.Devices.Results {
-		if r.q.Request != "" && res.Request != r.q.Request && resourceclaim.BaseRequestRef(res.Request) != r.q.Request {
+		if r.query.Request != "" && res.Request != r.query.Request && resourceclaim.BaseRequestRef(res.Request) != r.query.Request {
 			continue
 		}
 		c := Claim{Namespace: claim.Namespace, Name: claim.Name, Driver: res.Driver, Pool: res.Pool, Device: res.Device, Request: res.Request}
@@ -125,7 +125,7 @@ func (r *resolver) claimDevices(ctx context.Context, pc *corev1.PodResourceClaim
 			out = append(out, *dev)
 		}
 	}
-	if len(out) == 0 && r.q.PodClaim != "" {
+	if len(out) == 0 && r.query.PodClaim != "" {
 		return nil, r.noDevice(claim)
 	}
 	if pods := reservedPods(claim); len(out) > 0 && len(pods) > 1 {
@@ -186,11 +186,11 @@ func (r *resolver) noDevice(claim *resourceapi.ResourceClaim) error {
 		have = append(have, fmt.Sprintf("request %s: %s/%s/%s", res.Request, res.Driver, res.Pool, res.Device))
 	}
 	want := ""
-	if r.q.Request != "" {
-		want += " of request " + r.q.Request
+	if r.query.Request != "" {
+		want += " of request " + r.query.Request
 	}
-	if r.q.ResourceName != "" {
-		want += " with " + AttrResourceName + "=" + r.q.ResourceName
+	if r.query.ResourceName != "" {
+		want += " with " + AttrResourceName + "=" + r.query.ResourceName
 	}
 	return fmt.Errorf("%w: ResourceClaim %s/%s has no allocated device%s (allocated: %s)",
 		ErrNoDevice, claim.Namespace, claim.Name, want, listOrNone(have))
@@ -207,7 +207,7 @@ func listOrNone(s []string) string {
 // returns it when it fits; nil when it is another resource's.
 func (r *resolver) device(ctx context.Context, c Claim) (*Device, error) {
 	attrs, err := r.attributes(ctx, c)
-	if errors.Is(err, ErrNoDevice) && r.q.PodClaim == "" {
+	if errors.Is(err, ErrNoDevice) && r.query.PodClaim == "" {
 		return nil, nil // not published on this node: not a device of the resource here
 	}
 	if err != nil {
@@ -215,19 +215,19 @@ func (r *resolver) device(ctx context.Context, c Claim) (*Device, error) {
 	}
 	res := stringAttr(attrs, AttrResourceName)
 	switch {
-	case r.q.ResourceName != "" && res != "" && res != r.q.ResourceName:
+	case r.query.ResourceName != "" && res != "" && res != r.query.ResourceName:
 		return nil, nil
-	case res == "" && r.q.PodClaim == "":
+	case res == "" && r.query.PodClaim == "":
 		return nil, nil // resourceName alone matches devices by the attribute only
 	case res == "":
-		if res = r.q.ResourceName; res == "" {
+		if res = r.query.ResourceName; res == "" {
 			return nil, fmt.Errorf("%w: %s has no attribute %s in its ResourceSlice: devplumb needs the resource name "+
 				"to find its device-info file; set \"resourceName\" or have the driver publish the attribute", ErrNoDevice, c, AttrResourceName)
 		}
 	}
 	id := stringAttr(attrs, AttrDeviceID)
 	if id == "" {
-		cr := localResource(r.q.Local, c)
+		cr := localResource(r.query.Local, c)
 		var ok bool
 		if id, ok = CDIDeviceID(cr, res); !ok {
 			return nil, fmt.Errorf("%w: %s has no attribute %s in its ResourceSlice, and the kubelet reports no CDI device %s=<ID> for it",

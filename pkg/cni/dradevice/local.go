@@ -44,7 +44,7 @@ type Status struct {
 // Device is a DRA device an attachment may take.
 type Device struct {
 	// ResourceName names the device's resource: the DP device-info file is
-	// looked up by it and ID, and devplumb's claims are kept per resource.
+	// looked up by it and ID, and devplumb's records are kept per resource.
 	ResourceName string
 	ID           string
 	Claim        Claim

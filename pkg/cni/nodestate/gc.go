@@ -3,15 +3,13 @@ package nodestate
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
-
-	"github.com/containernetworking/cni/libcni"
 
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
 	"github.com/devplumb/devplumb/pkg/cni/config"
 	"github.com/devplumb/devplumb/pkg/cni/delegate"
+	"github.com/devplumb/devplumb/pkg/cni/leftover"
 )
 
 // DefaultCNIPath is where runtimes install CNI plugins.
@@ -31,7 +29,7 @@ type GCOptions struct {
 }
 
 // GCAction is one thing GC removed (or, with DryRun, would remove), or a
-// stale claim it kept and why.
+// stale attachment record it kept and why.
 type GCAction struct {
 	Verb string // "remove", "run" (a delegate DEL) or "keep"
 	What string
@@ -45,30 +43,31 @@ func (a GCAction) String() string {
 	return a.Verb + " " + a.What + ": " + a.Why
 }
 
-// GC removes the claims (and their CNI device-info files) of attachments whose
-// pod the kubelet no longer gives the claimed device, and with opts.Orphans
-// the CNI files no attachment owns. It reads the claims before it asks the
-// kubelet, so every claim it judges was made before the kubelet answered and a
+// GC removes the records (and their CNI device-info files) of attachments whose
+// pod the kubelet no longer gives the recorded device, and with opts.Orphans
+// the CNI files no attachment owns. It reads the records before it asks the
+// kubelet, so every record it judges was made before the kubelet answered and a
 // pod admitted meanwhile is in the answer; under the state lock (not held
 // while the kubelet is asked, so ADDs do not wait on it) it removes only
-// claims still as they were read, and finds unowned files on records read
-// there. It refuses to judge without the kubelet, and keeps a stale claim whose
+// records still as they were read, and finds unowned files on records read
+// there. It refuses to judge without the kubelet, and keeps a stale record whose
 // netns still exists (the runtime's DEL is still to come, or the kubelet has
-// just restarted and not relisted its pods). Before it removes a claim it runs
+// just restarted and not relisted its pods). Before it removes a record it runs
 // the recorded delegates' DEL (outside the lock), so their leases go as a
-// runtime's DEL would have released them; a claim whose DEL fails is kept.
+// runtime's DEL would have released them; a record whose DEL fails is kept.
+// (Its output still says "claim" for a record: scripts and tests read it.)
 func GC(ctx context.Context, p Paths, opts GCOptions) ([]GCAction, error) {
 	store := attachment.New(p.StateDir)
 	// Corrupt records are skipped: their attachment's DEL clears them.
 	read, _ := store.List()
 	pods, err := listPods(ctx, p.PodResources)
 	if err != nil {
-		return nil, fmt.Errorf("gc needs the kubelet's PodResources to tell stale claims: %w", err)
+		return nil, fmt.Errorf("gc needs the kubelet's PodResources to tell stale attachments: %w", err)
 	}
-	g := &gcRun{p: p, opts: opts, store: store}
+	g := &gcRun{paths: p, opts: opts, store: store}
 	// Delegate DELs run before the lock: ADDs on the node never wait on a
-	// plugin. A claim whose DEL failed is kept, so a later gc tries again.
-	var gone []*attachment.Attachment
+	// plugin. A record whose DEL failed is kept, so a later gc tries again.
+	var gone []*attachment.Record
 	for _, a := range read {
 		if stale(pods, a) && g.netnsGone(a) && g.delegateDel(ctx, a) {
 			gone = append(gone, a)
@@ -76,10 +75,10 @@ func GC(ctx context.Context, p Paths, opts GCOptions) ([]GCAction, error) {
 	}
 	err = store.Locked(func() error {
 		for _, a := range gone {
-			if cur, err := store.Get(a.Key); err != nil || !sameClaim(cur, a) {
-				continue // released or claimed again since it was read
+			if cur, err := store.Get(a.Key); err != nil || !sameHolder(cur, a) {
+				continue // released or taken again since it was read
 			}
-			if err := g.staleClaim(a); err != nil {
+			if err := g.removeStale(a); err != nil {
 				return err
 			}
 		}
@@ -94,37 +93,37 @@ func GC(ctx context.Context, p Paths, opts GCOptions) ([]GCAction, error) {
 	return g.acts, nil
 }
 
-func sameClaim(cur, a *attachment.Attachment) bool {
+// sameHolder: cur is still the record a as gc judged it.
+func sameHolder(cur, a *attachment.Record) bool {
 	return cur != nil && cur.DeviceID == a.DeviceID && cur.ResourceName == a.ResourceName && cur.Pod == a.Pod
 }
 
 type gcRun struct {
-	p     Paths
+	paths Paths
 	opts  GCOptions
 	store *attachment.Store
 	acts  []GCAction
 }
 
-func claimName(a *attachment.Attachment) string {
+// recordName names a record in gc's output, which calls it a claim (the
+// older word, kept: scripts and tests read the output).
+func recordName(a *attachment.Record) string {
 	return fmt.Sprintf("claim %s/%s/%s (%s of pod %s)", a.Network, short(a.ContainerID), a.IfName, a.DeviceID, a.Pod)
 }
 
-// netnsGone keeps (and says so) a stale claim whose netns still exists: the
+// netnsGone keeps (and says so) a stale record whose netns still exists: the
 // runtime's DEL is still to come.
-func (g *gcRun) netnsGone(a *attachment.Attachment) bool {
-	if a.NetNS == "" {
+func (g *gcRun) netnsGone(a *attachment.Record) bool {
+	if leftover.NetnsGone(a.NetNS) {
 		return true
 	}
-	if _, err := os.Stat(a.NetNS); err != nil {
-		return true
-	}
-	g.acts = append(g.acts, GCAction{Verb: "keep", What: claimName(a), Why: "the kubelet no longer gives the pod this device, but its netns " + a.NetNS + " still exists (DEL to come)"})
+	g.acts = append(g.acts, GCAction{Verb: "keep", What: recordName(a), Why: "the kubelet no longer gives the pod this device, but its netns " + a.NetNS + " still exists (DEL to come)"})
 	return false
 }
 
 // delegateDel runs the recorded delegates' DEL without a netns (it is gone),
-// which releases their leases; false when it failed and the claim stays.
-func (g *gcRun) delegateDel(ctx context.Context, a *attachment.Attachment) bool {
+// which releases their leases; false when it failed and the record stays.
+func (g *gcRun) delegateDel(ctx context.Context, a *attachment.Record) bool {
 	if len(a.Delegate) == 0 {
 		return true // the ADD never got as far as running a delegate
 	}
@@ -133,25 +132,25 @@ func (g *gcRun) delegateDel(ctx context.Context, a *attachment.Attachment) bool 
 		g.acts = append(g.acts, GCAction{Verb: "run", What: what})
 		return true
 	}
-	list, err := delegate.ListFromBytes(a.Delegate)
+	list, rt, err := leftover.RecordedDelegate(a)
 	if err == nil {
 		cniPath := g.opts.CNIPath
 		if cniPath == "" {
 			cniPath = DefaultCNIPath
 		}
-		rt := &libcni.RuntimeConf{ContainerID: a.ContainerID, IfName: a.IfName, Args: a.CNIArgs, CapabilityArgs: a.CapabilityArgs}
-		err = delegate.New(cniPath, delegate.CacheDir(g.p.StateDir, a.Network)).Del(ctx, list, rt)
+		err = delegate.New(cniPath, delegate.CacheDir(g.paths.StateDir, a.Network)).Del(ctx, list, rt)
 	}
 	if err != nil {
-		g.acts = append(g.acts, GCAction{Verb: "keep", What: claimName(a), Why: "its delegate DEL failed (run gc again once fixed): " + err.Error()})
+		g.acts = append(g.acts, GCAction{Verb: "keep", What: recordName(a), Why: "its delegate DEL failed (run gc again once fixed): " + err.Error()})
 		return false
 	}
 	g.acts = append(g.acts, GCAction{Verb: "run", What: what})
 	return true
 }
 
-func (g *gcRun) staleClaim(a *attachment.Attachment) error {
-	g.acts = append(g.acts, GCAction{Verb: "remove", What: claimName(a)})
+// removeStale removes a stale record and its CNI device-info file.
+func (g *gcRun) removeStale(a *attachment.Record) error {
+	g.acts = append(g.acts, GCAction{Verb: "remove", What: recordName(a)})
 	if !g.opts.DryRun {
 		if err := g.store.Remove(a.Key); err != nil {
 			return err
@@ -167,7 +166,7 @@ func (g *gcRun) removeFile(path, why string) error {
 	if path == "" {
 		return nil
 	}
-	dirs := []string{filepath.Join(g.p.DeviceInfoDir, devinfo.KindCNI), filepath.Join(devinfo.DefaultDir, devinfo.KindCNI)}
+	dirs := []string{filepath.Join(g.paths.DeviceInfoDir, devinfo.KindCNI), filepath.Join(devinfo.DefaultDir, devinfo.KindCNI)}
 	if err := config.CheckCNIDeviceInfoFile("CNI device-info file", path, dirs); err != nil {
 		g.acts = append(g.acts, GCAction{Verb: "keep", What: "file " + path, Why: "not in a device-info directory"})
 		return nil
@@ -189,7 +188,7 @@ func (g *gcRun) orphans() error {
 			Why: fmt.Sprintf("some state records are unreadable, and might own them (%v)", corrupt)})
 		return nil
 	}
-	files, err := devinfo.NewStore(g.p.DeviceInfoDir).List()
+	files, err := devinfo.NewStore(g.paths.DeviceInfoDir).List()
 	if err != nil {
 		return err
 	}

@@ -10,8 +10,8 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/types/create"
-	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/base/failpoint"
@@ -19,57 +19,92 @@ import (
 	"github.com/devplumb/devplumb/pkg/cni/delegate"
 )
 
-// Add is CNI ADD.
+// Add is CNI ADD, the six steps of DESIGN.md's data path: (1) pod identity
+// from CNI_ARGS, (2) resourceName -> device IDs, (3) take one free device,
+// (4) copy its device-info, (5) delegate ADD, (6) network-status.
 func (p *Plugin) Add(args *skel.CmdArgs) (err error) {
 	if err := tooDeep(); err != nil {
 		return cniError(types.ErrInvalidNetworkConfig, err.Error(), nil)
 	}
+	// 1. The pod comes from CNI_ARGS (newCall reads it: c.pod).
 	c, cerr := p.newCall(args, true)
 	if cerr != nil {
 		return cerr
 	}
 	defer c.close()
 	defer func() { c.endTiming("ADD", err) }()
-	if cerr := c.checkFileNames(); cerr != nil {
+	prev, cerr := c.checkAdd()
+	if cerr != nil {
 		return cerr
 	}
-	rec, cerr := c.claim()
+	// 2. resourceName -> the device IDs this attachment may take.
+	want, cerr := c.devices.find()
+	if cerr != nil {
+		return cerr
+	}
+	c.timing.mark(phasePodResources)
+	// 3. One of them no other attachment holds, recorded under the lock.
+	rec, cerr := c.take(want)
 	if cerr != nil {
 		return cerr
 	}
 	failpoint.Hit("add-claimed")
-	result, replayed := c.replay(rec)
-	switch {
-	case replayed && rec.NetworkStatus != nil:
-		// A best-effort status write may have failed the first time;
-		// replacing our own entry again is harmless.
-		if cerr := c.setClaimStatus(rec, rec.NetworkStatus, recordedResult(rec)); cerr != nil {
+	if result, replayed := c.replay(rec); replayed {
+		return c.answerReplay(rec, result)
+	}
+	c.cleanEarlierAdd(rec)
+	// 4-6. Device-info, delegate ADD, network-status (attach), or rollback.
+	result, cerr := c.attach(rec, prev)
+	if cerr != nil {
+		return cerr
+	}
+	return types.PrintResult(result, c.conf.CNIVersion)
+}
+
+// answerReplay answers a repeated ADD with the result it had. A
+// best-effort status write may have failed the first time; replacing
+// devplumb's own entries again is harmless.
+func (c *call) answerReplay(rec *attachment.Record, result types.Result) error {
+	if rec.NetworkStatus != nil {
+		if cerr := c.status.setClaim(rec, rec.NetworkStatus, recordedResult(rec)); cerr != nil {
 			return cerr
 		}
-		if cerr := c.setStatus(rec.NetworkStatus); cerr != nil {
-			return cerr
-		}
-	case !replayed:
-		c.cleanEarlierAdd(rec)
-		if result, cerr = c.attach(rec); cerr != nil {
+		if cerr := c.status.setPod(rec.NetworkStatus); cerr != nil {
 			return cerr
 		}
 	}
 	return types.PrintResult(result, c.conf.CNIVersion)
 }
 
+// checkAdd refuses, before anything is taken, an ADD that cannot succeed:
+// names too long for its files, a prevResult that is not one, a delegate
+// that is devplumb. It returns the chain's prevResult (nil when none).
+func (c *call) checkAdd() (*current.Result, *types.Error) {
+	if cerr := c.checkFileNames(); cerr != nil {
+		return nil, cerr
+	}
+	prev, err := prevResult(c.args.StdinData, c.conf.CNIVersion)
+	if err != nil {
+		return nil, cniError(types.ErrDecodingFailure, err.Error(), nil)
+	}
+	if cerr := c.refuseSelf(); cerr != nil {
+		return nil, cerr
+	}
+	return prev, nil
+}
+
 // maxFileName is the longest file name Linux filesystems take.
 const maxFileName = 255
 
-// checkFileNames refuses, before anything is claimed or written, an
+// checkFileNames refuses, before anything is taken or written, an
 // attachment whose names cannot form the file names it needs: libcni's
 // cache "<network>-<containerID>-<ifname>" and the CNI device-info file
 // "<network>-<containerID>_<ifname>" (the CNI specification limits none
 // of the three in length). DEL needs no such check: it finds nothing.
 func (c *call) checkFileNames() *types.Error {
 	network := c.conf.Name // libcni's cache
-	if len(c.networkName()) > len(network) {
-		network = c.networkName() // the CNI device-info file
+	if len(c.names.network()) > len(network) {
+		network = c.names.network() // the CNI device-info file
 	}
 	n := len(network) + len(c.args.ContainerID) + len(c.args.IfName) + 2
 	if n <= maxFileName {
@@ -87,56 +122,40 @@ func (c *call) checkFileNames() *types.Error {
 // other inputs. Running the delegate ADD again on top of it would fail
 // (host-device finds its device in the pod already). The CNI file stays: it
 // may be the caller's, and attach writes it again.
-func (c *call) cleanEarlierAdd(rec *attachment.Attachment) {
+func (c *call) cleanEarlierAdd(rec *attachment.Record) {
 	if len(rec.Delegate) == 0 {
 		return
 	}
-	c.p.Log.Info("undoing the delegates of an earlier ADD of this attachment", "container", rec.ContainerID, "ifname", rec.IfName)
+	c.log.Info("undoing the delegates of an earlier ADD of this attachment", "container", rec.ContainerID, "ifname", rec.IfName)
 	if err := c.undoDelegate(rec); err != nil {
-		c.p.Log.Warn("cannot undo the delegates of an earlier ADD of this attachment", "err", err)
+		c.log.Warn("cannot undo the delegates of an earlier ADD of this attachment", "err", err)
 	}
 }
 
-// claim checks the chain's prevResult, finds the candidate devices and
-// claims one for this attachment, dropping the claims it supersedes.
-func (c *call) claim() (*attachment.Attachment, *types.Error) {
-	prev, err := prevResult(c.args.StdinData, c.conf.CNIVersion)
-	if err != nil {
-		return nil, cniError(types.ErrDecodingFailure, err.Error(), nil)
-	}
-	c.prev = prev
-	if cerr := c.refuseSelf(); cerr != nil {
-		return nil, cerr
-	}
-	res, cerr := c.resourceName()
-	if cerr != nil {
-		return nil, cerr
-	}
-	cands, res, cerr := c.candidates(res)
-	if cerr != nil {
-		return nil, cerr
-	}
-	c.t.mark(phasePodResources)
-	claimed, err := c.claims.Claim(attachment.Request{Key: c.key, Pod: c.pod, ResourceName: res, Candidates: cands,
-		Stale: c.staleHolders(res, cands), SandboxGone: sandboxGone})
-	c.t.mark(phaseClaim)
-	if claimed != nil {
-		if claimed.Unreadable != nil {
-			c.p.Log.Warn("passing over corrupt state records; remove them or run DEL of their attachments", "err", claimed.Unreadable)
+// take is step 3 of ADD: one of the candidates no other attachment holds,
+// recorded for this attachment under the state lock; the records it
+// supersedes (older sandboxes of the pod, stale holders) are undone.
+func (c *call) take(want *candidates) (*attachment.Record, *types.Error) {
+	taken, err := c.records.Take(attachment.Request{Key: c.key, Pod: c.pod, ResourceName: want.resourceName,
+		Candidates: want.ids, Stale: c.devices.staleHolders(want), SandboxGone: sandboxGone})
+	c.timing.mark(phaseTake)
+	if taken != nil {
+		if taken.Unreadable != nil {
+			c.log.Warn("passing over corrupt state records; remove them or run DEL of their attachments", "err", taken.Unreadable)
 		}
-		c.dropOlderSandboxes(claimed.Dropped)
+		c.dropOlderSandboxes(taken.Dropped)
 	}
 	if errors.Is(err, attachment.ErrNoFreeDevice) {
 		return nil, cniError(ErrNoFreeDevice, err.Error(), nil)
 	}
 	if err != nil {
-		return nil, cniError(ErrState, "cannot record the device claim in \"stateDir\" "+c.conf.StateDir, err)
+		return nil, cniError(ErrState, "cannot record the device taken in \"stateDir\" "+c.conf.StateDir, err)
 	}
-	c.recordClaim(claimed.Attachment)
-	return claimed.Attachment, nil
+	noteClaim(taken.Record, want)
+	return taken.Record, nil
 }
 
-// refuseSelf fails ADD, before anything is claimed, when a delegate is
+// refuseSelf fails ADD, before anything is taken, when a delegate is
 // devplumb: nothing recorded then names it for a later DEL to run.
 func (c *call) refuseSelf() *types.Error {
 	list, cerr := c.buildList("")
@@ -153,7 +172,7 @@ func (c *call) refuseSelf() *types.Error {
 // with the same inputs with the result it had, instead of running the
 // delegates again: a second host-device ADD fails, as the device is in the
 // pod already, and its rollback would tear down the working attachment.
-func (c *call) replay(rec *attachment.Attachment) (types.Result, bool) {
+func (c *call) replay(rec *attachment.Record) (types.Result, bool) {
 	if !rec.Complete || len(rec.Result) == 0 || rec.NetNS != c.args.Netns {
 		return nil, false
 	}
@@ -161,7 +180,7 @@ func (c *call) replay(rec *attachment.Attachment) (types.Result, bool) {
 	if err != nil || !sameCompact(list.Bytes, rec.Delegate) {
 		return nil, false
 	}
-	cniFile, err := c.cniFile()
+	cniFile, err := c.names.cniFile()
 	if err != nil || cniFile != rec.CNIFile || !sameJSON(c.runtime(rec.DeviceID, cniFile), rec) {
 		return nil, false
 	}
@@ -169,7 +188,7 @@ func (c *call) replay(rec *attachment.Attachment) (types.Result, bool) {
 	if err != nil {
 		return nil, false
 	}
-	c.p.Log.Info("ADD repeated for a completed attachment: returning its result", "container", rec.ContainerID, "ifname", rec.IfName)
+	c.log.Info("ADD repeated for a completed attachment: returning its result", "container", rec.ContainerID, "ifname", rec.IfName)
 	return result, true
 }
 
@@ -181,7 +200,7 @@ func sameCompact(a, b []byte) bool {
 
 // sameJSON reports whether the runtime arguments equal those recorded, as
 // they were stored: in JSON, where an empty list or map is left out.
-func sameJSON(rt *libcni.RuntimeConf, rec *attachment.Attachment) bool {
+func sameJSON(rt *libcni.RuntimeConf, rec *attachment.Record) bool {
 	enc := func(args [][2]string, caps map[string]any) []byte {
 		var v [2]any
 		if len(args) > 0 {
@@ -200,50 +219,53 @@ func sameJSON(rt *libcni.RuntimeConf, rec *attachment.Attachment) bool {
 	return a != nil && bytes.Equal(a, enc(rec.CNIArgs, rec.CapabilityArgs))
 }
 
-// dropOlderSandboxes undoes the attachments whose claims Claim dropped (a
+// dropOlderSandboxes undoes the attachments whose records Take dropped (a
 // pod's replaced sandbox, or a holder the kubelet no longer knows), so their
 // delegates release what they hold (IPAM leases, the device) now rather
 // than never: the late DEL of such a sandbox finds no state.
-func (c *call) dropOlderSandboxes(dropped []*attachment.Attachment) {
+func (c *call) dropOlderSandboxes(dropped []*attachment.Record) {
 	for _, a := range dropped {
-		c.p.Log.Info("dropping an older claim of the device", "pod", a.Pod.String(), "container", a.ContainerID, "device", a.DeviceID)
+		c.log.Info("dropping an older record of the device", "pod", a.Pod.String(), "container", a.ContainerID, "device", a.DeviceID)
 		if err := c.undo(a); err != nil {
-			c.p.Log.Warn("cannot undo the attachment of a dropped claim", "container", a.ContainerID, "err", err)
+			c.log.Warn("cannot undo the attachment of a dropped record", "container", a.ContainerID, "err", err)
 		}
 		// Before this ADD applies its own: the device may be the same.
-		c.removeClaimStatus(a)
+		c.status.removeClaim(a)
 	}
 }
 
-// attach runs everything after the claim; any failure rolls back. The
+// attach runs steps 4-6 for the device taken; any failure rolls back. The
 // record names the CNI file and the delegate config before either is used,
 // so a DEL or GC after a crash at any point finds what to undo.
-func (c *call) attach(rec *attachment.Attachment) (types.Result, *types.Error) {
+func (c *call) attach(rec *attachment.Record, prev *current.Result) (types.Result, *types.Error) {
 	list, rt, cerr := c.prepare(rec)
 	if cerr != nil {
 		c.release(rec)
 		return nil, cerr
 	}
-	if err := c.claims.Update(rec); err != nil {
+	if err := c.records.Update(rec); err != nil {
 		c.release(rec)
 		return nil, stateError(c.conf.StateDir, err)
 	}
-	c.t.mark(phaseClaim)
+	c.timing.mark(phaseTake)
 	failpoint.Hit("add-recorded")
+	// 4. The device plugin's device-info, copied to the attachment's CNI file.
 	if cerr := c.copyDeviceInfo(rec); cerr != nil {
 		c.rollbackFiles(rec)
 		return nil, cerr
 	}
-	c.t.mark(phaseDeviceInfo)
+	c.timing.mark(phaseDeviceInfo)
 	failpoint.Hit("add-devinfo-copied")
-	result, err := c.inv.Add(context.Background(), list, rt)
-	c.t.mark(phaseDelegate)
+	// 5. The delegates' ADD, with the device ID and the CNI file injected.
+	result, err := c.delegates.Add(context.Background(), list, rt)
+	c.timing.mark(phaseDelegate)
 	if err != nil {
 		c.rollback(list, rt, rec)
 		return nil, delegateError(fmt.Sprintf("delegate ADD failed for device %s", rec.DeviceID), err)
 	}
 	failpoint.Hit("add-delegated")
-	out, cerr := c.finish(rec, result)
+	// 6. The network-status entry, recorded and written to the pod (and claim).
+	out, cerr := c.finish(rec, prev, result)
 	if cerr != nil {
 		c.rollback(list, rt, rec)
 		return nil, cerr
@@ -252,8 +274,8 @@ func (c *call) attach(rec *attachment.Attachment) (types.Result, *types.Error) {
 }
 
 // prepare fills rec with the CNI file and the delegate run, not yet done.
-func (c *call) prepare(rec *attachment.Attachment) (*libcni.NetworkConfigList, *libcni.RuntimeConf, *types.Error) {
-	cniFile, err := c.cniFile()
+func (c *call) prepare(rec *attachment.Record) (*libcni.NetworkConfigList, *libcni.RuntimeConf, *types.Error) {
+	cniFile, err := c.names.cniFile()
 	if err != nil {
 		return nil, nil, cniError(types.ErrInvalidNetworkConfig, "cannot name the CNI device-info file", err)
 	}
@@ -267,10 +289,10 @@ func (c *call) prepare(rec *attachment.Attachment) (*libcni.NetworkConfigList, *
 	return list, rt, nil
 }
 
-// stateError reports a failed state write; a claim lost to a newer sandbox
+// stateError reports a failed state write; a device lost to a newer sandbox
 // or a takeover says so, since retrying ADD is then the fix.
 func stateError(stateDir string, err error) *types.Error {
-	if errors.Is(err, attachment.ErrClaimLost) {
+	if errors.Is(err, attachment.ErrDeviceLost) {
 		return cniError(ErrNoFreeDevice, err.Error(), nil)
 	}
 	return cniError(ErrState, "cannot write state in \"stateDir\" "+stateDir, err)
@@ -278,11 +300,11 @@ func stateError(stateDir string, err error) *types.Error {
 
 // copyDeviceInfo copies the device plugin's file, if it wrote one, to the
 // attachment's CNI file. No DP file is fine (the spec's "can"); a bad one is not.
-func (c *call) copyDeviceInfo(rec *attachment.Attachment) *types.Error {
+func (c *call) copyDeviceInfo(rec *attachment.Record) *types.Error {
 	err := devinfo.ErrNotFound
 	if rec.ResourceName != "" {
 		var info *devinfo.DeviceInfo
-		info, err = c.files.CopyDPToCNI(rec.ResourceName, rec.DeviceID, rec.CNIFile)
+		info, err = c.deviceInfo.CopyDPToCNI(rec.ResourceName, rec.DeviceID, rec.CNIFile)
 		if err == nil {
 			// Checked after the copy so that rollback removes the copy.
 			err = devinfo.CheckFiledUnder(info, rec.DeviceID)
@@ -308,7 +330,7 @@ func (c *call) runtime(deviceID, cniFile string) *libcni.RuntimeConf {
 		ContainerID:    c.args.ContainerID,
 		NetNS:          c.args.Netns,
 		IfName:         c.args.IfName,
-		Args:           c.cni,
+		Args:           c.cniArgs,
 		CapabilityArgs: delegate.CapabilityArgs(c.conf, deviceID, cniFile),
 	}
 }
@@ -317,7 +339,7 @@ func (c *call) runtime(deviceID, cniFile string) *libcni.RuntimeConf {
 // the completed attachment and tells the API server. It returns the result
 // to print: the delegates' after the chain's prevResult, in the config's
 // cniVersion.
-func (c *call) finish(rec *attachment.Attachment, result types.Result) (types.Result, *types.Error) {
+func (c *call) finish(rec *attachment.Record, prev *current.Result, result types.Result) (types.Result, *types.Error) {
 	info, err := devinfo.ReadFile(rec.CNIFile)
 	if errors.Is(err, devinfo.ErrNotFound) {
 		info, err = nil, nil
@@ -326,35 +348,35 @@ func (c *call) finish(rec *attachment.Attachment, result types.Result) (types.Re
 		return nil, cniError(ErrDeviceInfo, "the CNI device-info file is invalid after the delegate ran: "+
 			"the delegate must write the spec's format", err)
 	}
-	entry, err := networkStatus(result, c.networkName(), c.args.IfName, info)
+	entry, err := networkStatus(result, c.names.network(), c.args.IfName, info)
 	if err != nil {
 		return nil, cniError(ErrDelegate, "cannot read the delegate's result", err)
 	}
-	out, raw, cerr := c.output(result)
+	out, raw, cerr := c.output(prev, result)
 	if cerr != nil {
 		return nil, cerr
 	}
 	rec.Result, rec.NetworkStatus, rec.Complete = raw, entry, true
-	rec.Phases = c.t.mark(phaseNetworkStatus).recorded()
-	if err := c.claims.Update(rec); err != nil {
+	rec.Phases = c.timing.mark(phaseNetworkStatus).recorded()
+	if err := c.records.Update(rec); err != nil {
 		return nil, stateError(c.conf.StateDir, err)
 	}
-	c.t.mark(phaseState)
+	c.timing.mark(phaseState)
 	failpoint.Hit("add-completed")
 	// Last, so that no failure after them leaves an entry on the pod or
 	// the claim: the claim's first, removed again if the pod's fails.
-	if cerr = c.setClaimStatus(rec, entry, result); cerr == nil {
-		if cerr = c.setStatus(entry); cerr != nil {
-			c.removeClaimStatus(rec)
+	if cerr = c.status.setClaim(rec, entry, result); cerr == nil {
+		if cerr = c.status.setPod(entry); cerr != nil {
+			c.status.removeClaim(rec)
 		}
 	}
-	c.t.mark(phaseKube)
+	c.timing.mark(phaseKube)
 	return out, cerr
 }
 
 // output is the result devplumb prints, and its JSON for the state.
-func (c *call) output(result types.Result) (types.Result, []byte, *types.Error) {
-	merged, err := withPrev(c.prev, result)
+func (c *call) output(prev *current.Result, result types.Result) (types.Result, []byte, *types.Error) {
+	merged, err := withPrev(prev, result)
 	if err != nil {
 		return nil, nil, cniError(ErrDelegate, "cannot add the delegate result to prevResult", err)
 	}
@@ -369,44 +391,25 @@ func (c *call) output(result types.Result) (types.Result, []byte, *types.Error) 
 	return out, raw, nil
 }
 
-func (c *call) setStatus(entry *nadv1.NetworkStatus) *types.Error {
-	k, err := c.kube()
-	if err != nil {
-		return c.kubeFailed("building the Kubernetes client", err)
-	}
-	if k == nil {
-		return nil
-	}
-	if !c.pod.Known() {
-		return c.kubeFailed("writing network-status", errors.New("CNI_ARGS carry no K8S_POD_NAMESPACE/K8S_POD_NAME"))
-	}
-	ctx, cancel := c.ctx()
-	defer cancel()
-	if err := k.SetNetworkStatus(ctx, c.pod.Namespace, c.pod.Name, c.pod.UID, *entry); err != nil {
-		return c.kubeFailed("writing network-status of pod "+c.pod.String(), err)
-	}
-	return nil
-}
-
-// rollback undoes a started delegate ADD, then the files and the claim.
-func (c *call) rollback(list *libcni.NetworkConfigList, rt *libcni.RuntimeConf, rec *attachment.Attachment) {
-	if err := c.inv.Del(context.Background(), list, rt); err != nil {
-		c.p.Log.Error("rollback: delegate DEL failed", "err", err)
+// rollback undoes a started delegate ADD, then the files and the record.
+func (c *call) rollback(list *libcni.NetworkConfigList, rt *libcni.RuntimeConf, rec *attachment.Record) {
+	if err := c.delegates.Del(context.Background(), list, rt); err != nil {
+		c.log.Error("rollback: delegate DEL failed", "err", err)
 	}
 	c.rollbackFiles(rec)
 }
 
-func (c *call) rollbackFiles(rec *attachment.Attachment) {
+func (c *call) rollbackFiles(rec *attachment.Record) {
 	if rec.CNIFile != "" {
 		if err := devinfo.RemoveFile(rec.CNIFile); err != nil {
-			c.p.Log.Error("rollback: cannot remove CNI device-info file", "err", err)
+			c.log.Error("rollback: cannot remove CNI device-info file", "err", err)
 		}
 	}
 	c.release(rec)
 }
 
-func (c *call) release(rec *attachment.Attachment) {
-	if err := c.claims.ReleaseHeld(rec); err != nil {
-		c.p.Log.Error("rollback: cannot release claim", "err", err)
+func (c *call) release(rec *attachment.Record) {
+	if err := c.records.ReleaseHeld(rec); err != nil {
+		c.log.Error("rollback: cannot release the device record", "err", err)
 	}
 }

@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
-	"os"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/skel"
@@ -17,11 +14,14 @@ import (
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
 	"github.com/devplumb/devplumb/pkg/cni/config"
 	"github.com/devplumb/devplumb/pkg/cni/delegate"
+	"github.com/devplumb/devplumb/pkg/cni/leftover"
 )
 
-// Del is CNI DEL. With state it undoes exactly what ADD did; without state
-// it runs the delegate DEL from the stdin config and removes the
-// deterministic CNI file. Something already gone is never an error.
+// Del is CNI DEL: ADD's steps backwards (delegate DEL, the CNI device-info
+// file, the device's record, the API server's entries). With state it
+// undoes exactly what ADD did; without state it runs the delegate DEL from
+// the stdin config and removes the deterministic CNI file. Something
+// already gone is never an error.
 func (p *Plugin) Del(args *skel.CmdArgs) (retErr error) {
 	if err := tooDeep(); err != nil {
 		// Under devplumb, ADD refused everything: there is nothing to undo.
@@ -32,21 +32,54 @@ func (p *Plugin) Del(args *skel.CmdArgs) (retErr error) {
 	if cerr != nil {
 		return cerr
 	}
+	defer c.close()
 	defer func() { c.endTiming("DEL", retErr) }()
 	c.forgetGoneNetns()
-	rec, err := c.claims.Get(c.key)
-	if err != nil {
-		// A corrupt record cannot guide DEL; fall back to the stateless path.
-		c.p.Log.Warn("ignoring unreadable state", "err", err)
-		rec = nil
-	}
+	rec := c.recordForDel()
 	list, rt, cniFile, cerr := c.delInputs(rec)
 	if cerr != nil {
 		return cerr
 	}
-	c.t.mark(phaseState)
-	err = c.delegateDel(list, rt)
-	c.t.mark(phaseDelegate)
+	c.timing.mark(phaseState)
+	// 5. The delegates' DEL.
+	if cerr := c.undoDelegates(rec, list, rt); cerr != nil {
+		return cerr
+	}
+	failpoint.Hit("del-delegated")
+	// 4. The CNI device-info file.
+	if cerr := c.removeCNIFiles(rec, cniFile); cerr != nil {
+		return cerr
+	}
+	c.timing.mark(phaseDeviceInfo)
+	failpoint.Hit("del-file-removed")
+	// 3. The device's record.
+	if err := c.records.Release(c.key); err != nil {
+		return cniError(ErrState, "cannot release the device record in \"stateDir\" "+c.conf.StateDir, err)
+	}
+	c.timing.mark(phaseTake)
+	// 6. Last: with the API server down this waits out its bound, and the
+	// device must not wait for that.
+	c.status.removePod(rec, c.statusNames(rec))
+	c.status.removeClaim(rec)
+	c.timing.mark(phaseKube)
+	return nil
+}
+
+// recordForDel is the attachment's record, or nil: a corrupt record cannot
+// guide DEL, which then takes the stateless path.
+func (c *call) recordForDel() *attachment.Record {
+	rec, err := c.records.Get(c.key)
+	if err != nil {
+		c.log.Warn("ignoring unreadable state", "err", err)
+		return nil
+	}
+	return rec
+}
+
+// undoDelegates runs the delegates' DEL and records that they are undone.
+func (c *call) undoDelegates(rec *attachment.Record, list *libcni.NetworkConfigList, rt *libcni.RuntimeConf) *types.Error {
+	err := c.delegateDel(list, rt)
+	c.timing.mark(phaseDelegate)
 	if err != nil {
 		if rec != nil && rec.Complete {
 			return delegateError("delegate DEL failed (state kept, DEL can be retried)", err)
@@ -54,10 +87,15 @@ func (p *Plugin) Del(args *skel.CmdArgs) (retErr error) {
 		// Without a completed ADD nothing proves the delegate ADD ran (or
 		// a DEL killed after it already undid it): a delegate whose DEL
 		// fails on what is not there (host-device) must not fail DEL.
-		c.p.Log.Warn("delegate DEL failed for an attachment with no completed ADD", "err", err)
+		c.log.Warn("delegate DEL failed for an attachment with no completed ADD", "err", err)
 	}
 	c.markUndone(rec)
-	failpoint.Hit("del-delegated")
+	return nil
+}
+
+// removeCNIFiles removes the attachment's CNI device-info file and, with no
+// record to name it, the one an older devplumb would have named.
+func (c *call) removeCNIFiles(rec *attachment.Record, cniFile string) *types.Error {
 	if cniFile != "" {
 		if err := devinfo.RemoveFile(cniFile); err != nil {
 			return cniError(types.ErrIOFailure, "cannot remove the CNI device-info file", err)
@@ -66,30 +104,19 @@ func (p *Plugin) Del(args *skel.CmdArgs) (retErr error) {
 	if rec == nil {
 		c.removeLegacyCNIFile()
 	}
-	c.t.mark(phaseDeviceInfo)
-	failpoint.Hit("del-file-removed")
-	if err := c.claims.Release(c.key); err != nil {
-		return cniError(ErrState, "cannot release the device claim in \"stateDir\" "+c.conf.StateDir, err)
-	}
-	c.t.mark(phaseClaim)
-	// Last: with the API server down this waits out its bound, and the
-	// device must not wait for that.
-	c.removeStatus(rec)
-	c.removeClaimStatus(rec)
-	c.t.mark(phaseKube)
 	return nil
 }
 
 // markUndone records that the delegates of a completed attachment are
 // undone, so a DEL killed before it removes the record and run again does
 // not fail on a second delegate DEL.
-func (c *call) markUndone(rec *attachment.Attachment) {
+func (c *call) markUndone(rec *attachment.Record) {
 	if rec == nil || !rec.Complete {
 		return
 	}
 	rec.Complete = false
-	if err := c.claims.Update(rec); err != nil {
-		c.p.Log.Warn("cannot record that the delegates are undone", "err", err)
+	if err := c.records.Update(rec); err != nil {
+		c.log.Warn("cannot record that the delegates are undone", "err", err)
 	}
 }
 
@@ -97,10 +124,10 @@ func (c *call) markUndone(rec *attachment.Attachment) {
 // that DEL would recurse, and ADD never let such a delegate run.
 func (c *call) delegateDel(list *libcni.NetworkConfigList, rt *libcni.RuntimeConf) error {
 	if err := c.delegatesSafe(list); err != nil {
-		c.p.Log.Warn("not running the delegate DEL", "err", err)
+		c.log.Warn("not running the delegate DEL", "err", err)
 		return nil
 	}
-	return c.inv.Del(context.Background(), list, rt)
+	return c.delegates.Del(context.Background(), list, rt)
 }
 
 // withoutBadCNIFile drops a runtimeConfig.CNIDeviceInfoFile that ADD
@@ -140,23 +167,15 @@ func (p *Plugin) withoutBadCNIFile(args *skel.CmdArgs) *skel.CmdArgs {
 // and took the interface with it; delegates clean the rest (IPAM, host side)
 // given no netns, as CNI allows.
 func (c *call) forgetGoneNetns() {
-	if existingNetns(c.args.Netns) == "" && c.args.Netns != "" {
-		c.p.Log.Info("netns already gone; running DEL without it", "netns", c.args.Netns)
+	if c.args.Netns != "" && leftover.NetnsGone(c.args.Netns) {
+		c.log.Info("netns already gone; running DEL without it", "netns", c.args.Netns)
 		c.args.Netns = ""
 	}
 }
 
-// existingNetns is path if it still exists, else "".
-func existingNetns(path string) string {
-	if _, err := os.Stat(path); path == "" || err != nil {
-		return ""
-	}
-	return path
-}
-
 // delInputs is what DEL runs: the cached delegate config and arguments of
 // ADD, else those rebuilt from the stdin config.
-func (c *call) delInputs(rec *attachment.Attachment) (*libcni.NetworkConfigList, *libcni.RuntimeConf, string, *types.Error) {
+func (c *call) delInputs(rec *attachment.Record) (*libcni.NetworkConfigList, *libcni.RuntimeConf, string, *types.Error) {
 	if rec != nil && len(rec.Delegate) > 0 {
 		list, err := delegate.ListFromBytes(rec.Delegate)
 		if err == nil {
@@ -164,16 +183,16 @@ func (c *call) delInputs(rec *attachment.Attachment) (*libcni.NetworkConfigList,
 			rt.CapabilityArgs = rec.CapabilityArgs
 			return list, rt, c.ownedCNIFile(rec.CNIFile), nil
 		}
-		c.p.Log.Warn("cached delegate config unusable; using the stdin config", "err", err)
+		c.log.Warn("cached delegate config unusable; using the stdin config", "err", err)
 	}
 	dev := c.conf.DeviceIDFromConfig()
 	if rec != nil {
 		dev = rec.DeviceID
 	}
-	cniFile, err := c.cniFile()
+	cniFile, err := c.names.cniFile()
 	if err != nil {
 		// Names that cannot form a file name cannot have a file.
-		c.p.Log.Warn("no CNI device-info file name for this attachment", "err", err)
+		c.log.Warn("no CNI device-info file name for this attachment", "err", err)
 		cniFile = ""
 	}
 	list, cerr := c.buildList(dev)
@@ -187,49 +206,21 @@ func (c *call) delInputs(rec *attachment.Attachment) (*libcni.NetworkConfigList,
 // older devplumb would have named after the config's name. A failure only leaves a
 // file that gc reports.
 func (c *call) removeLegacyCNIFile() {
-	if f := c.legacyCNIFile(); f != "" {
+	if f := c.names.legacyCNIFile(); f != "" {
 		if err := devinfo.RemoveFile(f); err != nil {
-			c.p.Log.Warn("cannot remove an older CNI device-info file", "file", f, "err", err)
+			c.log.Warn("cannot remove an older CNI device-info file", "file", f, "err", err)
 		}
 	}
 }
 
 // statusNames are the network names this attachment's network-status entry may have:
 // the one ADD recorded, else today's and an older devplumb's (the config's name).
-func (c *call) statusNames(rec *attachment.Attachment) []string {
+func (c *call) statusNames(rec *attachment.Record) []string {
 	if rec != nil && rec.NetworkStatus != nil && rec.NetworkStatus.Name != "" {
 		return []string{rec.NetworkStatus.Name}
 	}
-	if n := c.networkName(); n != c.conf.Name {
+	if n := c.names.network(); n != c.conf.Name {
 		return []string{n, c.conf.Name}
 	}
 	return []string{c.conf.Name}
-}
-
-// removeStatus drops this attachment's network-status entry.
-func (c *call) removeStatus(rec *attachment.Attachment) {
-	pod := c.pod
-	if !pod.Known() && rec != nil {
-		pod = rec.Pod
-	}
-	k, err := c.kube()
-	if err == nil && k == nil {
-		return
-	}
-	if err == nil && !pod.Known() {
-		err = errors.New("CNI_ARGS carry no K8S_POD_NAMESPACE/K8S_POD_NAME")
-	}
-	if err == nil {
-		ctx, cancel := c.ctx()
-		defer cancel()
-		for _, network := range c.statusNames(rec) {
-			if err = k.RemoveNetworkStatus(ctx, pod.Namespace, pod.Name, pod.UID, network, c.args.IfName); err != nil {
-				break
-			}
-		}
-	}
-	if err != nil {
-		// DEL must not fail on the API server: the pod may be gone already.
-		c.p.Log.Warn(fmt.Sprintf("removing network-status of pod %s failed", pod), "err", err)
-	}
 }

@@ -1,34 +1,52 @@
 package plugin
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"io/fs"
+	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/devplumb/devplumb/pkg/base/safefile"
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
 	"github.com/devplumb/devplumb/pkg/cni/config"
 	"github.com/devplumb/devplumb/pkg/cni/delegate"
 	"github.com/devplumb/devplumb/pkg/cni/dradevice"
+	"github.com/devplumb/devplumb/pkg/cni/leftover"
 	"github.com/devplumb/devplumb/podresources"
 )
+
+// finder finds the devices an attachment may take (step 2 of ADD), judges
+// their other holders (for step 3), and checks at CHECK that the kubelet
+// still gives the pod its device.
+type finder struct {
+	conf    *config.NetConf
+	pod     attachment.Pod
+	key     attachment.Key
+	records *attachment.Store
+	kubelet *kubeletClient
+	api     *apiClient
+	timeout time.Duration
+	log     *slog.Logger
+}
+
+func (f *finder) ctx() (context.Context, context.CancelFunc) { return timeoutCtx(f.timeout) }
 
 // noDeviceSource says what is missing. A config declaring the deviceID
 // capability expects its caller (Multus) to pass the device; Multus passes
 // one only for a pod that requests the resource its NAD's resourceName
 // annotation names: that, not the config, is then what is missing.
-func (c *call) noDeviceSource() *types.Error {
-	if c.conf.Capabilities[delegate.CapDeviceID] {
+func (f *finder) noDeviceSource() *types.Error {
+	if f.conf.Capabilities[delegate.CapDeviceID] {
 		return cniError(ErrNoDeviceSource, fmt.Sprintf("pod %s/%s has no device for network %q: the caller passed no runtimeConfig.deviceID; "+
 			"Multus passes one only when the pod's containers request the resource the NetworkAttachmentDefinition's "+
 			"k8s.v1.cni.cncf.io/resourceName annotation names: request that resource in the pod, or set \"resourceName\" "+
 			"(for a pod whose device comes from a DRA ResourceClaim, which Multus does not pass: \"resourceName\" and \"kubeconfig\")",
-			c.pod.Namespace, c.pod.Name, c.conf.Name), nil)
+			f.pod.Namespace, f.pod.Name, f.conf.Name), nil)
 	}
 	return cniError(ErrNoDeviceSource, `no device source: set "resourceName", pass the device as runtimeConfig.deviceID `+
 		`(capability "deviceID") or "deviceID", or set "kubeconfig" so devplumb reads resourceName from the NetworkAttachmentDefinition`, nil)
@@ -36,19 +54,19 @@ func (c *call) noDeviceSource() *types.Error {
 
 // resourceName is the configured resourceName, else (with no explicit
 // device) the one the NetworkAttachmentDefinition names.
-func (c *call) resourceName() (string, *types.Error) {
-	if c.conf.ResourceName != "" || c.conf.ResourceClaim != "" || c.conf.DeviceIDFromConfig() != "" {
-		return c.conf.ResourceName, nil
+func (f *finder) resourceName() (string, *types.Error) {
+	if f.conf.ResourceName != "" || f.conf.ResourceClaim != "" || f.conf.DeviceIDFromConfig() != "" {
+		return f.conf.ResourceName, nil
 	}
-	k, err := c.kube()
+	k, err := f.api.get()
 	if err != nil {
 		return "", cniError(ErrKube, "cannot build the Kubernetes client to read resourceName from the NetworkAttachmentDefinition", err)
 	}
 	if k == nil {
-		return "", c.noDeviceSource()
+		return "", f.noDeviceSource()
 	}
-	ns, name := c.conf.NADRef(c.pod.Namespace)
-	ctx, cancel := c.ctx()
+	ns, name := f.conf.NADRef(f.pod.Namespace)
+	ctx, cancel := f.ctx()
 	defer cancel()
 	res, err := k.NADResourceName(ctx, ns, name)
 	if err != nil {
@@ -65,191 +83,182 @@ func (c *call) resourceName() (string, *types.Error) {
 	return res, nil
 }
 
-// candidates are the devices this attachment may take, and their resource:
-// the caller's explicit device; else the devices of the config's
+// candidates are the devices an attachment may take, in preference order,
+// and their resource: what step 2 of ADD finds and step 3 takes one of.
+type candidates struct {
+	resourceName string
+	ids          []string
+	// dra are the DRA devices among ids, by ID: the taken one's
+	// ResourceClaim goes into the state record.
+	dra map[string]dradevice.Device
+}
+
+// find is step 2 of ADD: resourceName -> device IDs. They are the
+// caller's explicit device; else the devices of the config's
 // "resourceClaim" (dra.go); else the pod's devices of the resource in
 // kubelet order, the device plugin's and then the DRA drivers' (by the CDI
-// rule, see pkg/cni/dradevice), and only when the kubelet reports none, the DRA
-// devices the API server knows (a claim no container references is not in
-// the kubelet's answer).
-func (c *call) candidates(resourceName string) ([]string, string, *types.Error) {
-	if id := c.conf.DeviceIDFromConfig(); id != "" {
-		return []string{id}, resourceName, nil
+// rule, see pkg/cni/dradevice), and only when the kubelet reports none, the
+// DRA devices the API server knows (a claim no container references is not
+// in the kubelet's answer).
+func (f *finder) find() (*candidates, *types.Error) {
+	res, cerr := f.resourceName()
+	if cerr != nil {
+		return nil, cerr
 	}
-	if !c.pod.Known() {
-		what := resourceName + " devices"
-		if c.conf.ResourceClaim != "" {
-			what = "claim " + c.conf.ResourceClaim
+	if id := f.conf.DeviceIDFromConfig(); id != "" {
+		return &candidates{resourceName: res, ids: []string{id}}, nil
+	}
+	if !f.pod.Known() {
+		what := res + " devices"
+		if f.conf.ResourceClaim != "" {
+			what = "claim " + f.conf.ResourceClaim
 		}
-		return nil, "", cniError(types.ErrInvalidEnvironmentVariables, "CNI_ARGS must carry K8S_POD_NAMESPACE and K8S_POD_NAME "+
+		return nil, cniError(types.ErrInvalidEnvironmentVariables, "CNI_ARGS must carry K8S_POD_NAMESPACE and K8S_POD_NAME "+
 			"so devplumb can find the pod's "+what, nil)
 	}
-	if c.conf.ResourceClaim != "" {
-		return c.claimCandidates(resourceName)
+	if f.conf.ResourceClaim != "" {
+		return f.claimCandidates(res)
 	}
-	ids, cerr := c.kubeletCandidates(resourceName)
-	return ids, resourceName, cerr
+	return f.kubeletCandidates(res)
 }
 
 // kubeletCandidates are the pod's devices of the resource, the kubelet's
 // first, then the API server's DRA devices if the kubelet reports none.
-func (c *call) kubeletCandidates(resourceName string) ([]string, *types.Error) {
-	pr, cerr := c.podResources()
+func (f *finder) kubeletCandidates(resourceName string) (*candidates, *types.Error) {
+	pod, cerr := f.kubeletPod(resourceName)
 	if cerr != nil {
 		return nil, cerr
 	}
-	ctx, cancel := c.ctx()
-	defer cancel()
-	pod, err := pr.Get(ctx, c.pod.Namespace, c.pod.Name)
-	if errors.Is(err, podresources.ErrPodNotFound) {
-		return nil, cniError(ErrNoDevice, fmt.Sprintf("the kubelet knows no pod %s: check K8S_POD_NAMESPACE/K8S_POD_NAME "+
-			"and that the pod requests %s", c.pod, resourceName), err)
-	}
-	if err != nil {
-		return nil, cniError(ErrPodResources, "the kubelet PodResources API failed at "+c.conf.PodResourcesSocket, err)
-	}
-	var ids []string
+	found := &candidates{resourceName: resourceName}
 	for _, id := range podresources.DevicesOf(pod, resourceName) {
 		if err := config.CheckDeviceID("kubelet device ID", id); err != nil {
-			c.p.Log.Warn("skipping device the kubelet reported", "err", err)
+			f.log.Warn("skipping device the kubelet reported", "err", err)
 			continue
 		}
-		ids = append(ids, id)
+		found.ids = append(found.ids, id)
 	}
-	ids, refused := c.addDRA(ids, dradevice.Local(pod, resourceName))
-	if len(ids) == 0 {
-		devs, cerr := c.apiDevices(resourceName, pod)
+	refused := found.addDRA(dradevice.Local(pod, resourceName), f.log)
+	if len(found.ids) == 0 {
+		devs, cerr := f.apiDevices(resourceName, pod)
 		if cerr != nil {
 			return nil, cerr
 		}
-		var more []string
-		ids, more = c.addDRA(ids, devs)
-		refused = append(refused, more...)
+		refused = append(refused, found.addDRA(devs, f.log)...)
 	}
-	if len(ids) == 0 {
-		return nil, c.noDevice(resourceName, pod, refused)
+	if len(found.ids) == 0 {
+		return nil, f.noDevice(resourceName, pod, refused)
 	}
-	return ids, nil
+	return found, nil
+}
+
+// kubeletPod is the kubelet's answer about this call's pod.
+func (f *finder) kubeletPod(resourceName string) (*v1.PodResources, *types.Error) {
+	pr, cerr := f.kubelet.open()
+	if cerr != nil {
+		return nil, cerr
+	}
+	ctx, cancel := f.ctx()
+	defer cancel()
+	pod, err := pr.Get(ctx, f.pod.Namespace, f.pod.Name)
+	if errors.Is(err, podresources.ErrPodNotFound) {
+		return nil, cniError(ErrNoDevice, fmt.Sprintf("the kubelet knows no pod %s: check K8S_POD_NAMESPACE/K8S_POD_NAME "+
+			"and that the pod requests %s", f.pod, resourceName), err)
+	}
+	if err != nil {
+		return nil, cniError(ErrPodResources, "the kubelet PodResources API failed at "+f.conf.PodResourcesSocket, err)
+	}
+	return pod, nil
 }
 
 // noDevice says that the pod has no device of the resource, what the
 // kubelet reported, and which DRA devices were refused and why.
-func (c *call) noDevice(resourceName string, pod *v1.PodResources, refused []string) *types.Error {
+func (f *finder) noDevice(resourceName string, pod *v1.PodResources, refused []string) *types.Error {
 	why := ""
 	if len(refused) > 0 {
 		why = "; refused: " + strings.Join(refused, "; ")
 	}
 	return cniError(ErrNoDevice, fmt.Sprintf("pod %s has no usable device of resource %s: request %s in the pod spec, "+
-		"or claim a DRA device with attribute %s=%s (the kubelet returned %s%s)", c.pod, resourceName, resourceName,
+		"or claim a DRA device with attribute %s=%s (the kubelet returned %s%s)", f.pod, resourceName, resourceName,
 		dradevice.AttrResourceName, resourceName, describe(pod), why), nil)
-}
-
-// podResources opens the kubelet client once per call; close releases it.
-func (c *call) podResources() (*podresources.Client, *types.Error) {
-	if c.pr != nil {
-		return c.pr, nil
-	}
-	// The kubelet decides which pod has which device: a socket a NAD author
-	// made (in a directory of theirs) must not.
-	if err := safefile.CheckOwnedFile(c.conf.PodResourcesSocket); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, cniError(ErrPodResources, "refusing \"podResourcesSocket\": it must be the kubelet's", err)
-	}
-	pr, err := podresources.New(c.conf.PodResourcesSocket, podresources.WithTimeout(c.p.Timeout), podresources.WithLogger(c.p.Log))
-	if err != nil {
-		return nil, cniError(ErrPodResources, "cannot reach the kubelet PodResources API: check \"podResourcesSocket\"", err)
-	}
-	c.pr = pr
-	return pr, nil
-}
-
-func (c *call) close() {
-	if c.closeLog != nil {
-		c.closeLog()
-		c.closeLog = nil
-	}
-	if c.pr != nil {
-		_ = c.pr.Close()
-		c.pr = nil
-	}
 }
 
 // staleHolders asks the kubelet, before the node-wide state lock is taken
 // (a slow kubelet must not make every ADD on the node queue behind this
-// one), which other attachments' claims on the candidates are left over.
-// It returns the check Claim runs under the lock: the record is still the
-// very claim judged stale (same attachment, pod and device), as devplumbctl
-// gc re-checks under the lock.
-func (c *call) staleHolders(res string, cands []string) func(*attachment.Attachment) bool {
-	if c.pr == nil {
+// one), which other attachments' records holding the candidates are left
+// over. It returns the check Take runs under the lock: the record is still
+// the very one judged stale (same attachment, pod and device), as
+// devplumbctl gc re-checks under the lock.
+func (f *finder) staleHolders(want *candidates) func(*attachment.Record) bool {
+	if !f.kubelet.asked() {
 		// No kubelet asked for the candidates (an explicit device): none
 		// to ask about their holders either.
-		return func(*attachment.Attachment) bool { return false }
+		return func(*attachment.Record) bool { return false }
 	}
-	recs, _ := c.claims.List() // unreadable records are Claim's to report
-	stale := map[attachment.Key]*attachment.Attachment{}
+	recs, _ := f.records.List() // unreadable records are Take's to report
+	stale := map[attachment.Key]*attachment.Record{}
 	for _, a := range recs {
-		if a.Key != c.key && a.ResourceName == res && slices.Contains(cands, a.DeviceID) && c.staleClaim(a) {
+		if a.Key != f.key && a.ResourceName == want.resourceName && slices.Contains(want.ids, a.DeviceID) && f.heldStale(a) {
 			stale[a.Key] = a
 		}
 	}
-	return func(a *attachment.Attachment) bool {
+	return func(a *attachment.Record) bool {
 		s := stale[a.Key]
 		if s == nil || s.DeviceID != a.DeviceID || s.Pod != a.Pod || s.ResourceName != a.ResourceName {
 			return false
 		}
-		c.p.Log.Warn("taking over a stale claim: the kubelet no longer gives the device to its holder",
+		f.log.Warn("taking over a stale device record: the kubelet no longer gives the device to its holder",
 			"device", a.DeviceID, "holder", a.Pod.String(), "container", a.ContainerID)
 		return true
 	}
 }
 
-// staleClaim reports whether another attachment's claim on a device the
-// kubelet gave this pod is left over: the kubelet no longer lists the
-// device for the holder (its DEL never came, e.g. after a node crash). A
-// holder of this pod's namespace and name but another UID is a pod deleted
-// and created again: the kubelet's answer is about the new pod, so the old
-// one's claim is left over when its sandbox is gone.
-func (c *call) staleClaim(a *attachment.Attachment) bool {
-	if c.pr == nil || !a.Pod.Known() || a.ResourceName == "" {
+// heldStale reports whether another attachment's record of a device the
+// kubelet gave this pod is left over: the kubelet no longer gives the
+// device to the holder (its DEL never came, e.g. after a node crash), by
+// leftover's rule. A holder of this pod's namespace and name but another
+// UID is a pod deleted and created again: the kubelet's answer is about the
+// new pod, so the old one's record is left over when its sandbox is gone.
+func (f *finder) heldStale(a *attachment.Record) bool {
+	if !f.kubelet.asked() || !a.Pod.Known() || a.ResourceName == "" {
 		return false
 	}
-	if a.Pod.Namespace == c.pod.Namespace && a.Pod.Name == c.pod.Name {
-		return a.Pod.UID != "" && c.pod.UID != "" && a.Pod.UID != c.pod.UID && sandboxGone(a)
+	if a.Pod.Namespace == f.pod.Namespace && a.Pod.Name == f.pod.Name {
+		return a.Pod.UID != "" && f.pod.UID != "" && a.Pod.UID != f.pod.UID && sandboxGone(a)
 	}
-	ctx, cancel := c.ctx()
+	ctx, cancel := f.ctx()
 	defer cancel()
-	pod, err := c.pr.Get(ctx, a.Pod.Namespace, a.Pod.Name)
-	if a.Claim != nil {
-		// A DRA device's holder may have it from a claim the kubelet does
-		// not report (no container references it): only a pod the kubelet
-		// no longer knows has left it over.
-		return errors.Is(err, podresources.ErrPodNotFound)
+	pod, err := f.kubelet.client.Get(ctx, a.Pod.Namespace, a.Pod.Name)
+	if err != nil && !errors.Is(err, podresources.ErrPodNotFound) {
+		return false // no answer: nothing to judge by
 	}
-	return errors.Is(err, podresources.ErrPodNotFound) ||
-		(err == nil && !slices.Contains(podresources.DevicesOf(pod, a.ResourceName), a.DeviceID))
+	var devices []string
+	if err == nil {
+		devices = podresources.DevicesOf(pod, a.ResourceName)
+	}
+	return leftover.DeviceGone(a, err == nil, devices)
 }
 
 // sandboxGone reports whether an attachment's sandbox is gone: its netns
 // no longer exists, or its ADD never got as far as recording one.
-func sandboxGone(a *attachment.Attachment) bool {
-	return existingNetns(a.NetNS) == ""
+func sandboxGone(a *attachment.Record) bool {
+	return leftover.NetnsGone(a.NetNS)
 }
 
-// checkKubelet confirms the kubelet still assigns a claimed device to the pod.
-func (c *call) checkKubelet(a *attachment.Attachment) *types.Error {
-	if a.ResourceName == "" || c.conf.DeviceIDFromConfig() != "" || !a.Pod.Known() || a.Claim != nil {
+// checkKubelet confirms the kubelet still assigns a recorded device to the pod.
+func (f *finder) checkKubelet(a *attachment.Record) *types.Error {
+	if a.ResourceName == "" || f.conf.DeviceIDFromConfig() != "" || !a.Pod.Known() || a.Claim != nil {
 		// A DRA device's claim may be one the kubelet does not report.
 		return nil
 	}
-	pr, cerr := c.podResources()
+	pr, cerr := f.kubelet.open()
 	if cerr != nil {
 		return cerr
 	}
-	ctx, cancel := c.ctx()
+	ctx, cancel := f.ctx()
 	defer cancel()
 	devs, err := pr.Devices(ctx, a.Pod.Namespace, a.Pod.Name, a.ResourceName)
 	if err != nil && !errors.Is(err, podresources.ErrPodNotFound) {
-		return cniError(ErrPodResources, "the kubelet PodResources API failed at "+c.conf.PodResourcesSocket, err)
+		return cniError(ErrPodResources, "the kubelet PodResources API failed at "+f.conf.PodResourcesSocket, err)
 	}
 	if !slices.Contains(devs, a.DeviceID) {
 		return cniError(ErrNoDevice, fmt.Sprintf("the kubelet no longer assigns %s device %s to pod %s: recreate the pod",

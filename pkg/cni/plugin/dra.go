@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/types/create"
-	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
@@ -28,27 +29,11 @@ type DRAKube interface {
 	RemoveDeviceStatus(ctx context.Context, claim dradevice.Claim) error
 }
 
-// draKube is the call's API client when it can do DRA; nil (and no error)
-// without a kubeconfig.
-func (c *call) draKube() (DRAKube, error) {
-	k, err := c.kube()
-	if err != nil || k == nil {
-		return nil, err
-	}
-	d, ok := k.(DRAKube)
-	if !ok {
-		return nil, errors.New("this devplumb build's Kubernetes client cannot read ResourceClaims")
-	}
-	return d, nil
-}
-
-// addDRA adds the DRA devices to the candidates: recorded in c.draDevs by
-// ID, so the claimed one's ResourceClaim goes into the state record. It
+// addDRA adds the DRA devices to the candidates, noting each in cs.dra. It
 // says why it passed over the devices it refused.
-func (c *call) addDRA(ids []string, devs []dradevice.Device) ([]string, []string) {
-	var refused []string
-	if c.draDevs == nil {
-		c.draDevs = map[string]dradevice.Device{}
+func (cs *candidates) addDRA(devs []dradevice.Device, log *slog.Logger) (refused []string) {
+	if cs.dra == nil {
+		cs.dra = map[string]dradevice.Device{}
 	}
 	for _, d := range devs {
 		// Both name files under deviceInfoDir: attributes are the driver's
@@ -58,137 +43,83 @@ func (c *call) addDRA(ids []string, devs []dradevice.Device) ([]string, []string
 			err = config.CheckResourceName("resource name of "+d.Claim.String(), d.ResourceName)
 		}
 		if err != nil {
-			c.p.Log.Warn("skipping a DRA device", "err", err)
+			log.Warn("skipping a DRA device", "err", err)
 			refused = append(refused, err.Error())
 			continue
 		}
-		if _, dup := c.draDevs[d.ID]; dup || containsID(ids, d.ID) {
+		if _, dup := cs.dra[d.ID]; dup || slices.Contains(cs.ids, d.ID) {
 			continue
 		}
-		c.draDevs[d.ID] = d
-		ids = append(ids, d.ID)
+		cs.dra[d.ID] = d
+		cs.ids = append(cs.ids, d.ID)
 	}
-	return ids, refused
-}
-
-func containsID(ids []string, id string) bool {
-	for _, x := range ids {
-		if x == id {
-			return true
-		}
-	}
-	return false
+	return refused
 }
 
 // apiDevices asks the API server for the pod's DRA devices (the pod, its
 // claims, the slices of their drivers on the node). local is the kubelet's
 // answer, for the CDI rule; nil when it was not asked.
-func (c *call) apiDevices(res string, local *v1.PodResources) ([]dradevice.Device, *types.Error) {
-	k, err := c.draKube()
+func (f *finder) apiDevices(res string, local *v1.PodResources) ([]dradevice.Device, *types.Error) {
+	k, err := f.api.dra()
 	if err != nil {
 		return nil, cniError(ErrKube, "cannot build the Kubernetes client to read the pod's ResourceClaims", err)
 	}
 	if k == nil {
 		return nil, nil
 	}
-	ctx, cancel := c.ctx()
+	ctx, cancel := f.ctx()
 	defer cancel()
-	devs, err := dradevice.Resolve(ctx, k, dradevice.Query{Namespace: c.pod.Namespace, Pod: c.pod.Name, UID: c.pod.UID,
-		PodClaim: c.conf.ResourceClaim, Request: c.conf.Request, ResourceName: res, Local: local})
+	devs, err := dradevice.Resolve(ctx, k, dradevice.Query{Namespace: f.pod.Namespace, Pod: f.pod.Name, UID: f.pod.UID,
+		PodClaim: f.conf.ResourceClaim, Request: f.conf.Request, ResourceName: res, Local: local})
 	if errors.Is(err, dradevice.ErrNoDevice) {
 		return nil, cniError(ErrNoDevice, err.Error(), nil)
 	}
 	if err != nil {
-		return nil, cniError(ErrKube, "cannot read the pod's ResourceClaims: check kubeconfig "+c.conf.Kubeconfig+
+		return nil, cniError(ErrKube, "cannot read the pod's ResourceClaims: check kubeconfig "+f.conf.Kubeconfig+
 			" and the RBAC of its user (get pods, resourceclaims; list resourceslices)", err)
 	}
 	return devs, nil
 }
 
 // claimCandidates are the devices of the config's "resourceClaim", and
-// their resource: one resource, so that devplumb's claims and the DP
+// their resource: one resource, so that devplumb's records and the DP
 // device-info file have one name to go by.
-func (c *call) claimCandidates(res string) ([]string, string, *types.Error) {
+func (f *finder) claimCandidates(res string) (*candidates, *types.Error) {
 	var local *v1.PodResources
-	if pr, cerr := c.podResources(); cerr == nil {
+	if pr, cerr := f.kubelet.open(); cerr == nil {
 		// Only for the CDI rule of a device without the deviceID attribute.
-		ctx, cancel := c.ctx()
-		local, _ = pr.Get(ctx, c.pod.Namespace, c.pod.Name)
+		ctx, cancel := f.ctx()
+		local, _ = pr.Get(ctx, f.pod.Namespace, f.pod.Name)
 		cancel()
 	}
-	devs, cerr := c.apiDevices(res, local)
+	devs, cerr := f.apiDevices(res, local)
 	if cerr != nil {
-		return nil, "", cerr
+		return nil, cerr
 	}
 	if len(devs) == 0 {
-		return nil, "", cniError(ErrNoDevice, fmt.Sprintf("claim %q of pod %s has no usable device", c.conf.ResourceClaim, c.pod), nil)
+		return nil, cniError(ErrNoDevice, fmt.Sprintf("claim %q of pod %s has no usable device", f.conf.ResourceClaim, f.pod), nil)
 	}
 	for _, d := range devs[1:] {
 		if d.ResourceName != devs[0].ResourceName {
-			return nil, "", cniError(ErrNoDevice, fmt.Sprintf("claim %q of pod %s has devices of resources %s and %s: "+
-				"set \"request\" or \"resourceName\" to say which this network takes", c.conf.ResourceClaim, c.pod,
+			return nil, cniError(ErrNoDevice, fmt.Sprintf("claim %q of pod %s has devices of resources %s and %s: "+
+				"set \"request\" or \"resourceName\" to say which this network takes", f.conf.ResourceClaim, f.pod,
 				devs[0].ResourceName, d.ResourceName), nil)
 		}
 	}
-	ids, refused := c.addDRA(nil, devs)
-	if len(ids) == 0 {
-		return nil, "", cniError(ErrNoDevice, fmt.Sprintf("claim %q of pod %s has no usable device: %s",
-			c.conf.ResourceClaim, c.pod, strings.Join(refused, "; ")), nil)
+	found := &candidates{resourceName: devs[0].ResourceName}
+	if refused := found.addDRA(devs, f.log); len(found.ids) == 0 {
+		return nil, cniError(ErrNoDevice, fmt.Sprintf("claim %q of pod %s has no usable device: %s",
+			f.conf.ResourceClaim, f.pod, strings.Join(refused, "; ")), nil)
 	}
-	return ids, devs[0].ResourceName, nil
+	return found, nil
 }
 
-// recordClaim notes in the record which ResourceClaim device it holds.
-func (c *call) recordClaim(rec *attachment.Attachment) {
-	if d, ok := c.draDevs[rec.DeviceID]; ok && d.ResourceName == rec.ResourceName {
+// noteClaim notes in the record which ResourceClaim device it holds, if
+// the device it took is a DRA device among the candidates.
+func noteClaim(rec *attachment.Record, want *candidates) {
+	if d, ok := want.dra[rec.DeviceID]; ok && d.ResourceName == rec.ResourceName {
 		cl := d.Claim
 		rec.Claim = &cl
-	}
-}
-
-// setClaimStatus writes devplumb's part of the claim's status.devices[]
-// entry of the attachment's DRA device, if it has one; failures count as
-// for network-status ("networkStatus": required or best-effort).
-func (c *call) setClaimStatus(rec *attachment.Attachment, entry *nadv1.NetworkStatus, result types.Result) *types.Error {
-	if rec.Claim == nil {
-		return nil
-	}
-	k, err := c.draKube()
-	if err != nil {
-		return c.kubeFailed("building the Kubernetes client", err)
-	}
-	if k == nil {
-		return nil
-	}
-	st := dradevice.Status{Claim: *rec.Claim, InterfaceName: entry.Interface, HardwareAddress: entry.Mac,
-		IPs: cidrs(entry.IPs, result), Network: c.conf.Name}
-	ctx, cancel := c.ctx()
-	defer cancel()
-	if err := k.ApplyDeviceStatus(ctx, st); err != nil {
-		return c.kubeFailed("writing the status of "+rec.Claim.String(), err)
-	}
-	return nil
-}
-
-// removeClaimStatus removes devplumb's part of the claim's entry; like
-// network-status on DEL, a failure is logged, never fatal. It goes by the
-// state record alone (no API read): a DEL without state knows no claim, and
-// its entry then goes with the claim (a template's claim goes with the pod).
-func (c *call) removeClaimStatus(rec *attachment.Attachment) {
-	if rec == nil || rec.Claim == nil {
-		return
-	}
-	k, err := c.draKube()
-	if err == nil && k == nil {
-		return
-	}
-	if err == nil {
-		ctx, cancel := c.ctx()
-		defer cancel()
-		err = k.RemoveDeviceStatus(ctx, *rec.Claim)
-	}
-	if err != nil {
-		c.p.Log.Warn("removing devplumb's status of "+rec.Claim.String()+" failed", "err", err)
 	}
 }
 
@@ -215,7 +146,7 @@ func cidrs(ips []string, result types.Result) []string {
 }
 
 // recordedResult is the result a completed record keeps, for a repeated ADD.
-func recordedResult(rec *attachment.Attachment) types.Result {
+func recordedResult(rec *attachment.Record) types.Result {
 	r, err := create.CreateFromBytes(rec.Result)
 	if err != nil {
 		return nil

@@ -46,7 +46,7 @@ func TestDRALocalDevice(t *testing.T) {
 	if err := k.p.Add(k.args()); err != nil {
 		t.Fatal(err)
 	}
-	recs := k.claims()
+	recs := k.records()
 	want := dradevice.Claim{Namespace: "default", Name: "p1-net", Driver: "netdev.devplumb.io", Pool: "node1", Device: "vf-5"}
 	if len(recs) != 1 || recs[0].DeviceID != "0000:01:02.5" || recs[0].Claim == nil || *recs[0].Claim != want {
 		t.Fatalf("state %+v, want device 0000:01:02.5 of %+v", recs, want)
@@ -65,7 +65,7 @@ func TestDRALocalDevice(t *testing.T) {
 	if err := k.p.Del(k.args()); err != nil {
 		t.Fatal(err)
 	}
-	if recs := k.claims(); len(recs) != 0 {
+	if recs := k.records(); len(recs) != 0 {
 		t.Errorf("state after DEL: %+v", recs)
 	}
 }
@@ -79,13 +79,13 @@ func TestDRANoCDIDeviceNoAPI(t *testing.T) {
 	if !errors.As(err, &te) || te.Code != ErrNoDevice || !strings.Contains(te.Msg, "k8s.cni.cncf.io/resourceName=example.com/vf") {
 		t.Fatalf("ADD: %v", err)
 	}
-	if recs := k.claims(); len(recs) != 0 {
+	if recs := k.records(); len(recs) != 0 {
 		t.Errorf("state after a failed ADD: %+v", recs)
 	}
 }
 
 // "resourceClaim" needs a Kubernetes client that reads claims: one that
-// cannot fails ADD saying so, before anything is claimed.
+// cannot fails ADD saying so, before anything is taken.
 func TestDRAResourceClaimNeedsDRAClient(t *testing.T) {
 	k, _ := draEnv(t)
 	k.conf["kubeconfig"] = "/etc/cni/kc"
@@ -95,7 +95,7 @@ func TestDRAResourceClaimNeedsDRAClient(t *testing.T) {
 	if !errors.As(err, &te) || te.Code != ErrKube || !strings.Contains(te.Details, "cannot read ResourceClaims") {
 		t.Fatalf("ADD: %v", err)
 	}
-	if recs := k.claims(); len(recs) != 0 {
+	if recs := k.records(); len(recs) != 0 {
 		t.Errorf("state after a failed ADD: %+v", recs)
 	}
 }

@@ -127,7 +127,7 @@ func (e *execEnv) args(ifName string) *skel.CmdArgs {
 		Args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=p1;K8S_POD_UID=u1", StdinData: data}
 }
 
-func (e *execEnv) state() []*attachment.Attachment {
+func (e *execEnv) state() []*attachment.Record {
 	all, err := attachment.New(filepath.Join(e.root, "state")).List()
 	if err != nil {
 		e.t.Fatal(err)
@@ -162,7 +162,7 @@ func wantCode(t *testing.T, what string, err error, code uint) *types.Error {
 }
 
 // A repeated ADD of a completed attachment replays its result: the delegate runs once,
-// and the device is not claimed twice.
+// and the device is not taken twice.
 func TestRepeatedAddReplays(t *testing.T) {
 	e := newExecEnv(t, "0000:01:00.1")
 	first, err := captureStdout(t, func() error { return e.p.Add(e.args("net1")) })
@@ -185,7 +185,7 @@ func TestRepeatedAddReplays(t *testing.T) {
 }
 
 // A delegate ADD that fails is undone: its DEL runs, the CNI device-info file and the
-// claim go, and the delegate's own error code and message reach the caller.
+// record go, and the delegate's own error code and message reach the caller.
 func TestFailedDelegateAddRollsBack(t *testing.T) {
 	e := newExecEnv(t, "0000:01:00.1")
 	e.del.fail["ADD"] = types.NewError(11, "VF 0000:01:00.1 is busy", "")
@@ -198,7 +198,7 @@ func TestFailedDelegateAddRollsBack(t *testing.T) {
 		t.Errorf("delegate calls %v, want ADD then its rollback DEL", calls)
 	}
 	if st := e.state(); len(st) != 0 {
-		t.Errorf("claims after a failed ADD: %+v", st)
+		t.Errorf("records after a failed ADD: %+v", st)
 	}
 	files, err := e.store.List()
 	if err != nil {
@@ -305,7 +305,7 @@ func TestStatus(t *testing.T) {
 }
 
 // GC removes the attachments of the network that the runtime no longer lists: their
-// delegate DEL runs and their claim is released; the listed ones stay.
+// delegate DEL runs and their record is released; the listed ones stay.
 func TestGCRemovesWhatTheRuntimeNoLongerHas(t *testing.T) {
 	e := newExecEnv(t, "0000:01:00.1", "0000:01:00.2")
 	for _, ifName := range []string{"net1", "net2"} {

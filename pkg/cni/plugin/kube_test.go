@@ -119,7 +119,7 @@ func (k *kubeEnv) args() *skel.CmdArgs {
 		Args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=p1;K8S_POD_UID=u1", StdinData: data}
 }
 
-func (k *kubeEnv) claims() []*attachment.Attachment {
+func (k *kubeEnv) records() []*attachment.Record {
 	all, err := attachment.New(filepath.Join(k.root, "state")).List()
 	if err != nil {
 		k.t.Fatal(err)
@@ -146,8 +146,8 @@ func TestKubeHookAddDel(t *testing.T) {
 		t.Fatalf("status set %v for %v", k.kube.set, k.kube.setPod)
 	}
 	e := k.kube.set[0]
-	if st := k.claims(); len(st) != 1 || filepath.Base(st[0].CNIFile) != "default-fast-net-c1_net1" {
-		t.Errorf("claims %+v, want the CNI file default-fast-net-c1_net1", st)
+	if st := k.records(); len(st) != 1 || filepath.Base(st[0].CNIFile) != "default-fast-net-c1_net1" {
+		t.Errorf("records %+v, want the CNI file default-fast-net-c1_net1", st)
 	}
 	if e.Name != "default/fast-net" || e.Interface != "net1" || e.DeviceInfo == nil || e.DeviceInfo.Pci.PciAddress != "0000:01:02.3" {
 		t.Errorf("entry %+v", e)
@@ -206,8 +206,8 @@ func TestKubeHookDelFreesDeviceBeforeStatus(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(k.root, "rec", "DEL-c1_net1.json")); err != nil {
 			t.Errorf("network-status removed before the delegate DEL ran: %v", err)
 		}
-		if left := k.claims(); len(left) != 0 {
-			t.Errorf("network-status removed while the claim of %s was still held", left[0].DeviceID)
+		if left := k.records(); len(left) != 0 {
+			t.Errorf("network-status removed while the record of %s was still held", left[0].DeviceID)
 		}
 	}
 	if err := k.p.Del(k.args()); err != nil {
@@ -239,8 +239,8 @@ func TestKubeHookInvalidNADResourceName(t *testing.T) {
 	if !errors.As(err, &te) || te.Code != ErrNoDeviceSource || !strings.Contains(te.Msg, "NetworkAttachmentDefinition default/fast-net") {
 		t.Fatalf("ADD with a bad annotation: %v", err)
 	}
-	if st := k.claims(); len(st) != 0 {
-		t.Errorf("claims %+v", st)
+	if st := k.records(); len(st) != 0 {
+		t.Errorf("records %+v", st)
 	}
 }
 
@@ -254,8 +254,8 @@ func TestKubeHookRequiredVersusBestEffort(t *testing.T) {
 	if !errors.As(err, &te) || te.Code != ErrKube || !strings.Contains(te.Details, "forbidden") {
 		t.Fatalf("required: %v", err)
 	}
-	if c := k.claims(); len(c) != 0 {
-		t.Errorf("claims after failed ADD %+v", c)
+	if c := k.records(); len(c) != 0 {
+		t.Errorf("records after failed ADD %+v", c)
 	}
 	if _, err := os.Stat(filepath.Join(k.root, "rec", "DEL-c1_net1.json")); err != nil {
 		t.Errorf("rollback did not DEL the delegate: %v", err)
@@ -264,8 +264,8 @@ func TestKubeHookRequiredVersusBestEffort(t *testing.T) {
 	if err := k.p.Add(k.args()); err != nil {
 		t.Fatalf("best-effort: %v", err)
 	}
-	if c := k.claims(); len(c) != 1 || c[0].NetworkStatus == nil {
-		t.Errorf("claims %+v", c)
+	if c := k.records(); len(c) != 1 || c[0].NetworkStatus == nil {
+		t.Errorf("records %+v", c)
 	}
 	// The runtime repeats the ADD once the API server is back: the cached
 	// result is returned and the entry that could not be written is written.

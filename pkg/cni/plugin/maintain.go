@@ -11,17 +11,17 @@ import (
 
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
-	"github.com/devplumb/devplumb/pkg/cni/delegate"
+	"github.com/devplumb/devplumb/pkg/cni/leftover"
 )
 
-// Check is CNI CHECK: the claim and the CNI file are present and valid, and
+// Check is CNI CHECK: the record and the CNI file are present and valid, and
 // the delegates' CHECK passes.
 func (p *Plugin) Check(args *skel.CmdArgs) error {
 	c, cerr := p.newCall(args, false)
 	if cerr != nil {
 		return cerr
 	}
-	rec, err := c.claims.Get(c.key)
+	rec, err := c.records.Get(c.key)
 	if err != nil {
 		return cniError(ErrState, "devplumb state of this attachment is unreadable", err)
 	}
@@ -30,7 +30,7 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 			"run ADD again", c.key.Network, c.key.ContainerID, c.key.IfName), nil)
 	}
 	defer c.close()
-	if cerr := c.checkKubelet(rec); cerr != nil {
+	if cerr := c.devices.checkKubelet(rec); cerr != nil {
 		return cerr
 	}
 	if rec.NetworkStatus != nil && rec.NetworkStatus.DeviceInfo != nil {
@@ -45,11 +45,11 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	if err := c.delegatesSafe(list); err != nil {
 		return cniError(types.ErrInvalidNetworkConfig, `invalid "delegate": `+err.Error(), nil)
 	}
-	err = c.inv.Check(context.Background(), list, rt)
+	err = c.delegates.Check(context.Background(), list, rt)
 	if errors.Is(err, libcni.ErrorCheckNotSupp) {
 		// A delegate pinned to a cniVersion before 0.4.0 has no CHECK; what
 		// devplumb itself set up was checked above.
-		c.p.Log.Debug("delegate CHECK skipped", "reason", err)
+		c.log.Debug("delegate CHECK skipped", "reason", err)
 		return nil
 	}
 	if err != nil {
@@ -76,7 +76,7 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 	if err := c.delegatesSafe(list); err != nil {
 		return cniError(types.ErrInvalidNetworkConfig, `invalid "delegate": `+err.Error(), nil)
 	}
-	if err := c.inv.Status(context.Background(), list); err != nil {
+	if err := c.delegates.Status(context.Background(), list); err != nil {
 		var te *types.Error
 		if errors.As(err, &te) && te.Code != 0 && te.Code < 100 {
 			return delegateError("delegate STATUS", err)
@@ -87,7 +87,7 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 }
 
 func (c *call) podResourcesAnswers() error {
-	pr, cerr := c.podResources()
+	pr, cerr := c.kubelet.open()
 	if cerr != nil {
 		return cerr
 	}
@@ -99,7 +99,7 @@ func (c *call) podResourcesAnswers() error {
 }
 
 // GC is CNI GC: attachments of this network not in
-// cni.dev/valid-attachments lose their delegate setup, CNI file and claim;
+// cni.dev/valid-attachments lose their delegate setup, CNI file and record;
 // then libcni GCs the delegates.
 func (p *Plugin) GC(args *skel.CmdArgs) error {
 	c, cerr := p.newCall(args, false)
@@ -119,8 +119,8 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 		return cerr
 	}
 	if err := c.delegatesSafe(list); err != nil {
-		c.p.Log.Warn("not running the delegate GC", "err", err)
-	} else if err := c.inv.GC(context.Background(), list, c.conf.ValidAttachments); err != nil {
+		c.log.Warn("not running the delegate GC", "err", err)
+	} else if err := c.delegates.GC(context.Background(), list, c.conf.ValidAttachments); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -133,9 +133,9 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 // including records too corrupt to read (their delegates are left to
 // libcni's GC, which has its own cache of what ADD ran).
 func (c *call) collectStale(valid func(attachment.Key) bool) []error {
-	recs, err := c.claims.List()
+	recs, err := c.records.List()
 	if err != nil {
-		c.p.Log.Warn("some state is unreadable; GC continues with the rest", "err", err)
+		c.log.Warn("some state is unreadable; GC continues with the rest", "err", err)
 	}
 	var errs []error
 	for _, rec := range recs {
@@ -143,36 +143,36 @@ func (c *call) collectStale(valid func(attachment.Key) bool) []error {
 			errs = append(errs, c.collect(rec))
 		}
 	}
-	corrupt, err := c.claims.RemoveCorrupt(c.conf.Name, valid)
+	corrupt, err := c.records.RemoveCorrupt(c.conf.Name, valid)
 	errs = append(errs, err)
 	for _, k := range corrupt {
-		c.p.Log.Warn("removed a corrupt state record", "container", k.ContainerID, "ifname", k.IfName)
-		if f, err := c.files.CNIPath(devinfo.CNIFileName(k.Network, k.ContainerID, k.IfName)); err == nil {
+		c.log.Warn("removed a corrupt state record", "container", k.ContainerID, "ifname", k.IfName)
+		if f, err := c.deviceInfo.CNIPath(devinfo.CNIFileName(k.Network, k.ContainerID, k.IfName)); err == nil {
 			errs = append(errs, devinfo.RemoveFile(f))
 		}
 	}
 	return errs
 }
 
-// collect removes one stale attachment: what it set up, then its claim.
-func (c *call) collect(rec *attachment.Attachment) error {
+// collect removes one stale attachment: what it set up, then its record.
+func (c *call) collect(rec *attachment.Record) error {
 	if err := c.undo(rec); err != nil {
 		return err
 	}
-	c.removeClaimStatus(rec)
-	return c.claims.Release(rec.Key)
+	c.status.removeClaim(rec)
+	return c.records.Release(rec.Key)
 }
 
 // undo runs the delegate DEL of a recorded attachment with what its ADD used
-// and removes its CNI file; the claim is the caller's.
-func (c *call) undo(rec *attachment.Attachment) error {
+// and removes its CNI file; the record is the caller's.
+func (c *call) undo(rec *attachment.Record) error {
 	if err := c.undoDelegate(rec); err != nil {
 		if rec.Complete {
 			return err
 		}
 		// As in DEL: an ADD that never completed may never have run the
 		// delegate, whose DEL then fails on what is not there.
-		c.p.Log.Warn("delegate DEL failed for an attachment with no completed ADD", "container", rec.ContainerID, "err", err)
+		c.log.Warn("delegate DEL failed for an attachment with no completed ADD", "container", rec.ContainerID, "err", err)
 	}
 	if f := c.ownedCNIFile(rec.CNIFile); f != "" {
 		return devinfo.RemoveFile(f)
@@ -182,22 +182,17 @@ func (c *call) undo(rec *attachment.Attachment) error {
 
 // undoDelegate runs the delegate DEL of a recorded attachment, if its ADD
 // got as far as recording the delegate config.
-func (c *call) undoDelegate(rec *attachment.Attachment) error {
-	if len(rec.Delegate) == 0 {
-		return nil
-	}
-	list, err := delegate.ListFromBytes(rec.Delegate)
-	if err != nil {
+func (c *call) undoDelegate(rec *attachment.Record) error {
+	// A sandbox already gone left nothing inside it: DEL without netns.
+	list, rt, err := leftover.RecordedDelegate(rec)
+	if list == nil || err != nil {
 		return err
 	}
-	// A sandbox already gone left nothing inside it: DEL without netns.
-	rt := &libcni.RuntimeConf{ContainerID: rec.ContainerID, IfName: rec.IfName, NetNS: existingNetns(rec.NetNS),
-		Args: rec.CNIArgs, CapabilityArgs: rec.CapabilityArgs}
 	if err := c.delegatesSafe(list); err != nil {
-		c.p.Log.Warn("not running the recorded delegate DEL", "container", rec.ContainerID, "err", err)
+		c.log.Warn("not running the recorded delegate DEL", "container", rec.ContainerID, "err", err)
 		return nil
 	}
-	inv, err := c.p.invoker(c.args.Path, c.conf.StateDir, rec.Network) // rec may be of another network of the pod
+	inv, err := c.plugin.invoker(c.args.Path, c.conf.StateDir, rec.Network) // rec may be of another network of the pod
 	if err != nil {
 		return err
 	}

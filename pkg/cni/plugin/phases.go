@@ -12,9 +12,11 @@ import (
 
 // The timed steps of ADD and DEL, in the order ADD runs them.
 const (
-	phaseConfig        = "config"        // parse the config and CNI_ARGS
-	phasePodResources  = "podResources"  // ask the kubelet for the pod's devices
-	phaseClaim         = "claim"         // claim (or release) the device under the state lock
+	phaseConfig       = "config"       // parse the config and CNI_ARGS
+	phasePodResources = "podResources" // ask the kubelet for the pod's devices
+	// phaseTake: take (or release) the device under the state lock. Its name
+	// stays "claim": it is a Prometheus label value and in recorded state.
+	phaseTake          = "claim"
 	phaseDeviceInfo    = "deviceInfo"    // copy (or remove) the CNI device-info file
 	phaseDelegate      = "delegate"      // the delegate plugins' ADD (or DEL)
 	phaseNetworkStatus = "networkStatus" // build the network-status entry and the result
@@ -65,9 +67,9 @@ func (p *phases) log(l *slog.Logger, op string) {
 // a spool (devplumbctl metrics), dropped there for its histograms. Losing a sample is
 // no reason to fail a call.
 func (c *call) endTiming(op string, err error) {
-	c.t.log(c.p.Log, op)
-	rec := phasespool.Record{Op: op, Network: c.conf.Name, Failed: err != nil, Phases: c.t.recorded()}
+	c.timing.log(c.log, op)
+	rec := phasespool.Record{Op: op, Network: c.conf.Name, Failed: err != nil, Phases: c.timing.recorded()}
 	if err := phasespool.Drop(c.conf.StateDir, rec); err != nil {
-		c.p.Log.Debug("phase record not spooled", "err", err)
+		c.log.Debug("phase record not spooled", "err", err)
 	}
 }

@@ -21,7 +21,7 @@ func TestPhasesRecordedAndLogged(t *testing.T) {
 	if err := k.p.Add(k.args()); err != nil {
 		t.Fatal(err)
 	}
-	recs := k.claims()
+	recs := k.records()
 	if len(recs) != 1 {
 		t.Fatalf("%d records", len(recs))
 	}

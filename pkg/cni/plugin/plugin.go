@@ -1,5 +1,5 @@
 // Package plugin is the devplumb CNI meta-plugin: ADD finds the pod's device,
-// claims it, hands its device information to the delegate plugins and records
+// takes it, hands its device information to the delegate plugins and records
 // the network-status entry; DEL, CHECK, STATUS and GC follow the same path.
 package plugin
 
@@ -18,7 +18,6 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
-	current "github.com/containernetworking/cni/pkg/types/100"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 
 	"github.com/devplumb/devplumb/devinfo"
@@ -26,14 +25,13 @@ import (
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
 	"github.com/devplumb/devplumb/pkg/cni/config"
 	"github.com/devplumb/devplumb/pkg/cni/delegate"
-	"github.com/devplumb/devplumb/pkg/cni/dradevice"
 	"github.com/devplumb/devplumb/podresources"
 )
 
 // devplumb's own CNI error codes (the CNI spec leaves 100+ to plugins).
 const (
 	ErrNoDevice       uint = 100 // the pod has no usable device of the resource
-	ErrNoFreeDevice   uint = 101 // every device of the pod is claimed by other attachments
+	ErrNoFreeDevice   uint = 101 // other attachments hold every device of the pod
 	ErrDeviceInfo     uint = 102 // a device-info file is invalid
 	ErrDelegate       uint = 103 // a delegate plugin failed
 	ErrPodResources   uint = 104 // the kubelet's PodResources API failed
@@ -107,67 +105,93 @@ func delegateError(what string, err error) *types.Error {
 	return types.NewError(te.Code, fmt.Sprintf("%s: %s", what, te.Msg), err.Error())
 }
 
-// call is one CNI invocation with its parsed inputs.
+// call is one CNI invocation: its parsed inputs and what serves them. What
+// a step of ADD or DEL finds out (the candidate devices, the taken record,
+// the chain's prevResult, the delegates' result) is not kept here: each step
+// returns it and the next takes it.
 type call struct {
-	p      *Plugin
+	plugin *Plugin
+	log    *slog.Logger // the network's logger (forCall)
 	args   *skel.CmdArgs
 	conf   *config.NetConf
 	pod    attachment.Pod
 	key    attachment.Key
-	cni    [][2]string
-	files  *devinfo.Store
-	claims *attachment.Store
-	inv    *delegate.Invoker
-	pr     *podresources.Client // opened on first use
-	prev   *current.Result      // ADD: the chain's prevResult, if any
-	// draDevs are the DRA devices among the candidates, by device ID.
-	draDevs map[string]dradevice.Device
-	// kc is the call's API client, made on first use (kcMade): one per call,
-	// so that what one step read another can use (network-status starts from
-	// the pod object the DRA lookup read).
-	kc     Kube
-	kcErr  error
-	kcMade bool
-	t      *phases // timings of the call's steps
+	// cniArgs are CNI_ARGS as the delegates get them.
+	cniArgs    [][2]string
+	deviceInfo *devinfo.Store
+	names      *names
+	records    *attachment.Store
+	delegates  *delegate.Invoker
+	// kubelet is the call's PodResources client, opened on first use and
+	// closed by close. It and the Kubernetes client (apiClient) are made
+	// once per call and shared by devices and status, so that what one step
+	// read another can use (network-status starts from the pod object the
+	// DRA lookup read).
+	kubelet *kubeletClient
+	// devices finds the attachment's device (ADD step 2) and judges holders.
+	devices *finder
+	// status writes and removes the attachment's entries on the API server.
+	status *statusWriter
+	timing *phases // timings of the call's steps
 	depth  int     // devplumb runs above this one (DepthEnv)
 	// closeLog ends the call's log file, if its network has one.
 	closeLog func()
 }
 
 func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Error) {
-	t := startPhases()
+	timing := startPhases()
+	conf, pod, cerr := p.parseInputs(args, strictArgs)
+	if cerr != nil {
+		return nil, cerr
+	}
+	delegates, err := p.invoker(args.Path, conf.StateDir, conf.Name)
+	if err != nil {
+		return nil, cniError(ErrState, "unusable \"stateDir\" "+conf.StateDir, err)
+	}
+	own := *args // DEL may clear Netns; the caller's args stay as given
+	p, closeLog := p.forCall(conf)
+	deviceInfo := devinfo.NewStore(conf.DeviceInfoDir)
+	key := attachment.Key{Network: conf.Name, ContainerID: args.ContainerID, IfName: args.IfName}
+	records := attachment.New(conf.StateDir)
+	kubelet := &kubeletClient{socket: conf.PodResourcesSocket, timeout: p.Timeout, log: p.Log}
+	api := &apiClient{make: func() (Kube, error) { return p.newKube(conf) }}
+	return &call{
+		plugin: p, log: p.Log, args: &own, closeLog: closeLog, conf: conf, pod: pod,
+		key:        key,
+		cniArgs:    delegate.ParseArgs(args.Args),
+		deviceInfo: deviceInfo,
+		names:      &names{conf: conf, podNamespace: pod.Namespace, containerID: args.ContainerID, ifName: args.IfName, deviceInfo: deviceInfo},
+		records:    records,
+		delegates:  delegates,
+		kubelet:    kubelet,
+		devices: &finder{conf: conf, pod: pod, key: key, records: records, kubelet: kubelet, api: api,
+			timeout: p.Timeout, log: p.Log},
+		status: &statusWriter{api: api, conf: conf, pod: pod, ifName: args.IfName, timeout: p.Timeout, log: p.Log},
+		depth:  markDepth(),
+		timing: timing.mark(phaseConfig),
+	}, nil
+}
+
+// parseInputs parses the network config and the pod identity in CNI_ARGS;
+// with strictArgs, CNI_ARGS that do not parse fail the call.
+func (p *Plugin) parseInputs(args *skel.CmdArgs, strictArgs bool) (*config.NetConf, attachment.Pod, *types.Error) {
 	conf, err := config.Parse(args.StdinData)
 	if err != nil {
 		code := types.ErrInvalidNetworkConfig
 		if errors.Is(err, config.ErrDecode) {
 			code = types.ErrDecodingFailure
 		}
-		return nil, cniError(code, "invalid devplumb network config: "+err.Error(), nil)
+		return nil, attachment.Pod{}, cniError(code, "invalid devplumb network config: "+err.Error(), nil)
 	}
 	pod, err := podFromArgs(args.Args)
 	if err != nil {
 		if strictArgs {
-			return nil, cniError(types.ErrInvalidEnvironmentVariables, "invalid CNI_ARGS: "+err.Error()+
+			return nil, attachment.Pod{}, cniError(types.ErrInvalidEnvironmentVariables, "invalid CNI_ARGS: "+err.Error()+
 				" (add IgnoreUnknown=1 to pass keys devplumb does not know)", nil)
 		}
 		p.Log.Warn("ignoring unparsable CNI_ARGS", "err", err)
 	}
-	inv, err := p.invoker(args.Path, conf.StateDir, conf.Name)
-	if err != nil {
-		return nil, cniError(ErrState, "unusable \"stateDir\" "+conf.StateDir, err)
-	}
-	own := *args // DEL may clear Netns; the caller's args stay as given
-	p, closeLog := p.forCall(conf)
-	return &call{
-		p: p, args: &own, closeLog: closeLog, conf: conf, pod: pod,
-		key:    attachment.Key{Network: conf.Name, ContainerID: args.ContainerID, IfName: args.IfName},
-		cni:    delegate.ParseArgs(args.Args),
-		files:  devinfo.NewStore(conf.DeviceInfoDir),
-		claims: attachment.New(conf.StateDir),
-		inv:    inv,
-		depth:  markDepth(),
-		t:      t.mark(phaseConfig),
-	}, nil
+	return conf, pod, nil
 }
 
 // invoker runs delegates with one libcni cache per devplumb network: GC of
@@ -199,52 +223,6 @@ func podFromArgs(s string) (attachment.Pod, error) {
 	return attachment.Pod{Namespace: string(a.K8S_POD_NAMESPACE), Name: string(a.K8S_POD_NAME), UID: string(a.K8S_POD_UID)}, nil
 }
 
-// cniFile is the attachment's CNI device-info file: the caller's
-// runtimeConfig.CNIDeviceInfoFile, else the deterministic name DEL can rebuild.
-func (c *call) cniFile() (string, error) {
-	if f := c.conf.RuntimeConfig.CNIDeviceInfoFile; f != "" {
-		return f, nil
-	}
-	return c.files.CNIPath(devinfo.CNIFileName(c.networkName(), c.args.ContainerID, c.args.IfName))
-}
-
-// networkName names the attachment's network in network-status and in the CNI
-// device-info file's name. Multus names a network after its NetworkAttachmentDefinition,
-// "<namespace>/<name>" (the file "<namespace>-<name>-<containerID>_<ifname>"); devplumb
-// does the same when it has one, so the pod's annotation and the node's files read the
-// same under Multus and without it. Else it is the config's name.
-func (c *call) networkName() string {
-	if !c.fromNAD() {
-		return c.conf.Name
-	}
-	ns, name := c.conf.NADRef(c.pod.Namespace)
-	if ns == "" {
-		return c.conf.Name // no pod namespace to complete the reference with
-	}
-	return ns + "/" + name
-}
-
-// fromNAD: the config names a NetworkAttachmentDefinition, or takes its resourceName
-// from one (no resourceName, claim or device given, a kubeconfig to read the NAD with:
-// resourceName()'s rule). It depends on the config alone, so DEL names things as ADD did.
-func (c *call) fromNAD() bool {
-	return c.conf.NAD != "" || (c.conf.ResourceName == "" && c.conf.ResourceClaim == "" &&
-		c.conf.DeviceIDFromConfig() == "" && c.conf.Kubeconfig != "")
-}
-
-// legacyCNIFile is the CNI device-info file an older devplumb, which named every file
-// after the config's name, made for this attachment; "" when that is today's name.
-func (c *call) legacyCNIFile() string {
-	if c.conf.RuntimeConfig.CNIDeviceInfoFile != "" || c.networkName() == c.conf.Name {
-		return ""
-	}
-	p, err := c.files.CNIPath(devinfo.CNIFileName(c.conf.Name, c.args.ContainerID, c.args.IfName))
-	if err != nil {
-		return ""
-	}
-	return p
-}
-
 // buildList is the delegate conflist with dev injected ("" injects nothing).
 func (c *call) buildList(dev string) (*libcni.NetworkConfigList, *types.Error) {
 	list, err := delegate.BuildList(c.conf, dev)
@@ -262,50 +240,44 @@ func (c *call) ownedCNIFile(path string) string {
 		return ""
 	}
 	if err := config.CheckCNIDeviceInfoFile("recorded CNI device-info file", path, c.conf.CNIDeviceInfoDirs()); err != nil {
-		c.p.Log.Warn("leaving a file devplumb does not own", "err", err)
+		c.log.Warn("leaving a file devplumb does not own", "err", err)
 		return ""
 	}
 	return path
 }
 
 func (c *call) ctx() (context.Context, context.CancelFunc) {
-	t := c.p.Timeout
+	return timeoutCtx(c.plugin.Timeout)
+}
+
+// timeoutCtx bounds one request to the kubelet or the API server.
+func timeoutCtx(t time.Duration) (context.Context, context.CancelFunc) {
 	if t <= 0 {
 		t = podresources.DefaultTimeout
 	}
 	return context.WithTimeout(context.Background(), t)
 }
 
-// kube returns the call's API client, or nil when the config has no kubeconfig.
-func (c *call) kube() (Kube, error) {
-	if !c.kcMade {
-		c.kc, c.kcErr = c.newKube()
-		c.kcMade = true
-	}
-	return c.kc, c.kcErr
-}
-
-func (c *call) newKube() (Kube, error) {
-	if c.conf.Kubeconfig == "" {
+// newKube builds the Kubernetes client of conf's kubeconfig; nil without one.
+func (p *Plugin) newKube(conf *config.NetConf) (Kube, error) {
+	if conf.Kubeconfig == "" {
 		return nil, nil
 	}
-	if c.p.NewKube == nil {
+	if p.NewKube == nil {
 		return nil, errors.New("this devplumb build has no Kubernetes client")
 	}
 	// Credentials and server come from this file: one a NAD author wrote
 	// would point devplumb at their own API server.
-	if err := safefile.CheckOwnedFile(c.conf.Kubeconfig); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := safefile.CheckOwnedFile(conf.Kubeconfig); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("refusing kubeconfig: %w", err)
 	}
-	return c.p.NewKube(c.conf.Kubeconfig, c.p.Timeout, c.p.Log)
+	return p.NewKube(conf.Kubeconfig, p.Timeout, p.Log)
 }
 
-// kubeFailed applies networkStatus: "required" fails, "best-effort" logs.
-func (c *call) kubeFailed(what string, err error) *types.Error {
-	if c.conf.NetworkStatus == config.NetworkStatusBestEffort {
-		c.p.Log.Warn(what+" failed; continuing (networkStatus is best-effort)", "err", err)
-		return nil
+func (c *call) close() {
+	if c.closeLog != nil {
+		c.closeLog()
+		c.closeLog = nil
 	}
-	return cniError(ErrKube, what+" failed: check kubeconfig "+c.conf.Kubeconfig+
-		" and the RBAC of its user, or set \"networkStatus\": \"best-effort\"", err)
+	c.kubelet.close()
 }

@@ -41,12 +41,12 @@ func (n *node) pod(name string, ids ...string) {
 	}}})
 }
 
-// attach records a claim and its CNI file, as a finished ADD leaves them.
+// attach records an attachment and its CNI file, as a finished ADD leaves them.
 func (n *node) attach(t *testing.T, pod, cid, ifname, dev string) string {
 	t.Helper()
 	cni, _ := n.files.CNIPath(devinfo.CNIFileName("net", cid, ifname))
 	writeFile(t, cni, `{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:01:02.2"}}`)
-	err := n.state.Put(&attachment.Attachment{
+	err := n.state.Put(&attachment.Record{
 		Key: attachment.Key{Network: "net", ContainerID: cid, IfName: ifname},
 		Pod: attachment.Pod{Namespace: "ns", Name: pod}, ResourceName: res, DeviceID: dev,
 		CNIFile: cni, Complete: true,
@@ -82,7 +82,7 @@ func TestCollectHealthyNode(t *testing.T) {
 	if len(v.Pods) != 1 || strings.Join(v.Pods[0].Devices[res], ",") != "veth1,veth2" {
 		t.Errorf("pods = %+v", v.Pods)
 	}
-	if len(v.Attachments) != 2 || len(v.Files) != 2 || !v.Files[0].Claimed {
+	if len(v.Attachments) != 2 || len(v.Files) != 2 || !v.Files[0].Owned {
 		t.Errorf("attachments %+v files %+v", v.Attachments, v.Files)
 	}
 	for _, a := range v.Attachments {
@@ -170,10 +170,10 @@ func TestGC(t *testing.T) {
 		t.Error("orphan removed without --orphans")
 	}
 	if a, _ := n.state.Get(attachment.Key{Network: "net", ContainerID: "c2", IfName: "net1"}); a != nil {
-		t.Error("stale claim kept")
+		t.Error("stale record kept")
 	}
 	if a, _ := n.state.Get(attachment.Key{Network: "net", ContainerID: "c1", IfName: "net1"}); a == nil {
-		t.Error("live claim removed")
+		t.Error("live record removed")
 	}
 
 	if _, err := GC(ctx, n.paths, GCOptions{Orphans: true}); err != nil {
@@ -188,30 +188,30 @@ func TestGC(t *testing.T) {
 }
 
 // GC judges on the kubelet's answer at GC time, not on an earlier look: a
-// pod admitted (and attached) after inspect ran keeps its claim and file.
-func TestGCAsksTheKubeletAfterReadingClaims(t *testing.T) {
+// pod admitted (and attached) after inspect ran keeps its record and file.
+func TestGCAsksTheKubeletAfterReadingRecords(t *testing.T) {
 	n := newNode(t)
 	cni := n.attach(t, "late", "c1", "net1", "veth1")
 	v, err := Collect(context.Background(), n.paths)
 	if err != nil || !v.Attachments[0].Stale {
-		t.Fatalf("before the pod is listed the claim looks stale: %+v %v", v.Attachments, err)
+		t.Fatalf("before the pod is listed the record looks stale: %+v %v", v.Attachments, err)
 	}
 	n.pod("late", "veth1")
 	acts, err := GC(context.Background(), n.paths, GCOptions{Orphans: true})
 	if err != nil || len(acts) != 0 {
-		t.Fatalf("gc of a live claim: %v %v", acts, err)
+		t.Fatalf("gc of a live record: %v %v", acts, err)
 	}
 	if a, _ := n.state.Get(attachment.Key{Network: "net", ContainerID: "c1", IfName: "net1"}); a == nil {
-		t.Error("live claim removed")
+		t.Error("live record removed")
 	}
 	if _, err := os.Stat(cni); err != nil {
 		t.Error("live CNI file removed")
 	}
 }
 
-// A claim the kubelet no longer lists but whose netns is still there is
+// A record the kubelet no longer lists but whose netns is still there is
 // kept: the runtime's DEL has yet to come (or the kubelet just restarted).
-func TestGCKeepsClaimWhoseNetnsExists(t *testing.T) {
+func TestGCKeepsRecordWhoseNetnsExists(t *testing.T) {
 	n := newNode(t)
 	cni := n.attach(t, "gone", "c1", "net1", "veth1")
 	netns := filepath.Join(t.TempDir(), "netns")
@@ -227,7 +227,7 @@ func TestGCKeepsClaimWhoseNetnsExists(t *testing.T) {
 		t.Fatalf("gc: %v %v", acts, err)
 	}
 	if a, _ := n.state.Get(k); a == nil {
-		t.Error("claim of a live netns removed")
+		t.Error("record of a live netns removed")
 	}
 	if _, err := os.Stat(cni); err != nil {
 		t.Error("CNI file of a live netns removed")
@@ -245,7 +245,7 @@ func TestGCRemovesOnlyDeviceInfoFiles(t *testing.T) {
 	victim := filepath.Join(t.TempDir(), "victim")
 	writeFile(t, victim, "precious")
 	k := attachment.Key{Network: "net", ContainerID: "c1", IfName: "net1"}
-	err := n.state.Put(&attachment.Attachment{Key: k, Pod: attachment.Pod{Namespace: "ns", Name: "gone"},
+	err := n.state.Put(&attachment.Record{Key: k, Pod: attachment.Pod{Namespace: "ns", Name: "gone"},
 		ResourceName: res, DeviceID: "veth1", CNIFile: victim, Complete: true})
 	if err != nil {
 		t.Fatal(err)
@@ -258,7 +258,7 @@ func TestGCRemovesOnlyDeviceInfoFiles(t *testing.T) {
 		t.Fatalf("gc removed %s: %v", victim, acts)
 	}
 	if a, _ := n.state.Get(k); a != nil {
-		t.Error("stale claim kept")
+		t.Error("stale record kept")
 	}
 }
 
@@ -278,8 +278,8 @@ func TestGCOrphansWaitForCorruptRecords(t *testing.T) {
 	}
 }
 
-// GC runs the recorded delegates' DEL before it drops a stale claim, so the
-// real host-local plugin releases its lease; a claim whose delegate DEL
+// GC runs the recorded delegates' DEL before it drops a stale record, so the
+// real host-local plugin releases its lease; a record whose delegate DEL
 // fails is kept for the next gc.
 func TestGCRunsDelegateDEL(t *testing.T) {
 	cniPath := testenv.CNIPlugins(t)
@@ -302,7 +302,7 @@ func TestGCRunsDelegateDEL(t *testing.T) {
 	}
 	lease := filepath.Join(leases, "net", "10.254.7.2")
 	record := func(cid, netnsPath string, delegateConf []byte) {
-		err := n.state.Put(&attachment.Attachment{Key: attachment.Key{Network: "net", ContainerID: cid, IfName: "net1"},
+		err := n.state.Put(&attachment.Record{Key: attachment.Key{Network: "net", ContainerID: cid, IfName: "net1"},
 			Pod: attachment.Pod{Namespace: "ns", Name: "gone"}, ResourceName: res, DeviceID: "veth-" + cid,
 			Delegate: delegateConf, NetNS: netnsPath, Complete: true})
 		if err != nil {
@@ -330,10 +330,10 @@ func TestGCRunsDelegateDEL(t *testing.T) {
 		t.Errorf("host-local lease %s kept after gc: %v (acts %v)", lease, err, acts)
 	}
 	if a, _ := n.state.Get(attachment.Key{Network: "net", ContainerID: "c9", IfName: "net1"}); a != nil {
-		t.Error("claim of the released attachment kept")
+		t.Error("record of the released attachment kept")
 	}
 	if a, _ := n.state.Get(attachment.Key{Network: "net", ContainerID: "c8", IfName: "net1"}); a == nil {
-		t.Error("claim whose delegate DEL failed was removed: its lease would leak")
+		t.Error("record whose delegate DEL failed was removed: its lease would leak")
 	}
 	if !strings.Contains(fmt.Sprint(acts), "keep claim net/c8/net1") || !strings.Contains(fmt.Sprint(acts), "no-such-plugin") {
 		t.Errorf("acts do not say why c8 was kept: %v", acts)
@@ -349,7 +349,7 @@ func TestDRAAttachmentLivesWithItsPod(t *testing.T) {
 	for i, pod := range []string{"dra", "gone"} {
 		cni, _ := n.files.CNIPath(devinfo.CNIFileName("net", pod, "net1"))
 		writeFile(t, cni, `{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:01:02.2"}}`)
-		err := n.state.Put(&attachment.Attachment{
+		err := n.state.Put(&attachment.Record{
 			Key: attachment.Key{Network: "net", ContainerID: pod, IfName: "net1"},
 			Pod: attachment.Pod{Namespace: "ns", Name: pod}, ResourceName: res, DeviceID: fmt.Sprintf("0000:01:02.%d", i), CNIFile: cni, Complete: true,
 			Claim: &attachment.ClaimDevice{Namespace: "ns", Name: pod + "-net", Driver: "netdev.devplumb.io", Pool: "node", Device: fmt.Sprintf("pci-%d", i)},

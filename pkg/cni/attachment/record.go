@@ -1,4 +1,4 @@
-// Package claims records which device each attachment of a pod holds.
+// Package attachment records which device each attachment of a pod holds.
 //
 // One JSON record per attachment (network, container ID, interface) lives in
 // <stateDir>/attachments; every read-modify-write happens under an exclusive
@@ -42,8 +42,8 @@ func (p Pod) String() string {
 	return p.Namespace + "/" + p.Name
 }
 
-// Attachment is the state kept for one attachment.
-type Attachment struct {
+// Record is the state kept for one attachment: which device it holds.
+type Record struct {
 	Key
 	Pod          Pod    `json:"pod"`
 	ResourceName string `json:"resourceName,omitempty"`
@@ -91,13 +91,13 @@ type Phase struct {
 	Duration time.Duration `json:"ns"`
 }
 
-// Store is the claim state below one state directory.
+// Store is the attachment records below one state directory.
 type Store struct{ Dir string }
 
 // New returns the store under dir (created on first write).
 func New(dir string) *Store { return &Store{Dir: dir} }
 
-// ErrNoFreeDevice is returned when every candidate device is claimed.
+// ErrNoFreeDevice is returned when other attachments hold every candidate device.
 var ErrNoFreeDevice = errors.New("no free device")
 
 // Request asks for a device for one attachment.
@@ -108,75 +108,75 @@ type Request struct {
 	// Candidates are the devices this attachment may take, in preference
 	// order (the kubelet's order, or the one device the caller named).
 	Candidates []string
-	// Stale, when set, is asked (under the lock) about another pod's claim
-	// on a candidate; true drops that claim. The kubelet gave the device to
+	// Stale, when set, is asked (under the lock) about another pod's record
+	// holding a candidate; true drops that record. The kubelet gave the device to
 	// this pod, so a holder the kubelet no longer knows missed its DEL. It
 	// runs under the node-wide lock, so it must not block: the caller asks
 	// the kubelet first and Stale only checks the answer still applies.
-	Stale func(*Attachment) bool
+	Stale func(*Record) bool
 	// SandboxGone, when set, tells (under the lock, without blocking)
 	// whether the sandbox of a record of this pod under another container
-	// ID is gone; only then does this attachment take over its claims.
+	// ID is gone; only then does this attachment take over its devices.
 	// Unset, none is taken over.
-	SandboxGone func(*Attachment) bool
+	SandboxGone func(*Record) bool
 }
 
-// Claimed is the outcome of Claim.
-type Claimed struct {
-	Attachment *Attachment
-	// Dropped are records of older sandboxes of the same pod that Claim
+// Taken is the outcome of Take.
+type Taken struct {
+	Record *Record
+	// Dropped are records of older sandboxes of the same pod that Take
 	// removed; the caller cleans their CNI files.
-	Dropped []*Attachment
-	// Unreadable reports corrupt records Claim passed over (for the log):
+	Dropped []*Record
+	// Unreadable reports corrupt records Take passed over (for the log):
 	// one bad file must not stop every ADD on the node.
 	Unreadable error
 }
 
-// Claim picks a device for the attachment under the lock and records it.
+// Take picks a device for the attachment under the lock and records it.
 // A retried ADD of the same attachment gets the device it already holds.
-// On error, a non-nil Claimed still lists the claims it dropped.
-func (s *Store) Claim(req Request) (*Claimed, error) {
-	var out *Claimed
+// On error, a non-nil Taken still lists the records it dropped.
+func (s *Store) Take(req Request) (*Taken, error) {
+	var out *Taken
 	err := s.Locked(func() error {
 		var err error
-		out, err = s.claimLocked(req)
+		out, err = s.takeLocked(req)
 		return err
 	})
 	return out, err
 }
 
-func (s *Store) claimLocked(req Request) (*Claimed, error) {
+func (s *Store) takeLocked(req Request) (*Taken, error) {
 	all, unreadable, err := s.list()
 	if err != nil {
 		return nil, err
 	}
-	out := &Claimed{Unreadable: unreadable}
+	out := &Taken{Unreadable: unreadable}
 	own, held, err := s.partition(req, all, out)
 	if err != nil {
 		return out, err
 	}
 	if own != nil && slices.Contains(req.Candidates, own.DeviceID) && own.ResourceName == req.ResourceName {
-		out.Attachment = own
+		out.Record = own
 		return out, nil
 	}
 	if err := s.pick(req, held, out); err != nil {
-		// The older sandboxes' claims are gone even so: the caller undoes them.
+		// The older sandboxes' records are gone even so: the caller undoes them.
 		return out, err
 	}
 	if own != nil {
 		// The same attachment asked for another device: what its old
-		// claim set up is the caller's to undo.
+		// record set up is the caller's to undo.
 		out.Dropped = append(out.Dropped, own)
 	}
 	return out, nil
 }
 
-// partition sorts the records: the attachment's own, the claims of older
+// partition sorts the records: the attachment's own, the records of older
 // sandboxes of the pod (removed, into out.Dropped), and the devices of the
 // resource other attachments hold.
-func (s *Store) partition(req Request, all []*Attachment, out *Claimed) (*Attachment, map[string]*Attachment, error) {
-	var own *Attachment
-	held := map[string]*Attachment{}
+func (s *Store) partition(req Request, all []*Record, out *Taken) (*Record, map[string]*Record, error) {
+	var own *Record
+	held := map[string]*Record{}
 	for _, a := range all {
 		switch {
 		case a.Key == req.Key:
@@ -195,7 +195,7 @@ func (s *Store) partition(req Request, all []*Attachment, out *Claimed) (*Attach
 
 // pick records the first candidate no one holds, taking over a holder that
 // req.Stale calls stale, into out.Attachment.
-func (s *Store) pick(req Request, held map[string]*Attachment, out *Claimed) error {
+func (s *Store) pick(req Request, held map[string]*Record, out *Taken) error {
 	for _, dev := range req.Candidates {
 		if a := held[dev]; a != nil && req.Stale != nil && req.Stale(a) {
 			if err := s.Remove(a.Key); err != nil {
@@ -207,11 +207,11 @@ func (s *Store) pick(req Request, held map[string]*Attachment, out *Claimed) err
 		if held[dev] != nil {
 			continue
 		}
-		a := &Attachment{Key: req.Key, Pod: req.Pod, ResourceName: req.ResourceName, DeviceID: dev}
+		a := &Record{Key: req.Key, Pod: req.Pod, ResourceName: req.ResourceName, DeviceID: dev}
 		if err := s.Put(a); err != nil {
 			return err
 		}
-		out.Attachment = a
+		out.Record = a
 		return nil
 	}
 	return noFreeError(req, held)
@@ -220,15 +220,15 @@ func (s *Store) pick(req Request, held map[string]*Attachment, out *Claimed) err
 // olderSandbox: a record of the same pod (namespace, name and UID: a pod
 // recreated under the same name is another pod) under another container ID
 // whose sandbox is gone belongs to a sandbox the runtime replaced; its
-// device is this pod's again. A sandbox still there keeps its claims until
+// device is this pod's again. A sandbox still there keeps its devices until
 // its DEL.
-func olderSandbox(a *Attachment, req Request) bool {
+func olderSandbox(a *Record, req Request) bool {
 	return req.Pod.Known() && a.Pod.Namespace == req.Pod.Namespace && a.Pod.Name == req.Pod.Name &&
 		req.Pod.UID != "" && a.Pod.UID == req.Pod.UID && a.ContainerID != req.ContainerID &&
 		req.SandboxGone != nil && req.SandboxGone(a)
 }
 
-func noFreeError(req Request, held map[string]*Attachment) error {
+func noFreeError(req Request, held map[string]*Record) error {
 	var holders []string
 	for _, dev := range req.Candidates {
 		a := held[dev]
@@ -249,26 +249,26 @@ func (s *Store) Release(k Key) error {
 }
 
 // ReleaseHeld removes a's record only while it still holds a's device, so a
-// failed ADD rolling back never frees a claim someone else made since.
-func (s *Store) ReleaseHeld(a *Attachment) error {
+// failed ADD rolling back never frees a device someone else took since.
+func (s *Store) ReleaseHeld(a *Record) error {
 	return s.Locked(func() error {
 		cur, err := s.Get(a.Key)
 		if err == nil && (cur == nil || cur.DeviceID != a.DeviceID || cur.ResourceName != a.ResourceName) {
 			return nil
 		}
-		return s.Remove(a.Key) // ours, or corrupt: either way not a live claim of another
+		return s.Remove(a.Key) // ours, or corrupt: either way not another's live record
 	})
 }
 
-// ErrClaimLost is returned by Update when the record it would rewrite is
+// ErrDeviceLost is returned by Update when the record it would rewrite is
 // gone or holds another device: a newer sandbox of the pod, or a takeover of
-// a stale claim, took the device while this ADD ran.
-var ErrClaimLost = errors.New("the device claim was taken over")
+// a stale record, took the device while this ADD ran.
+var ErrDeviceLost = errors.New("the device was taken over")
 
 // Update rewrites a record under the lock, only while the attachment still
-// holds the device it claimed: writing it back unconditionally would
-// resurrect a dropped claim and hand one device out twice.
-func (s *Store) Update(a *Attachment) error {
+// holds the device it took: writing it back unconditionally would
+// resurrect a dropped record and hand one device out twice.
+func (s *Store) Update(a *Record) error {
 	return s.Locked(func() error {
 		cur, err := s.Get(a.Key)
 		if err != nil {
@@ -276,7 +276,7 @@ func (s *Store) Update(a *Attachment) error {
 		}
 		if cur == nil || cur.DeviceID != a.DeviceID || cur.ResourceName != a.ResourceName {
 			return fmt.Errorf("%w: attachment %s/%s/%s no longer holds device %s; run ADD again",
-				ErrClaimLost, a.Network, a.ContainerID, a.IfName, a.DeviceID)
+				ErrDeviceLost, a.Network, a.ContainerID, a.IfName, a.DeviceID)
 		}
 		return s.Put(a)
 	})

@@ -18,36 +18,36 @@ func req(pod, cid, ifname string, cands ...string) Request {
 		Pod:          Pod{Namespace: "ns", Name: pod, UID: "uid-" + pod},
 		ResourceName: "example.com/vf",
 		Candidates:   cands,
-		SandboxGone:  func(*Attachment) bool { return true },
+		SandboxGone:  func(*Record) bool { return true },
 	}
 }
 
 func TestTwoAttachmentsOfOnePodGetTwoDevices(t *testing.T) {
 	s := New(t.TempDir())
-	a, err := s.Claim(req("p", "c1", "net1", "d0", "d1"))
+	a, err := s.Take(req("p", "c1", "net1", "d0", "d1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := s.Claim(req("p", "c1", "net2", "d0", "d1"))
+	b, err := s.Take(req("p", "c1", "net2", "d0", "d1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Attachment.DeviceID != "d0" || b.Attachment.DeviceID != "d1" {
-		t.Errorf("got %s and %s, want d0 and d1", a.Attachment.DeviceID, b.Attachment.DeviceID)
+	if a.Record.DeviceID != "d0" || b.Record.DeviceID != "d1" {
+		t.Errorf("got %s and %s, want d0 and d1", a.Record.DeviceID, b.Record.DeviceID)
 	}
-	_, err = s.Claim(req("p", "c1", "net3", "d0", "d1"))
+	_, err = s.Take(req("p", "c1", "net3", "d0", "d1"))
 	if !errors.Is(err, ErrNoFreeDevice) || !strings.Contains(err.Error(), "ns/p") || !strings.Contains(err.Error(), "net2") {
-		t.Errorf("third claim: %v", err)
+		t.Errorf("third take: %v", err)
 	}
 }
 
 func TestRetryGetsSameDeviceAndReleaseFrees(t *testing.T) {
 	s := New(t.TempDir())
 	r := req("p", "c1", "net1", "d0", "d1")
-	a, _ := s.Claim(r)
-	_, _ = s.Claim(req("p", "c1", "net2", "d0", "d1"))
-	again, err := s.Claim(r)
-	if err != nil || again.Attachment.DeviceID != a.Attachment.DeviceID {
+	a, _ := s.Take(r)
+	_, _ = s.Take(req("p", "c1", "net2", "d0", "d1"))
+	again, err := s.Take(r)
+	if err != nil || again.Record.DeviceID != a.Record.DeviceID {
 		t.Fatalf("retry: %v %+v", err, again)
 	}
 	if err := s.Release(r.Key); err != nil {
@@ -64,15 +64,15 @@ func TestRetryGetsSameDeviceAndReleaseFrees(t *testing.T) {
 
 func TestOlderSandboxIsDropped(t *testing.T) {
 	s := New(t.TempDir())
-	if _, err := s.Claim(req("p", "old", "net1", "d0")); err != nil {
+	if _, err := s.Take(req("p", "old", "net1", "d0")); err != nil {
 		t.Fatal(err)
 	}
-	c, err := s.Claim(req("p", "new", "net1", "d0"))
+	c, err := s.Take(req("p", "new", "net1", "d0"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Attachment.DeviceID != "d0" || len(c.Dropped) != 1 || c.Dropped[0].ContainerID != "old" {
-		t.Fatalf("claim: %+v dropped %+v", c.Attachment, c.Dropped)
+	if c.Record.DeviceID != "d0" || len(c.Dropped) != 1 || c.Dropped[0].ContainerID != "old" {
+		t.Fatalf("take: %+v dropped %+v", c.Record, c.Dropped)
 	}
 	all, _ := s.List()
 	if len(all) != 1 || all[0].ContainerID != "new" {
@@ -93,10 +93,10 @@ func TestConcurrentPodsNeverShare(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := s.Claim(req(fmt.Sprintf("p%d", i), fmt.Sprintf("c%d", i), "net1", devs...))
+			c, err := s.Take(req(fmt.Sprintf("p%d", i), fmt.Sprintf("c%d", i), "net1", devs...))
 			errs[i] = err
 			if err == nil {
-				got[i] = c.Attachment.DeviceID
+				got[i] = c.Record.DeviceID
 			}
 		}()
 	}
@@ -116,13 +116,13 @@ func TestConcurrentPodsNeverShare(t *testing.T) {
 func TestUnsafeKeyAndCorruptState(t *testing.T) {
 	s := New(t.TempDir())
 	r := req("p", "../../etc", "net1", "d0")
-	if _, err := s.Claim(r); err == nil {
+	if _, err := s.Take(r); err == nil {
 		t.Fatal("a container ID with .. must be refused")
 	}
-	if _, err := s.Claim(req("p", "c1", "..", "d0")); err == nil {
+	if _, err := s.Take(req("p", "c1", "..", "d0")); err == nil {
 		t.Fatal("an interface name .. must be refused")
 	}
-	if _, err := s.Claim(req("p", "c1", "x%y#z", "d0")); err != nil {
+	if _, err := s.Take(req("p", "c1", "x%y#z", "d0")); err != nil {
 		t.Fatalf("any interface name the kernel takes is fine: %v", err)
 	}
 	if err := os.MkdirAll(filepath.Join(s.Dir, "attachments"), 0o700); err != nil {
@@ -141,19 +141,19 @@ func TestUnsafeKeyAndCorruptState(t *testing.T) {
 }
 
 // One corrupt record (of another attachment) must not stop every ADD on the
-// node: Claim passes over it and reports it.
-func TestCorruptRecordDoesNotWedgeClaims(t *testing.T) {
+// node: Take passes over it and reports it.
+func TestCorruptRecordDoesNotWedgeTake(t *testing.T) {
 	s := New(t.TempDir())
-	if _, err := s.Claim(req("p", "c0", "net1", "d0")); err != nil {
+	if _, err := s.Take(req("p", "c0", "net1", "d0")); err != nil {
 		t.Fatal(err)
 	}
 	p, _ := s.path(Key{"net", "c0", "net1"})
 	if err := os.WriteFile(p, []byte("{trunc"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c, err := s.Claim(req("q", "c1", "net1", "d1"))
-	if err != nil || c.Attachment.DeviceID != "d1" {
-		t.Fatalf("claim beside a corrupt record: %+v %v", c, err)
+	c, err := s.Take(req("q", "c1", "net1", "d1"))
+	if err != nil || c.Record.DeviceID != "d1" {
+		t.Fatalf("take beside a corrupt record: %+v %v", c, err)
 	}
 	if c.Unreadable == nil || !strings.Contains(c.Unreadable.Error(), p) {
 		t.Errorf("the corrupt record is not reported: %v", c.Unreadable)
@@ -175,7 +175,7 @@ func TestLookalikeKeysDoNotCollide(t *testing.T) {
 	a.ContainerID = "c"
 	b.Pod = Pod{Namespace: "ns", Name: "other"}
 	for _, r := range []Request{a, b} {
-		if _, err := s.Claim(r); err != nil {
+		if _, err := s.Take(r); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -183,25 +183,25 @@ func TestLookalikeKeysDoNotCollide(t *testing.T) {
 	if err != nil || len(all) != 2 || all[0].DeviceID == all[1].DeviceID {
 		t.Fatalf("records %+v %v: want two with different devices", all, err)
 	}
-	if _, err := s.Claim(req("p", "c1", "a b", "d0")); err == nil {
+	if _, err := s.Take(req("p", "c1", "a b", "d0")); err == nil {
 		t.Error("an interface name with a space must be refused")
 	}
 }
 
-// An ADD whose claim was dropped while it ran (a newer sandbox of the pod took
+// An ADD whose record was dropped while it ran (a newer sandbox of the pod took
 // the device) cannot write it back: that would hand the device out twice.
 func TestUpdateAfterDropIsRefused(t *testing.T) {
 	s := New(t.TempDir())
-	old, err := s.Claim(req("p", "c1", "net1", "d0"))
+	old, err := s.Take(req("p", "c1", "net1", "d0"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Claim(req("p", "c2", "net1", "d0")); err != nil {
+	if _, err := s.Take(req("p", "c2", "net1", "d0")); err != nil {
 		t.Fatal(err)
 	}
-	old.Attachment.Complete = true
-	if err := s.Update(old.Attachment); !errors.Is(err, ErrClaimLost) {
-		t.Fatalf("update of a dropped claim: %v", err)
+	old.Record.Complete = true
+	if err := s.Update(old.Record); !errors.Is(err, ErrDeviceLost) {
+		t.Fatalf("update of a dropped record: %v", err)
 	}
 	all, _ := s.List()
 	if len(all) != 1 || all[0].ContainerID != "c2" {
@@ -209,19 +209,19 @@ func TestUpdateAfterDropIsRefused(t *testing.T) {
 	}
 }
 
-func TestStaleClaimOfAnotherPodIsDropped(t *testing.T) {
+func TestStaleRecordOfAnotherPodIsDropped(t *testing.T) {
 	s := New(t.TempDir())
-	if _, err := s.Claim(req("gone", "c0", "net1", "d0")); err != nil {
+	if _, err := s.Take(req("gone", "c0", "net1", "d0")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Claim(req("live", "c1", "net1", "d0")); !errors.Is(err, ErrNoFreeDevice) {
+	if _, err := s.Take(req("live", "c1", "net1", "d0")); !errors.Is(err, ErrNoFreeDevice) {
 		t.Fatalf("without Stale the holder keeps the device: %v", err)
 	}
 	r := req("live", "c1", "net1", "d0")
-	r.Stale = func(a *Attachment) bool { return a.Pod.Name == "gone" }
-	c, err := s.Claim(r)
-	if err != nil || c.Attachment.DeviceID != "d0" || len(c.Dropped) != 1 || c.Dropped[0].Pod.Name != "gone" {
-		t.Fatalf("claim %+v %v", c, err)
+	r.Stale = func(a *Record) bool { return a.Pod.Name == "gone" }
+	c, err := s.Take(r)
+	if err != nil || c.Record.DeviceID != "d0" || len(c.Dropped) != 1 || c.Dropped[0].Pod.Name != "gone" {
+		t.Fatalf("take %+v %v", c, err)
 	}
 }
 
@@ -229,7 +229,7 @@ func TestStaleClaimOfAnotherPodIsDropped(t *testing.T) {
 func TestRemoveCorrupt(t *testing.T) {
 	s := New(t.TempDir())
 	for _, cid := range []string{"keep", "drop", "fine"} {
-		if _, err := s.Claim(req("p"+cid, cid, "net1", "d-"+cid)); err != nil {
+		if _, err := s.Take(req("p"+cid, cid, "net1", "d-"+cid)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -252,23 +252,23 @@ func TestRemoveCorrupt(t *testing.T) {
 	}
 }
 
-// The same attachment asking for another device drops its old claim (the
-// caller undoes it); a new sandbox's claim failing still reports the older
-// sandbox's claims it dropped.
+// The same attachment asking for another device drops its old record (the
+// caller undoes it); a new sandbox's take failing still reports the older
+// sandbox's records it dropped.
 func TestReplacedAndDroppedAreReported(t *testing.T) {
 	s := New(t.TempDir())
-	if _, err := s.Claim(req("p", "c1", "net1", "d0")); err != nil {
+	if _, err := s.Take(req("p", "c1", "net1", "d0")); err != nil {
 		t.Fatal(err)
 	}
-	c, err := s.Claim(req("p", "c1", "net1", "d1"))
-	if err != nil || c.Attachment.DeviceID != "d1" || len(c.Dropped) != 1 || c.Dropped[0].DeviceID != "d0" {
-		t.Fatalf("claim of another device: %+v %v", c, err)
+	c, err := s.Take(req("p", "c1", "net1", "d1"))
+	if err != nil || c.Record.DeviceID != "d1" || len(c.Dropped) != 1 || c.Dropped[0].DeviceID != "d0" {
+		t.Fatalf("take of another device: %+v %v", c, err)
 	}
-	if _, err := s.Claim(req("q", "c9", "net1", "d2")); err != nil {
+	if _, err := s.Take(req("q", "c9", "net1", "d2")); err != nil {
 		t.Fatal(err)
 	}
-	c, err = s.Claim(req("p", "c2", "net1", "d2"))
+	c, err = s.Take(req("p", "c2", "net1", "d2"))
 	if !errors.Is(err, ErrNoFreeDevice) || c == nil || len(c.Dropped) != 1 || c.Dropped[0].ContainerID != "c1" {
-		t.Fatalf("failed claim of a new sandbox: %+v %v", c, err)
+		t.Fatalf("failed take of a new sandbox: %+v %v", c, err)
 	}
 }

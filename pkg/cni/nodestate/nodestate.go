@@ -1,5 +1,5 @@
-// Package nodeview gathers what one node holds for devplumb — the kubelet's
-// device assignments, devplumb's attachment claims and the device-info files —
+// Package nodestate gathers what one node holds for devplumb — the kubelet's
+// device assignments, devplumb's attachment records and the device-info files —
 // and points at what does not add up, for `devplumbctl inspect` and `gc`.
 package nodestate
 
@@ -18,6 +18,7 @@ import (
 
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
+	"github.com/devplumb/devplumb/pkg/cni/leftover"
 	"github.com/devplumb/devplumb/podresources"
 )
 
@@ -70,7 +71,7 @@ type Pod struct {
 	Devices   map[string][]string `json:"devices"` // resource name -> device IDs, kubelet order
 }
 
-// Attachment is one claim of devplumb's state.
+// Attachment is one attachment record of devplumb's state.
 type Attachment struct {
 	Network      string `json:"network"`
 	ContainerID  string `json:"containerID"`
@@ -96,8 +97,8 @@ type Attachment struct {
 // File is one device-info file with its validation result.
 type File struct {
 	devinfo.File
-	Error   string `json:"error,omitempty"`
-	Claimed bool   `json:"claimed,omitempty"` // a CNI file some attachment names
+	Error string `json:"error,omitempty"`
+	Owned bool   `json:"claimed,omitempty"` // a CNI file some attachment names (the JSON key is the older word)
 }
 
 // Collect builds the view. An unreachable kubelet is recorded, not fatal:
@@ -109,7 +110,7 @@ func Collect(ctx context.Context, p Paths) (*View, error) {
 	if err := v.collectFiles(); err != nil {
 		return nil, err
 	}
-	v.checkDevicesClaimedOnce()
+	v.checkDevicesHeldOnce()
 	return v, nil
 }
 
@@ -185,31 +186,14 @@ func (v *View) collectAttachments() {
 	}
 }
 
-// stale reports an attachment of a known pod whose device the kubelet (its
-// answer is pods) no longer assigns to it.
-func stale(pods []Pod, a *attachment.Attachment) bool {
-	if !a.Pod.Known() {
-		return false
+// stale reports an attachment whose device the kubelet (its answer is pods)
+// no longer assigns to its pod, by the rule the plugin also applies.
+func stale(pods []Pod, a *attachment.Record) bool {
+	i := slices.IndexFunc(pods, func(p Pod) bool { return p.Namespace == a.Pod.Namespace && p.Name == a.Pod.Name })
+	if i < 0 {
+		return leftover.DeviceGone(a, false, nil)
 	}
-	if a.Claim != nil {
-		// A DRA device: the kubelet reports a claim only for the containers that
-		// reference it (a network-only claim never), so the pod's presence is what
-		// it can tell; the claim lives as long as the pod.
-		return !slices.ContainsFunc(pods, func(p Pod) bool { return p.Namespace == a.Pod.Namespace && p.Name == a.Pod.Name })
-	}
-	if a.ResourceName == "" {
-		return false
-	}
-	for _, p := range pods {
-		if p.Namespace == a.Pod.Namespace && p.Name == a.Pod.Name {
-			for _, id := range p.Devices[a.ResourceName] {
-				if id == a.DeviceID {
-					return false
-				}
-			}
-		}
-	}
-	return true
+	return leftover.DeviceGone(a, true, pods[i].Devices[a.ResourceName])
 }
 
 func (v *View) collectFiles() error {
@@ -217,12 +201,12 @@ func (v *View) collectFiles() error {
 	if err != nil {
 		return err
 	}
-	claimed := map[string]bool{}
+	owned := map[string]bool{}
 	for _, a := range v.Attachments {
-		claimed[a.CNIFile] = true
+		owned[a.CNIFile] = true
 	}
 	for _, f := range files {
-		vf := File{File: f, Claimed: claimed[f.Path]}
+		vf := File{File: f, Owned: owned[f.Path]}
 		info, err := devinfo.ReadFile(f.Path)
 		if id, ok := devinfo.DeviceIDOfDPName(f.Name); err == nil && ok && f.Kind == devinfo.KindDP {
 			err = devinfo.CheckFiledUnder(info, id)
@@ -231,7 +215,7 @@ func (v *View) collectFiles() error {
 			vf.Error = err.Error()
 			v.problem("%s: %v", f.Path, err)
 		}
-		if f.Kind == devinfo.KindCNI && !vf.Claimed {
+		if f.Kind == devinfo.KindCNI && !vf.Owned {
 			v.problem("%s: no devplumb attachment owns this CNI device-info file (left by a crash, or written by another NPWG implementation)", f.Path)
 		}
 		v.Files = append(v.Files, vf)
@@ -239,9 +223,9 @@ func (v *View) collectFiles() error {
 	return nil
 }
 
-// checkDevicesClaimedOnce reports a device held by two attachments, which
-// devplumb's claims must never allow.
-func (v *View) checkDevicesClaimedOnce() {
+// checkDevicesHeldOnce reports a device held by two attachments, which
+// devplumb's records must never allow.
+func (v *View) checkDevicesHeldOnce() {
 	seen := map[string]string{}
 	for _, a := range v.Attachments {
 		key := a.ResourceName + " " + a.DeviceID
@@ -249,7 +233,7 @@ func (v *View) checkDevicesClaimedOnce() {
 			continue
 		}
 		if other, ok := seen[key]; ok {
-			v.problem("device %s of %s is claimed twice: %s and %s/%s/%s", a.DeviceID, a.ResourceName, other, a.Network, short(a.ContainerID), a.IfName)
+			v.problem("device %s of %s is held twice: %s and %s/%s/%s", a.DeviceID, a.ResourceName, other, a.Network, short(a.ContainerID), a.IfName)
 		}
 		seen[key] = fmt.Sprintf("%s/%s/%s", a.Network, short(a.ContainerID), a.IfName)
 	}

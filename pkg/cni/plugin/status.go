@@ -1,0 +1,135 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+
+	"github.com/devplumb/devplumb/pkg/cni/attachment"
+	"github.com/devplumb/devplumb/pkg/cni/config"
+	"github.com/devplumb/devplumb/pkg/cni/dradevice"
+)
+
+// statusWriter writes (step 6 of ADD) and removes (at DEL) devplumb's
+// entries of one attachment on the API server: the pod's network-status
+// entry and devplumb's part of a ResourceClaim's status.devices[] entry.
+type statusWriter struct {
+	api     *apiClient
+	conf    *config.NetConf
+	pod     attachment.Pod // from CNI_ARGS
+	ifName  string
+	timeout time.Duration
+	log     *slog.Logger
+}
+
+func (w *statusWriter) ctx() (context.Context, context.CancelFunc) { return timeoutCtx(w.timeout) }
+
+// failed applies networkStatus: "required" fails, "best-effort" logs.
+func (w *statusWriter) failed(what string, err error) *types.Error {
+	if w.conf.NetworkStatus == config.NetworkStatusBestEffort {
+		w.log.Warn(what+" failed; continuing (networkStatus is best-effort)", "err", err)
+		return nil
+	}
+	return cniError(ErrKube, what+" failed: check kubeconfig "+w.conf.Kubeconfig+
+		" and the RBAC of its user, or set \"networkStatus\": \"best-effort\"", err)
+}
+
+// setPod adds or replaces the pod's network-status entry.
+func (w *statusWriter) setPod(entry *nadv1.NetworkStatus) *types.Error {
+	k, err := w.api.get()
+	if err != nil {
+		return w.failed("building the Kubernetes client", err)
+	}
+	if k == nil {
+		return nil
+	}
+	if !w.pod.Known() {
+		return w.failed("writing network-status", errors.New("CNI_ARGS carry no K8S_POD_NAMESPACE/K8S_POD_NAME"))
+	}
+	ctx, cancel := w.ctx()
+	defer cancel()
+	if err := k.SetNetworkStatus(ctx, w.pod.Namespace, w.pod.Name, w.pod.UID, *entry); err != nil {
+		return w.failed("writing network-status of pod "+w.pod.String(), err)
+	}
+	return nil
+}
+
+// removePod drops the attachment's network-status entry, under any of
+// networks (the names it may have). The pod is CNI_ARGS', else rec's.
+func (w *statusWriter) removePod(rec *attachment.Record, networks []string) {
+	pod := w.pod
+	if !pod.Known() && rec != nil {
+		pod = rec.Pod
+	}
+	k, err := w.api.get()
+	if err == nil && k == nil {
+		return
+	}
+	if err == nil && !pod.Known() {
+		err = errors.New("CNI_ARGS carry no K8S_POD_NAMESPACE/K8S_POD_NAME")
+	}
+	if err == nil {
+		ctx, cancel := w.ctx()
+		defer cancel()
+		for _, network := range networks {
+			if err = k.RemoveNetworkStatus(ctx, pod.Namespace, pod.Name, pod.UID, network, w.ifName); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		// DEL must not fail on the API server: the pod may be gone already.
+		w.log.Warn(fmt.Sprintf("removing network-status of pod %s failed", pod), "err", err)
+	}
+}
+
+// setClaim writes devplumb's part of the claim's status.devices[] entry of
+// the attachment's DRA device, if it has one; failures count as for
+// network-status ("networkStatus": required or best-effort).
+func (w *statusWriter) setClaim(rec *attachment.Record, entry *nadv1.NetworkStatus, result types.Result) *types.Error {
+	if rec.Claim == nil {
+		return nil
+	}
+	k, err := w.api.dra()
+	if err != nil {
+		return w.failed("building the Kubernetes client", err)
+	}
+	if k == nil {
+		return nil
+	}
+	st := dradevice.Status{Claim: *rec.Claim, InterfaceName: entry.Interface, HardwareAddress: entry.Mac,
+		IPs: cidrs(entry.IPs, result), Network: w.conf.Name}
+	ctx, cancel := w.ctx()
+	defer cancel()
+	if err := k.ApplyDeviceStatus(ctx, st); err != nil {
+		return w.failed("writing the status of "+rec.Claim.String(), err)
+	}
+	return nil
+}
+
+// removeClaim removes devplumb's part of the claim's entry; like
+// network-status on DEL, a failure is logged, never fatal. It goes by the
+// state record alone (no API read): a DEL without state knows no claim, and
+// its entry then goes with the claim (a template's claim goes with the pod).
+func (w *statusWriter) removeClaim(rec *attachment.Record) {
+	if rec == nil || rec.Claim == nil {
+		return
+	}
+	k, err := w.api.dra()
+	if err == nil && k == nil {
+		return
+	}
+	if err == nil {
+		ctx, cancel := w.ctx()
+		defer cancel()
+		err = k.RemoveDeviceStatus(ctx, *rec.Claim)
+	}
+	if err != nil {
+		w.log.Warn("removing devplumb's status of "+rec.Claim.String()+" failed", "err", err)
+	}
+}
