@@ -104,10 +104,14 @@ func TestArchitectureTreeMatchesRepository(t *testing.T) {
 	}
 }
 
-// mdLink is a Markdown link's target: [text](target).
-var mdLink = regexp.MustCompile(`\]\(([^)#\s]+)[^)]*\)`)
+// mdLink is a Markdown link: [text](target).
+var mdLink = regexp.MustCompile(`\[([^]]*)\]\(([^)#\s]+)[^)]*\)`)
 
-// Every relative link of the repository's Markdown files reaches a file or directory.
+// goTestName is a link text naming a Go test, fuzz target or benchmark.
+var goTestName = regexp.MustCompile(`^(Test|Fuzz|Benchmark)[A-Za-z0-9_]+$`)
+
+// Every relative link of the repository's Markdown files reaches a file or
+// directory, and a link named after a Go test reaches the file defining it.
 func TestMarkdownLinksResolve(t *testing.T) {
 	err := filepath.WalkDir("..", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -124,17 +128,29 @@ func TestMarkdownLinksResolve(t *testing.T) {
 			return err
 		}
 		for _, m := range mdLink.FindAllStringSubmatch(string(b), -1) {
-			target := m[1]
-			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
-				continue
-			}
-			if _, err := os.Stat(filepath.Join(filepath.Dir(p), target)); err != nil {
-				t.Errorf("%s links to %s, which does not exist", p, target)
-			}
+			checkLink(t, p, m[1], m[2])
 		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// checkLink checks one link of the Markdown file md.
+func checkLink(t *testing.T, md, text, target string) {
+	t.Helper()
+	if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+		return
+	}
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(md), target))
+	if err != nil {
+		if _, serr := os.Stat(filepath.Join(filepath.Dir(md), target)); serr != nil {
+			t.Errorf("%s links to %s, which does not exist", md, target)
+		}
+		return
+	}
+	if goTestName.MatchString(text) && !strings.Contains(string(b), "func "+text+"(") {
+		t.Errorf("%s links %s to %s, which does not define it", md, text, target)
 	}
 }
