@@ -3,6 +3,7 @@ package dpmode
 import (
 	"bytes"
 	"context"
+	"github.com/devplumb/devplumb/pkg/testenv"
 	"os"
 	"path/filepath"
 	"strings"
@@ -75,7 +76,7 @@ func TestRunRejectsBadPools(t *testing.T) {
 			t.Errorf("%+v: got %v, want an error containing %q", c.rcs, err, c.want)
 		}
 	}
-	if left := dirEntries(t, dir); len(left) != 0 {
+	if left := testenv.Files(t, dir); len(left) != 0 {
 		t.Errorf("failed starts left files: %v", left)
 	}
 }

@@ -2,8 +2,6 @@ package dpmode
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -13,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
@@ -22,6 +19,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/netdev/source/socket"
 	"github.com/devplumb/devplumb/pkg/netdev/source/sysfs/sysfstest"
 	"github.com/devplumb/devplumb/pkg/netdev/source/vdpa"
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
 const (
@@ -55,7 +53,7 @@ func newFixture(t *testing.T) *fixture {
 	f.cdiDir = filepath.Join(t.TempDir(), "cdi")
 	f.startNode()
 	f.fakeSysfs()
-	f.vethPrefix = vethPair(t)
+	f.vethPrefix = testenv.VethPair(t, "dpt")
 	for _, s := range []string{"vhu0.sock", "vhu1.sock"} {
 		f.listen(s)
 	}
@@ -159,39 +157,6 @@ func (f *fixture) waitNode(what string, cond func(map[string][]kubeletsim.Device
 	if err := f.node.WaitResources(ctx, cond); err != nil {
 		f.t.Fatalf("%s: %v; node has %+v", what, err, f.node.Resources())
 	}
-}
-
-// vethPair creates a veth pair with unique names and removes it at the end.
-func vethPair(t *testing.T) string {
-	t.Helper()
-	b := make([]byte, 4)
-	rand.Read(b)
-	prefix := "dpt" + hex.EncodeToString(b)
-	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: prefix + "a"}, PeerName: prefix + "b"}); err != nil {
-		t.Fatalf("create veth pair %s: %v", prefix, err)
-	}
-	t.Cleanup(func() {
-		for _, n := range []string{prefix + "a", prefix + "b"} {
-			if l, err := netlink.LinkByName(n); err == nil {
-				netlink.LinkDel(l)
-			}
-		}
-	})
-	return prefix
-}
-
-// dirEntries lists a directory recursively (files only), relative names.
-func dirEntries(t *testing.T, dir string) []string {
-	t.Helper()
-	var out []string
-	filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			rel, _ := filepath.Rel(dir, path)
-			out = append(out, rel)
-		}
-		return nil
-	})
-	return out
 }
 
 type (

@@ -12,6 +12,7 @@ import (
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/pkg/netdev/source/sysfs/sysfstest"
+	"github.com/devplumb/devplumb/pkg/testenv"
 	"github.com/vishvananda/netlink"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
@@ -91,7 +92,7 @@ func TestAdvertisesDescribesAndCleansUp(t *testing.T) {
 	if n := len(cache.ListDevices()); n != 9 {
 		t.Errorf("CDI devices %v, want 9", cache.ListDevices())
 	}
-	for _, e := range dirEntries(t, f.cdiDir) {
+	for _, e := range testenv.Files(t, f.cdiDir) {
 		if st, _ := os.Stat(filepath.Join(f.cdiDir, e)); st.Mode().Perm() != 0o644 {
 			t.Errorf("CDI spec %s mode %v", e, st.Mode())
 		}
@@ -106,10 +107,10 @@ func TestAdvertisesDescribesAndCleansUp(t *testing.T) {
 // assertCleanedUp checks that nothing of the plugin is left.
 func assertCleanedUp(t *testing.T, f *fixture) {
 	t.Helper()
-	if left := dirEntries(t, f.devinfoDir); len(left) != 0 {
+	if left := testenv.Files(t, f.devinfoDir); len(left) != 0 {
 		t.Errorf("device-info files left: %v", left)
 	}
-	if left := dirEntries(t, f.cdiDir); len(left) != 0 {
+	if left := testenv.Files(t, f.cdiDir); len(left) != 0 {
 		t.Errorf("CDI specs left: %v", left)
 	}
 	entries, _ := os.ReadDir(f.node.PluginDir())

@@ -1,17 +1,13 @@
 package dramode
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -22,6 +18,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/netdev/source/socket"
 	"github.com/devplumb/devplumb/pkg/netdev/source/sysfs/sysfstest"
 	"github.com/devplumb/devplumb/pkg/netdev/source/vdpa"
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
 const (
@@ -61,7 +58,7 @@ func newFixture(t *testing.T) *fixture {
 	}
 	sysfstest.AddPCI(t, f.sysfs, sysfstest.PCI{Addr: "0000:65:00.2", Vendor: "15b3", Device: "101e", Class: "020000", Driver: "mlx5_core", NUMA: 1})
 	sysfstest.AddVDPA(t, f.sysfs, "vdpa0", "0000:65:00.2", "vhost_vdpa", 3)
-	f.vethPrefix = vethPair(t)
+	f.vethPrefix = testenv.VethPair(t, "drt")
 	for _, s := range []string{"vhu0.sock", "vhu1.sock"} {
 		f.listen(s)
 	}
@@ -112,37 +109,4 @@ func claim(name, pool string, devices ...string) *resourceapi.ResourceClaim {
 	}
 	c.Status.Allocation = alloc
 	return c
-}
-
-// vethPair creates a veth pair with unique names and removes it at the end.
-func vethPair(t *testing.T) string {
-	t.Helper()
-	b := make([]byte, 4)
-	rand.Read(b)
-	prefix := "drt" + hex.EncodeToString(b)
-	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: prefix + "a"}, PeerName: prefix + "b"}); err != nil {
-		t.Fatalf("create veth pair %s: %v", prefix, err)
-	}
-	t.Cleanup(func() {
-		for _, n := range []string{prefix + "a", prefix + "b"} {
-			if l, err := netlink.LinkByName(n); err == nil {
-				netlink.LinkDel(l)
-			}
-		}
-	})
-	return prefix
-}
-
-// files lists a directory recursively (files only), relative names.
-func files(t *testing.T, dir string) []string {
-	t.Helper()
-	var out []string
-	filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			rel, _ := filepath.Rel(dir, path)
-			out = append(out, rel)
-		}
-		return nil
-	})
-	return out
 }
