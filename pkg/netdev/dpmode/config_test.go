@@ -3,13 +3,14 @@ package dpmode
 import (
 	"bytes"
 	"context"
-	"github.com/devplumb/devplumb/pkg/testenv"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
 func TestParseConfig(t *testing.T) {
