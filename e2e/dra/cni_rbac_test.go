@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/e2e/kubeapi"
 	"github.com/devplumb/devplumb/pkg/testenv"
 )
@@ -26,14 +27,14 @@ func TestCNIShippedRBAC(t *testing.T) {
 	applyCNIRBAC(t)
 	n := newCNINode(t)
 	kc := filepath.Join(n.dir, "devplumb.kubeconfig")
-	cniMust(t, os.WriteFile(kc, []byte(kubeapi.Kubeconfig(srv.URL, srv.DevplumbToken)), 0o600))
+	e2etest.Must(t, os.WriteFile(kc, []byte(kubeapi.Kubeconfig(srv.URL, srv.DevplumbToken)), 0o600))
 	dev := n.veth()
 	n.slice(cniDev{"dev-0", attrs(dev, cniResource)})
 	claimName := "claim-" + cniRandom()
 	pod := n.pod("pod-"+cniRandom(), claimName, true)
 	n.claim(claimName, pod, []*corev1.Pod{pod}, "dev-0")
 	conf := n.conf(map[string]any{"resourceClaim": "net", "kubeconfig": kc})
-	netns := newCNINetNS(t)
+	netns := testenv.NetNS(t).Path()
 	if res := n.run("ADD", conf, netns, pod, "net1"); res.Code != 0 {
 		t.Fatalf("ADD as devplumb: %+v", res)
 	}
@@ -71,8 +72,8 @@ func cniAllowed(t *testing.T, verb, resource, sub string) bool {
 		ResourceAttributes: &authzv1.ResourceAttributes{Namespace: cniNS, Verb: verb, Group: "resource.k8s.io",
 			Resource: resource, Subresource: sub},
 	}}
-	got, err := srv.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx(t), sar, metav1.CreateOptions{})
-	cniMust(t, err)
+	got, err := srv.Client.AuthorizationV1().SubjectAccessReviews().Create(e2etest.Ctx(t), sar, metav1.CreateOptions{})
+	e2etest.Must(t, err)
 	return got.Status.Allowed
 }
 
@@ -81,7 +82,7 @@ func cniAllowed(t *testing.T, verb, resource, sub string) bool {
 func applyCNIRBAC(t *testing.T) {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(), "deployments", "rbac.yaml"))
-	cniMust(t, err)
+	e2etest.Must(t, err)
 	docs := bytes.Split(raw, []byte("\n---\n"))
 	if len(docs) != 3 {
 		t.Fatalf("rbac.yaml has %d documents, want ServiceAccount, ClusterRole, ClusterRoleBinding", len(docs))
@@ -90,21 +91,21 @@ func applyCNIRBAC(t *testing.T) {
 	var role rbacv1.ClusterRole
 	var binding rbacv1.ClusterRoleBinding
 	for i, obj := range []any{&sa, &role, &binding} {
-		cniMust(t, yaml.UnmarshalStrict(docs[i], obj))
+		e2etest.Must(t, yaml.UnmarshalStrict(docs[i], obj))
 	}
 	c := srv.Client
-	_, err = c.CoreV1().ServiceAccounts(sa.Namespace).Create(ctx(t), &sa, metav1.CreateOptions{})
+	_, err = c.CoreV1().ServiceAccounts(sa.Namespace).Create(e2etest.Ctx(t), &sa, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	_, err = c.RbacV1().ClusterRoles().Create(ctx(t), &role, metav1.CreateOptions{})
-	cniMust(t, err)
-	_, err = c.RbacV1().ClusterRoleBindings().Create(ctx(t), &binding, metav1.CreateOptions{})
-	cniMust(t, err)
+	_, err = c.RbacV1().ClusterRoles().Create(e2etest.Ctx(t), &role, metav1.CreateOptions{})
+	e2etest.Must(t, err)
+	_, err = c.RbacV1().ClusterRoleBindings().Create(e2etest.Ctx(t), &binding, metav1.CreateOptions{})
+	e2etest.Must(t, err)
 	t.Cleanup(func() {
-		_ = c.RbacV1().ClusterRoleBindings().Delete(ctx(t), binding.Name, metav1.DeleteOptions{})
-		_ = c.RbacV1().ClusterRoles().Delete(ctx(t), role.Name, metav1.DeleteOptions{})
-		_ = c.CoreV1().ServiceAccounts(sa.Namespace).Delete(ctx(t), sa.Name, metav1.DeleteOptions{})
+		_ = c.RbacV1().ClusterRoleBindings().Delete(e2etest.Ctx(t), binding.Name, metav1.DeleteOptions{})
+		_ = c.RbacV1().ClusterRoles().Delete(e2etest.Ctx(t), role.Name, metav1.DeleteOptions{})
+		_ = c.CoreV1().ServiceAccounts(sa.Namespace).Delete(e2etest.Ctx(t), sa.Name, metav1.DeleteOptions{})
 		deadline := time.Now().Add(time.Minute)
 		for cniAllowed(t, "get", "resourceclaims", "") {
 			if time.Now().After(deadline) {
@@ -135,14 +136,14 @@ func TestCNIClaimStatusRequiredOrBestEffort(t *testing.T) {
 	bindCNIRole(t, "cni-no-claim-status", rules)
 	n := newCNINode(t)
 	kc := filepath.Join(n.dir, "devplumb.kubeconfig")
-	cniMust(t, os.WriteFile(kc, []byte(kubeapi.Kubeconfig(srv.URL, srv.DevplumbToken)), 0o600))
+	e2etest.Must(t, os.WriteFile(kc, []byte(kubeapi.Kubeconfig(srv.URL, srv.DevplumbToken)), 0o600))
 	dev := n.veth()
 	n.slice(cniDev{"dev-0", attrs(dev, cniResource)})
 	claimName := "claim-" + cniRandom()
 	pod := n.pod("pod-"+cniRandom(), claimName, false)
 	n.claim(claimName, nil, []*corev1.Pod{pod}, "dev-0")
 	conf := n.conf(map[string]any{"resourceClaim": "net", "kubeconfig": kc})
-	netns := newCNINetNS(t)
+	netns := testenv.NetNS(t).Path()
 
 	res := n.run("ADD", conf, netns, pod, "net1")
 	if res.Code != 106 || !strings.Contains(res.Msg, "writing the status of ResourceClaim default/"+claimName) ||
@@ -155,7 +156,7 @@ func TestCNIClaimStatusRequiredOrBestEffort(t *testing.T) {
 	if res := n.run("ADD", conf, netns, pod, "net1"); res.Code != 0 {
 		t.Fatalf("best-effort ADD: %+v", res)
 	}
-	if ns := networkStatus(t, pod.Name); len(ns) != 1 || ns[0].Interface != "net1" {
+	if ns := e2etest.NetworkStatus(t, srv.Client, cniNS, pod.Name); len(ns) != 1 || ns[0].Interface != "net1" {
 		t.Errorf("best-effort ADD: network-status %+v", ns)
 	}
 	if st := deviceStatus(t, claimName, n.driver, "dev-0"); st != nil {
@@ -178,13 +179,13 @@ func bindCNIRole(t *testing.T, name string, rules []rbacv1.PolicyRule) {
 	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
 		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: name},
 		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "devplumb", Namespace: "kube-system"}}}
-	_, err := c.RbacV1().ClusterRoles().Create(ctx(t), role, metav1.CreateOptions{})
-	cniMust(t, err)
-	_, err = c.RbacV1().ClusterRoleBindings().Create(ctx(t), binding, metav1.CreateOptions{})
-	cniMust(t, err)
+	_, err := c.RbacV1().ClusterRoles().Create(e2etest.Ctx(t), role, metav1.CreateOptions{})
+	e2etest.Must(t, err)
+	_, err = c.RbacV1().ClusterRoleBindings().Create(e2etest.Ctx(t), binding, metav1.CreateOptions{})
+	e2etest.Must(t, err)
 	t.Cleanup(func() {
-		_ = c.RbacV1().ClusterRoleBindings().Delete(ctx(t), name, metav1.DeleteOptions{})
-		_ = c.RbacV1().ClusterRoles().Delete(ctx(t), name, metav1.DeleteOptions{})
+		_ = c.RbacV1().ClusterRoleBindings().Delete(e2etest.Ctx(t), name, metav1.DeleteOptions{})
+		_ = c.RbacV1().ClusterRoles().Delete(e2etest.Ctx(t), name, metav1.DeleteOptions{})
 		deadline := time.Now().Add(time.Minute)
 		for cniAllowed(t, "get", "resourceclaims", "") {
 			if time.Now().After(deadline) {

@@ -10,6 +10,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/e2e/kubeapi"
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/pkg/netdev/dpmode"
@@ -56,7 +57,7 @@ func TestDriverNodesimDevplumb(t *testing.T) {
 	if len(alloc.Claims) != 1 || len(alloc.Claims[0].Devices) != 1 || alloc.Claims[0].Devices[0].Device != veth {
 		t.Fatalf("pod add: claims %+v, want the veth %s", alloc.Claims, veth)
 	}
-	pod, err := srv.Client.CoreV1().Pods(cniNS).Get(ctx(t), podName, metav1.GetOptions{})
+	pod, err := srv.Client.CoreV1().Pods(cniNS).Get(e2etest.Ctx(t), podName, metav1.GetOptions{})
 	drvMust(t, err)
 
 	// devplumb as the cni tests run it, asking nodesim's PodResources (only its socket
@@ -64,7 +65,7 @@ func TestDriverNodesimDevplumb(t *testing.T) {
 	cn := &cniNode{t: t, dir: n.dir, bin: testenv.Build(t, "./cmd/devplumb"), name: n.name, driver: drvDriver,
 		network: "hd-net-" + cniRandom(), pr: &podresourcestest.Server{Socket: filepath.Join(n.dir, "pod-resources", "kubelet.sock")}}
 	conf := cn.conf(map[string]any{"resourceName": drvResHostdev, "deviceInfoDir": n.devinfoDir})
-	netns := newCNINetNS(t)
+	netns := testenv.NetNS(t).Path()
 	if res := cn.run("ADD", conf, netns, pod, "net1"); res.Code != 0 {
 		t.Fatalf("ADD: %+v", res)
 	}
@@ -74,7 +75,7 @@ func TestDriverNodesimDevplumb(t *testing.T) {
 	if st := deviceStatus(t, claim.Name, drvDriver, veth); st == nil || st.NetworkData == nil || st.NetworkData.InterfaceName != "net1" {
 		t.Errorf("claim status.devices entry after ADD: %+v", st)
 	}
-	if ns := networkStatus(t, podName); len(ns) != 1 || ns[0].Interface != "net1" {
+	if ns := e2etest.NetworkStatus(t, srv.Client, cniNS, podName); len(ns) != 1 || ns[0].Interface != "net1" {
 		t.Errorf("network-status after ADD: %+v", ns)
 	}
 
@@ -87,7 +88,7 @@ func TestDriverNodesimDevplumb(t *testing.T) {
 	if st := deviceStatus(t, claim.Name, drvDriver, veth); st != nil {
 		t.Errorf("claim status.devices entry after DEL: %+v", st)
 	}
-	if ns := networkStatus(t, podName); len(ns) != 0 {
+	if ns := e2etest.NetworkStatus(t, srv.Client, cniNS, podName); len(ns) != 0 {
 		t.Errorf("network-status after DEL: %+v", ns)
 	}
 	simCLI(t, nodesim, "pod", "del", "--root", n.dir, "--namespace", cniNS, "--name", podName)

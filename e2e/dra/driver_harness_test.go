@@ -32,6 +32,7 @@ import (
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
+	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/e2e/kubeapi"
 	"github.com/devplumb/devplumb/pkg/netdev/dpmode"
 	"github.com/devplumb/devplumb/pkg/netdev/dramode"
@@ -96,7 +97,7 @@ func newDriverNode(t *testing.T, extra ...dpmode.Resource) *driverNode {
 	drvMust(t, os.WriteFile(n.config, data, 0o644))
 	n.kubeconfig = filepath.Join(n.dir, "netdev-dp.kubeconfig")
 	drvMust(t, os.WriteFile(n.kubeconfig, []byte(drvKubeconfig(srv.URL, srv.Token, netdevDPUser)), 0o600))
-	_, err = srv.Client.CoreV1().Nodes().Create(ctx(t), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name}}, metav1.CreateOptions{})
+	_, err = srv.Client.CoreV1().Nodes().Create(e2etest.Ctx(t), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name}}, metav1.CreateOptions{})
 	drvMust(t, err)
 	t.Cleanup(n.cleanupAPI)
 	n.bin = filepath.Join(testenv.Build(t, "./cmd/netdev-dp"), "netdev-dp")
@@ -202,7 +203,7 @@ func (n *driverNode) waitDevices(what string, cond func(map[string]resourceapi.D
 	deadline := time.Now().Add(time.Minute)
 	for {
 		got := map[string]resourceapi.Device{}
-		items, err := n.slices(ctx(n.t))
+		items, err := n.slices(e2etest.Ctx(n.t))
 		drvMust(n.t, err)
 		for _, s := range items {
 			for _, d := range s.Spec.Devices {
@@ -261,7 +262,7 @@ func applyDRADeployment(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %v", f, err)
 			}
-			if err := drvCreate(ctx(t), obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			if err := drvCreate(e2etest.Ctx(t), obj); err != nil && !apierrors.IsAlreadyExists(err) {
 				t.Fatalf("%s: create %T: %v", f, obj, err)
 			}
 		}
@@ -269,10 +270,10 @@ func applyDRADeployment(t *testing.T) {
 	as := drvClientFor(t, drvKubeconfig(srv.URL, srv.Token, netdevDPUser))
 	deadline := time.Now().Add(time.Minute)
 	for {
-		_, err := as.ResourceV1().ResourceSlices().List(ctx(t), metav1.ListOptions{Limit: 1})
+		_, err := as.ResourceV1().ResourceSlices().List(e2etest.Ctx(t), metav1.ListOptions{Limit: 1})
 		if err == nil {
 			// The driver really runs as that account: what the RBAC does not grant is refused.
-			if _, err := as.CoreV1().Secrets("kube-system").List(ctx(t), metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+			if _, err := as.CoreV1().Secrets("kube-system").List(e2etest.Ctx(t), metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 				t.Fatalf("%s lists secrets: %v, want Forbidden", netdevDPUser, err)
 			}
 			return

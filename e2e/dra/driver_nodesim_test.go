@@ -11,6 +11,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/e2e/kubeapi"
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/pkg/testenv"
@@ -52,7 +53,7 @@ func TestDriverUnderNodesim(t *testing.T) {
 	if pods := simCLI(t, bin, "pods", "--root", n.dir); !strings.Contains(pods, dev.CDIDeviceIDs[0]) {
 		t.Errorf("PodResources (nodesim pods) lacks the CDI device %s:\n%s", dev.CDIDeviceIDs[0], pods)
 	}
-	got, err := srv.Client.ResourceV1().ResourceClaims("default").Get(ctx(t), claim.Name, metav1.GetOptions{})
+	got, err := srv.Client.ResourceV1().ResourceClaims("default").Get(e2etest.Ctx(t), claim.Name, metav1.GetOptions{})
 	drvMust(t, err)
 	if got.Status.Allocation == nil || !slices.ContainsFunc(got.Status.ReservedFor, func(r resourceapi.ResourceClaimConsumerReference) bool { return r.Name == pod }) {
 		t.Errorf("claim status %+v", got.Status)

@@ -18,6 +18,7 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/pkg/netdev/dramode"
 )
 
@@ -48,7 +49,7 @@ func (n *driverNode) createClaim(name string, classes ...string) *resourceapi.Re
 		claim.Spec.Devices.Requests = append(claim.Spec.Devices.Requests, resourceapi.DeviceRequest{
 			Name: "req" + string(rune('a'+i)), Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class}})
 	}
-	claim, err := srv.Client.ResourceV1().ResourceClaims("default").Create(ctx(n.t), claim, metav1.CreateOptions{})
+	claim, err := srv.Client.ResourceV1().ResourceClaims("default").Create(e2etest.Ctx(n.t), claim, metav1.CreateOptions{})
 	drvMust(n.t, err)
 	n.t.Cleanup(func() {
 		_ = srv.Client.ResourceV1().ResourceClaims("default").Delete(context.Background(), name, metav1.DeleteOptions{})
@@ -60,7 +61,7 @@ func (n *driverNode) createClaim(name string, classes ...string) *resourceapi.Re
 func (n *driverNode) setAllocation(claim *resourceapi.ResourceClaim, a *resourceapi.AllocationResult) *resourceapi.ResourceClaim {
 	n.t.Helper()
 	claim.Status.Allocation = a
-	claim, err := srv.Client.ResourceV1().ResourceClaims("default").UpdateStatus(ctx(n.t), claim, metav1.UpdateOptions{})
+	claim, err := srv.Client.ResourceV1().ResourceClaims("default").UpdateStatus(e2etest.Ctx(n.t), claim, metav1.UpdateOptions{})
 	drvMust(n.t, err)
 	return claim
 }
@@ -69,7 +70,7 @@ func (n *driverNode) setAllocation(claim *resourceapi.ResourceClaim, a *resource
 // node with the scheduler's allocator, as kube-scheduler would.
 func (n *driverNode) allocateClaim(name string, classes ...string) *resourceapi.ResourceClaim {
 	n.t.Helper()
-	c := ctx(n.t)
+	c := e2etest.Ctx(n.t)
 	claim := n.createClaim(name, classes...)
 	list, err := srv.Client.ResourceV1().ResourceSlices().List(c, metav1.ListOptions{})
 	drvMust(n.t, err)
@@ -111,7 +112,7 @@ func cdiIDs(r *drapb.NodePrepareResourceResponse) []string {
 // deviceIDOf is the allocated device's deviceID attribute, from its slice.
 func (n *driverNode) deviceIDOf(device string) string {
 	n.t.Helper()
-	items, err := n.slices(ctx(n.t))
+	items, err := n.slices(e2etest.Ctx(n.t))
 	drvMust(n.t, err)
 	for _, s := range items {
 		for _, d := range s.Spec.Devices {
@@ -150,7 +151,7 @@ func TestDriverPreparesClaims(t *testing.T) {
 			{Request: "reqa", Driver: drvDriver, Pool: n.name, Device: "no-such-device"}}}})
 
 	dra := n.draClient()
-	resp, err := dra.NodePrepareResources(ctx(t), prepareReq(claim, bad))
+	resp, err := dra.NodePrepareResources(e2etest.Ctx(t), prepareReq(claim, bad))
 	drvMust(t, err)
 	got := resp.Claims[string(claim.UID)]
 	if got.GetError() != "" || !slices.Equal(cdiIDs(got), wantCDI) {
@@ -161,7 +162,7 @@ func TestDriverPreparesClaims(t *testing.T) {
 	}
 	n.checkFiles(t, wantCDI, true)
 
-	again, err := dra.NodePrepareResources(ctx(t), prepareReq(claim))
+	again, err := dra.NodePrepareResources(e2etest.Ctx(t), prepareReq(claim))
 	drvMust(t, err)
 	if g := again.Claims[string(claim.UID)]; g.GetError() != "" || !slices.Equal(cdiIDs(g), wantCDI) {
 		t.Errorf("prepare again: %q %v", g.GetError(), cdiIDs(g))
@@ -171,7 +172,7 @@ func TestDriverPreparesClaims(t *testing.T) {
 
 	unreq := &drapb.NodeUnprepareResourcesRequest{Claims: prepareReq(claim, bad).Claims}
 	for range 2 {
-		un, err := dra.NodeUnprepareResources(ctx(t), unreq)
+		un, err := dra.NodeUnprepareResources(e2etest.Ctx(t), unreq)
 		drvMust(t, err)
 		for uid, r := range un.Claims {
 			if r.GetError() != "" {
@@ -195,7 +196,7 @@ func (n *driverNode) restartKeepsPrepared(claim *resourceapi.ResourceClaim, want
 	n.proc.Kill()
 	n.checkFiles(t, wantCDI, true)
 	n.start()
-	after, err := n.draClient().NodePrepareResources(ctx(t), prepareReq(claim))
+	after, err := n.draClient().NodePrepareResources(e2etest.Ctx(t), prepareReq(claim))
 	drvMust(t, err)
 	if g := after.Claims[string(claim.UID)]; g.GetError() != "" || !slices.Equal(cdiIDs(g), wantCDI) {
 		t.Errorf("prepare after restart: %q %v", g.GetError(), cdiIDs(g))

@@ -7,6 +7,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
+	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/pkg/netdev/dramode"
 	"github.com/devplumb/devplumb/pkg/netdev/source/sysfs/sysfstest"
 )
@@ -32,7 +33,7 @@ func TestDriverPublishesSlices(t *testing.T) {
 		t.Errorf("registration info %+v", info)
 	}
 	reg := registerapi.NewRegistrationClient(drvDial(t, n.registrar+"/"+drvDriver+"-reg.sock"))
-	_, err = reg.NotifyRegistrationStatus(ctx(t), &registerapi.RegistrationStatus{PluginRegistered: true})
+	_, err = reg.NotifyRegistrationStatus(e2etest.Ctx(t), &registerapi.RegistrationStatus{PluginRegistered: true})
 	drvMust(t, err)
 
 	vf1, sock0 := dramode.DeviceName(drvResVF, "0000:01:01.1"), dramode.DeviceName(drvResVhost, "vhu0.sock")
@@ -56,7 +57,7 @@ func TestDriverPublishesSlices(t *testing.T) {
 	if got := strAttr(devs[sock0], "k8s.cni.cncf.io/deviceID"); got != "vhu0.sock" {
 		t.Errorf("socket deviceID %q", got)
 	}
-	items, err := n.slices(ctx(t))
+	items, err := n.slices(e2etest.Ctx(t))
 	drvMust(t, err)
 	for _, s := range items {
 		if s.Spec.Pool.Name != n.name || len(s.OwnerReferences) != 1 || s.OwnerReferences[0].Kind != "Node" || s.OwnerReferences[0].Name != n.name {
