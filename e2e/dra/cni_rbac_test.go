@@ -1,7 +1,7 @@
 package dra_test
 
 import (
-	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,7 +13,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/e2e/kubeapi"
@@ -81,44 +80,54 @@ func cniAllowed(t *testing.T, verb, resource, sub string) bool {
 // waits until the authorizer grants them, and deletes them at the end.
 func applyCNIRBAC(t *testing.T) {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(), "deployments", "rbac.yaml"))
+	objs, err := e2etest.Objects(filepath.Join(testenv.ModuleRoot(), "deployments", "rbac.yaml"))
 	e2etest.Must(t, err)
-	docs := bytes.Split(raw, []byte("\n---\n"))
-	if len(docs) != 3 {
-		t.Fatalf("rbac.yaml has %d documents, want ServiceAccount, ClusterRole, ClusterRoleBinding", len(docs))
+	kinds := []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
+	if len(objs) != 3 || objs[0].GetKind() != kinds[0] || objs[1].GetKind() != kinds[1] || objs[2].GetKind() != kinds[2] {
+		t.Fatalf("rbac.yaml has %d documents, want ServiceAccount, ClusterRole, ClusterRoleBinding", len(objs))
 	}
-	var sa corev1.ServiceAccount
-	var role rbacv1.ClusterRole
-	var binding rbacv1.ClusterRoleBinding
-	for i, obj := range []any{&sa, &role, &binding} {
-		e2etest.Must(t, yaml.UnmarshalStrict(docs[i], obj))
-	}
-	c := srv.Client
-	_, err = c.CoreV1().ServiceAccounts(sa.Namespace).Create(e2etest.Ctx(t), &sa, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
+	m, err := e2etest.NewManifests(srv.Config)
+	e2etest.Must(t, err)
+	strict := metav1.CreateOptions{FieldValidation: "Strict"}
+	if err := m.Create(e2etest.Ctx(t), objs[0], strict); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	_, err = c.RbacV1().ClusterRoles().Create(e2etest.Ctx(t), &role, metav1.CreateOptions{})
-	e2etest.Must(t, err)
-	_, err = c.RbacV1().ClusterRoleBindings().Create(e2etest.Ctx(t), &binding, metav1.CreateOptions{})
-	e2etest.Must(t, err)
-	t.Cleanup(func() {
-		_ = c.RbacV1().ClusterRoleBindings().Delete(e2etest.Ctx(t), binding.Name, metav1.DeleteOptions{})
-		_ = c.RbacV1().ClusterRoles().Delete(e2etest.Ctx(t), role.Name, metav1.DeleteOptions{})
-		_ = c.CoreV1().ServiceAccounts(sa.Namespace).Delete(e2etest.Ctx(t), sa.Name, metav1.DeleteOptions{})
-		deadline := time.Now().Add(time.Minute)
-		for cniAllowed(t, "get", "resourceclaims", "") {
-			if time.Now().After(deadline) {
-				t.Fatal("the authorizer still grants devplumb resourceclaims/get a minute after the RBAC was deleted")
-			}
-			time.Sleep(100 * time.Millisecond)
+	t.Cleanup(func() { _ = m.Delete(e2etest.Ctx(t), objs[0]) })
+	grantUntilEnd(t, "the shipped RBAC", [3]string{"patch", "resourceclaims", "status"}, func(ctx context.Context, create bool) error {
+		if !create {
+			_ = m.Delete(ctx, objs[2])
+			_ = m.Delete(ctx, objs[1])
+			return nil
 		}
+		if err := m.Create(ctx, objs[1], strict); err != nil {
+			return err
+		}
+		return m.Create(ctx, objs[2], strict)
+	})
+}
+
+// grantUntilEnd grants devplumb's service account what bind(ctx, true) creates, and
+// calls bind(ctx, false) to take it back when the test ends. Each way it waits until the
+// authorizer has seen it: devplumb may do granted (verb, resource, subresource) in
+// cniNS, and at the end no longer get resourceclaims.
+func grantUntilEnd(t *testing.T, what string, granted [3]string, bind func(ctx context.Context, create bool) error) {
+	t.Helper()
+	e2etest.Must(t, bind(e2etest.Ctx(t), true))
+	t.Cleanup(func() {
+		e2etest.Must(t, bind(e2etest.Ctx(t), false))
+		waitAllowed(t, false, "get", "resourceclaims", "", "the authorizer still grants "+what+" a minute after it was deleted")
 	})
 	// The RBAC authorizer sees new bindings through its informers.
+	waitAllowed(t, true, granted[0], granted[1], granted[2], "the authorizer does not grant "+what+" within a minute")
+}
+
+// waitAllowed waits up to a minute for cniAllowed(verb, resource, sub) to be want.
+func waitAllowed(t *testing.T, want bool, verb, resource, sub, failure string) {
+	t.Helper()
 	deadline := time.Now().Add(time.Minute)
-	for !cniAllowed(t, "patch", "resourceclaims", "status") {
+	for cniAllowed(t, verb, resource, sub) != want {
 		if time.Now().After(deadline) {
-			t.Fatal("the authorizer does not grant the shipped RBAC within a minute")
+			t.Fatal(failure)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -174,31 +183,21 @@ func TestCNIClaimStatusRequiredOrBestEffort(t *testing.T) {
 // the test ends, waiting for the authorizer both ways.
 func bindCNIRole(t *testing.T, name string, rules []rbacv1.PolicyRule) {
 	t.Helper()
-	c := srv.Client
+	rbac := srv.Client.RbacV1()
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}
 	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
 		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: name},
 		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "devplumb", Namespace: "kube-system"}}}
-	_, err := c.RbacV1().ClusterRoles().Create(e2etest.Ctx(t), role, metav1.CreateOptions{})
-	e2etest.Must(t, err)
-	_, err = c.RbacV1().ClusterRoleBindings().Create(e2etest.Ctx(t), binding, metav1.CreateOptions{})
-	e2etest.Must(t, err)
-	t.Cleanup(func() {
-		_ = c.RbacV1().ClusterRoleBindings().Delete(e2etest.Ctx(t), name, metav1.DeleteOptions{})
-		_ = c.RbacV1().ClusterRoles().Delete(e2etest.Ctx(t), name, metav1.DeleteOptions{})
-		deadline := time.Now().Add(time.Minute)
-		for cniAllowed(t, "get", "resourceclaims", "") {
-			if time.Now().After(deadline) {
-				t.Fatal("the authorizer still grants the role a minute after it was deleted")
-			}
-			time.Sleep(100 * time.Millisecond)
+	grantUntilEnd(t, "the role", [3]string{"get", "resourceclaims", ""}, func(ctx context.Context, create bool) error {
+		if !create {
+			_ = rbac.ClusterRoleBindings().Delete(ctx, name, metav1.DeleteOptions{})
+			_ = rbac.ClusterRoles().Delete(ctx, name, metav1.DeleteOptions{})
+			return nil
 		}
+		if _, err := rbac.ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		_, err := rbac.ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{})
+		return err
 	})
-	deadline := time.Now().Add(time.Minute)
-	for !cniAllowed(t, "get", "resourceclaims", "") {
-		if time.Now().After(deadline) {
-			t.Fatal("the authorizer does not grant the role within a minute")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
