@@ -239,71 +239,26 @@ func TestCNITwoAttachmentsOneClaim(t *testing.T) {
 func TestCNIBadClaims(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		setup func(n *cniNode, dev string) (pod *corev1.Pod, claim string)
+		setup func(n *cniNode) (pod *corev1.Pod, claim string)
 		conf  map[string]any
 		code  uint
 		want  string
 	}{
-		{"claim missing", func(n *cniNode, dev string) (*corev1.Pod, string) {
+		{"claim missing", func(n *cniNode) (*corev1.Pod, string) {
 			return n.pod("pod-"+cniRandom(), "nope", false), ""
 		}, map[string]any{"resourceClaim": "net"}, 100, `ResourceClaim default/nope (pod claim "net") does not exist`},
-		{"pod claim not in spec", func(n *cniNode, dev string) (*corev1.Pod, string) {
-			c := "claim-" + cniRandom()
-			p := n.pod("pod-"+cniRandom(), c, false)
-			n.claim(c, nil, []*corev1.Pod{p}, "dev-0")
-			return p, c
-		}, map[string]any{"resourceClaim": "other"}, 100, `has no claim "other" in spec.resourceClaims (it has net)`},
-		{"not allocated", func(n *cniNode, dev string) (*corev1.Pod, string) {
-			c := "claim-" + cniRandom()
-			p := n.pod("pod-"+cniRandom(), c, false)
-			n.claim(c, nil, nil)
-			return p, c
-		}, map[string]any{"resourceClaim": "net"}, 100, "is not allocated"},
-		{"not reserved for the pod", func(n *cniNode, dev string) (*corev1.Pod, string) {
-			c := "claim-" + cniRandom()
-			p := n.pod("pod-"+cniRandom(), c, false)
-			n.claim(c, nil, nil, "dev-0")
-			return p, c
-		}, map[string]any{"resourceClaim": "net"}, 100, "is not reserved for pod"},
-		{"no device of the resource", func(n *cniNode, dev string) (*corev1.Pod, string) {
-			c := "claim-" + cniRandom()
-			p := n.pod("pod-"+cniRandom(), c, false)
-			n.claim(c, nil, []*corev1.Pod{p}, "dev-0")
-			return p, c
-		}, map[string]any{"resourceClaim": "net", "resourceName": "example.com/other"}, 100,
+		{"pod claim not in spec", claimed(true, "dev-0"), map[string]any{"resourceClaim": "other"}, 100, `has no claim "other" in spec.resourceClaims (it has net)`},
+		{"not allocated", claimed(false), map[string]any{"resourceClaim": "net"}, 100, "is not allocated"},
+		{"not reserved for the pod", claimed(false, "dev-0"), map[string]any{"resourceClaim": "net"}, 100, "is not reserved for pod"},
+		{"no device of the resource", claimed(true, "dev-0"), map[string]any{"resourceClaim": "net", "resourceName": "example.com/other"}, 100,
 			"has no allocated device with k8s.cni.cncf.io/resourceName=example.com/other"},
-		{"no device of the request", func(n *cniNode, dev string) (*corev1.Pod, string) {
-			c := "claim-" + cniRandom()
-			p := n.pod("pod-"+cniRandom(), c, false)
-			n.claim(c, nil, []*corev1.Pod{p}, "dev-0")
-			return p, c
-		}, map[string]any{"resourceClaim": "net", "request": "other"}, 100,
+		{"no device of the request", claimed(true, "dev-0"), map[string]any{"resourceClaim": "net", "request": "other"}, 100,
 			"has no allocated device of request other (allocated: request net: "},
-		{"resourceName matches no device", func(n *cniNode, dev string) (*corev1.Pod, string) {
-			c := "claim-" + cniRandom()
-			p := n.pod("pod-"+cniRandom(), c, false)
-			n.claim(c, nil, []*corev1.Pod{p}, "dev-0")
-			return p, c
-		}, map[string]any{"resourceName": "example.com/other"}, 100, "has no usable device of resource example.com/other"},
-		{"device lacks the attributes", func(n *cniNode, dev string) (*corev1.Pod, string) {
-			c := "claim-" + cniRandom()
-			p := n.pod("pod-"+cniRandom(), c, false)
-			n.claim(c, nil, []*corev1.Pod{p}, "bare")
-			return p, c
-		}, map[string]any{"resourceClaim": "net"}, 100, "has no attribute k8s.cni.cncf.io/resourceName"},
-		{"device lacks the deviceID", func(n *cniNode, dev string) (*corev1.Pod, string) {
-			c := "claim-" + cniRandom()
-			p := n.pod("pod-"+cniRandom(), c, false)
-			n.claim(c, nil, []*corev1.Pod{p}, "noid")
-			return p, c
-		}, map[string]any{"resourceClaim": "net"}, 100, "has no attribute k8s.cni.cncf.io/deviceID"},
-		{"deviceID attribute not a device ID", func(n *cniNode, dev string) (*corev1.Pod, string) {
-			c := "claim-" + cniRandom()
-			p := n.pod("pod-"+cniRandom(), c, false)
-			n.claim(c, nil, []*corev1.Pod{p}, "evil")
-			return p, c
-		}, map[string]any{"resourceClaim": "net"}, 100, `DRA device ID of ResourceClaim`},
-		{"claim shared by two pods", func(n *cniNode, dev string) (*corev1.Pod, string) {
+		{"resourceName matches no device", claimed(true, "dev-0"), map[string]any{"resourceName": "example.com/other"}, 100, "has no usable device of resource example.com/other"},
+		{"device lacks the attributes", claimed(true, "bare"), map[string]any{"resourceClaim": "net"}, 100, "has no attribute k8s.cni.cncf.io/resourceName"},
+		{"device lacks the deviceID", claimed(true, "noid"), map[string]any{"resourceClaim": "net"}, 100, "has no attribute k8s.cni.cncf.io/deviceID"},
+		{"deviceID attribute not a device ID", claimed(true, "evil"), map[string]any{"resourceClaim": "net"}, 100, `DRA device ID of ResourceClaim`},
+		{"claim shared by two pods", func(n *cniNode) (*corev1.Pod, string) {
 			c := "claim-" + cniRandom()
 			p := n.pod("pod-"+cniRandom(), c, false)
 			q := n.pod("pod-"+cniRandom(), c, false)
@@ -316,13 +271,28 @@ func TestCNIBadClaims(t *testing.T) {
 			dev := n.veth()
 			n.slice(cniDev{"dev-0", attrs(dev, cniResource)}, cniDev{"bare", nil}, cniDev{"noid", attrs("", cniResource)},
 				cniDev{"evil", attrs("../../etc/x", cniResource)})
-			pod, claim := tc.setup(n, dev)
+			pod, claim := tc.setup(n)
 			res := n.run("ADD", n.conf(tc.conf), testenv.NetNS(t).Path(), pod, "net1")
 			if res.Code != tc.code || !strings.Contains(res.Msg+" "+res.Details, tc.want) {
 				t.Fatalf("ADD: %+v\nwant code %d saying %q", res, tc.code, tc.want)
 			}
 			n.nothingWritten(pod, claim, dev)
 		})
+	}
+}
+
+// claimed is a TestCNIBadClaims setup: a pod whose claim "net" is a fresh
+// ResourceClaim allocated devices, reserved for the pod or not.
+func claimed(reserved bool, devices ...string) func(n *cniNode) (*corev1.Pod, string) {
+	return func(n *cniNode) (*corev1.Pod, string) {
+		c := "claim-" + cniRandom()
+		p := n.pod("pod-"+cniRandom(), c, false)
+		var reservedFor []*corev1.Pod
+		if reserved {
+			reservedFor = []*corev1.Pod{p}
+		}
+		n.claim(c, nil, reservedFor, devices...)
+		return p, c
 	}
 }
 
