@@ -25,7 +25,7 @@ import (
 // when the daemon stops its spool goes, so calls leave no records behind.
 func TestPhaseHistograms(t *testing.T) {
 	e := newEnv(t)
-	dev := testenv.VethPair(t, "dpv")+"a"
+	dev := testenv.VethPair(t, "dpv") + "a"
 	pod := testenv.NetNS(t)
 	e.setPod("default", "p1", dev)
 	conf := e.conf("mv-net", map[string]any{"type": "macvlan", "mode": "bridge"})
