@@ -4,14 +4,11 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"testing"
-	"time"
 
-	"github.com/vishvananda/netlink"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/devplumb/devplumb/e2e/e2etest"
-	"github.com/devplumb/devplumb/e2e/kubeapi"
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/pkg/netdev/dpmode"
 	"github.com/devplumb/devplumb/pkg/netdev/source/link"
@@ -30,22 +27,10 @@ const drvResHostdev = "example.com/hostdev"
 // network-status and the claim's status.devices[] both carry the result; DEL brings the
 // veth back and clears both; pod deletion unprepares the claim.
 func TestDriverNodesimDevplumb(t *testing.T) {
-	veth := "drv" + cniRandom()
-	drvMust(t, netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: veth}, PeerName: veth + "p"}))
-	t.Cleanup(func() {
-		if l, err := netlink.LinkByName(veth); err == nil {
-			_ = netlink.LinkDel(l)
-		}
-	})
+	veth := testenv.VethPair(t, "drv") + "a"
 	n := newDriverNode(t, dpmode.Resource{ResourceName: drvResHostdev, NetDevs: &link.Config{Names: []string{veth}}})
 	testenv.CNIPlugins(t)
-	nodesim := filepath.Join(testenv.Build(t, "./cmd/nodesim"), "nodesim")
-	sim, err := kubeapi.Spawn(n.dir, "nodesim", nodesim, "serve", "--root", n.dir, "--kubeconfig", srv.Kubeconfig, "--node-name", n.name)
-	drvMust(t, err)
-	t.Cleanup(func() { sim.Terminate(10 * time.Second) })
-	simWaitFile(t, filepath.Join(n.dir, "device-plugins", "kubelet.sock"), sim, n.dir)
-	n.start()
-	simCLI(t, nodesim, "wait", "--root", n.dir, "--driver", drvDriver)
+	nodesim := n.startUnderNodesim()
 	n.waitDevices("the veth published", func(m map[string]resourceapi.Device) bool { _, ok := m[veth]; return ok })
 
 	claim := n.createClaim("hd-"+n.name, "hostdev.example.com")
@@ -53,12 +38,12 @@ func TestDriverNodesimDevplumb(t *testing.T) {
 	out := simCLI(t, nodesim, "pod", "add", "--root", n.dir, "--namespace", cniNS, "--name", podName,
 		"--claim", "net=claim:"+claim.Name, "--container", "app=claim:net")
 	var alloc kubeletsim.PodAllocation
-	drvMust(t, json.Unmarshal([]byte(out), &alloc))
+	e2etest.Must(t, json.Unmarshal([]byte(out), &alloc))
 	if len(alloc.Claims) != 1 || len(alloc.Claims[0].Devices) != 1 || alloc.Claims[0].Devices[0].Device != veth {
 		t.Fatalf("pod add: claims %+v, want the veth %s", alloc.Claims, veth)
 	}
 	pod, err := srv.Client.CoreV1().Pods(cniNS).Get(e2etest.Ctx(t), podName, metav1.GetOptions{})
-	drvMust(t, err)
+	e2etest.Must(t, err)
 
 	// devplumb as the cni tests run it, asking nodesim's PodResources (only its socket
 	// path is taken from the podresourcestest type: nodesim serves it).

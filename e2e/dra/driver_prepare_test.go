@@ -50,7 +50,7 @@ func (n *driverNode) createClaim(name string, classes ...string) *resourceapi.Re
 			Name: "req" + string(rune('a'+i)), Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class}})
 	}
 	claim, err := srv.Client.ResourceV1().ResourceClaims("default").Create(e2etest.Ctx(n.t), claim, metav1.CreateOptions{})
-	drvMust(n.t, err)
+	e2etest.Must(n.t, err)
 	n.t.Cleanup(func() {
 		_ = srv.Client.ResourceV1().ResourceClaims("default").Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
@@ -62,7 +62,7 @@ func (n *driverNode) setAllocation(claim *resourceapi.ResourceClaim, a *resource
 	n.t.Helper()
 	claim.Status.Allocation = a
 	claim, err := srv.Client.ResourceV1().ResourceClaims("default").UpdateStatus(e2etest.Ctx(n.t), claim, metav1.UpdateOptions{})
-	drvMust(n.t, err)
+	e2etest.Must(n.t, err)
 	return claim
 }
 
@@ -73,19 +73,19 @@ func (n *driverNode) allocateClaim(name string, classes ...string) *resourceapi.
 	c := e2etest.Ctx(n.t)
 	claim := n.createClaim(name, classes...)
 	list, err := srv.Client.ResourceV1().ResourceSlices().List(c, metav1.ListOptions{})
-	drvMust(n.t, err)
+	e2etest.Must(n.t, err)
 	var all []*resourceapi.ResourceSlice
 	for i := range list.Items {
 		all = append(all, &list.Items[i])
 	}
 	node, err := srv.Client.CoreV1().Nodes().Get(c, n.name, metav1.GetOptions{})
-	drvMust(n.t, err)
+	e2etest.Must(n.t, err)
 	alloc, err := structured.NewAllocator(c, structured.Features{},
 		structured.AllocatedState{AllocatedDevices: sets.New[structured.DeviceID]()},
 		classLister{c}, all, cel.NewCache(10, cel.Features{}))
-	drvMust(n.t, err)
+	e2etest.Must(n.t, err)
 	results, err := alloc.Allocate(c, node, []*resourceapi.ResourceClaim{claim})
-	drvMust(n.t, err)
+	e2etest.Must(n.t, err)
 	if len(results) != 1 {
 		n.t.Fatalf("claim %s: %d allocation results", name, len(results))
 	}
@@ -113,7 +113,7 @@ func cdiIDs(r *drapb.NodePrepareResourceResponse) []string {
 func (n *driverNode) deviceIDOf(device string) string {
 	n.t.Helper()
 	items, err := n.slices(e2etest.Ctx(n.t))
-	drvMust(n.t, err)
+	e2etest.Must(n.t, err)
 	for _, s := range items {
 		for _, d := range s.Spec.Devices {
 			if d.Name == device {
@@ -152,7 +152,7 @@ func TestDriverPreparesClaims(t *testing.T) {
 
 	dra := n.draClient()
 	resp, err := dra.NodePrepareResources(e2etest.Ctx(t), prepareReq(claim, bad))
-	drvMust(t, err)
+	e2etest.Must(t, err)
 	got := resp.Claims[string(claim.UID)]
 	if got.GetError() != "" || !slices.Equal(cdiIDs(got), wantCDI) {
 		t.Fatalf("prepare: error %q, CDI devices %v, want %v", got.GetError(), cdiIDs(got), wantCDI)
@@ -163,7 +163,7 @@ func TestDriverPreparesClaims(t *testing.T) {
 	n.checkFiles(t, wantCDI, true)
 
 	again, err := dra.NodePrepareResources(e2etest.Ctx(t), prepareReq(claim))
-	drvMust(t, err)
+	e2etest.Must(t, err)
 	if g := again.Claims[string(claim.UID)]; g.GetError() != "" || !slices.Equal(cdiIDs(g), wantCDI) {
 		t.Errorf("prepare again: %q %v", g.GetError(), cdiIDs(g))
 	}
@@ -173,7 +173,7 @@ func TestDriverPreparesClaims(t *testing.T) {
 	unreq := &drapb.NodeUnprepareResourcesRequest{Claims: prepareReq(claim, bad).Claims}
 	for range 2 {
 		un, err := dra.NodeUnprepareResources(e2etest.Ctx(t), unreq)
-		drvMust(t, err)
+		e2etest.Must(t, err)
 		for uid, r := range un.Claims {
 			if r.GetError() != "" {
 				t.Errorf("unprepare %s: %s", uid, r.GetError())
@@ -197,7 +197,7 @@ func (n *driverNode) restartKeepsPrepared(claim *resourceapi.ResourceClaim, want
 	n.checkFiles(t, wantCDI, true)
 	n.start()
 	after, err := n.draClient().NodePrepareResources(e2etest.Ctx(t), prepareReq(claim))
-	drvMust(t, err)
+	e2etest.Must(t, err)
 	if g := after.Claims[string(claim.UID)]; g.GetError() != "" || !slices.Equal(cdiIDs(g), wantCDI) {
 		t.Errorf("prepare after restart: %q %v", g.GetError(), cdiIDs(g))
 	}
@@ -218,7 +218,7 @@ func (n *driverNode) restartKeepsPrepared(claim *resourceapi.ResourceClaim, want
 func (n *driverNode) checkFiles(t *testing.T, cdiNames []string, prepared bool) {
 	t.Helper()
 	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(n.cdiDir), cdiapi.WithAutoRefresh(false))
-	drvMust(t, err)
+	e2etest.Must(t, err)
 	if errs := cache.GetErrors(); len(errs) != 0 {
 		t.Fatalf("CDI spec errors: %v", errs)
 	}

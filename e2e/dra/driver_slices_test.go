@@ -28,13 +28,13 @@ func TestDriverPublishesSlices(t *testing.T) {
 	n.start()
 
 	info, err := n.registrationInfo()
-	drvMust(t, err)
+	e2etest.Must(t, err)
 	if info.Type != registerapi.DRAPlugin || info.Name != drvDriver || !slices.Contains(info.SupportedVersions, "v1.DRAPlugin") {
 		t.Errorf("registration info %+v", info)
 	}
 	reg := registerapi.NewRegistrationClient(drvDial(t, n.registrar+"/"+drvDriver+"-reg.sock"))
 	_, err = reg.NotifyRegistrationStatus(e2etest.Ctx(t), &registerapi.RegistrationStatus{PluginRegistered: true})
-	drvMust(t, err)
+	e2etest.Must(t, err)
 
 	vf1, sock0 := dramode.DeviceName(drvResVF, "0000:01:01.1"), dramode.DeviceName(drvResVhost, "vhu0.sock")
 	devs := n.waitDevices("six devices", func(m map[string]resourceapi.Device) bool { return len(m) == 6 })
@@ -58,7 +58,7 @@ func TestDriverPublishesSlices(t *testing.T) {
 		t.Errorf("socket deviceID %q", got)
 	}
 	items, err := n.slices(e2etest.Ctx(t))
-	drvMust(t, err)
+	e2etest.Must(t, err)
 	for _, s := range items {
 		if s.Spec.Pool.Name != n.name || len(s.OwnerReferences) != 1 || s.OwnerReferences[0].Kind != "Node" || s.OwnerReferences[0].Name != n.name {
 			t.Errorf("slice %s: pool %q owners %+v", s.Name, s.Spec.Pool.Name, s.OwnerReferences)
