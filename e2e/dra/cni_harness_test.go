@@ -21,6 +21,7 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/devplumb/devplumb/e2e/e2etest"
+	"github.com/devplumb/devplumb/e2e/kubeapi"
 	"github.com/devplumb/devplumb/pkg/cni/dradevice"
 	"github.com/devplumb/devplumb/pkg/testenv"
 	"github.com/devplumb/devplumb/podresources/podresourcestest"
@@ -77,6 +78,32 @@ func (n *cniNode) veth() string {
 	raw, _ := json.Marshal(n.info)
 	e2etest.Must(n.t, os.WriteFile(filepath.Join(n.dir, "devinfo", "dp", "example.com-hostdev-"+name+"-device.json"), raw, 0o644))
 	return name
+}
+
+// oneDevicePod publishes a veth as the slice's one device, dev-0, and makes a pod whose
+// claim "net" (from a template, owned by the pod, when template) is allocated dev-0 and
+// reserved for the pod. It returns the veth, the pod and the claim's name.
+func (n *cniNode) oneDevicePod(template bool) (dev string, pod *corev1.Pod, claimName string) {
+	n.t.Helper()
+	dev = n.veth()
+	n.slice(cniDev{"dev-0", attrs(dev, cniResource)})
+	claimName = "claim-" + cniRandom()
+	pod = n.pod("pod-"+cniRandom(), claimName, template)
+	var owner *corev1.Pod
+	if template {
+		owner = pod
+	}
+	n.claim(claimName, owner, []*corev1.Pod{pod}, "dev-0")
+	return dev, pod, claimName
+}
+
+// devplumbKubeconfig writes a kubeconfig of devplumb's service account (its RBAC is what
+// the test grants) and returns its path.
+func (n *cniNode) devplumbKubeconfig() string {
+	n.t.Helper()
+	kc := filepath.Join(n.dir, "devplumb.kubeconfig")
+	e2etest.Must(n.t, os.WriteFile(kc, []byte(kubeapi.Kubeconfig(srv.URL, srv.DevplumbToken)), 0o600))
+	return kc
 }
 
 // cniDev is one device in the node's ResourceSlice: its name there and the

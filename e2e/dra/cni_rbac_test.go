@@ -2,14 +2,12 @@ package dra_test
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	authzv1 "k8s.io/api/authorization/v1"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,13 +23,8 @@ import (
 func TestCNIShippedRBAC(t *testing.T) {
 	applyCNIRBAC(t)
 	n := newCNINode(t)
-	kc := filepath.Join(n.dir, "devplumb.kubeconfig")
-	e2etest.Must(t, os.WriteFile(kc, []byte(kubeapi.Kubeconfig(srv.URL, srv.DevplumbToken)), 0o600))
-	dev := n.veth()
-	n.slice(cniDev{"dev-0", attrs(dev, cniResource)})
-	claimName := "claim-" + cniRandom()
-	pod := n.pod("pod-"+cniRandom(), claimName, true)
-	n.claim(claimName, pod, []*corev1.Pod{pod}, "dev-0")
+	kc := n.devplumbKubeconfig()
+	_, pod, claimName := n.oneDevicePod(true)
 	conf := n.conf(map[string]any{"resourceClaim": "net", "kubeconfig": kc})
 	netns := testenv.NetNS(t).Path()
 	if res := n.run("ADD", conf, netns, pod, "net1"); res.Code != 0 {
@@ -144,13 +137,8 @@ func TestCNIClaimStatusRequiredOrBestEffort(t *testing.T) {
 	}
 	bindCNIRole(t, "cni-no-claim-status", rules)
 	n := newCNINode(t)
-	kc := filepath.Join(n.dir, "devplumb.kubeconfig")
-	e2etest.Must(t, os.WriteFile(kc, []byte(kubeapi.Kubeconfig(srv.URL, srv.DevplumbToken)), 0o600))
-	dev := n.veth()
-	n.slice(cniDev{"dev-0", attrs(dev, cniResource)})
-	claimName := "claim-" + cniRandom()
-	pod := n.pod("pod-"+cniRandom(), claimName, false)
-	n.claim(claimName, nil, []*corev1.Pod{pod}, "dev-0")
+	kc := n.devplumbKubeconfig()
+	dev, pod, claimName := n.oneDevicePod(false)
 	conf := n.conf(map[string]any{"resourceClaim": "net", "kubeconfig": kc})
 	netns := testenv.NetNS(t).Path()
 

@@ -300,11 +300,7 @@ func claimed(reserved bool, devices ...string) func(n *cniNode) (*corev1.Pod, st
 // attachment of a one-device claim fails, and leaves the first alone.
 func TestCNIDeviceHeldByAnotherAttachment(t *testing.T) {
 	n := newCNINode(t)
-	dev := n.veth()
-	n.slice(cniDev{"dev-0", attrs(dev, cniResource)})
-	claimName := "claim-" + cniRandom()
-	pod := n.pod("pod-"+cniRandom(), claimName, false)
-	n.claim(claimName, nil, []*corev1.Pod{pod}, "dev-0")
+	dev, pod, claimName := n.oneDevicePod(false)
 	netns := testenv.NetNS(t).Path()
 	conf := n.conf(map[string]any{"resourceClaim": "net"})
 	if res := n.run("ADD", conf, netns, pod, "net1"); res.Code != 0 {
@@ -355,11 +351,7 @@ func (n *cniNode) nothingWritten(pod *corev1.Pod, claim, dev string) {
 // setup and the claim.
 func TestCNIGCRemovesClaimStatus(t *testing.T) {
 	n := newCNINode(t)
-	dev := n.veth()
-	n.slice(cniDev{"dev-0", attrs(dev, cniResource)})
-	claimName := "claim-" + cniRandom()
-	pod := n.pod("pod-"+cniRandom(), claimName, false)
-	n.claim(claimName, nil, []*corev1.Pod{pod}, "dev-0")
+	dev, pod, claimName := n.oneDevicePod(false)
 	n.report(pod, claimName, []string{"dev-0"}, []string{dev})
 	n.driverEntry(claimName, "dev-0")
 	// GC is CNI 1.1.0.
