@@ -125,6 +125,20 @@ func (e *env) setup(prCfg podresourcesserver.Config) error {
 	return nil
 }
 
+// newEnvWithPods is newEnv with the node's pods set (pods.set): pods pods of devices
+// devices each.
+func newEnvWithPods(cfg Config, prCfg podresourcesserver.Config, pods, devices int) (*env, error) {
+	e, err := newEnv(cfg, prCfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.pods.set(pods, devices); err != nil {
+		e.close()
+		return nil, err
+	}
+	return e, nil
+}
+
 // close stops the server and removes the netns, the bridge and the temp dirs.
 func (e *env) close() {
 	live.Lock()

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/devplumb/devplumb/pkg/base/safefile"
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
 func pciInfo(addr string) *DeviceInfo {
@@ -278,14 +279,7 @@ func writeRaw(t *testing.T, path string, data []byte) {
 // assertOnlyFiles fails unless the regular files under dir are exactly want.
 func assertOnlyFiles(t *testing.T, dir string, want ...string) {
 	t.Helper()
-	var got []string
-	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			rel, _ := filepath.Rel(dir, p)
-			got = append(got, rel)
-		}
-		return nil
-	})
+	got := testenv.Files(t, dir)
 	if !reflect.DeepEqual(got, want) && (len(got) != 0 || len(want) != 0) {
 		t.Errorf("files under %s = %v, want %v", dir, got, want)
 	}

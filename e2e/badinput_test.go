@@ -8,13 +8,15 @@ import (
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
 // Every bad input gives a CNI error JSON and writes nothing outside the
 // configured directories (nor any CNI file or claim inside them).
 func TestBadInput(t *testing.T) {
 	e := newEnv(t)
-	pod := newNS(t)
+	pod := testenv.NetNS(t)
 	e.setPod("default", "p1", "0000:01:02.3")
 	e.setPod("default", "evil", "../evil")
 	good := func(mod func(map[string]any)) []byte {
@@ -97,7 +99,7 @@ func TestBadInput(t *testing.T) {
 // An invalid device plugin file fails ADD with code 102 before the delegate.
 func TestInvalidDPDeviceInfo(t *testing.T) {
 	e := newEnv(t)
-	pod := newNS(t)
+	pod := testenv.NetNS(t)
 	e.setPod("default", "p1", "0000:01:02.3")
 	dp := filepath.Join(e.devinfoDir, "dp", "example.com-netdev-0000:01:02.3-device.json")
 	if err := os.MkdirAll(filepath.Dir(dp), 0o755); err != nil {

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
 // The delegate gets the device in each injectDeviceID key and pciBusID, and
@@ -12,7 +14,7 @@ import (
 // the CNI file it is pointed to already holds the DP file's content.
 func TestDelegateReceivesDeviceAndDeviceInfo(t *testing.T) {
 	e := newEnv(t)
-	pod := newNS(t)
+	pod := testenv.NetNS(t)
 	e.pciPod("p1", "0000:01:02.3")
 	conf := e.conf("fast-net", e.recorder(map[string]any{
 		"capabilities": map[string]bool{"deviceID": true, "CNIDeviceInfoFile": true}}))
@@ -52,7 +54,7 @@ func TestDelegateReceivesDeviceAndDeviceInfo(t *testing.T) {
 // non-PCI device gets no pciBusID.
 func TestDelegateWithoutCapabilities(t *testing.T) {
 	e := newEnv(t)
-	pod := newNS(t)
+	pod := testenv.NetNS(t)
 	e.setPod("default", "p1", "eth5")
 	e.install(e.conf("fast-net", e.recorder(nil)))
 	// A stale file at the attachment's name (a crash) must not survive ADD.
@@ -77,7 +79,7 @@ func TestDelegateWithoutCapabilities(t *testing.T) {
 // capabilities (CAP_ARGS); the kubelet is not asked.
 func TestDeviceFromCapabilityArgs(t *testing.T) {
 	e := newEnv(t)
-	pod := newNS(t)
+	pod := testenv.NetNS(t)
 	e.writeDP("0000:05:00.1", pciInfo("0000:05:00.1"))
 	conf := e.conf("fast-net", e.recorder(map[string]any{
 		"capabilities": map[string]bool{"deviceID": true, "CNIDeviceInfoFile": true}}))
@@ -103,7 +105,7 @@ func TestDeviceFromCapabilityArgs(t *testing.T) {
 // A delegate that updates the CNI file: network-status shows its version.
 func TestDelegateUpdatesDeviceInfo(t *testing.T) {
 	e := newEnv(t)
-	pod := newNS(t)
+	pod := testenv.NetNS(t)
 	e.pciPod("p1", "0000:01:02.3")
 	updated := map[string]any{"type": "pci", "version": "1.1.0",
 		"pci": map[string]string{"pci-address": "0000:01:02.3", "rdma-device": "mlx5_3"}}

@@ -7,9 +7,7 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha512"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -20,7 +18,6 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
@@ -207,8 +204,8 @@ func (e *env) pciPod(name, addr string) {
 // saying pci, and installs fast-net delegating to host-device. It returns the
 // device, the pod's netns, the config and the pod's CNI_ARGS.
 func (e *env) hostDevicePod(pci string) (string, ns.NetNS, map[string]any, string) {
-	dev := veth(e.t)
-	pod := newNS(e.t)
+	dev := testenv.VethPair(e.t, "dpv") + "a"
+	pod := testenv.NetNS(e.t)
 	e.setPod("default", "p1", dev)
 	e.writeDP(dev, pciInfo(pci))
 	conf := e.conf("fast-net", map[string]any{"type": "host-device"})
@@ -300,60 +297,6 @@ func (e *env) record(cmd, containerID, ifName string) (*Record, map[string]any) 
 func cnitoolID(netns string) string {
 	s := sha512.Sum512([]byte(netns))
 	return fmt.Sprintf("cnitool-%x", s[:10])
-}
-
-func newNS(t *testing.T) ns.NetNS {
-	t.Helper()
-	n, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		n.Close()
-		_ = testutils.UnmountNS(n)
-	})
-	return n
-}
-
-// removeNS removes a netns before the test ends, as a runtime removes a
-// sandbox's.
-func removeNS(t *testing.T, n ns.NetNS) {
-	t.Helper()
-	n.Close()
-	if err := testutils.UnmountNS(n); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// uniqueName is a link name no other test (or leftover of a killed run) uses.
-func uniqueName(prefix string) string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	return prefix + hex.EncodeToString(b)
-}
-
-// veth makes a veth pair in the host namespace and returns the end tests
-// hand out as a device. Both ends are removed at cleanup wherever they are.
-func veth(t *testing.T) string {
-	t.Helper()
-	a := uniqueName("dpv")
-	b := a + "p"
-	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: a}, PeerName: b}); err != nil {
-		t.Fatalf("add veth %s: %v", a, err)
-	}
-	for _, n := range []string{a, b} {
-		if l, err := netlink.LinkByName(n); err == nil {
-			_ = netlink.LinkSetUp(l)
-		}
-	}
-	t.Cleanup(func() {
-		for _, n := range []string{a, b} {
-			if l, err := netlink.LinkByName(n); err == nil {
-				_ = netlink.LinkDel(l)
-			}
-		}
-	})
-	return a
 }
 
 // linkIn reports whether netns has a link named name.

@@ -14,6 +14,7 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
+	"github.com/devplumb/devplumb/pkg/testenv"
 	"github.com/devplumb/devplumb/podresources/podresourcestest"
 )
 
@@ -22,7 +23,7 @@ import (
 // succeeds without removing it.
 func TestCNIDeviceInfoFileOutsideIsRefused(t *testing.T) {
 	e := newEnv(t)
-	pod := newNS(t)
+	pod := testenv.NetNS(t)
 	e.writeDP("0000:05:00.1", pciInfo("0000:05:00.1"))
 	victim := filepath.Join(e.root, "victim")
 	if err := os.WriteFile(victim, []byte("keep me"), 0o600); err != nil {
@@ -49,7 +50,7 @@ func TestCNIDeviceInfoFileOutsideIsRefused(t *testing.T) {
 // its own part and passes instead of failing on the delegate's version.
 func TestCheckWithPre040Delegate(t *testing.T) {
 	e := newEnv(t)
-	pod := newNS(t)
+	pod := testenv.NetNS(t)
 	e.setPod("default", "p1", "dev-1")
 	e.install(e.conf("fast-net", e.recorder(map[string]any{"cniVersion": "0.3.1"})))
 	args := podArgs("default", "p1")
@@ -64,7 +65,7 @@ func TestCheckWithPre040Delegate(t *testing.T) {
 // nor its own DEL.
 func TestCorruptStateRecord(t *testing.T) {
 	e := newEnv(t)
-	a, b := newNS(t), newNS(t)
+	a, b := testenv.NetNS(t), testenv.NetNS(t)
 	e.setPod("default", "a", "dev-a")
 	e.setPod("default", "b", "dev-b")
 	e.install(e.conf("fast-net", e.recorder(nil)))
@@ -108,7 +109,7 @@ func TestRepeatedAddKeepsWorkingAttachment(t *testing.T) {
 // version (0.3.1 here, with interface indexes).
 func TestPrevResultKeptInChain(t *testing.T) {
 	e := newEnv(t)
-	pod := newNS(t)
+	pod := testenv.NetNS(t)
 	e.setPod("default", "p1", "dev-1")
 	conf := e.conf("fast-net", e.recorder(map[string]any{"ip": "192.0.2.7/24"}))
 	conf["cniVersion"] = "0.3.1"
@@ -148,7 +149,7 @@ func TestCommandsPerVersion(t *testing.T) {
 	e.setPod("default", "p1", "dev-1")
 	for _, v := range []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"} {
 		t.Run(v, func(t *testing.T) {
-			pod := newNS(t)
+			pod := testenv.NetNS(t)
 			conf := e.conf("fast-net", e.recorder(nil))
 			conf["cniVersion"] = v
 			stdin, args := mustJSON(t, conf), podArgs("default", "p1")
@@ -239,7 +240,7 @@ func TestHostileStateRecords(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b := newNS(t)
+	b := testenv.NetNS(t)
 	if _, ce := e.run("ADD", mustJSON(t, e.conf("fast-net", e.recorder(nil))), "c-b", b.Path(), "net1", podArgs("default", "b")); ce != nil {
 		t.Fatalf("ADD beside hostile records: %+v", ce)
 	}
@@ -275,7 +276,7 @@ func TestLinkedDirectoriesAreRefused(t *testing.T) {
 	for name, setup := range cases {
 		t.Run(name, func(t *testing.T) {
 			e := newEnv(t)
-			pod := newNS(t)
+			pod := testenv.NetNS(t)
 			e.pciPod("p1", "0000:05:00.1")
 			target := t.TempDir()
 			if err := os.MkdirAll(e.stateDir, 0o700); err != nil {
@@ -303,7 +304,7 @@ func TestLinkedDirectoriesAreRefused(t *testing.T) {
 // long but valid work, their state record under a hashed name.
 func TestNamesPastFileLimits(t *testing.T) {
 	e := newEnv(t)
-	pod := newNS(t)
+	pod := testenv.NetNS(t)
 	e.pciPod("p1", "0000:05:00.1")
 	cniDir := filepath.Join(e.devinfoDir, "cni")
 	withFile := func(f string) map[string]any {
@@ -361,7 +362,7 @@ func (e *env) assertNoAttachments(t *testing.T, what string) {
 // left; every run ends (a recursion would fill the process table).
 func TestSelfDelegation(t *testing.T) {
 	e := newEnv(t)
-	pod := newNS(t)
+	pod := testenv.NetNS(t)
 	e.extraPath = t.TempDir()
 	if err := os.Symlink(filepath.Join(e.bin, "devplumb"), filepath.Join(e.extraPath, "selfie")); err != nil {
 		t.Fatal(err)
@@ -386,7 +387,7 @@ func TestSelfDelegation(t *testing.T) {
 		"link IPAM": {"type": "host-device", "ipam": map[string]any{"type": "selfie"}},
 		"copy IPAM": {"type": "host-device", "ipam": map[string]any{"type": "selfcopy"}},
 	}
-	dev := veth(t) // host-device runs its IPAM plugin only with a real device
+	dev := testenv.VethPair(t, "dpv") + "a" // host-device runs its IPAM plugin only with a real device
 	for name, delegate := range cases {
 		conf := e.conf("fast-net", delegate)
 		conf["deviceID"], conf["injectDeviceID"] = dev, []string{"device"}
@@ -419,13 +420,8 @@ func TestKubeletNotAskedUnderStateLock(t *testing.T) {
 			underLock++
 		}
 	}))
-	oldPod, newPod := newNS(t), newNS(t)
-	e.pciPod("old", "0000:01:02.3")
-	e.install(e.conf("fast-net", e.recorder(nil)))
-	e.mustCnitool("add", "fast-net", oldPod.Path(), "net1", podArgs("default", "old"), "")
-	e.pr.DeletePod("default", "old")
-	e.setPod("default", "new", "0000:01:02.3")
-	e.mustCnitool("add", "fast-net", newPod.Path(), "net1", podArgs("default", "new"), "")
+	oldPod, newPod := testenv.NetNS(t), testenv.NetNS(t)
+	e.takeOver(oldPod, newPod)
 	if st := e.state(); len(st) != 1 || st[0].Pod.Name != "new" {
 		t.Fatalf("stale claim not taken over: %+v", st)
 	}
@@ -457,7 +453,7 @@ func TestSandboxTakeoverNeedsSamePodAndGoneSandbox(t *testing.T) {
 	e := newEnv(t)
 	e.pciPod("p1", "0000:01:02.3")
 	e.install(e.conf("fast-net", e.recorder(nil)))
-	old, cur := newNS(t), newNS(t)
+	old, cur := testenv.NetNS(t), testenv.NetNS(t)
 	e.mustCnitool("add", "fast-net", old.Path(), "net1", podArgs("default", "p1"), "")
 	recreated := strings.Replace(podArgs("default", "p1"), "uid-p1", "uid-p1-again", 1)
 	for _, args := range []string{podArgs("default", "p1"), recreated} {
@@ -469,7 +465,7 @@ func TestSandboxTakeoverNeedsSamePodAndGoneSandbox(t *testing.T) {
 	if st := e.state(); len(st) != 1 || st[0].ContainerID != cnitoolID(old.Path()) {
 		t.Fatalf("the old sandbox lost its claim: %+v", st)
 	}
-	removeNS(t, old)
+	testenv.RemoveNetNS(t, old)
 	e.mustCnitool("add", "fast-net", cur.Path(), "net1", recreated, "")
 	if st := e.state(); len(st) != 1 || st[0].ContainerID != cnitoolID(cur.Path()) || st[0].Pod.UID != "uid-p1-again" {
 		t.Errorf("the recreated pod did not take the gone sandbox's device: %+v", st)
@@ -481,7 +477,7 @@ func TestSandboxTakeoverNeedsSamePodAndGoneSandbox(t *testing.T) {
 // device) fails ADD with 102 naming both, and leaves nothing.
 func TestDeviceInfoForAnotherDevice(t *testing.T) {
 	e := newEnv(t)
-	pod := newNS(t)
+	pod := testenv.NetNS(t)
 	e.setPod("default", "p1", "0000:05:00.1")
 	e.writeDP("0000:05:00.1", pciInfo("0000:05:00.2"))
 	_, ce := e.run("ADD", mustJSON(t, e.conf("fast-net", e.recorder(nil))), "c1", pod.Path(), "net1", podArgs("default", "p1"))
@@ -500,7 +496,7 @@ func TestDeviceInfoForAnotherDevice(t *testing.T) {
 // kubeconfig names the API server devplumb trusts.
 func TestUntrustedSocketAndKubeconfig(t *testing.T) {
 	e := newEnv(t)
-	pod := newNS(t)
+	pod := testenv.NetNS(t)
 	e.setPod("default", "p1", "dev-1")
 	open := filepath.Join(e.root, "open")
 	if err := os.Mkdir(open, 0o777); err != nil || os.Chmod(open, 0o777) != nil {

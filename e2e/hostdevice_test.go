@@ -6,7 +6,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
 // A veth end handed out as the pod's device is moved into the pod by
@@ -66,10 +66,7 @@ func TestDelAfterNetnsGone(t *testing.T) {
 	_, pod, conf, args := e.hostDevicePod("0000:01:02.5")
 	e.mustCnitool("add", "fast-net", pod.Path(), "net1", args, "")
 	path, cid := pod.Path(), cnitoolID(pod.Path())
-	_ = pod.Close()
-	if err := testutils.UnmountNS(pod); err != nil {
-		t.Fatal(err)
-	}
+	testenv.RemoveNetNS(t, pod)
 	if _, ce := e.run("DEL", mustJSON(t, conf), cid, path, "net1", args); ce != nil {
 		t.Fatalf("DEL with the netns gone: %+v", ce)
 	}

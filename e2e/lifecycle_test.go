@@ -10,6 +10,8 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
 // 32 pods with two attachments each, all added at once through cnitool:
@@ -20,7 +22,7 @@ func TestConcurrentPodsNeverShareDevices(t *testing.T) {
 	const pods = 32
 	netns := make([]ns.NetNS, pods)
 	for i := range pods {
-		netns[i] = newNS(t)
+		netns[i] = testenv.NetNS(t)
 		e.setPod("default", fmt.Sprintf("p%d", i), fmt.Sprintf("dev-%d-a", i), fmt.Sprintf("dev-%d-b", i))
 	}
 	var wg sync.WaitGroup
@@ -64,7 +66,7 @@ func TestResultInConfigVersion(t *testing.T) {
 	for _, v := range []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"} {
 		t.Run(v, func(t *testing.T) {
 			e := newEnv(t)
-			pod := newNS(t)
+			pod := testenv.NetNS(t)
 			e.setPod("default", "p1", "eth9")
 			conf := e.conf("fast-net", e.recorder(map[string]any{"cniVersion": "1.0.0", "ip": "198.51.100.4/24"}))
 			conf["cniVersion"] = v
@@ -90,12 +92,12 @@ func TestResultInConfigVersion(t *testing.T) {
 // that one is gone.
 func TestNewSandboxDropsOlderClaims(t *testing.T) {
 	e := newEnv(t)
-	old, cur := newNS(t), newNS(t)
+	old, cur := testenv.NetNS(t), testenv.NetNS(t)
 	e.pciPod("p1", "0000:01:02.3")
 	e.install(e.conf("fast-net", e.recorder(nil)))
 	args := podArgs("default", "p1")
 	e.mustCnitool("add", "fast-net", old.Path(), "net1", args, "")
-	removeNS(t, old)
+	testenv.RemoveNetNS(t, old)
 	e.mustCnitool("add", "fast-net", cur.Path(), "net1", args, "")
 	st := e.state()
 	if len(st) != 1 || st[0].ContainerID != cnitoolID(cur.Path()) {
@@ -121,7 +123,7 @@ func TestNewSandboxDropsOlderClaims(t *testing.T) {
 // CHECK fails with a clear error when the CNI file is gone.
 func TestCheckDetectsMissingDeviceInfo(t *testing.T) {
 	e := newEnv(t)
-	pod := newNS(t)
+	pod := testenv.NetNS(t)
 	e.pciPod("p1", "0000:01:02.3")
 	e.install(e.conf("fast-net", e.recorder(nil)))
 	args := podArgs("default", "p1")
@@ -166,7 +168,7 @@ func TestStatus(t *testing.T) {
 // and runs the delegates' GC.
 func TestGC(t *testing.T) {
 	e := newEnv(t)
-	keep, drop := newNS(t), newNS(t)
+	keep, drop := testenv.NetNS(t), testenv.NetNS(t)
 	e.setPod("default", "keep", "0000:01:02.3")
 	e.setPod("default", "drop", "0000:01:02.4")
 	e.writeDP("0000:01:02.3", pciInfo("0000:01:02.3"))
@@ -206,7 +208,7 @@ func TestGC(t *testing.T) {
 // delegates carry the same name.
 func TestGCStaysInItsNetwork(t *testing.T) {
 	e := newEnv(t)
-	pod := newNS(t)
+	pod := testenv.NetNS(t)
 	e.setPod("default", "p1", "dev-1", "dev-2")
 	a := e.conf("net-a", e.recorder(map[string]any{"name": "shared"}))
 	b := e.conf("net-b", e.recorder(map[string]any{"name": "shared"}))
@@ -233,7 +235,7 @@ func TestGCStaysInItsNetwork(t *testing.T) {
 // ADD gets the device it had claimed, not the first free one.
 func TestCrashAfterClaim(t *testing.T) {
 	e := newEnv(t)
-	pod := newNS(t)
+	pod := testenv.NetNS(t)
 	e.setPod("default", "p1", "dev-1", "dev-2")
 	e.install(e.conf("fast-net", e.recorder(nil)))
 	cid := e.crashAfterClaim(pod, "dev-2")

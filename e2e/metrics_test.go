@@ -25,8 +25,8 @@ import (
 // when the daemon stops its spool goes, so calls leave no records behind.
 func TestPhaseHistograms(t *testing.T) {
 	e := newEnv(t)
-	dev := veth(t)
-	pod := newNS(t)
+	dev := testenv.VethPair(t, "dpv") + "a"
+	pod := testenv.NetNS(t)
 	e.setPod("default", "p1", dev)
 	conf := e.conf("mv-net", map[string]any{"type": "macvlan", "mode": "bridge"})
 	conf["injectDeviceID"] = []string{"master"}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
 func parentIndex(t *testing.T, n ns.NetNS, ifName string) int {
@@ -37,8 +39,8 @@ func hostIndex(t *testing.T, name string) int {
 // devices as masters, with host-local addresses.
 func TestMacvlanTwoAttachmentsTwoDevices(t *testing.T) {
 	e := newEnv(t)
-	dev0, dev1 := veth(t), veth(t)
-	pod := newNS(t)
+	dev0, dev1 := testenv.VethPair(t, "dpv")+"a", testenv.VethPair(t, "dpv")+"a"
+	pod := testenv.NetNS(t)
 	e.setPod("default", "p1", dev0, dev1)
 	ipamDir := filepath.Join(e.root, "ipam")
 	conf := e.conf("mv-net", map[string]any{"type": "macvlan", "mode": "bridge",
@@ -89,9 +91,9 @@ func TestMacvlanTwoAttachmentsTwoDevices(t *testing.T) {
 // with Multus) only the first plugin gets the injected device keys.
 func TestBridgeChainStaticIPAM(t *testing.T) {
 	e := newEnv(t)
-	pod := newNS(t)
+	pod := testenv.NetNS(t)
 	e.setPod("default", "p1", "dev-a")
-	bridge := uniqueName("dpbr")
+	bridge := testenv.UniqueName("dpbr")
 	conf := e.conf("br-net", nil)
 	delete(conf, "delegate")
 	conf["cniVersion"] = "0.4.0"
@@ -131,8 +133,8 @@ func TestBridgeChainStaticIPAM(t *testing.T) {
 // nothing: no interface, no IP lease, no CNI file, no claim.
 func TestFailingDelegateLeavesNothing(t *testing.T) {
 	e := newEnv(t)
-	dev := veth(t)
-	pod := newNS(t)
+	dev := testenv.VethPair(t, "dpv") + "a"
+	pod := testenv.NetNS(t)
 	e.setPod("default", "p1", dev)
 	e.writeDP(dev, pciInfo("0000:01:00.1"))
 	ipamDir := filepath.Join(e.root, "ipam")
@@ -166,7 +168,7 @@ func TestFailingDelegateLeavesNothing(t *testing.T) {
 // DEL without ADD, and DEL twice, succeed: nothing is there to remove.
 func TestDelWithoutAdd(t *testing.T) {
 	e := newEnv(t)
-	pod := newNS(t)
+	pod := testenv.NetNS(t)
 	conf := e.conf("mv-net", map[string]any{"type": "macvlan", "master": "lo"})
 	e.install(conf)
 	for range 2 {

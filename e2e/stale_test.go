@@ -4,6 +4,10 @@ import (
 	"encoding/json"
 	"os"
 	"testing"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
 // A claim whose pod the kubelet forgot (its DEL never came) does not block
@@ -11,14 +15,8 @@ import (
 // kubelet takes a device away.
 func TestStaleClaimTakenOverAndCheckedAgainstKubelet(t *testing.T) {
 	e := newEnv(t)
-	oldPod, newPod := newNS(t), newNS(t)
-	e.pciPod("old", "0000:01:02.3")
-	e.install(e.conf("fast-net", e.recorder(nil)))
-	e.mustCnitool("add", "fast-net", oldPod.Path(), "net1", podArgs("default", "old"), "")
-
-	e.pr.DeletePod("default", "old")
-	e.setPod("default", "new", "0000:01:02.3")
-	e.mustCnitool("add", "fast-net", newPod.Path(), "net1", podArgs("default", "new"), "")
+	oldPod, newPod := testenv.NetNS(t), testenv.NetNS(t)
+	e.takeOver(oldPod, newPod)
 	st := e.state()
 	if len(st) != 1 || st[0].Pod.Name != "new" {
 		t.Fatalf("claims %+v", st)
@@ -34,10 +32,22 @@ func TestStaleClaimTakenOverAndCheckedAgainstKubelet(t *testing.T) {
 	}
 }
 
+// takeOver attaches pod "old" (device 0000:01:02.3) in oldPod; then the kubelet forgets
+// it (its DEL never comes) and gives the device to pod "new", attached in newPod.
+func (e *env) takeOver(oldPod, newPod ns.NetNS) {
+	e.t.Helper()
+	e.pciPod("old", "0000:01:02.3")
+	e.install(e.conf("fast-net", e.recorder(nil)))
+	e.mustCnitool("add", "fast-net", oldPod.Path(), "net1", podArgs("default", "old"), "")
+	e.pr.DeletePod("default", "old")
+	e.setPod("default", "new", "0000:01:02.3")
+	e.mustCnitool("add", "fast-net", newPod.Path(), "net1", podArgs("default", "new"), "")
+}
+
 // A live holder keeps its device: the kubelet still lists it for that pod.
 func TestLiveClaimIsKept(t *testing.T) {
 	e := newEnv(t)
-	a, b := newNS(t), newNS(t)
+	a, b := testenv.NetNS(t), testenv.NetNS(t)
 	e.setPod("default", "a", "dev-1")
 	e.setPod("default", "b", "dev-1") // a kubelet bug: the same device twice
 	e.install(e.conf("fast-net", e.recorder(nil)))
@@ -51,7 +61,7 @@ func TestLiveClaimIsKept(t *testing.T) {
 // Multus injects the device as a top-level deviceID; VERSION lists versions.
 func TestTopLevelDeviceIDAndVersion(t *testing.T) {
 	e := newEnv(t)
-	pod := newNS(t)
+	pod := testenv.NetNS(t)
 	conf := e.conf("fast-net", e.recorder(nil))
 	delete(conf, "resourceName")
 	conf["deviceID"] = "0000:3b:00.2"
@@ -75,7 +85,7 @@ func TestTopLevelDeviceIDAndVersion(t *testing.T) {
 // "required" (leaving nothing) and is only logged under "best-effort".
 func TestKubeconfigRequiredVersusBestEffort(t *testing.T) {
 	e := newEnv(t)
-	pod := newNS(t)
+	pod := testenv.NetNS(t)
 	e.setPod("default", "p1", "dev-1")
 	conf := e.conf("fast-net", e.recorder(nil))
 	conf["kubeconfig"] = e.root + "/missing.kubeconfig"

@@ -12,10 +12,11 @@
 # Use:   export DEVPLUMB_MULTUS=$(scripts/build-multus.sh | tail -1)
 #        export DEVPLUMB_MULTUS_THICK=$(scripts/build-multus.sh thick | tail -1)
 set -euo pipefail
+# shellcheck source=scripts/build-lib.sh
+. "$(dirname "$0")/build-lib.sh"
 FLAVOUR=${1:-thin}
 MULTUS_VERSION=${MULTUS_VERSION:-v4.2.3}
 MODULE=gopkg.in/k8snetworkplumbingwg/multus-cni.v4
-CACHE=${DEVPLUMB_CACHE:-${HOME:-/root}/.cache/devplumb}
 case $FLAVOUR in
 thin) OUT=$CACHE/bin/multus-$MULTUS_VERSION; CMDS=(multus) ;;
 thick) OUT=$CACHE/bin/multus-thick-$MULTUS_VERSION; CMDS=(multus-shim multus-daemon) ;;
@@ -25,26 +26,12 @@ esac
 built() {
 	if [ "$FLAVOUR" = thin ]; then [ -x "$OUT" ]; else [ -x "$OUT/multus-shim" ] && [ -x "$OUT/multus-daemon" ]; fi
 }
-if built; then echo "$OUT"; exit 0; fi
-
-WORK=$CACHE/build/multus-$MULTUS_VERSION
-mkdir -p "$WORK" "$CACHE/bin"
-# One build at a time per version (parallel CI jobs share the cache, and both flavours
-# share the throwaway module): the second waits, then finds the binaries the first made.
-exec 9>"$WORK.lock"
-flock 9
-if built; then echo "$OUT"; exit 0; fi
-cd "$WORK"
-export CGO_ENABLED=0 GOFLAGS="-p=2 -buildvcs=false" GOTOOLCHAIN=local
+# Both flavours share the throwaway module (and so its lock).
+build_begin "multus-$MULTUS_VERSION"
 export GONOSUMDB=${GONOSUMDB:-gopkg.in/k8snetworkplumbingwg,k8s.io}
-printf 'module multusbuild\n\ngo 1.25.0\n\nrequire %s %s\n' "$MODULE" "$MULTUS_VERSION" > go.mod
-{
-	printf '//go:build tools\n\npackage tools\n\nimport (\n'
-	for c in multus multus-shim multus-daemon; do printf '\t_ "%s/cmd/%s"\n' "$MODULE" "$c"; done
-	printf ')\n'
-} > tools.go
-go mod tidy
-start=$(date +%s)
+gomod_require multusbuild "$MODULE" "$MULTUS_VERSION"
+tools_go "$MODULE/cmd/multus" "$MODULE/cmd/multus-shim" "$MODULE/cmd/multus-daemon"
+build_tidy
 tmp=$OUT.tmp.$$
 if [ "$FLAVOUR" = thin ]; then
 	go build -trimpath -ldflags='-s -w' -o "$tmp" "$MODULE/cmd/multus"
@@ -54,5 +41,4 @@ else
 	rm -rf "$OUT"
 fi
 mv "$tmp" "$OUT"
-echo "built multus $FLAVOUR $MULTUS_VERSION in $(( $(date +%s) - start ))s" >&2
-echo "$OUT"
+build_done "multus $FLAVOUR $MULTUS_VERSION"

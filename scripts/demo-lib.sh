@@ -60,3 +60,21 @@ wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
 # check COMMAND...: one verdict of the last step, for the thing named in $what.
 left=0
 check() { if "$@"; then echo "ok: $what"; else echo "LEFT: $what"; left=1; fi; }
+
+# nothing_left SOCKETS RESULTS: the last step's verdicts, then the end of the demo: no pod
+# netns, the pool's VETHS back on the host, no device-info file, no devplumb attachment
+# record, no CDI spec, no socket below SOCKETS, the daemons of DAEMONS ("pid name" lines)
+# stopped, and no cnitool result cache file matching RESULTS (grep -E).
+nothing_left() {
+	local v pid name
+	what="no pod netns";                check bash -c "! ip netns list | grep -qw $NETNS"
+	for v in "${VETHS[@]}"; do what="$v back on the host"; check bash -c "ip link show $v >/dev/null"; done
+	what="no device-info file";         check bash -c "[ -z \"\$(find '$ROOT/devinfo' -type f 2>/dev/null)\" ]"
+	what="no attachment record";        check bash -c "[ -z \"\$(find '$ROOT/devplumb' -name '*.json' 2>/dev/null)\" ]"
+	what="no CDI spec";                 check bash -c "[ -z \"\$(find '$ROOT/cdi' -type f 2>/dev/null)\" ]"
+	what="no socket";                   check bash -c "[ -z \"\$(find '$1' -type s 2>/dev/null)\" ]"
+	while read -r pid name; do what="$name stopped"; check bash -c "! kill -0 $pid 2>/dev/null"; done <<<"$DAEMONS"
+	what="no cnitool result cache";     check bash -c "! ls /var/lib/cni/results/ 2>/dev/null | grep -qE '$2'"
+	[ "$left" = 0 ] || fail "something was left behind"
+	echo "$DEMO done: all clean"
+}

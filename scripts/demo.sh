@@ -170,13 +170,4 @@ stop_daemons
 ip netns del "$NETNS"
 
 say "6. nothing is left"
-what="no pod netns";                       check bash -c "! ip netns list | grep -qw $NETNS"
-for v in "${VETHS[@]}"; do what="$v back on the host"; check bash -c "ip link show $v >/dev/null"; done
-what="no device-info file";                check bash -c "[ -z \"\$(find '$ROOT/devinfo' -type f 2>/dev/null)\" ]"
-what="no claim";                           check bash -c "[ -z \"\$(find '$ROOT/devplumb' -name '*.json' 2>/dev/null)\" ]"
-what="no CDI spec";                        check bash -c "[ -z \"\$(find '$ROOT/cdi' -type f 2>/dev/null)\" ]"
-what="no socket";                          check bash -c "[ -z \"\$(find '$ROOT' -type s 2>/dev/null)\" ]"
-while read -r pid name; do what="$name stopped"; check bash -c "! kill -0 $pid 2>/dev/null"; done <<<"$DAEMONS"
-what="no cnitool result cache";            check bash -c "! ls /var/lib/cni/results/ 2>/dev/null | grep -qE '^(fast-a|fast-b|vhost-net)-cnitool-'"
-[ "$left" = 0 ] || fail "something was left behind"
-echo "demo done: all clean"
+nothing_left "$ROOT" '^(fast-a|fast-b|vhost-net)-cnitool-'

@@ -7,17 +7,11 @@ package dra_test
 // delegate, moving a veth end into a real network namespace.
 
 import (
-	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
-	"time"
 
-	"github.com/containernetworking/plugins/pkg/testutils"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
@@ -26,6 +20,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/devplumb/devplumb/e2e/e2etest"
+	"github.com/devplumb/devplumb/e2e/kubeapi"
 	"github.com/devplumb/devplumb/pkg/cni/dradevice"
 	"github.com/devplumb/devplumb/pkg/testenv"
 	"github.com/devplumb/devplumb/podresources/podresourcestest"
@@ -58,37 +54,56 @@ func newCNINode(t *testing.T) *cniNode {
 		name: "cni-node-" + suffix, driver: "cni-" + suffix + ".devplumb.io", class: "cni-" + suffix, network: "net-" + suffix}
 	n.info = &nadv1.DeviceInfo{Type: nadv1.DeviceInfoTypePCI, Version: nadv1.DeviceInfoVersion,
 		Pci: &nadv1.PciDevice{PciAddress: "0000:3b:02.1", PfPciAddress: "0000:3b:00.0"}}
-	cniMust(t, os.MkdirAll(filepath.Join(n.dir, "devinfo", "dp"), 0o755))
+	e2etest.Must(t, os.MkdirAll(filepath.Join(n.dir, "devinfo", "dp"), 0o755))
 	class := &resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: n.class},
 		Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{
 			Expression: `device.driver == "` + n.driver + `"`}}}}}
-	_, err := srv.Client.ResourceV1().DeviceClasses().Create(ctx(t), class, metav1.CreateOptions{})
-	cniMust(t, err)
-	t.Cleanup(func() { _ = srv.Client.ResourceV1().DeviceClasses().Delete(ctx(t), n.class, metav1.DeleteOptions{}) })
+	_, err := srv.Client.ResourceV1().DeviceClasses().Create(e2etest.Ctx(t), class, metav1.CreateOptions{})
+	e2etest.Must(t, err)
+	t.Cleanup(func() {
+		_ = srv.Client.ResourceV1().DeviceClasses().Delete(e2etest.Ctx(t), n.class, metav1.DeleteOptions{})
+	})
 	return n
 }
 
 func cniRandom() string {
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+	return testenv.UniqueName("")
 }
 
 // veth makes a veth pair; its first end is the device host-device moves.
 // It writes the device plugin's (the driver's) device-info file for it.
 func (n *cniNode) veth() string {
 	n.t.Helper()
-	name := "dra" + cniRandom()
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"}
-	cniMust(n.t, netlink.LinkAdd(veth))
-	n.t.Cleanup(func() {
-		if l, err := netlink.LinkByName(name + "p"); err == nil {
-			_ = netlink.LinkDel(l)
-		}
-	})
+	name := testenv.VethPair(n.t, "dra") + "a"
 	raw, _ := json.Marshal(n.info)
-	cniMust(n.t, os.WriteFile(filepath.Join(n.dir, "devinfo", "dp", "example.com-hostdev-"+name+"-device.json"), raw, 0o644))
+	e2etest.Must(n.t, os.WriteFile(filepath.Join(n.dir, "devinfo", "dp", "example.com-hostdev-"+name+"-device.json"), raw, 0o644))
 	return name
+}
+
+// oneDevicePod publishes a veth as the slice's one device, dev-0, and makes a pod whose
+// claim "net" (from a template, owned by the pod, when template) is allocated dev-0 and
+// reserved for the pod. It returns the veth, the pod and the claim's name.
+func (n *cniNode) oneDevicePod(template bool) (dev string, pod *corev1.Pod, claimName string) {
+	n.t.Helper()
+	dev = n.veth()
+	n.slice(cniDev{"dev-0", attrs(dev, cniResource)})
+	claimName = "claim-" + cniRandom()
+	pod = n.pod("pod-"+cniRandom(), claimName, template)
+	var owner *corev1.Pod
+	if template {
+		owner = pod
+	}
+	n.claim(claimName, owner, []*corev1.Pod{pod}, "dev-0")
+	return dev, pod, claimName
+}
+
+// devplumbKubeconfig writes a kubeconfig of devplumb's service account (its RBAC is what
+// the test grants) and returns its path.
+func (n *cniNode) devplumbKubeconfig() string {
+	n.t.Helper()
+	kc := filepath.Join(n.dir, "devplumb.kubeconfig")
+	e2etest.Must(n.t, os.WriteFile(kc, []byte(kubeapi.Kubeconfig(srv.URL, srv.DevplumbToken)), 0o600))
+	return kc
 }
 
 // cniDev is one device in the node's ResourceSlice: its name there and the
@@ -111,9 +126,11 @@ func (n *cniNode) slice(devs ...cniDev) {
 		}
 		s.Spec.Devices = append(s.Spec.Devices, dev)
 	}
-	_, err := srv.Client.ResourceV1().ResourceSlices().Create(ctx(n.t), s, metav1.CreateOptions{})
-	cniMust(n.t, err)
-	n.t.Cleanup(func() { _ = srv.Client.ResourceV1().ResourceSlices().Delete(ctx(n.t), s.Name, metav1.DeleteOptions{}) })
+	_, err := srv.Client.ResourceV1().ResourceSlices().Create(e2etest.Ctx(n.t), s, metav1.CreateOptions{})
+	e2etest.Must(n.t, err)
+	n.t.Cleanup(func() {
+		_ = srv.Client.ResourceV1().ResourceSlices().Delete(e2etest.Ctx(n.t), s.Name, metav1.DeleteOptions{})
+	})
 }
 
 // attrs are a device's two k8s.cni.cncf.io attributes.
@@ -133,8 +150,7 @@ func attrs(id, res string) map[string]string {
 // made from a template (named in status.resourceClaimStatuses).
 func (n *cniNode) pod(name, claimName string, template bool) *corev1.Pod {
 	n.t.Helper()
-	must := func(err error) { n.t.Helper(); cniMust(n.t, err) }
-	must(srv.DeletePod(ctx(n.t), cniNS, name))
+	e2etest.Must(n.t, srv.DeletePod(e2etest.Ctx(n.t), cniNS, name))
 	pc := corev1.PodResourceClaim{Name: "net", ResourceClaimName: &claimName}
 	if template {
 		tmpl := "net-template"
@@ -143,14 +159,14 @@ func (n *cniNode) pod(name, claimName string, template bool) *corev1.Pod {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: cniNS, Name: name},
 		Spec: corev1.PodSpec{NodeName: n.name, ResourceClaims: []corev1.PodResourceClaim{pc},
 			Containers: []corev1.Container{{Name: "c", Image: "busybox", ImagePullPolicy: corev1.PullNever}}}}
-	out, err := srv.Client.CoreV1().Pods(cniNS).Create(ctx(n.t), pod, metav1.CreateOptions{})
-	must(err)
+	out, err := srv.Client.CoreV1().Pods(cniNS).Create(e2etest.Ctx(n.t), pod, metav1.CreateOptions{})
+	e2etest.Must(n.t, err)
 	// The kubelet knows every pod it runs, with or without devices.
 	n.pr.SetPod(&v1.PodResources{Namespace: cniNS, Name: name, Containers: []*v1.ContainerResources{{Name: "c"}}})
 	if template {
 		out.Status.ResourceClaimStatuses = []corev1.PodResourceClaimStatus{{Name: "net", ResourceClaimName: &claimName}}
-		out, err = srv.Client.CoreV1().Pods(cniNS).UpdateStatus(ctx(n.t), out, metav1.UpdateOptions{})
-		must(err)
+		out, err = srv.Client.CoreV1().Pods(cniNS).UpdateStatus(e2etest.Ctx(n.t), out, metav1.UpdateOptions{})
+		e2etest.Must(n.t, err)
 	}
 	return out
 }
@@ -169,11 +185,11 @@ func (n *cniNode) claim(name string, owner *corev1.Pod, reservedFor []*corev1.Po
 		rc.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: owner.Name, UID: owner.UID, Controller: &yes}}
 	}
 	claims := srv.Client.ResourceV1().ResourceClaims(cniNS)
-	if err := claims.Delete(ctx(n.t), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	if err := claims.Delete(e2etest.Ctx(n.t), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		n.t.Fatal(err)
 	}
-	out, err := claims.Create(ctx(n.t), rc, metav1.CreateOptions{})
-	cniMust(n.t, err)
+	out, err := claims.Create(e2etest.Ctx(n.t), rc, metav1.CreateOptions{})
+	e2etest.Must(n.t, err)
 	if len(devices) == 0 {
 		return out
 	}
@@ -187,8 +203,8 @@ func (n *cniNode) claim(name string, owner *corev1.Pod, reservedFor []*corev1.Po
 		out.Status.ReservedFor = append(out.Status.ReservedFor, resourcev1.ResourceClaimConsumerReference{
 			Resource: "pods", Name: p.Name, UID: p.UID})
 	}
-	out, err = claims.UpdateStatus(ctx(n.t), out, metav1.UpdateOptions{})
-	cniMust(n.t, err)
+	out, err = claims.UpdateStatus(e2etest.Ctx(n.t), out, metav1.UpdateOptions{})
+	e2etest.Must(n.t, err)
 	return out
 }
 
@@ -210,80 +226,22 @@ func (n *cniNode) report(pod *corev1.Pod, claim string, devices, cdi []string) {
 
 // conf is the network config; extra keys override.
 func (n *cniNode) conf(extra map[string]any) map[string]any {
-	c := map[string]any{
-		"cniVersion": "1.0.0", "name": n.network, "type": "devplumb",
-		"podResourcesSocket": n.pr.Socket, "deviceInfoDir": filepath.Join(n.dir, "devinfo"),
-		"stateDir": filepath.Join(n.dir, "state"), "kubeconfig": srv.Kubeconfig,
-		"injectDeviceID": []string{"device"},
-		"delegate": map[string]any{"type": "host-device",
-			"ipam": map[string]any{"type": "static", "addresses": []any{map[string]any{"address": "192.0.2.10/24"}}}},
-	}
-	for k, v := range extra {
-		c[k] = v
-	}
-	return c
-}
-
-// cniResult is devplumb's stdout: a result, or a CNI error (Code != 0).
-type cniResult struct {
-	Code       uint   `json:"code"`
-	Msg        string `json:"msg"`
-	Details    string `json:"details"`
-	Interfaces []struct {
-		Name    string `json:"name"`
-		Mac     string `json:"mac"`
-		Sandbox string `json:"sandbox"`
-	} `json:"interfaces"`
+	return e2etest.HostDeviceConf(n.network, n.pr.Socket, n.dir, srv.Kubeconfig, extra)
 }
 
 // run runs the devplumb binary as a container runtime would, for pod.
-func (n *cniNode) run(cmd string, conf map[string]any, netns string, pod *corev1.Pod, ifName string) cniResult {
-	t := n.t
-	t.Helper()
-	stdin, err := json.Marshal(conf)
-	cniMust(t, err)
-	c := exec.CommandContext(ctx(t), filepath.Join(n.bin, "devplumb"))
-	c.WaitDelay = 5 * time.Second
-	c.Stdin = bytes.NewReader(stdin)
+func (n *cniNode) run(cmd string, conf map[string]any, netns string, pod *corev1.Pod, ifName string) e2etest.CNIResult {
+	n.t.Helper()
 	args := "IgnoreUnknown=1;K8S_POD_NAMESPACE=" + cniNS + ";K8S_POD_NAME=" + pod.Name + ";K8S_POD_UID=" + string(pod.UID)
-	c.Env = append(os.Environ(), "CNI_COMMAND="+cmd, "CNI_CONTAINERID=c-"+pod.Name, "CNI_NETNS="+netns,
-		"CNI_IFNAME="+ifName, "CNI_PATH="+n.bin, "CNI_ARGS="+args)
-	var stdout, stderr bytes.Buffer
-	c.Stdout, c.Stderr = &stdout, &stderr
-	runErr := c.Run()
-	var res cniResult
-	if stdout.Len() > 0 {
-		if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
-			t.Fatalf("devplumb %s stdout %q: %v", cmd, stdout.String(), err)
-		}
-	}
-	if (runErr != nil) != (res.Code != 0) {
-		t.Fatalf("devplumb %s: exit %v but stdout %s; stderr %s", cmd, runErr, stdout.String(), stderr.String())
-	}
-	return res
-}
-
-// networkStatus is the pod's network-status list.
-func networkStatus(t *testing.T, pod string) []nadv1.NetworkStatus {
-	t.Helper()
-	p, err := srv.Client.CoreV1().Pods(cniNS).Get(ctx(t), pod, metav1.GetOptions{})
-	cniMust(t, err)
-	raw, ok := p.Annotations[nadv1.NetworkStatusAnnot]
-	if !ok {
-		return nil
-	}
-	var list []nadv1.NetworkStatus
-	if err := json.Unmarshal([]byte(raw), &list); err != nil {
-		t.Fatalf("pod %s: network-status is not a list: %v\n%s", pod, err, raw)
-	}
-	return list
+	return e2etest.RunDevplumb(n.t, n.bin, e2etest.CNICall{Command: cmd, ContainerID: "c-" + pod.Name, NetNS: netns,
+		IfName: ifName, Args: args, Conf: conf})
 }
 
 // deviceStatus is the claim's status.devices[] entry of device, or nil.
 func deviceStatus(t *testing.T, claim, driver, device string) *resourcev1.AllocatedDeviceStatus {
 	t.Helper()
-	rc, err := srv.Client.ResourceV1().ResourceClaims(cniNS).Get(ctx(t), claim, metav1.GetOptions{})
-	cniMust(t, err)
+	rc, err := srv.Client.ResourceV1().ResourceClaims(cniNS).Get(e2etest.Ctx(t), claim, metav1.GetOptions{})
+	e2etest.Must(t, err)
 	for i, d := range rc.Status.Devices {
 		if d.Driver == driver && d.Device == device {
 			return &rc.Status.Devices[i]
@@ -292,23 +250,8 @@ func deviceStatus(t *testing.T, claim, driver, device string) *resourcev1.Alloca
 	return nil
 }
 
-func newCNINetNS(t *testing.T) string {
-	t.Helper()
-	netns, err := testutils.NewNS()
-	cniMust(t, err)
-	t.Cleanup(func() { netns.Close(); _ = testutils.UnmountNS(netns) })
-	return netns.Path()
-}
-
 // onHost tells whether the link is in the host's network namespace.
 func onHost(name string) bool {
 	_, err := netlink.LinkByName(name)
 	return err == nil
-}
-
-func cniMust(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
 }

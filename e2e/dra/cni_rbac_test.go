@@ -1,20 +1,18 @@
 package dra_test
 
 import (
-	"bytes"
-	"os"
+	"context"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	authzv1 "k8s.io/api/authorization/v1"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 
+	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/e2e/kubeapi"
 	"github.com/devplumb/devplumb/pkg/testenv"
 )
@@ -25,15 +23,10 @@ import (
 func TestCNIShippedRBAC(t *testing.T) {
 	applyCNIRBAC(t)
 	n := newCNINode(t)
-	kc := filepath.Join(n.dir, "devplumb.kubeconfig")
-	cniMust(t, os.WriteFile(kc, []byte(kubeapi.Kubeconfig(srv.URL, srv.DevplumbToken)), 0o600))
-	dev := n.veth()
-	n.slice(cniDev{"dev-0", attrs(dev, cniResource)})
-	claimName := "claim-" + cniRandom()
-	pod := n.pod("pod-"+cniRandom(), claimName, true)
-	n.claim(claimName, pod, []*corev1.Pod{pod}, "dev-0")
+	kc := n.devplumbKubeconfig()
+	_, pod, claimName := n.oneDevicePod(true)
 	conf := n.conf(map[string]any{"resourceClaim": "net", "kubeconfig": kc})
-	netns := newCNINetNS(t)
+	netns := testenv.NetNS(t).Path()
 	if res := n.run("ADD", conf, netns, pod, "net1"); res.Code != 0 {
 		t.Fatalf("ADD as devplumb: %+v", res)
 	}
@@ -71,8 +64,8 @@ func cniAllowed(t *testing.T, verb, resource, sub string) bool {
 		ResourceAttributes: &authzv1.ResourceAttributes{Namespace: cniNS, Verb: verb, Group: "resource.k8s.io",
 			Resource: resource, Subresource: sub},
 	}}
-	got, err := srv.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx(t), sar, metav1.CreateOptions{})
-	cniMust(t, err)
+	got, err := srv.Client.AuthorizationV1().SubjectAccessReviews().Create(e2etest.Ctx(t), sar, metav1.CreateOptions{})
+	e2etest.Must(t, err)
 	return got.Status.Allowed
 }
 
@@ -80,44 +73,54 @@ func cniAllowed(t *testing.T, verb, resource, sub string) bool {
 // waits until the authorizer grants them, and deletes them at the end.
 func applyCNIRBAC(t *testing.T) {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(), "deployments", "rbac.yaml"))
-	cniMust(t, err)
-	docs := bytes.Split(raw, []byte("\n---\n"))
-	if len(docs) != 3 {
-		t.Fatalf("rbac.yaml has %d documents, want ServiceAccount, ClusterRole, ClusterRoleBinding", len(docs))
+	objs, err := e2etest.Objects(filepath.Join(testenv.ModuleRoot(), "deployments", "rbac.yaml"))
+	e2etest.Must(t, err)
+	kinds := []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
+	if len(objs) != 3 || objs[0].GetKind() != kinds[0] || objs[1].GetKind() != kinds[1] || objs[2].GetKind() != kinds[2] {
+		t.Fatalf("rbac.yaml has %d documents, want ServiceAccount, ClusterRole, ClusterRoleBinding", len(objs))
 	}
-	var sa corev1.ServiceAccount
-	var role rbacv1.ClusterRole
-	var binding rbacv1.ClusterRoleBinding
-	for i, obj := range []any{&sa, &role, &binding} {
-		cniMust(t, yaml.UnmarshalStrict(docs[i], obj))
-	}
-	c := srv.Client
-	_, err = c.CoreV1().ServiceAccounts(sa.Namespace).Create(ctx(t), &sa, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
+	m, err := e2etest.NewManifests(srv.Config)
+	e2etest.Must(t, err)
+	strict := metav1.CreateOptions{FieldValidation: "Strict"}
+	if err := m.Create(e2etest.Ctx(t), objs[0], strict); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	_, err = c.RbacV1().ClusterRoles().Create(ctx(t), &role, metav1.CreateOptions{})
-	cniMust(t, err)
-	_, err = c.RbacV1().ClusterRoleBindings().Create(ctx(t), &binding, metav1.CreateOptions{})
-	cniMust(t, err)
-	t.Cleanup(func() {
-		_ = c.RbacV1().ClusterRoleBindings().Delete(ctx(t), binding.Name, metav1.DeleteOptions{})
-		_ = c.RbacV1().ClusterRoles().Delete(ctx(t), role.Name, metav1.DeleteOptions{})
-		_ = c.CoreV1().ServiceAccounts(sa.Namespace).Delete(ctx(t), sa.Name, metav1.DeleteOptions{})
-		deadline := time.Now().Add(time.Minute)
-		for cniAllowed(t, "get", "resourceclaims", "") {
-			if time.Now().After(deadline) {
-				t.Fatal("the authorizer still grants devplumb resourceclaims/get a minute after the RBAC was deleted")
-			}
-			time.Sleep(100 * time.Millisecond)
+	t.Cleanup(func() { _ = m.Delete(e2etest.Ctx(t), objs[0]) })
+	grantUntilEnd(t, "the shipped RBAC", [3]string{"patch", "resourceclaims", "status"}, func(ctx context.Context, create bool) error {
+		if !create {
+			_ = m.Delete(ctx, objs[2])
+			_ = m.Delete(ctx, objs[1])
+			return nil
 		}
+		if err := m.Create(ctx, objs[1], strict); err != nil {
+			return err
+		}
+		return m.Create(ctx, objs[2], strict)
+	})
+}
+
+// grantUntilEnd grants devplumb's service account what bind(ctx, true) creates, and
+// calls bind(ctx, false) to take it back when the test ends. Each way it waits until the
+// authorizer has seen it: devplumb may do granted (verb, resource, subresource) in
+// cniNS, and at the end no longer get resourceclaims.
+func grantUntilEnd(t *testing.T, what string, granted [3]string, bind func(ctx context.Context, create bool) error) {
+	t.Helper()
+	e2etest.Must(t, bind(e2etest.Ctx(t), true))
+	t.Cleanup(func() {
+		e2etest.Must(t, bind(e2etest.Ctx(t), false))
+		waitAllowed(t, false, "get", "resourceclaims", "", "the authorizer still grants "+what+" a minute after it was deleted")
 	})
 	// The RBAC authorizer sees new bindings through its informers.
+	waitAllowed(t, true, granted[0], granted[1], granted[2], "the authorizer does not grant "+what+" within a minute")
+}
+
+// waitAllowed waits up to a minute for cniAllowed(verb, resource, sub) to be want.
+func waitAllowed(t *testing.T, want bool, verb, resource, sub, failure string) {
+	t.Helper()
 	deadline := time.Now().Add(time.Minute)
-	for !cniAllowed(t, "patch", "resourceclaims", "status") {
+	for cniAllowed(t, verb, resource, sub) != want {
 		if time.Now().After(deadline) {
-			t.Fatal("the authorizer does not grant the shipped RBAC within a minute")
+			t.Fatal(failure)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -134,15 +137,10 @@ func TestCNIClaimStatusRequiredOrBestEffort(t *testing.T) {
 	}
 	bindCNIRole(t, "cni-no-claim-status", rules)
 	n := newCNINode(t)
-	kc := filepath.Join(n.dir, "devplumb.kubeconfig")
-	cniMust(t, os.WriteFile(kc, []byte(kubeapi.Kubeconfig(srv.URL, srv.DevplumbToken)), 0o600))
-	dev := n.veth()
-	n.slice(cniDev{"dev-0", attrs(dev, cniResource)})
-	claimName := "claim-" + cniRandom()
-	pod := n.pod("pod-"+cniRandom(), claimName, false)
-	n.claim(claimName, nil, []*corev1.Pod{pod}, "dev-0")
+	kc := n.devplumbKubeconfig()
+	dev, pod, claimName := n.oneDevicePod(false)
 	conf := n.conf(map[string]any{"resourceClaim": "net", "kubeconfig": kc})
-	netns := newCNINetNS(t)
+	netns := testenv.NetNS(t).Path()
 
 	res := n.run("ADD", conf, netns, pod, "net1")
 	if res.Code != 106 || !strings.Contains(res.Msg, "writing the status of ResourceClaim default/"+claimName) ||
@@ -155,7 +153,7 @@ func TestCNIClaimStatusRequiredOrBestEffort(t *testing.T) {
 	if res := n.run("ADD", conf, netns, pod, "net1"); res.Code != 0 {
 		t.Fatalf("best-effort ADD: %+v", res)
 	}
-	if ns := networkStatus(t, pod.Name); len(ns) != 1 || ns[0].Interface != "net1" {
+	if ns := e2etest.NetworkStatus(t, srv.Client, cniNS, pod.Name); len(ns) != 1 || ns[0].Interface != "net1" {
 		t.Errorf("best-effort ADD: network-status %+v", ns)
 	}
 	if st := deviceStatus(t, claimName, n.driver, "dev-0"); st != nil {
@@ -173,31 +171,21 @@ func TestCNIClaimStatusRequiredOrBestEffort(t *testing.T) {
 // the test ends, waiting for the authorizer both ways.
 func bindCNIRole(t *testing.T, name string, rules []rbacv1.PolicyRule) {
 	t.Helper()
-	c := srv.Client
+	rbac := srv.Client.RbacV1()
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}
 	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
 		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: name},
 		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "devplumb", Namespace: "kube-system"}}}
-	_, err := c.RbacV1().ClusterRoles().Create(ctx(t), role, metav1.CreateOptions{})
-	cniMust(t, err)
-	_, err = c.RbacV1().ClusterRoleBindings().Create(ctx(t), binding, metav1.CreateOptions{})
-	cniMust(t, err)
-	t.Cleanup(func() {
-		_ = c.RbacV1().ClusterRoleBindings().Delete(ctx(t), name, metav1.DeleteOptions{})
-		_ = c.RbacV1().ClusterRoles().Delete(ctx(t), name, metav1.DeleteOptions{})
-		deadline := time.Now().Add(time.Minute)
-		for cniAllowed(t, "get", "resourceclaims", "") {
-			if time.Now().After(deadline) {
-				t.Fatal("the authorizer still grants the role a minute after it was deleted")
-			}
-			time.Sleep(100 * time.Millisecond)
+	grantUntilEnd(t, "the role", [3]string{"get", "resourceclaims", ""}, func(ctx context.Context, create bool) error {
+		if !create {
+			_ = rbac.ClusterRoleBindings().Delete(ctx, name, metav1.DeleteOptions{})
+			_ = rbac.ClusterRoles().Delete(ctx, name, metav1.DeleteOptions{})
+			return nil
 		}
+		if _, err := rbac.ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		_, err := rbac.ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{})
+		return err
 	})
-	deadline := time.Now().Add(time.Minute)
-	for !cniAllowed(t, "get", "resourceclaims", "") {
-		if time.Now().After(deadline) {
-			t.Fatal("the authorizer does not grant the role within a minute")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }

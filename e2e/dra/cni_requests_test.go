@@ -14,15 +14,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/e2e/kubeapi"
 	"github.com/devplumb/devplumb/pkg/cni/kube"
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
 // newRequestCounter is a counting proxy in front of the package's API server.
 func newRequestCounter(t *testing.T) *kubeapi.RequestCounter {
 	t.Helper()
 	rc, err := kubeapi.NewRequestCounter(srv.URL)
-	cniMust(t, err)
+	e2etest.Must(t, err)
 	t.Cleanup(rc.Close)
 	return rc
 }
@@ -37,7 +39,7 @@ func TestCNIAPIRequests(t *testing.T) {
 	rc := newRequestCounter(t)
 	n := newCNINode(t)
 	kc := filepath.Join(n.dir, "counted.kubeconfig")
-	cniMust(t, os.WriteFile(kc, []byte(kubeapi.Kubeconfig(rc.URL, srv.Token)), 0o600))
+	e2etest.Must(t, os.WriteFile(kc, []byte(kubeapi.Kubeconfig(rc.URL, srv.Token)), 0o600))
 	dev := n.veth()
 	n.slice(cniDev{"dev-0", attrs(dev, cniResource)})
 	statuses := map[string]int{"GET pods (metadata)": 1, "PATCH pods (metadata)": 1, "PATCH resourceclaims/status": 1}
@@ -57,7 +59,7 @@ func TestCNIAPIRequests(t *testing.T) {
 			n.report(pod, claimName, []string{"dev-0"}, []string{dev})
 		}
 		conf := n.conf(map[string]any{"resourceName": cniResource, "kubeconfig": kc})
-		netns := newCNINetNS(t)
+		netns := testenv.NetNS(t).Path()
 		rc.Take()
 		if res := n.run("ADD", conf, netns, pod, "net1"); res.Code != 0 {
 			t.Fatalf("%s ADD: %+v", tc.name, res)
@@ -88,7 +90,7 @@ func requestsOnly(counts map[string]int) map[string]int {
 func TestNetworkStatusFromThePodReadForClaims(t *testing.T) {
 	rc := newRequestCounter(t)
 	kc := filepath.Join(t.TempDir(), "counted.kubeconfig")
-	cniMust(t, os.WriteFile(kc, []byte(kubeapi.Kubeconfig(rc.URL, srv.Token)), 0o600))
+	e2etest.Must(t, os.WriteFile(kc, []byte(kubeapi.Kubeconfig(rc.URL, srv.Token)), 0o600))
 	mine := nadv1.NetworkStatus{Name: "default/mine", Interface: "net1", IPs: []string{"192.0.2.10"}}
 	for _, tc := range []struct {
 		name    string
@@ -98,25 +100,25 @@ func TestNetworkStatusFromThePodReadForClaims(t *testing.T) {
 		{"unchanged", false, map[string]int{"PATCH pods (metadata)": 1}},
 		{"changed", true, map[string]int{"PATCH pods (metadata)": 2, "GET pods (metadata)": 1}},
 	} {
-		pod, err := srv.CreatePod(ctx(t), cniNS, "ns-"+cniRandom(), "", nil)
-		cniMust(t, err)
+		pod, err := srv.CreatePod(e2etest.Ctx(t), cniNS, "ns-"+cniRandom(), "", nil)
+		e2etest.Must(t, err)
 		c, err := kube.New(kc, 10*time.Second, nil)
-		cniMust(t, err)
-		_, err = c.Pod(ctx(t), cniNS, pod.Name)
-		cniMust(t, err)
+		e2etest.Must(t, err)
+		_, err = c.Pod(e2etest.Ctx(t), cniNS, pod.Name)
+		e2etest.Must(t, err)
 		other := `[{"name":"other","interface":"eth0","ips":["192.0.2.2"]}]`
 		if tc.changed {
 			patch := `{"metadata":{"annotations":{"` + nadv1.NetworkStatusAnnot + `":` + strconv.Quote(other) + `}}}`
-			_, err = srv.Client.CoreV1().Pods(cniNS).Patch(ctx(t), pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-			cniMust(t, err)
+			_, err = srv.Client.CoreV1().Pods(cniNS).Patch(e2etest.Ctx(t), pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+			e2etest.Must(t, err)
 		}
 		rc.Take()
-		cniMust(t, c.SetNetworkStatus(ctx(t), cniNS, pod.Name, string(pod.UID), mine))
+		e2etest.Must(t, c.SetNetworkStatus(e2etest.Ctx(t), cniNS, pod.Name, string(pod.UID), mine))
 		if got := requestsOnly(rc.Take()); !maps.Equal(got, tc.want) {
 			t.Errorf("%s: requests %s, want %s", tc.name, kubeapi.DescribeCounts(got), kubeapi.DescribeCounts(tc.want))
 		}
 		var names []string
-		for _, e := range networkStatus(t, pod.Name) {
+		for _, e := range e2etest.NetworkStatus(t, srv.Client, cniNS, pod.Name) {
 			names = append(names, e.Name)
 		}
 		want := []string{"default/mine"}

@@ -15,7 +15,9 @@ import (
 	resourceac "k8s.io/client-go/applyconfigurations/resource/v1"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/pkg/cni/kube"
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
 // driverEntry is what the driver wrote in the device's status entry before
@@ -26,9 +28,9 @@ func (n *cniNode) driverEntry(claim, device string) {
 		WithMessage("prepared by the driver").WithLastTransitionTime(metav1.Now())
 	ac := resourceac.ResourceClaim(claim, cniNS).WithStatus(resourceac.ResourceClaimStatus().WithDevices(
 		resourceac.AllocatedDeviceStatus().WithDriver(n.driver).WithPool(n.name).WithDevice(device).WithConditions(cond)))
-	_, err := srv.Client.ResourceV1().ResourceClaims(cniNS).ApplyStatus(ctx(n.t), ac,
+	_, err := srv.Client.ResourceV1().ResourceClaims(cniNS).ApplyStatus(e2etest.Ctx(n.t), ac,
 		metav1.ApplyOptions{FieldManager: "test-driver", Force: true})
-	cniMust(n.t, err)
+	e2etest.Must(n.t, err)
 }
 
 func condition(s *resourcev1.AllocatedDeviceStatus, typ string) *metav1.Condition {
@@ -89,7 +91,7 @@ func TestCNIDeviceFromClaim(t *testing.T) {
 				n.report(pod, claimName, []string{"dev-0"}, []string{cdi})
 			}
 			n.driverEntry(claimName, "dev-0")
-			netns := newCNINetNS(t)
+			netns := testenv.NetNS(t).Path()
 
 			res := n.run("ADD", n.conf(tc.conf), netns, pod, "net1")
 			if res.Code != 0 {
@@ -98,7 +100,7 @@ func TestCNIDeviceFromClaim(t *testing.T) {
 			if onHost(dev) {
 				t.Fatalf("device %s still on the host: the delegate did not get it", dev)
 			}
-			ns := networkStatus(t, pod.Name)
+			ns := e2etest.NetworkStatus(t, srv.Client, cniNS, pod.Name)
 			if len(ns) != 1 || ns[0].Interface != "net1" || !reflect.DeepEqual(ns[0].DeviceInfo, n.info) ||
 				!slices.Equal(ns[0].IPs, []string{"192.0.2.10"}) {
 				t.Fatalf("network-status %+v: want devplumb's entry for net1 with 192.0.2.10 and the driver's device-info %+v", ns, n.info)
@@ -121,7 +123,7 @@ func TestCNIDeviceFromClaim(t *testing.T) {
 			if !onHost(dev) {
 				t.Errorf("device %s not back on the host after DEL", dev)
 			}
-			if ns := networkStatus(t, pod.Name); len(ns) != 0 {
+			if ns := e2etest.NetworkStatus(t, srv.Client, cniNS, pod.Name); len(ns) != 0 {
 				t.Errorf("network-status after DEL: %+v", ns)
 			}
 			st = deviceStatus(t, claimName, n.driver, "dev-0")
@@ -140,15 +142,15 @@ func TestCNIDeviceFromClaim(t *testing.T) {
 // DRA claim alike: devplumb reads the resource from the NAD either way.
 func TestCNINADServesDevicePluginAndDRAPods(t *testing.T) {
 	n := newCNINode(t)
-	cniMust(t, srv.InstallNADCRD(ctx(t)))
-	_, err := srv.CreateNAD(ctx(t), cniNS, n.network, `{"cniVersion":"1.0.0","name":"`+n.network+`","type":"devplumb"}`,
+	e2etest.Must(t, srv.InstallNADCRD(e2etest.Ctx(t)))
+	_, err := srv.CreateNAD(e2etest.Ctx(t), cniNS, n.network, `{"cniVersion":"1.0.0","name":"`+n.network+`","type":"devplumb"}`,
 		map[string]string{kube.ResourceNameAnnot: cniResource})
-	cniMust(t, err)
+	e2etest.Must(t, err)
 	dpDev, draDev := n.veth(), n.veth()
 	n.slice(cniDev{"dev-0", attrs(draDev, cniResource)})
 
-	dpPod, err := srv.CreatePod(ctx(t), cniNS, "dp-"+cniRandom(), n.name, nil)
-	cniMust(t, err)
+	dpPod, err := srv.CreatePod(e2etest.Ctx(t), cniNS, "dp-"+cniRandom(), n.name, nil)
+	e2etest.Must(t, err)
 	n.pr.SetPod(&v1.PodResources{Namespace: cniNS, Name: dpPod.Name, Containers: []*v1.ContainerResources{{
 		Name: "c", Devices: []*v1.ContainerDevices{{ResourceName: cniResource, DeviceIds: []string{dpDev}}}}}})
 	claimName := "claim-" + cniRandom()
@@ -160,14 +162,14 @@ func TestCNINADServesDevicePluginAndDRAPods(t *testing.T) {
 		pod *corev1.Pod
 		dev string
 	}{{dpPod, dpDev}, {draPod, draDev}} {
-		netns := newCNINetNS(t)
+		netns := testenv.NetNS(t).Path()
 		if res := n.run("ADD", n.conf(nil), netns, p.pod, "net1"); res.Code != 0 {
 			t.Fatalf("ADD of pod %s: %+v", p.pod.Name, res)
 		}
 		if onHost(p.dev) {
 			t.Errorf("pod %s: device %s still on the host", p.pod.Name, p.dev)
 		}
-		if ns := networkStatus(t, p.pod.Name); len(ns) != 1 || !reflect.DeepEqual(ns[0].DeviceInfo, n.info) {
+		if ns := e2etest.NetworkStatus(t, srv.Client, cniNS, p.pod.Name); len(ns) != 1 || !reflect.DeepEqual(ns[0].DeviceInfo, n.info) {
 			t.Errorf("pod %s: network-status %+v", p.pod.Name, ns)
 		}
 		if res := n.run("DEL", n.conf(nil), netns, p.pod, "net1"); res.Code != 0 {
@@ -192,7 +194,7 @@ func TestCNITwoAttachmentsOneClaim(t *testing.T) {
 	claimName := "claim-" + cniRandom()
 	pod := n.pod("pod-"+cniRandom(), claimName, false)
 	n.claim(claimName, nil, []*corev1.Pod{pod}, "dev-a", "dev-b")
-	netns := newCNINetNS(t)
+	netns := testenv.NetNS(t).Path()
 	conf := n.conf(map[string]any{"resourceClaim": "net"})
 	for _, ifName := range []string{"net1", "net2"} {
 		if res := n.run("ADD", conf, netns, pod, ifName); res.Code != 0 {
@@ -237,71 +239,26 @@ func TestCNITwoAttachmentsOneClaim(t *testing.T) {
 func TestCNIBadClaims(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		setup func(n *cniNode, dev string) (pod *corev1.Pod, claim string)
+		setup func(n *cniNode) (pod *corev1.Pod, claim string)
 		conf  map[string]any
 		code  uint
 		want  string
 	}{
-		{"claim missing", func(n *cniNode, dev string) (*corev1.Pod, string) {
+		{"claim missing", func(n *cniNode) (*corev1.Pod, string) {
 			return n.pod("pod-"+cniRandom(), "nope", false), ""
 		}, map[string]any{"resourceClaim": "net"}, 100, `ResourceClaim default/nope (pod claim "net") does not exist`},
-		{"pod claim not in spec", func(n *cniNode, dev string) (*corev1.Pod, string) {
-			c := "claim-" + cniRandom()
-			p := n.pod("pod-"+cniRandom(), c, false)
-			n.claim(c, nil, []*corev1.Pod{p}, "dev-0")
-			return p, c
-		}, map[string]any{"resourceClaim": "other"}, 100, `has no claim "other" in spec.resourceClaims (it has net)`},
-		{"not allocated", func(n *cniNode, dev string) (*corev1.Pod, string) {
-			c := "claim-" + cniRandom()
-			p := n.pod("pod-"+cniRandom(), c, false)
-			n.claim(c, nil, nil)
-			return p, c
-		}, map[string]any{"resourceClaim": "net"}, 100, "is not allocated"},
-		{"not reserved for the pod", func(n *cniNode, dev string) (*corev1.Pod, string) {
-			c := "claim-" + cniRandom()
-			p := n.pod("pod-"+cniRandom(), c, false)
-			n.claim(c, nil, nil, "dev-0")
-			return p, c
-		}, map[string]any{"resourceClaim": "net"}, 100, "is not reserved for pod"},
-		{"no device of the resource", func(n *cniNode, dev string) (*corev1.Pod, string) {
-			c := "claim-" + cniRandom()
-			p := n.pod("pod-"+cniRandom(), c, false)
-			n.claim(c, nil, []*corev1.Pod{p}, "dev-0")
-			return p, c
-		}, map[string]any{"resourceClaim": "net", "resourceName": "example.com/other"}, 100,
+		{"pod claim not in spec", claimed(true, "dev-0"), map[string]any{"resourceClaim": "other"}, 100, `has no claim "other" in spec.resourceClaims (it has net)`},
+		{"not allocated", claimed(false), map[string]any{"resourceClaim": "net"}, 100, "is not allocated"},
+		{"not reserved for the pod", claimed(false, "dev-0"), map[string]any{"resourceClaim": "net"}, 100, "is not reserved for pod"},
+		{"no device of the resource", claimed(true, "dev-0"), map[string]any{"resourceClaim": "net", "resourceName": "example.com/other"}, 100,
 			"has no allocated device with k8s.cni.cncf.io/resourceName=example.com/other"},
-		{"no device of the request", func(n *cniNode, dev string) (*corev1.Pod, string) {
-			c := "claim-" + cniRandom()
-			p := n.pod("pod-"+cniRandom(), c, false)
-			n.claim(c, nil, []*corev1.Pod{p}, "dev-0")
-			return p, c
-		}, map[string]any{"resourceClaim": "net", "request": "other"}, 100,
+		{"no device of the request", claimed(true, "dev-0"), map[string]any{"resourceClaim": "net", "request": "other"}, 100,
 			"has no allocated device of request other (allocated: request net: "},
-		{"resourceName matches no device", func(n *cniNode, dev string) (*corev1.Pod, string) {
-			c := "claim-" + cniRandom()
-			p := n.pod("pod-"+cniRandom(), c, false)
-			n.claim(c, nil, []*corev1.Pod{p}, "dev-0")
-			return p, c
-		}, map[string]any{"resourceName": "example.com/other"}, 100, "has no usable device of resource example.com/other"},
-		{"device lacks the attributes", func(n *cniNode, dev string) (*corev1.Pod, string) {
-			c := "claim-" + cniRandom()
-			p := n.pod("pod-"+cniRandom(), c, false)
-			n.claim(c, nil, []*corev1.Pod{p}, "bare")
-			return p, c
-		}, map[string]any{"resourceClaim": "net"}, 100, "has no attribute k8s.cni.cncf.io/resourceName"},
-		{"device lacks the deviceID", func(n *cniNode, dev string) (*corev1.Pod, string) {
-			c := "claim-" + cniRandom()
-			p := n.pod("pod-"+cniRandom(), c, false)
-			n.claim(c, nil, []*corev1.Pod{p}, "noid")
-			return p, c
-		}, map[string]any{"resourceClaim": "net"}, 100, "has no attribute k8s.cni.cncf.io/deviceID"},
-		{"deviceID attribute not a device ID", func(n *cniNode, dev string) (*corev1.Pod, string) {
-			c := "claim-" + cniRandom()
-			p := n.pod("pod-"+cniRandom(), c, false)
-			n.claim(c, nil, []*corev1.Pod{p}, "evil")
-			return p, c
-		}, map[string]any{"resourceClaim": "net"}, 100, `DRA device ID of ResourceClaim`},
-		{"claim shared by two pods", func(n *cniNode, dev string) (*corev1.Pod, string) {
+		{"resourceName matches no device", claimed(true, "dev-0"), map[string]any{"resourceName": "example.com/other"}, 100, "has no usable device of resource example.com/other"},
+		{"device lacks the attributes", claimed(true, "bare"), map[string]any{"resourceClaim": "net"}, 100, "has no attribute k8s.cni.cncf.io/resourceName"},
+		{"device lacks the deviceID", claimed(true, "noid"), map[string]any{"resourceClaim": "net"}, 100, "has no attribute k8s.cni.cncf.io/deviceID"},
+		{"deviceID attribute not a device ID", claimed(true, "evil"), map[string]any{"resourceClaim": "net"}, 100, `DRA device ID of ResourceClaim`},
+		{"claim shared by two pods", func(n *cniNode) (*corev1.Pod, string) {
 			c := "claim-" + cniRandom()
 			p := n.pod("pod-"+cniRandom(), c, false)
 			q := n.pod("pod-"+cniRandom(), c, false)
@@ -314,8 +271,8 @@ func TestCNIBadClaims(t *testing.T) {
 			dev := n.veth()
 			n.slice(cniDev{"dev-0", attrs(dev, cniResource)}, cniDev{"bare", nil}, cniDev{"noid", attrs("", cniResource)},
 				cniDev{"evil", attrs("../../etc/x", cniResource)})
-			pod, claim := tc.setup(n, dev)
-			res := n.run("ADD", n.conf(tc.conf), newCNINetNS(t), pod, "net1")
+			pod, claim := tc.setup(n)
+			res := n.run("ADD", n.conf(tc.conf), testenv.NetNS(t).Path(), pod, "net1")
 			if res.Code != tc.code || !strings.Contains(res.Msg+" "+res.Details, tc.want) {
 				t.Fatalf("ADD: %+v\nwant code %d saying %q", res, tc.code, tc.want)
 			}
@@ -324,16 +281,27 @@ func TestCNIBadClaims(t *testing.T) {
 	}
 }
 
+// claimed is a TestCNIBadClaims setup: a pod whose claim "net" is a fresh
+// ResourceClaim allocated devices, reserved for the pod or not.
+func claimed(reserved bool, devices ...string) func(n *cniNode) (*corev1.Pod, string) {
+	return func(n *cniNode) (*corev1.Pod, string) {
+		c := "claim-" + cniRandom()
+		p := n.pod("pod-"+cniRandom(), c, false)
+		var reservedFor []*corev1.Pod
+		if reserved {
+			reservedFor = []*corev1.Pod{p}
+		}
+		n.claim(c, nil, reservedFor, devices...)
+		return p, c
+	}
+}
+
 // A device another attachment holds is not handed out again: the second
 // attachment of a one-device claim fails, and leaves the first alone.
 func TestCNIDeviceHeldByAnotherAttachment(t *testing.T) {
 	n := newCNINode(t)
-	dev := n.veth()
-	n.slice(cniDev{"dev-0", attrs(dev, cniResource)})
-	claimName := "claim-" + cniRandom()
-	pod := n.pod("pod-"+cniRandom(), claimName, false)
-	n.claim(claimName, nil, []*corev1.Pod{pod}, "dev-0")
-	netns := newCNINetNS(t)
+	dev, pod, claimName := n.oneDevicePod(false)
+	netns := testenv.NetNS(t).Path()
 	conf := n.conf(map[string]any{"resourceClaim": "net"})
 	if res := n.run("ADD", conf, netns, pod, "net1"); res.Code != 0 {
 		t.Fatalf("ADD net1: %+v", res)
@@ -359,12 +327,12 @@ func (n *cniNode) nothingWritten(pod *corev1.Pod, claim, dev string) {
 	if !onHost(dev) {
 		t.Errorf("device %s left the host", dev)
 	}
-	if ns := networkStatus(t, pod.Name); len(ns) != 0 {
+	if ns := e2etest.NetworkStatus(t, srv.Client, cniNS, pod.Name); len(ns) != 0 {
 		t.Errorf("network-status written: %+v", ns)
 	}
 	if claim != "" {
-		rc, err := srv.Client.ResourceV1().ResourceClaims(cniNS).Get(ctx(t), claim, metav1.GetOptions{})
-		cniMust(t, err)
+		rc, err := srv.Client.ResourceV1().ResourceClaims(cniNS).Get(e2etest.Ctx(t), claim, metav1.GetOptions{})
+		e2etest.Must(t, err)
 		if len(rc.Status.Devices) != 0 {
 			t.Errorf("claim status written: %+v", rc.Status.Devices)
 		}
@@ -383,16 +351,12 @@ func (n *cniNode) nothingWritten(pod *corev1.Pod, claim, dev string) {
 // setup and the claim.
 func TestCNIGCRemovesClaimStatus(t *testing.T) {
 	n := newCNINode(t)
-	dev := n.veth()
-	n.slice(cniDev{"dev-0", attrs(dev, cniResource)})
-	claimName := "claim-" + cniRandom()
-	pod := n.pod("pod-"+cniRandom(), claimName, false)
-	n.claim(claimName, nil, []*corev1.Pod{pod}, "dev-0")
+	dev, pod, claimName := n.oneDevicePod(false)
 	n.report(pod, claimName, []string{"dev-0"}, []string{dev})
 	n.driverEntry(claimName, "dev-0")
 	// GC is CNI 1.1.0.
 	conf := n.conf(map[string]any{"resourceName": cniResource, "cniVersion": "1.1.0"})
-	netns := newCNINetNS(t)
+	netns := testenv.NetNS(t).Path()
 	if res := n.run("ADD", conf, netns, pod, "net1"); res.Code != 0 {
 		t.Fatalf("ADD: %+v", res)
 	}

@@ -4,13 +4,11 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"testing"
-	"time"
 
-	"github.com/vishvananda/netlink"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/devplumb/devplumb/e2e/kubeapi"
+	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/pkg/netdev/resources"
 	"github.com/devplumb/devplumb/pkg/netdev/source/link"
@@ -29,22 +27,10 @@ const drvResHostdev = "example.com/hostdev"
 // network-status and the claim's status.devices[] both carry the result; DEL brings the
 // veth back and clears both; pod deletion unprepares the claim.
 func TestDriverNodesimDevplumb(t *testing.T) {
-	veth := "drv" + cniRandom()
-	drvMust(t, netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: veth}, PeerName: veth + "p"}))
-	t.Cleanup(func() {
-		if l, err := netlink.LinkByName(veth); err == nil {
-			_ = netlink.LinkDel(l)
-		}
-	})
+	veth := testenv.VethPair(t, "drv") + "a"
 	n := newDriverNode(t, resources.Resource{ResourceName: drvResHostdev, NetDevs: &link.Config{Names: []string{veth}}})
 	testenv.CNIPlugins(t)
-	nodesim := filepath.Join(testenv.Build(t, "./cmd/nodesim"), "nodesim")
-	sim, err := kubeapi.Spawn(n.dir, "nodesim", nodesim, "serve", "--root", n.dir, "--kubeconfig", srv.Kubeconfig, "--node-name", n.name)
-	drvMust(t, err)
-	t.Cleanup(func() { sim.Terminate(10 * time.Second) })
-	simWaitFile(t, filepath.Join(n.dir, "device-plugins", "kubelet.sock"), sim, n.dir)
-	n.start()
-	simCLI(t, nodesim, "wait", "--root", n.dir, "--driver", drvDriver)
+	nodesim := n.startUnderNodesim()
 	n.waitDevices("the veth published", func(m map[string]resourceapi.Device) bool { _, ok := m[veth]; return ok })
 
 	claim := n.createClaim("hd-"+n.name, "hostdev.example.com")
@@ -52,19 +38,19 @@ func TestDriverNodesimDevplumb(t *testing.T) {
 	out := simCLI(t, nodesim, "pod", "add", "--root", n.dir, "--namespace", cniNS, "--name", podName,
 		"--claim", "net=claim:"+claim.Name, "--container", "app=claim:net")
 	var alloc kubeletsim.PodAllocation
-	drvMust(t, json.Unmarshal([]byte(out), &alloc))
+	e2etest.Must(t, json.Unmarshal([]byte(out), &alloc))
 	if len(alloc.Claims) != 1 || len(alloc.Claims[0].Devices) != 1 || alloc.Claims[0].Devices[0].Device != veth {
 		t.Fatalf("pod add: claims %+v, want the veth %s", alloc.Claims, veth)
 	}
-	pod, err := srv.Client.CoreV1().Pods(cniNS).Get(ctx(t), podName, metav1.GetOptions{})
-	drvMust(t, err)
+	pod, err := srv.Client.CoreV1().Pods(cniNS).Get(e2etest.Ctx(t), podName, metav1.GetOptions{})
+	e2etest.Must(t, err)
 
 	// devplumb as the cni tests run it, asking nodesim's PodResources (only its socket
 	// path is taken from the podresourcestest type: nodesim serves it).
 	cn := &cniNode{t: t, dir: n.dir, bin: testenv.Build(t, "./cmd/devplumb"), name: n.name, driver: drvDriver,
 		network: "hd-net-" + cniRandom(), pr: &podresourcestest.Server{Socket: filepath.Join(n.dir, "pod-resources", "kubelet.sock")}}
 	conf := cn.conf(map[string]any{"resourceName": drvResHostdev, "deviceInfoDir": n.devinfoDir})
-	netns := newCNINetNS(t)
+	netns := testenv.NetNS(t).Path()
 	if res := cn.run("ADD", conf, netns, pod, "net1"); res.Code != 0 {
 		t.Fatalf("ADD: %+v", res)
 	}
@@ -74,7 +60,7 @@ func TestDriverNodesimDevplumb(t *testing.T) {
 	if st := deviceStatus(t, claim.Name, drvDriver, veth); st == nil || st.NetworkData == nil || st.NetworkData.InterfaceName != "net1" {
 		t.Errorf("claim status.devices entry after ADD: %+v", st)
 	}
-	if ns := networkStatus(t, podName); len(ns) != 1 || ns[0].Interface != "net1" {
+	if ns := e2etest.NetworkStatus(t, srv.Client, cniNS, podName); len(ns) != 1 || ns[0].Interface != "net1" {
 		t.Errorf("network-status after ADD: %+v", ns)
 	}
 
@@ -87,7 +73,7 @@ func TestDriverNodesimDevplumb(t *testing.T) {
 	if st := deviceStatus(t, claim.Name, drvDriver, veth); st != nil {
 		t.Errorf("claim status.devices entry after DEL: %+v", st)
 	}
-	if ns := networkStatus(t, podName); len(ns) != 0 {
+	if ns := e2etest.NetworkStatus(t, srv.Client, cniNS, podName); len(ns) != 0 {
 		t.Errorf("network-status after DEL: %+v", ns)
 	}
 	simCLI(t, nodesim, "pod", "del", "--root", n.dir, "--namespace", cniNS, "--name", podName)

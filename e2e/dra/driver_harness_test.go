@@ -32,6 +32,7 @@ import (
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
+	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/e2e/kubeapi"
 	"github.com/devplumb/devplumb/pkg/netdev/dramode"
 	"github.com/devplumb/devplumb/pkg/netdev/resources"
@@ -75,7 +76,7 @@ func newDriverNode(t *testing.T, extra ...resources.Resource) *driverNode {
 	for p, sub := range map[*string]string{&n.sysfs: "sys", &n.sockDir: "vhu", &n.registrar: "plugins_registry",
 		&n.plugins: "plugins", &n.devinfoDir: "devinfo", &n.cdiDir: "cdi"} {
 		*p = filepath.Join(n.dir, sub)
-		drvMust(t, os.MkdirAll(*p, 0o755))
+		e2etest.Must(t, os.MkdirAll(*p, 0o755))
 	}
 	sysfstest.AddPCI(t, n.sysfs, sysfstest.PCI{Addr: "0000:01:00.0", Vendor: "8086", Device: "1592", Class: "020000", Driver: "ice", NumVFs: 4, Net: []string{"ens1f0"}})
 	for i := range 4 {
@@ -91,13 +92,13 @@ func newDriverNode(t *testing.T, extra ...resources.Resource) *driverNode {
 	}}
 	cfg.Resources = append(cfg.Resources, extra...)
 	data, err := json.Marshal(cfg)
-	drvMust(t, err)
+	e2etest.Must(t, err)
 	n.config = filepath.Join(n.dir, "config.json")
-	drvMust(t, os.WriteFile(n.config, data, 0o644))
+	e2etest.Must(t, os.WriteFile(n.config, data, 0o644))
 	n.kubeconfig = filepath.Join(n.dir, "netdev-dp.kubeconfig")
-	drvMust(t, os.WriteFile(n.kubeconfig, []byte(drvKubeconfig(srv.URL, srv.Token, netdevDPUser)), 0o600))
-	_, err = srv.Client.CoreV1().Nodes().Create(ctx(t), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name}}, metav1.CreateOptions{})
-	drvMust(t, err)
+	e2etest.Must(t, os.WriteFile(n.kubeconfig, []byte(drvKubeconfig(srv.URL, srv.Token, netdevDPUser)), 0o600))
+	_, err = srv.Client.CoreV1().Nodes().Create(e2etest.Ctx(t), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name}}, metav1.CreateOptions{})
+	e2etest.Must(t, err)
 	t.Cleanup(n.cleanupAPI)
 	n.bin = filepath.Join(testenv.Build(t, "./cmd/netdev-dp"), "netdev-dp")
 	applyDRADeployment(t)
@@ -107,7 +108,7 @@ func newDriverNode(t *testing.T, extra ...resources.Resource) *driverNode {
 func (n *driverNode) listen(name string) net.Listener {
 	n.t.Helper()
 	l, err := net.Listen("unix", filepath.Join(n.sockDir, name))
-	drvMust(n.t, err)
+	e2etest.Must(n.t, err)
 	n.t.Cleanup(func() { l.Close() })
 	return l
 }
@@ -129,7 +130,7 @@ func (n *driverNode) start() {
 		"--node-name="+n.name, "--kubeconfig="+n.kubeconfig, "--sysfs-root="+n.sysfs,
 		"--devinfo-dir="+n.devinfoDir, "--cdi-dir="+n.cdiDir,
 		"--kubelet-registrar-dir="+n.registrar, "--kubelet-plugins-dir="+n.plugins, "--log-level=debug")
-	drvMust(n.t, err)
+	e2etest.Must(n.t, err)
 	n.proc = p
 	n.t.Cleanup(func() {
 		p.Terminate(10 * time.Second)
@@ -181,7 +182,7 @@ func (n *driverNode) registrationInfo() (*registerapi.PluginInfo, error) {
 // draClient is the kubelet's DRA client on the endpoint the registration names.
 func (n *driverNode) draClient() drapb.DRAPluginClient {
 	info, err := n.registrationInfo()
-	drvMust(n.t, err)
+	e2etest.Must(n.t, err)
 	return drapb.NewDRAPluginClient(drvDial(n.t, info.Endpoint))
 }
 
@@ -202,8 +203,8 @@ func (n *driverNode) waitDevices(what string, cond func(map[string]resourceapi.D
 	deadline := time.Now().Add(time.Minute)
 	for {
 		got := map[string]resourceapi.Device{}
-		items, err := n.slices(ctx(n.t))
-		drvMust(n.t, err)
+		items, err := n.slices(e2etest.Ctx(n.t))
+		e2etest.Must(n.t, err)
 		for _, s := range items {
 			for _, d := range s.Spec.Devices {
 				got[d.Name] = d
@@ -243,25 +244,25 @@ func drvKubeconfig(server, token, user string) string {
 func applyDRADeployment(t *testing.T) {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(testenv.ModuleRoot(), "deployments", "dra", "*.yaml"))
-	drvMust(t, err)
+	e2etest.Must(t, err)
 	if len(files) == 0 {
 		t.Fatal("no deployments/dra/*.yaml")
 	}
 	for _, f := range files {
 		data, err := os.ReadFile(f)
-		drvMust(t, err)
+		e2etest.Must(t, err)
 		r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 		for {
 			doc, err := r.Read()
 			if errors.Is(err, io.EOF) {
 				break
 			}
-			drvMust(t, err)
+			e2etest.Must(t, err)
 			obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
 			if err != nil {
 				t.Fatalf("%s: %v", f, err)
 			}
-			if err := drvCreate(ctx(t), obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			if err := drvCreate(e2etest.Ctx(t), obj); err != nil && !apierrors.IsAlreadyExists(err) {
 				t.Fatalf("%s: create %T: %v", f, obj, err)
 			}
 		}
@@ -269,10 +270,10 @@ func applyDRADeployment(t *testing.T) {
 	as := drvClientFor(t, drvKubeconfig(srv.URL, srv.Token, netdevDPUser))
 	deadline := time.Now().Add(time.Minute)
 	for {
-		_, err := as.ResourceV1().ResourceSlices().List(ctx(t), metav1.ListOptions{Limit: 1})
+		_, err := as.ResourceV1().ResourceSlices().List(e2etest.Ctx(t), metav1.ListOptions{Limit: 1})
 		if err == nil {
 			// The driver really runs as that account: what the RBAC does not grant is refused.
-			if _, err := as.CoreV1().Secrets("kube-system").List(ctx(t), metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+			if _, err := as.CoreV1().Secrets("kube-system").List(e2etest.Ctx(t), metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 				t.Fatalf("%s lists secrets: %v, want Forbidden", netdevDPUser, err)
 			}
 			return
@@ -310,15 +311,8 @@ func drvCreate(c context.Context, obj runtime.Object) error {
 func drvClientFor(t *testing.T, kubeconfig string) kubernetes.Interface {
 	t.Helper()
 	cfg, err := clientcmd.RESTConfigFromKubeConfig([]byte(kubeconfig))
-	drvMust(t, err)
+	e2etest.Must(t, err)
 	c, err := kubernetes.NewForConfig(cfg)
-	drvMust(t, err)
+	e2etest.Must(t, err)
 	return c
-}
-
-func drvMust(t testing.TB, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
 }

@@ -11,6 +11,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/e2e/kubeapi"
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/pkg/testenv"
@@ -23,13 +24,7 @@ import (
 // file on disk; deleting the pod unprepares the claim and the files go.
 func TestDriverUnderNodesim(t *testing.T) {
 	n := newDriverNode(t)
-	bin := filepath.Join(testenv.Build(t, "./cmd/nodesim"), "nodesim")
-	sim, err := kubeapi.Spawn(n.dir, "nodesim", bin, "serve", "--root", n.dir, "--kubeconfig", srv.Kubeconfig, "--node-name", n.name)
-	drvMust(t, err)
-	t.Cleanup(func() { sim.Terminate(10 * time.Second) })
-	simWaitFile(t, filepath.Join(n.dir, "device-plugins", "kubelet.sock"), sim, n.dir)
-	n.start()
-	simCLI(t, bin, "wait", "--root", n.dir, "--driver", drvDriver)
+	bin := n.startUnderNodesim()
 	n.waitDevices("six devices", func(m map[string]resourceapi.Device) bool { return len(m) == 6 })
 
 	claim := n.createClaim("vf-"+n.name, "sriov-vf.example.com")
@@ -37,7 +32,7 @@ func TestDriverUnderNodesim(t *testing.T) {
 	out := simCLI(t, bin, "pod", "add", "--root", n.dir, "--namespace", "default", "--name", pod,
 		"--claim", "net=claim:"+claim.Name, "--container", "app=claim:net")
 	var alloc kubeletsim.PodAllocation
-	drvMust(t, json.Unmarshal([]byte(out), &alloc))
+	e2etest.Must(t, json.Unmarshal([]byte(out), &alloc))
 	if len(alloc.Claims) != 1 || len(alloc.Claims[0].Devices) != 1 {
 		t.Fatalf("pod add: claims %+v", alloc.Claims)
 	}
@@ -52,12 +47,27 @@ func TestDriverUnderNodesim(t *testing.T) {
 	if pods := simCLI(t, bin, "pods", "--root", n.dir); !strings.Contains(pods, dev.CDIDeviceIDs[0]) {
 		t.Errorf("PodResources (nodesim pods) lacks the CDI device %s:\n%s", dev.CDIDeviceIDs[0], pods)
 	}
-	got, err := srv.Client.ResourceV1().ResourceClaims("default").Get(ctx(t), claim.Name, metav1.GetOptions{})
-	drvMust(t, err)
+	got, err := srv.Client.ResourceV1().ResourceClaims("default").Get(e2etest.Ctx(t), claim.Name, metav1.GetOptions{})
+	e2etest.Must(t, err)
 	if got.Status.Allocation == nil || !slices.ContainsFunc(got.Status.ReservedFor, func(r resourceapi.ResourceClaimConsumerReference) bool { return r.Name == pod }) {
 		t.Errorf("claim status %+v", got.Status)
 	}
 
 	simCLI(t, bin, "pod", "del", "--root", n.dir, "--namespace", "default", "--name", pod)
 	n.checkFiles(t, dev.CDIDeviceIDs, false)
+}
+
+// startUnderNodesim starts nodesim as the node's kubelet (until the test ends), then the
+// driver, and waits until nodesim has registered it; it returns the nodesim binary.
+func (n *driverNode) startUnderNodesim() string {
+	t := n.t
+	t.Helper()
+	bin := filepath.Join(testenv.Build(t, "./cmd/nodesim"), "nodesim")
+	sim, err := kubeapi.Spawn(n.dir, "nodesim", bin, "serve", "--root", n.dir, "--kubeconfig", srv.Kubeconfig, "--node-name", n.name)
+	e2etest.Must(t, err)
+	t.Cleanup(func() { sim.Terminate(10 * time.Second) })
+	simWaitFile(t, filepath.Join(n.dir, "device-plugins", "kubelet.sock"), sim, n.dir)
+	n.start()
+	simCLI(t, bin, "wait", "--root", n.dir, "--driver", drvDriver)
+	return bin
 }

@@ -18,6 +18,7 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/pkg/netdev/dramode"
 )
 
@@ -48,8 +49,8 @@ func (n *driverNode) createClaim(name string, classes ...string) *resourceapi.Re
 		claim.Spec.Devices.Requests = append(claim.Spec.Devices.Requests, resourceapi.DeviceRequest{
 			Name: "req" + string(rune('a'+i)), Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class}})
 	}
-	claim, err := srv.Client.ResourceV1().ResourceClaims("default").Create(ctx(n.t), claim, metav1.CreateOptions{})
-	drvMust(n.t, err)
+	claim, err := srv.Client.ResourceV1().ResourceClaims("default").Create(e2etest.Ctx(n.t), claim, metav1.CreateOptions{})
+	e2etest.Must(n.t, err)
 	n.t.Cleanup(func() {
 		_ = srv.Client.ResourceV1().ResourceClaims("default").Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
@@ -60,8 +61,8 @@ func (n *driverNode) createClaim(name string, classes ...string) *resourceapi.Re
 func (n *driverNode) setAllocation(claim *resourceapi.ResourceClaim, a *resourceapi.AllocationResult) *resourceapi.ResourceClaim {
 	n.t.Helper()
 	claim.Status.Allocation = a
-	claim, err := srv.Client.ResourceV1().ResourceClaims("default").UpdateStatus(ctx(n.t), claim, metav1.UpdateOptions{})
-	drvMust(n.t, err)
+	claim, err := srv.Client.ResourceV1().ResourceClaims("default").UpdateStatus(e2etest.Ctx(n.t), claim, metav1.UpdateOptions{})
+	e2etest.Must(n.t, err)
 	return claim
 }
 
@@ -69,22 +70,22 @@ func (n *driverNode) setAllocation(claim *resourceapi.ResourceClaim, a *resource
 // node with the scheduler's allocator, as kube-scheduler would.
 func (n *driverNode) allocateClaim(name string, classes ...string) *resourceapi.ResourceClaim {
 	n.t.Helper()
-	c := ctx(n.t)
+	c := e2etest.Ctx(n.t)
 	claim := n.createClaim(name, classes...)
 	list, err := srv.Client.ResourceV1().ResourceSlices().List(c, metav1.ListOptions{})
-	drvMust(n.t, err)
+	e2etest.Must(n.t, err)
 	var all []*resourceapi.ResourceSlice
 	for i := range list.Items {
 		all = append(all, &list.Items[i])
 	}
 	node, err := srv.Client.CoreV1().Nodes().Get(c, n.name, metav1.GetOptions{})
-	drvMust(n.t, err)
+	e2etest.Must(n.t, err)
 	alloc, err := structured.NewAllocator(c, structured.Features{},
 		structured.AllocatedState{AllocatedDevices: sets.New[structured.DeviceID]()},
 		classLister{c}, all, cel.NewCache(10, cel.Features{}))
-	drvMust(n.t, err)
+	e2etest.Must(n.t, err)
 	results, err := alloc.Allocate(c, node, []*resourceapi.ResourceClaim{claim})
-	drvMust(n.t, err)
+	e2etest.Must(n.t, err)
 	if len(results) != 1 {
 		n.t.Fatalf("claim %s: %d allocation results", name, len(results))
 	}
@@ -111,8 +112,8 @@ func cdiIDs(r *drapb.NodePrepareResourceResponse) []string {
 // deviceIDOf is the allocated device's deviceID attribute, from its slice.
 func (n *driverNode) deviceIDOf(device string) string {
 	n.t.Helper()
-	items, err := n.slices(ctx(n.t))
-	drvMust(n.t, err)
+	items, err := n.slices(e2etest.Ctx(n.t))
+	e2etest.Must(n.t, err)
 	for _, s := range items {
 		for _, d := range s.Spec.Devices {
 			if d.Name == device {
@@ -150,8 +151,8 @@ func TestDriverPreparesClaims(t *testing.T) {
 			{Request: "reqa", Driver: drvDriver, Pool: n.name, Device: "no-such-device"}}}})
 
 	dra := n.draClient()
-	resp, err := dra.NodePrepareResources(ctx(t), prepareReq(claim, bad))
-	drvMust(t, err)
+	resp, err := dra.NodePrepareResources(e2etest.Ctx(t), prepareReq(claim, bad))
+	e2etest.Must(t, err)
 	got := resp.Claims[string(claim.UID)]
 	if got.GetError() != "" || !slices.Equal(cdiIDs(got), wantCDI) {
 		t.Fatalf("prepare: error %q, CDI devices %v, want %v", got.GetError(), cdiIDs(got), wantCDI)
@@ -161,8 +162,8 @@ func TestDriverPreparesClaims(t *testing.T) {
 	}
 	n.checkFiles(t, wantCDI, true)
 
-	again, err := dra.NodePrepareResources(ctx(t), prepareReq(claim))
-	drvMust(t, err)
+	again, err := dra.NodePrepareResources(e2etest.Ctx(t), prepareReq(claim))
+	e2etest.Must(t, err)
 	if g := again.Claims[string(claim.UID)]; g.GetError() != "" || !slices.Equal(cdiIDs(g), wantCDI) {
 		t.Errorf("prepare again: %q %v", g.GetError(), cdiIDs(g))
 	}
@@ -171,8 +172,8 @@ func TestDriverPreparesClaims(t *testing.T) {
 
 	unreq := &drapb.NodeUnprepareResourcesRequest{Claims: prepareReq(claim, bad).Claims}
 	for range 2 {
-		un, err := dra.NodeUnprepareResources(ctx(t), unreq)
-		drvMust(t, err)
+		un, err := dra.NodeUnprepareResources(e2etest.Ctx(t), unreq)
+		e2etest.Must(t, err)
 		for uid, r := range un.Claims {
 			if r.GetError() != "" {
 				t.Errorf("unprepare %s: %s", uid, r.GetError())
@@ -195,8 +196,8 @@ func (n *driverNode) restartKeepsPrepared(claim *resourceapi.ResourceClaim, want
 	n.proc.Kill()
 	n.checkFiles(t, wantCDI, true)
 	n.start()
-	after, err := n.draClient().NodePrepareResources(ctx(t), prepareReq(claim))
-	drvMust(t, err)
+	after, err := n.draClient().NodePrepareResources(e2etest.Ctx(t), prepareReq(claim))
+	e2etest.Must(t, err)
 	if g := after.Claims[string(claim.UID)]; g.GetError() != "" || !slices.Equal(cdiIDs(g), wantCDI) {
 		t.Errorf("prepare after restart: %q %v", g.GetError(), cdiIDs(g))
 	}
@@ -217,7 +218,7 @@ func (n *driverNode) restartKeepsPrepared(claim *resourceapi.ResourceClaim, want
 func (n *driverNode) checkFiles(t *testing.T, cdiNames []string, prepared bool) {
 	t.Helper()
 	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(n.cdiDir), cdiapi.WithAutoRefresh(false))
-	drvMust(t, err)
+	e2etest.Must(t, err)
 	if errs := cache.GetErrors(); len(errs) != 0 {
 		t.Fatalf("CDI spec errors: %v", errs)
 	}

@@ -7,6 +7,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
+	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/pkg/netdev/dramode"
 	"github.com/devplumb/devplumb/pkg/netdev/source/sysfs/sysfstest"
 )
@@ -27,13 +28,13 @@ func TestDriverPublishesSlices(t *testing.T) {
 	n.start()
 
 	info, err := n.registrationInfo()
-	drvMust(t, err)
+	e2etest.Must(t, err)
 	if info.Type != registerapi.DRAPlugin || info.Name != drvDriver || !slices.Contains(info.SupportedVersions, "v1.DRAPlugin") {
 		t.Errorf("registration info %+v", info)
 	}
 	reg := registerapi.NewRegistrationClient(drvDial(t, n.registrar+"/"+drvDriver+"-reg.sock"))
-	_, err = reg.NotifyRegistrationStatus(ctx(t), &registerapi.RegistrationStatus{PluginRegistered: true})
-	drvMust(t, err)
+	_, err = reg.NotifyRegistrationStatus(e2etest.Ctx(t), &registerapi.RegistrationStatus{PluginRegistered: true})
+	e2etest.Must(t, err)
 
 	vf1, sock0 := dramode.DeviceName(drvResVF, "0000:01:01.1"), dramode.DeviceName(drvResVhost, "vhu0.sock")
 	devs := n.waitDevices("six devices", func(m map[string]resourceapi.Device) bool { return len(m) == 6 })
@@ -56,8 +57,8 @@ func TestDriverPublishesSlices(t *testing.T) {
 	if got := strAttr(devs[sock0], "k8s.cni.cncf.io/deviceID"); got != "vhu0.sock" {
 		t.Errorf("socket deviceID %q", got)
 	}
-	items, err := n.slices(ctx(t))
-	drvMust(t, err)
+	items, err := n.slices(e2etest.Ctx(t))
+	e2etest.Must(t, err)
 	for _, s := range items {
 		if s.Spec.Pool.Name != n.name || len(s.OwnerReferences) != 1 || s.OwnerReferences[0].Kind != "Node" || s.OwnerReferences[0].Name != n.name {
 			t.Errorf("slice %s: pool %q owners %+v", s.Name, s.Spec.Pool.Name, s.OwnerReferences)

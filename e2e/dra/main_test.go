@@ -3,11 +3,10 @@
 package dra_test
 
 import (
-	"context"
 	"os"
 	"testing"
-	"time"
 
+	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/e2e/kubeapi"
 )
 
@@ -15,16 +14,5 @@ import (
 var srv *kubeapi.Server
 
 func TestMain(m *testing.M) {
-	os.Exit(kubeapi.Main(m, "devplumb-dra-", func(s *kubeapi.Server) error {
-		srv = s
-		return nil
-	}))
-}
-
-// ctx is a test context bounded well above any single operation's own bound.
-func ctx(t *testing.T) context.Context {
-	t.Helper()
-	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	return c
+	os.Exit(e2etest.ServerMain(m, "devplumb-dra-", &srv))
 }

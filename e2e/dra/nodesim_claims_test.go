@@ -14,6 +14,7 @@ import (
 	drapbv1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/podresources"
 )
@@ -23,7 +24,7 @@ const simDriverName = "nodesim-test.devplumb.io"
 func TestNodesimDRARegistration(t *testing.T) {
 	root, n := simNode(t, "reg-node")
 	d := simStartDriver(t, root, "reg-node", simDriverName, []string{"dev0"})
-	if err := n.WaitDRADriver(ctx(t), simDriverName); err != nil {
+	if err := n.WaitDRADriver(e2etest.Ctx(t), simDriverName); err != nil {
 		t.Fatal(err)
 	}
 	drivers := n.DRADrivers()
@@ -37,7 +38,7 @@ func TestNodesimDRARegistration(t *testing.T) {
 
 	// A driver offering only v1beta1 is spoken to in v1beta1.
 	old := simStartDriver(t, root, "reg-node", "old.devplumb.io", []string{"o0"}, kubeletplugin.NodeV1(false))
-	if err := n.WaitDRADriver(ctx(t), "old.devplumb.io"); err != nil {
+	if err := n.WaitDRADriver(e2etest.Ctx(t), "old.devplumb.io"); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range n.DRADrivers() {
@@ -48,7 +49,7 @@ func TestNodesimDRARegistration(t *testing.T) {
 	ns := simNamespace(t, "nodesim-reg")
 	simDeviceClass(t, "nodesim-reg-old", "old.devplumb.io")
 	simTemplate(t, ns, "old", "nodesim-reg-old", 1)
-	alloc, err := n.AddPod(ctx(t), kubeletsim.PodSpec{Namespace: ns, Name: "p",
+	alloc, err := n.AddPod(e2etest.Ctx(t), kubeletsim.PodSpec{Namespace: ns, Name: "p",
 		Containers: []kubeletsim.ContainerSpec{{Name: "app", Claims: []string{"net"}}},
 		Claims:     []kubeletsim.PodClaim{{Name: "net", ResourceClaimTemplateName: "old"}}})
 	if err != nil {
@@ -58,7 +59,7 @@ func TestNodesimDRARegistration(t *testing.T) {
 		!slices.Equal(got[0].CDIDeviceIDs, []string{simCDIName("old.devplumb.io", "o0")}) {
 		t.Errorf("prepared through v1beta1: %+v", got)
 	}
-	if err := n.DelPodContext(ctx(t), ns, "p"); err != nil {
+	if err := n.DelPodContext(e2etest.Ctx(t), ns, "p"); err != nil {
 		t.Fatal(err)
 	}
 	if prepared, _, unprepared := old.state(); len(prepared) != 0 || len(unprepared) != 1 {
@@ -70,7 +71,7 @@ func TestNodesimDRAPodsGetDistinctDevicesAndPodResourcesReportsReferencedClaims(
 	const node = "claims-node"
 	root, n := simNode(t, node)
 	d := simStartDriver(t, root, node, simDriverName, []string{"dev0", "dev1", "dev2", "dev3"})
-	if err := n.WaitDRADriver(ctx(t), simDriverName); err != nil {
+	if err := n.WaitDRADriver(e2etest.Ctx(t), simDriverName); err != nil {
 		t.Fatal(err)
 	}
 	ns := simNamespace(t, "nodesim-claims")
@@ -83,14 +84,14 @@ func TestNodesimDRAPodsGetDistinctDevicesAndPodResourcesReportsReferencedClaims(
 		t.Fatal(err)
 	}
 	// web: "net" referenced by app only, "netonly" by no container (a network-only claim).
-	web, err := c.AddPod(ctx(t), kubeletsim.PodSpec{Namespace: ns, Name: "web",
+	web, err := c.AddPod(e2etest.Ctx(t), kubeletsim.PodSpec{Namespace: ns, Name: "web",
 		Containers: []kubeletsim.ContainerSpec{{Name: "app", Claims: []string{"net"}}, {Name: "sidecar"}},
 		Claims: []kubeletsim.PodClaim{{Name: "net", ResourceClaimTemplateName: "net"},
 			{Name: "netonly", ResourceClaimTemplateName: "net"}}})
 	if err != nil {
 		t.Fatalf("pod add web: %v", err)
 	}
-	db, err := c.AddPod(ctx(t), kubeletsim.PodSpec{Namespace: ns, Name: "db",
+	db, err := c.AddPod(e2etest.Ctx(t), kubeletsim.PodSpec{Namespace: ns, Name: "db",
 		Containers: []kubeletsim.ContainerSpec{{Name: "db", Claims: []string{"d"}}},
 		Claims:     []kubeletsim.PodClaim{{Name: "d", ResourceClaimName: "direct"}}})
 	if err != nil {
@@ -127,7 +128,7 @@ func TestNodesimDRAPodsGetDistinctDevicesAndPodResourcesReportsReferencedClaims(
 
 	// pod del undoes everything in the API server, and the driver unprepares.
 	for _, p := range []string{"web", "db"} {
-		if err := c.DelPod(ctx(t), ns, p); err != nil {
+		if err := c.DelPod(e2etest.Ctx(t), ns, p); err != nil {
 			t.Fatalf("pod del %s: %v", p, err)
 		}
 		if _, ok := simGetPod(t, ns, p); ok {
@@ -200,12 +201,12 @@ func simCheckPodResources(t *testing.T, socket, ns string, web, db *kubeletsim.P
 		"web": {"app": net.Name + " " + simDriverName + " " + dev.Pool + " " + dev.Device + " " + simCDIName(simDriverName, dev.Device), "sidecar": ""},
 		"db":  {"db": "direct " + simDriverName + " " + db.Claims[0].Devices[0].Pool + " " + db.Claims[0].Devices[0].Device + " " + simCDIName(simDriverName, db.Claims[0].Devices[0].Device)},
 	}
-	list, err := pr.List(ctx(t))
+	list, err := pr.List(e2etest.Ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for pod, ctrs := range want {
-		got, err := pr.Get(ctx(t), ns, pod)
+		got, err := pr.Get(e2etest.Ctx(t), ns, pod)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/e2e/kubeapi"
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/pkg/testenv"
@@ -82,7 +83,7 @@ func TestNodesimDRACommandLine(t *testing.T) {
 
 func simCLI(t *testing.T, bin string, args ...string) string {
 	t.Helper()
-	cmd := exec.CommandContext(ctx(t), bin, args...)
+	cmd := exec.CommandContext(e2etest.Ctx(t), bin, args...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -95,7 +96,7 @@ func simCLI(t *testing.T, bin string, args ...string) string {
 // waitFile waits for a file the process creates when ready.
 func simWaitFile(t *testing.T, path string, p *kubeapi.Proc, logDir string) {
 	t.Helper()
-	c := ctx(t)
+	c := e2etest.Ctx(t)
 	for {
 		if _, err := os.Stat(path); err == nil {
 			return

@@ -22,6 +22,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/utils/ptr"
 
+	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 )
 
@@ -150,7 +151,7 @@ func simSliceSelector(node, driver string) string {
 // waitSlice waits until the node's slices of driver list n devices.
 func simWaitSlice(t *testing.T, node, driver string, n int) {
 	t.Helper()
-	c := ctx(t)
+	c := e2etest.Ctx(t)
 	sel := simSliceSelector(node, driver)
 	for {
 		list, err := srv.Client.ResourceV1().ResourceSlices().List(c, metav1.ListOptions{FieldSelector: sel})
@@ -224,7 +225,7 @@ func simDeleteNode(node string) {
 // (there is no namespace controller to delete it), so that -count=N works.
 func simNamespace(t *testing.T, name string) string {
 	t.Helper()
-	if err := srv.CreateNamespace(ctx(t), name); err != nil {
+	if err := srv.CreateNamespace(e2etest.Ctx(t), name); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { simEmptyNamespace(t, name) })
@@ -264,7 +265,7 @@ func simDeviceClass(t *testing.T, name, driver string) {
 	dc := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
 			Expression: fmt.Sprintf("device.driver == %q", driver)}}}}}
-	if _, err := srv.Client.ResourceV1().DeviceClasses().Create(ctx(t), dc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := srv.Client.ResourceV1().DeviceClasses().Create(e2etest.Ctx(t), dc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("create DeviceClass %s: %v", name, err)
 	}
 	t.Cleanup(func() {
@@ -282,7 +283,7 @@ func simTemplate(t *testing.T, ns, name, class string, count int64) {
 	t.Helper()
 	tmpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: simClaimSpec(class, count)}}
-	if _, err := srv.Client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx(t), tmpl, metav1.CreateOptions{}); err != nil {
+	if _, err := srv.Client.ResourceV1().ResourceClaimTemplates(ns).Create(e2etest.Ctx(t), tmpl, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create ResourceClaimTemplate %s/%s: %v", ns, name, err)
 	}
 }
@@ -290,7 +291,7 @@ func simTemplate(t *testing.T, ns, name, class string, count int64) {
 func simClaim(t *testing.T, ns, name, class string) *resourceapi.ResourceClaim {
 	t.Helper()
 	cl := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: simClaimSpec(class, 1)}
-	out, err := srv.Client.ResourceV1().ResourceClaims(ns).Create(ctx(t), cl, metav1.CreateOptions{})
+	out, err := srv.Client.ResourceV1().ResourceClaims(ns).Create(e2etest.Ctx(t), cl, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create ResourceClaim %s/%s: %v", ns, name, err)
 	}
@@ -299,7 +300,7 @@ func simClaim(t *testing.T, ns, name, class string) *resourceapi.ResourceClaim {
 
 func simGetClaim(t *testing.T, ns, name string) *resourceapi.ResourceClaim {
 	t.Helper()
-	cl, err := srv.Client.ResourceV1().ResourceClaims(ns).Get(ctx(t), name, metav1.GetOptions{})
+	cl, err := srv.Client.ResourceV1().ResourceClaims(ns).Get(e2etest.Ctx(t), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("get ResourceClaim %s/%s: %v", ns, name, err)
 	}
@@ -309,7 +310,7 @@ func simGetClaim(t *testing.T, ns, name string) *resourceapi.ResourceClaim {
 // claimsIn lists the namespace's claims.
 func simClaimsIn(t *testing.T, ns string) []resourceapi.ResourceClaim {
 	t.Helper()
-	list, err := srv.Client.ResourceV1().ResourceClaims(ns).List(ctx(t), metav1.ListOptions{})
+	list, err := srv.Client.ResourceV1().ResourceClaims(ns).List(e2etest.Ctx(t), metav1.ListOptions{})
 	if err != nil {
 		t.Fatalf("list ResourceClaims in %s: %v", ns, err)
 	}
@@ -318,7 +319,7 @@ func simClaimsIn(t *testing.T, ns string) []resourceapi.ResourceClaim {
 
 func simGetPod(t *testing.T, ns, name string) (*corev1.Pod, bool) {
 	t.Helper()
-	p, err := srv.Client.CoreV1().Pods(ns).Get(ctx(t), name, metav1.GetOptions{})
+	p, err := srv.Client.CoreV1().Pods(ns).Get(e2etest.Ctx(t), name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, false
 	}

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/podresources"
 )
@@ -30,13 +31,13 @@ func TestNodesimDRARestartKeepsPreparedClaims(t *testing.T) {
 	const node = "restart-node"
 	root, n := simNode(t, node)
 	d := simStartDriver(t, root, node, simDriverName, []string{"dev0", "dev1"})
-	if err := n.WaitDRADriver(ctx(t), simDriverName); err != nil {
+	if err := n.WaitDRADriver(e2etest.Ctx(t), simDriverName); err != nil {
 		t.Fatal(err)
 	}
 	ns := simNamespace(t, "nodesim-restart")
 	simDeviceClass(t, "nodesim-restart", simDriverName)
 	simTemplate(t, ns, "net", "nodesim-restart", 1)
-	alloc, err := n.AddPod(ctx(t), simWebSpec(ns, "web", kubeletsim.PodClaim{Name: "net", ResourceClaimTemplateName: "net"}))
+	alloc, err := n.AddPod(e2etest.Ctx(t), simWebSpec(ns, "web", kubeletsim.PodClaim{Name: "net", ResourceClaimTemplateName: "net"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,19 +51,19 @@ func TestNodesimDRARestartKeepsPreparedClaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pr.Close()
-	drs, err := pr.DynamicResources(ctx(t), ns, "web")
+	drs, err := pr.DynamicResources(e2etest.Ctx(t), ns, "web")
 	if err != nil || len(drs) != 1 || drs[0].GetClaimName() != alloc.Claims[0].Name ||
 		drs[0].GetClaimResources()[0].GetDeviceName() != alloc.Claims[0].Devices[0].Device {
 		t.Fatalf("after restart PodResources reports %v (%v), want claim %s with device %s",
 			drs, err, alloc.Claims[0].Name, alloc.Claims[0].Devices[0].Device)
 	}
-	if err := n.WaitDRADriver(ctx(t), simDriverName); err != nil {
+	if err := n.WaitDRADriver(e2etest.Ctx(t), simDriverName); err != nil {
 		t.Fatalf("driver not registered again after restart: %v", err)
 	}
 	if _, calls, _ := d.state(); len(calls) != 1 {
 		t.Errorf("driver asked to prepare %v: a restart must not prepare again", calls)
 	}
-	if err := n.DelPodContext(ctx(t), ns, "web"); err != nil {
+	if err := n.DelPodContext(e2etest.Ctx(t), ns, "web"); err != nil {
 		t.Fatal(err)
 	}
 	if prepared, _, unprepared := d.state(); len(prepared) != 0 || len(unprepared) != 1 {
@@ -77,19 +78,19 @@ func TestNodesimDRASharedClaimIsPreparedOnce(t *testing.T) {
 	const node = "shared-node"
 	root, n := simNode(t, node)
 	d := simStartDriver(t, root, node, simDriverName, []string{"dev0"})
-	if err := n.WaitDRADriver(ctx(t), simDriverName); err != nil {
+	if err := n.WaitDRADriver(e2etest.Ctx(t), simDriverName); err != nil {
 		t.Fatal(err)
 	}
 	ns := simNamespace(t, "nodesim-shared")
 	simDeviceClass(t, "nodesim-shared", simDriverName)
 	simClaim(t, ns, "shared", "nodesim-shared")
 	pc := kubeletsim.PodClaim{Name: "net", ResourceClaimName: "shared"}
-	a, err := n.AddPod(ctx(t), simWebSpec(ns, "a", pc))
+	a, err := n.AddPod(e2etest.Ctx(t), simWebSpec(ns, "a", pc))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// b accepts the allocation a's admission wrote: the only device is taken.
-	b, err := n.AddPod(ctx(t), simWebSpec(ns, "b", pc))
+	b, err := n.AddPod(e2etest.Ctx(t), simWebSpec(ns, "b", pc))
 	if err != nil {
 		t.Fatalf("second pod with the allocated claim: %v", err)
 	}
@@ -99,7 +100,7 @@ func TestNodesimDRASharedClaimIsPreparedOnce(t *testing.T) {
 	if cl := simGetClaim(t, ns, "shared"); len(cl.Status.ReservedFor) != 2 {
 		t.Errorf("reservedFor %+v, want both pods", cl.Status.ReservedFor)
 	}
-	if err := n.DelPodContext(ctx(t), ns, "a"); err != nil {
+	if err := n.DelPodContext(e2etest.Ctx(t), ns, "a"); err != nil {
 		t.Fatal(err)
 	}
 	if _, calls, unprepared := d.state(); len(calls) != 1 || len(unprepared) != 0 {
@@ -108,7 +109,7 @@ func TestNodesimDRASharedClaimIsPreparedOnce(t *testing.T) {
 	if cl := simGetClaim(t, ns, "shared"); cl.Status.Allocation == nil || len(cl.Status.ReservedFor) != 1 || cl.Status.ReservedFor[0].Name != "b" {
 		t.Errorf("after a's del: allocation %v reservedFor %+v, want still allocated for b", cl.Status.Allocation, cl.Status.ReservedFor)
 	}
-	if err := n.DelPodContext(ctx(t), ns, "b"); err != nil {
+	if err := n.DelPodContext(e2etest.Ctx(t), ns, "b"); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, unprepared := d.state(); len(unprepared) != 1 {
@@ -123,7 +124,7 @@ func TestNodesimDRABadInputLeavesNothing(t *testing.T) {
 	const node = "bad-node"
 	root, n := simNode(t, node)
 	d := simStartDriver(t, root, node, simDriverName, []string{"dev0"})
-	if err := n.WaitDRADriver(ctx(t), simDriverName); err != nil {
+	if err := n.WaitDRADriver(e2etest.Ctx(t), simDriverName); err != nil {
 		t.Fatal(err)
 	}
 	ns := simNamespace(t, "nodesim-bad")
@@ -161,7 +162,7 @@ func TestNodesimDRABadInputLeavesNothing(t *testing.T) {
 		{"claim and template both", simWebSpec(ns, "p", kubeletsim.PodClaim{Name: "a", ResourceClaimName: "direct", ResourceClaimTemplateName: "one"}),
 			kubeletsim.ErrInvalidPod, "exactly one of"},
 	} {
-		_, err := n.AddPod(ctx(t), tc.spec)
+		_, err := n.AddPod(e2etest.Ctx(t), tc.spec)
 		if !errors.Is(err, tc.sentinel) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: AddPod = %v, want %v with %q", tc.name, err, tc.sentinel, tc.want)
 		}
@@ -170,7 +171,7 @@ func TestNodesimDRABadInputLeavesNothing(t *testing.T) {
 
 	// The driver fails to prepare: the error says so, nothing stays.
 	d.setFail("no such VF")
-	_, err := n.AddPod(ctx(t), simWebSpec(ns, "p", tmpl("a", "one")))
+	_, err := n.AddPod(e2etest.Ctx(t), simWebSpec(ns, "p", tmpl("a", "one")))
 	if !errors.Is(err, kubeletsim.ErrAdmission) || !strings.Contains(err.Error(), "NodePrepareResources failed for ResourceClaim p-a-") ||
 		!strings.Contains(err.Error(), "no such VF") {
 		t.Errorf("prepare failure: AddPod = %v", err)
@@ -179,10 +180,10 @@ func TestNodesimDRABadInputLeavesNothing(t *testing.T) {
 	d.setFail("")
 
 	// After all that the device is free: a good pod gets it.
-	if _, err := n.AddPod(ctx(t), simWebSpec(ns, "p", tmpl("a", "one"))); err != nil {
+	if _, err := n.AddPod(e2etest.Ctx(t), simWebSpec(ns, "p", tmpl("a", "one"))); err != nil {
 		t.Fatalf("good pod after the bad ones: %v", err)
 	}
-	if err := n.DelPodContext(ctx(t), ns, "p"); err != nil {
+	if err := n.DelPodContext(e2etest.Ctx(t), ns, "p"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -215,7 +216,7 @@ func simGhostSlice(t *testing.T, node string) {
 		Spec: resourceapi.ResourceSliceSpec{Driver: "ghost.devplumb.io", NodeName: ptr.To(node),
 			Pool:    resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1},
 			Devices: []resourceapi.Device{{Name: "g0"}}}}
-	if _, err := srv.Client.ResourceV1().ResourceSlices().Create(ctx(t), s, metav1.CreateOptions{}); err != nil {
+	if _, err := srv.Client.ResourceV1().ResourceSlices().Create(e2etest.Ctx(t), s, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { simDeleteSlices(t, node, "ghost.devplumb.io") })
@@ -230,10 +231,10 @@ func TestNodesimDRAPodObjectMustAgree(t *testing.T) {
 	// A pod on another node is not this node's to admit; it stays.
 	other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "elsewhere"},
 		Spec: corev1.PodSpec{NodeName: "other-node", Containers: []corev1.Container{{Name: "app", Image: "pause"}}}}
-	if _, err := srv.Client.CoreV1().Pods(ns).Create(ctx(t), other, metav1.CreateOptions{}); err != nil {
+	if _, err := srv.Client.CoreV1().Pods(ns).Create(e2etest.Ctx(t), other, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := n.AddPod(ctx(t), simWebSpec(ns, "elsewhere", kubeletsim.PodClaim{Name: "net", ResourceClaimName: "direct"}))
+	_, err := n.AddPod(e2etest.Ctx(t), simWebSpec(ns, "elsewhere", kubeletsim.PodClaim{Name: "net", ResourceClaimName: "direct"}))
 	if !errors.Is(err, kubeletsim.ErrInvalidPod) || !strings.Contains(err.Error(), `is on node "other-node", not on this node "agree-node"`) {
 		t.Errorf("pod on another node: %v", err)
 	}
@@ -252,7 +253,7 @@ func TestNodesimDRAPodObjectMustAgree(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer plain.Stop()
-	_, err = plain.AddPod(ctx(t), simWebSpec(ns, "p", kubeletsim.PodClaim{Name: "net", ResourceClaimName: "direct"}))
+	_, err = plain.AddPod(e2etest.Ctx(t), simWebSpec(ns, "p", kubeletsim.PodClaim{Name: "net", ResourceClaimName: "direct"}))
 	if !errors.Is(err, kubeletsim.ErrInvalidPod) || !strings.Contains(err.Error(), "no API server") {
 		t.Errorf("claims without DRA: %v", err)
 	}

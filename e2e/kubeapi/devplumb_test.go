@@ -1,23 +1,19 @@
 package kubeapi_test
 
 import (
-	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/containernetworking/plugins/pkg/testutils"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	"github.com/vishvananda/netlink"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/pkg/cni/kube"
 	"github.com/devplumb/devplumb/pkg/testenv"
 	"github.com/devplumb/devplumb/podresources/podresourcestest"
@@ -28,19 +24,19 @@ import (
 // entry next to an existing one, and removes only its own on DEL.
 func TestDevplumbBinaryNetworkStatus(t *testing.T) {
 	n := newNode(t)
-	pod, err := srv.CreatePod(ctx(t), "default", "dp-binary", nodeName, annotationWith(t, otherEntry))
+	pod, err := srv.CreatePod(e2etest.Ctx(t), "default", "dp-binary", nodeName, annotationWith(t, otherEntry))
 	if err != nil {
 		t.Fatal(err)
 	}
 	n.givePod(pod.Name)
-	netns := newNetNS(t)
+	netns := testenv.NetNS(t).Path()
 	args := n.podArgs(pod.Name, string(pod.UID))
 
 	res := n.devplumb(t, "ADD", n.conf(nil), netns, args)
 	if res.Code != 0 {
 		t.Fatalf("ADD: %+v", res)
 	}
-	got := statusOf(t, "default", pod.Name)
+	got := e2etest.NetworkStatus(t, srv.Client, "default", pod.Name)
 	if len(got) != 2 || !reflect.DeepEqual(got[0], otherEntry) {
 		t.Fatalf("network-status %+v: want the existing entry kept first, then devplumb's", got)
 	}
@@ -57,7 +53,7 @@ func TestDevplumbBinaryNetworkStatus(t *testing.T) {
 	if res := n.devplumb(t, "DEL", n.conf(nil), netns, args); res.Code != 0 {
 		t.Fatalf("DEL: %+v", res)
 	}
-	wantStatus(t, statusOf(t, "default", pod.Name), otherEntry)
+	wantStatus(t, e2etest.NetworkStatus(t, srv.Client, "default", pod.Name), otherEntry)
 	if _, err := netlink.LinkByName(n.dev); err != nil {
 		t.Fatalf("device not back on the host after DEL: %v", err)
 	}
@@ -66,7 +62,7 @@ func TestDevplumbBinaryNetworkStatus(t *testing.T) {
 	if res := n.devplumb(t, "ADD", n.conf(nil), netns, args); res.Code != 0 {
 		t.Fatalf("second ADD: %+v", res)
 	}
-	must(t, srv.DeletePod(ctx(t), "default", pod.Name))
+	e2etest.Must(t, srv.DeletePod(e2etest.Ctx(t), "default", pod.Name))
 	if res := n.devplumb(t, "DEL", n.conf(nil), netns, args); res.Code != 0 {
 		t.Fatalf("DEL after the pod object is gone: %+v", res)
 	}
@@ -79,7 +75,7 @@ func TestDevplumbBinaryNetworkStatus(t *testing.T) {
 // says so, within devplumb's bound, and succeeds under "best-effort"; DEL succeeds.
 func TestDevplumbBinaryAPIServerDown(t *testing.T) {
 	n := newNode(t)
-	pod, err := srv.CreatePod(ctx(t), "default", "dp-down", nodeName, nil)
+	pod, err := srv.CreatePod(e2etest.Ctx(t), "default", "dp-down", nodeName, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +88,7 @@ func TestDevplumbBinaryAPIServerDown(t *testing.T) {
 			t.Fatalf("restart API server: %v", err)
 		}
 	})
-	netns := newNetNS(t)
+	netns := testenv.NetNS(t).Path()
 	args := n.podArgs(pod.Name, string(pod.UID))
 
 	start := time.Now()
@@ -148,29 +144,19 @@ func newNode(t *testing.T) *node {
 	t.Helper()
 	testenv.CNIPlugins(t)
 	n := &node{t: t, dir: t.TempDir(), bin: testenv.Build(t, "./cmd/devplumb"), pr: podresourcestest.NewServer(t)}
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	n.dev = "dpk" + hex.EncodeToString(b)
-	n.network = "net-" + hex.EncodeToString(b)
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: n.dev}, PeerName: n.dev + "p"}
-	if err := netlink.LinkAdd(veth); err != nil {
-		t.Fatalf("create veth %s: %v", n.dev, err)
-	}
-	t.Cleanup(func() {
-		if l, err := netlink.LinkByName(n.dev + "p"); err == nil {
-			_ = netlink.LinkDel(l)
-		}
-	})
+	stem := testenv.VethPair(t, "dpk")
+	n.dev = stem + "a"
+	n.network = "net-" + strings.TrimPrefix(stem, "dpk")
 	n.info = &nadv1.DeviceInfo{Type: nadv1.DeviceInfoTypePCI, Version: nadv1.DeviceInfoVersion,
 		Pci: &nadv1.PciDevice{PciAddress: "0000:3b:02.1", PfPciAddress: "0000:3b:00.0"}}
 	dp := filepath.Join(n.dir, "devinfo", "dp")
-	must(t, os.MkdirAll(dp, 0o755))
+	e2etest.Must(t, os.MkdirAll(dp, 0o755))
 	raw, _ := json.Marshal(n.info)
-	must(t, os.WriteFile(filepath.Join(dp, "example.com-hostdev-"+n.dev+"-device.json"), raw, 0o644))
-	must(t, srv.InstallNADCRD(ctx(t)))
-	_, err := srv.CreateNAD(ctx(t), "default", n.network, `{"cniVersion":"1.0.0","name":"`+n.network+`","type":"devplumb"}`,
+	e2etest.Must(t, os.WriteFile(filepath.Join(dp, "example.com-hostdev-"+n.dev+"-device.json"), raw, 0o644))
+	e2etest.Must(t, srv.InstallNADCRD(e2etest.Ctx(t)))
+	_, err := srv.CreateNAD(e2etest.Ctx(t), "default", n.network, `{"cniVersion":"1.0.0","name":"`+n.network+`","type":"devplumb"}`,
 		map[string]string{kube.ResourceNameAnnot: resourceName})
-	must(t, err)
+	e2etest.Must(t, err)
 	return n
 }
 
@@ -181,70 +167,15 @@ func (n *node) givePod(name string) {
 }
 
 func (n *node) conf(extra map[string]any) map[string]any {
-	c := map[string]any{
-		"cniVersion": "1.0.0", "name": n.network, "type": "devplumb",
-		"podResourcesSocket": n.pr.Socket, "deviceInfoDir": filepath.Join(n.dir, "devinfo"),
-		"stateDir": filepath.Join(n.dir, "state"), "kubeconfig": srv.Kubeconfig,
-		"injectDeviceID": []string{"device"},
-		"delegate": map[string]any{"type": "host-device",
-			"ipam": map[string]any{"type": "static", "addresses": []any{map[string]any{"address": "192.0.2.10/24"}}}},
-	}
-	for k, v := range extra {
-		c[k] = v
-	}
-	return c
+	return e2etest.HostDeviceConf(n.network, n.pr.Socket, n.dir, srv.Kubeconfig, extra)
 }
 
 func (n *node) podArgs(pod, uid string) string {
 	return "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=" + pod + ";K8S_POD_INFRA_CONTAINER_ID=c1;K8S_POD_UID=" + uid
 }
 
-// cniResult is devplumb's stdout: a result, or a CNI error (Code != 0).
-type cniResult struct {
-	Code    uint   `json:"code"`
-	Msg     string `json:"msg"`
-	Details string `json:"details"`
-}
-
 // devplumb runs the binary as a container runtime would.
-func (n *node) devplumb(t *testing.T, cmd string, conf map[string]any, netns, args string) cniResult {
+func (n *node) devplumb(t *testing.T, cmd string, conf map[string]any, netns, args string) e2etest.CNIResult {
 	t.Helper()
-	stdin, err := json.Marshal(conf)
-	must(t, err)
-	// Bounded, so a hanging plugin fails this test instead of stalling CI until -timeout.
-	c := exec.CommandContext(ctx(t), filepath.Join(n.bin, "devplumb"))
-	c.WaitDelay = 5 * time.Second
-	c.Stdin = bytes.NewReader(stdin)
-	c.Env = append(os.Environ(), "CNI_COMMAND="+cmd, "CNI_CONTAINERID=c1", "CNI_NETNS="+netns,
-		"CNI_IFNAME=net1", "CNI_PATH="+n.bin, "CNI_ARGS="+args)
-	var stdout, stderr bytes.Buffer
-	c.Stdout, c.Stderr = &stdout, &stderr
-	runErr := c.Run()
-	var res cniResult
-	if stdout.Len() > 0 {
-		if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
-			t.Fatalf("devplumb %s stdout %q: %v", cmd, stdout.String(), err)
-		}
-	}
-	if (runErr != nil) != (res.Code != 0) {
-		t.Fatalf("devplumb %s: exit %v but stdout %s; stderr %s", cmd, runErr, stdout.String(), stderr.String())
-	}
-	return res
-}
-
-func newNetNS(t *testing.T) string {
-	t.Helper()
-	netns, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { netns.Close(); _ = testutils.UnmountNS(netns) })
-	return netns.Path()
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
+	return e2etest.RunDevplumb(t, n.bin, e2etest.CNICall{Command: cmd, ContainerID: "c1", NetNS: netns, IfName: "net1", Args: args, Conf: conf})
 }

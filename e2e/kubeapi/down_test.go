@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/e2e/kubeapi"
 	"github.com/devplumb/devplumb/pkg/cni/kube"
 )
@@ -22,7 +23,7 @@ import (
 const slack = 10 * time.Second
 
 func TestAPIServerDown(t *testing.T) {
-	pod, err := srv.CreatePod(ctx(t), "default", "down", nodeName, nil)
+	pod, err := srv.CreatePod(e2etest.Ctx(t), "default", "down", nodeName, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,15 +37,15 @@ func TestAPIServerDown(t *testing.T) {
 	})
 
 	start := time.Now()
-	err = c.SetNetworkStatus(ctx(t), "default", "down", string(pod.UID), pciEntry("default/x", "net1", "0000:00:01.0"))
+	err = c.SetNetworkStatus(e2etest.Ctx(t), "default", "down", string(pod.UID), pciEntry("default/x", "net1", "0000:00:01.0"))
 	assertUnreachable(t, "ADD", err, start, bound)
 
 	start = time.Now()
-	err = c.RemoveNetworkStatus(ctx(t), "default", "down", string(pod.UID), "default/x", "net1")
+	err = c.RemoveNetworkStatus(e2etest.Ctx(t), "default", "down", string(pod.UID), "default/x", "net1")
 	assertUnreachable(t, "DEL", err, start, bound)
 
 	start = time.Now()
-	_, err = c.NADResourceName(ctx(t), "default", "x")
+	_, err = c.NADResourceName(e2etest.Ctx(t), "default", "x")
 	assertUnreachable(t, "NAD lookup", err, start, bound)
 }
 
@@ -72,7 +73,7 @@ func TestAPIServerHangs(t *testing.T) {
 	const bound = 2 * time.Second
 	c := clientFor(t, "https://"+l.Addr().String(), bound)
 	start := time.Now()
-	err = c.SetNetworkStatus(ctx(t), "default", "p", "", pciEntry("default/x", "net1", "0000:00:01.0"))
+	err = c.SetNetworkStatus(e2etest.Ctx(t), "default", "p", "", pciEntry("default/x", "net1", "0000:00:01.0"))
 	assertUnreachable(t, "ADD", err, start, bound)
 }
 
@@ -105,7 +106,7 @@ func TestAPIServerOverloaded(t *testing.T) {
 	const bound = 2 * time.Second
 	c := clientFor(t, hs.URL, bound)
 	start := time.Now()
-	err := c.SetNetworkStatus(ctx(t), "default", "p", "", pciEntry("default/x", "net1", "0000:00:01.0"))
+	err := c.SetNetworkStatus(e2etest.Ctx(t), "default", "p", "", pciEntry("default/x", "net1", "0000:00:01.0"))
 	took := time.Since(start)
 	if err == nil || errors.Is(err, kube.ErrUnreachable) || !strings.Contains(err.Error(), "kept failing") ||
 		!strings.Contains(err.Error(), "overloaded") {
@@ -123,9 +124,9 @@ func TestAPIServerOverloaded(t *testing.T) {
 func clientFor(t *testing.T, url string, bound time.Duration) *kube.Client {
 	t.Helper()
 	cfg := filepath.Join(t.TempDir(), "kubeconfig")
-	must(t, os.WriteFile(cfg, []byte(kubeapi.Kubeconfig(url, "x")), 0o600))
+	e2etest.Must(t, os.WriteFile(cfg, []byte(kubeapi.Kubeconfig(url, "x")), 0o600))
 	c, err := kube.New(cfg, bound, nil)
-	must(t, err)
+	e2etest.Must(t, err)
 	return c
 }
 
@@ -146,6 +147,6 @@ func TestAPIServerSlow(t *testing.T) {
 	defer func() { close(release); hs.Close() }()
 	c := clientFor(t, hs.URL, bound)
 	start := time.Now()
-	err := c.SetNetworkStatus(ctx(t), "default", "p", "u1", pciEntry("default/x", "net1", "0000:00:01.0"))
+	err := c.SetNetworkStatus(e2etest.Ctx(t), "default", "p", "u1", pciEntry("default/x", "net1", "0000:00:01.0"))
 	assertUnreachable(t, "ADD", err, start, bound)
 }

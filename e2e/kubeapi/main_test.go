@@ -1,11 +1,10 @@
 package kubeapi_test
 
 import (
-	"context"
 	"os"
 	"testing"
-	"time"
 
+	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/e2e/kubeapi"
 )
 
@@ -13,16 +12,5 @@ import (
 var srv *kubeapi.Server
 
 func TestMain(m *testing.M) {
-	os.Exit(kubeapi.Main(m, "devplumb-kubeapi-", func(s *kubeapi.Server) error {
-		srv = s
-		return nil
-	}))
-}
-
-// ctx is a test context bounded well above any single operation's own bound.
-func ctx(t *testing.T) context.Context {
-	t.Helper()
-	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	return c
+	os.Exit(e2etest.ServerMain(m, "devplumb-kubeapi-", &srv))
 }

@@ -10,6 +10,7 @@ import (
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/pkg/cni/kube"
 )
 
@@ -31,23 +32,6 @@ func newClient(t *testing.T, timeout time.Duration) *kube.Client {
 		t.Fatal(err)
 	}
 	return c
-}
-
-func statusOf(t *testing.T, namespace, name string) []nadv1.NetworkStatus {
-	t.Helper()
-	pod, err := srv.Client.CoreV1().Pods(namespace).Get(ctx(t), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, ok := pod.Annotations[nadv1.NetworkStatusAnnot]
-	if !ok {
-		return nil
-	}
-	var list []nadv1.NetworkStatus
-	if err := json.Unmarshal([]byte(raw), &list); err != nil {
-		t.Fatalf("pod %s/%s: network-status is not a list: %v\n%s", namespace, name, err, raw)
-	}
-	return list
 }
 
 func annotationWith(t *testing.T, entries ...nadv1.NetworkStatus) map[string]string {
@@ -72,7 +56,7 @@ func wantStatus(t *testing.T, got []nadv1.NetworkStatus, want ...nadv1.NetworkSt
 }
 
 func TestNetworkStatusAddMergeReplaceRemove(t *testing.T) {
-	pod, err := srv.CreatePod(ctx(t), "default", "merge", nodeName, annotationWith(t, otherEntry))
+	pod, err := srv.CreatePod(e2etest.Ctx(t), "default", "merge", nodeName, annotationWith(t, otherEntry))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,54 +64,54 @@ func TestNetworkStatusAddMergeReplaceRemove(t *testing.T) {
 	ns, name, uid := pod.Namespace, pod.Name, string(pod.UID)
 
 	net1 := pciEntry("default/sriov-a", "net1", "0000:18:02.5")
-	if err := c.SetNetworkStatus(ctx(t), ns, name, uid, net1); err != nil {
+	if err := c.SetNetworkStatus(e2etest.Ctx(t), ns, name, uid, net1); err != nil {
 		t.Fatal(err)
 	}
-	wantStatus(t, statusOf(t, ns, name), otherEntry, net1)
+	wantStatus(t, e2etest.NetworkStatus(t, srv.Client, ns, name), otherEntry, net1)
 
 	// Same network and interface again: replaced in place, not appended.
 	net1b := pciEntry("default/sriov-a", "net1", "0000:18:02.6")
-	if err := c.SetNetworkStatus(ctx(t), ns, name, uid, net1b); err != nil {
+	if err := c.SetNetworkStatus(e2etest.Ctx(t), ns, name, uid, net1b); err != nil {
 		t.Fatal(err)
 	}
-	wantStatus(t, statusOf(t, ns, name), otherEntry, net1b)
+	wantStatus(t, e2etest.NetworkStatus(t, srv.Client, ns, name), otherEntry, net1b)
 
 	// Same network, another interface: a separate entry.
 	net2 := pciEntry("default/sriov-a", "net2", "0000:18:02.7")
-	if err := c.SetNetworkStatus(ctx(t), ns, name, uid, net2); err != nil {
+	if err := c.SetNetworkStatus(e2etest.Ctx(t), ns, name, uid, net2); err != nil {
 		t.Fatal(err)
 	}
-	wantStatus(t, statusOf(t, ns, name), otherEntry, net1b, net2)
+	wantStatus(t, e2etest.NetworkStatus(t, srv.Client, ns, name), otherEntry, net1b, net2)
 
-	if err := c.RemoveNetworkStatus(ctx(t), ns, name, uid, "default/sriov-a", "net1"); err != nil {
+	if err := c.RemoveNetworkStatus(e2etest.Ctx(t), ns, name, uid, "default/sriov-a", "net1"); err != nil {
 		t.Fatal(err)
 	}
-	wantStatus(t, statusOf(t, ns, name), otherEntry, net2)
+	wantStatus(t, e2etest.NetworkStatus(t, srv.Client, ns, name), otherEntry, net2)
 	// DEL twice is fine.
-	if err := c.RemoveNetworkStatus(ctx(t), ns, name, uid, "default/sriov-a", "net1"); err != nil {
+	if err := c.RemoveNetworkStatus(e2etest.Ctx(t), ns, name, uid, "default/sriov-a", "net1"); err != nil {
 		t.Fatalf("second DEL: %v", err)
 	}
-	if err := c.RemoveNetworkStatus(ctx(t), ns, name, uid, "default/sriov-a", "net2"); err != nil {
+	if err := c.RemoveNetworkStatus(e2etest.Ctx(t), ns, name, uid, "default/sriov-a", "net2"); err != nil {
 		t.Fatal(err)
 	}
-	wantStatus(t, statusOf(t, ns, name), otherEntry)
+	wantStatus(t, e2etest.NetworkStatus(t, srv.Client, ns, name), otherEntry)
 }
 
 func TestNetworkStatusRemovesAnnotationWhenLastEntryGoes(t *testing.T) {
-	pod, err := srv.CreatePod(ctx(t), "default", "last", nodeName, nil)
+	pod, err := srv.CreatePod(e2etest.Ctx(t), "default", "last", nodeName, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := newClient(t, 10*time.Second)
 	e := pciEntry("default/hostdev", "net1", "0000:00:05.0")
-	if err := c.SetNetworkStatus(ctx(t), "default", "last", string(pod.UID), e); err != nil {
+	if err := c.SetNetworkStatus(e2etest.Ctx(t), "default", "last", string(pod.UID), e); err != nil {
 		t.Fatal(err)
 	}
-	wantStatus(t, statusOf(t, "default", "last"), e)
-	if err := c.RemoveNetworkStatus(ctx(t), "default", "last", string(pod.UID), e.Name, e.Interface); err != nil {
+	wantStatus(t, e2etest.NetworkStatus(t, srv.Client, "default", "last"), e)
+	if err := c.RemoveNetworkStatus(e2etest.Ctx(t), "default", "last", string(pod.UID), e.Name, e.Interface); err != nil {
 		t.Fatal(err)
 	}
-	got, err := srv.Client.CoreV1().Pods("default").Get(ctx(t), "last", metav1.GetOptions{})
+	got, err := srv.Client.CoreV1().Pods("default").Get(e2etest.Ctx(t), "last", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,15 +121,15 @@ func TestNetworkStatusRemovesAnnotationWhenLastEntryGoes(t *testing.T) {
 }
 
 func TestNetworkStatusRecreatedPodNeverTouched(t *testing.T) {
-	old, err := srv.CreatePod(ctx(t), "default", "recreated", nodeName, nil)
+	old, err := srv.CreatePod(e2etest.Ctx(t), "default", "recreated", nodeName, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.DeletePod(ctx(t), "default", "recreated"); err != nil {
+	if err := srv.DeletePod(e2etest.Ctx(t), "default", "recreated"); err != nil {
 		t.Fatal(err)
 	}
 	mine := pciEntry("default/sriov-a", "net1", "0000:18:02.5")
-	cur, err := srv.CreatePod(ctx(t), "default", "recreated", nodeName, annotationWith(t, otherEntry, mine))
+	cur, err := srv.CreatePod(e2etest.Ctx(t), "default", "recreated", nodeName, annotationWith(t, otherEntry, mine))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,23 +137,23 @@ func TestNetworkStatusRecreatedPodNeverTouched(t *testing.T) {
 		t.Fatal("recreated pod kept its UID")
 	}
 	c := newClient(t, 10*time.Second)
-	err = c.SetNetworkStatus(ctx(t), "default", "recreated", string(old.UID), pciEntry("default/sriov-a", "net1", "0000:99:00.0"))
+	err = c.SetNetworkStatus(e2etest.Ctx(t), "default", "recreated", string(old.UID), pciEntry("default/sriov-a", "net1", "0000:99:00.0"))
 	if !errors.Is(err, kube.ErrPodUIDMismatch) {
 		t.Fatalf("ADD for the old pod: got %v, want ErrPodUIDMismatch", err)
 	}
 	// DEL for the old pod succeeds and leaves the new pod's identical-looking entry alone.
-	if err := c.RemoveNetworkStatus(ctx(t), "default", "recreated", string(old.UID), mine.Name, mine.Interface); err != nil {
+	if err := c.RemoveNetworkStatus(e2etest.Ctx(t), "default", "recreated", string(old.UID), mine.Name, mine.Interface); err != nil {
 		t.Fatalf("DEL for the old pod: %v", err)
 	}
-	wantStatus(t, statusOf(t, "default", "recreated"), otherEntry, mine)
+	wantStatus(t, e2etest.NetworkStatus(t, srv.Client, "default", "recreated"), otherEntry, mine)
 }
 
 func TestNetworkStatusPodGone(t *testing.T) {
 	c := newClient(t, 10*time.Second)
-	if err := c.RemoveNetworkStatus(ctx(t), "default", "never-existed", "1234", "default/x", "net1"); err != nil {
+	if err := c.RemoveNetworkStatus(e2etest.Ctx(t), "default", "never-existed", "1234", "default/x", "net1"); err != nil {
 		t.Fatalf("DEL of a pod that is gone: %v", err)
 	}
-	err := c.SetNetworkStatus(ctx(t), "default", "never-existed", "1234", pciEntry("default/x", "net1", "0000:00:01.0"))
+	err := c.SetNetworkStatus(e2etest.Ctx(t), "default", "never-existed", "1234", pciEntry("default/x", "net1", "0000:00:01.0"))
 	if !errors.Is(err, kube.ErrPodNotFound) {
 		t.Fatalf("ADD for a missing pod: got %v, want ErrPodNotFound", err)
 	}
@@ -177,19 +161,19 @@ func TestNetworkStatusPodGone(t *testing.T) {
 
 func TestNetworkStatusBadAnnotation(t *testing.T) {
 	bad := map[string]string{nadv1.NetworkStatusAnnot: "{not a list"}
-	pod, err := srv.CreatePod(ctx(t), "default", "bad-annotation", nodeName, bad)
+	pod, err := srv.CreatePod(e2etest.Ctx(t), "default", "bad-annotation", nodeName, bad)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := newClient(t, 10*time.Second)
-	err = c.SetNetworkStatus(ctx(t), "default", pod.Name, string(pod.UID), pciEntry("default/x", "net1", "0000:00:01.0"))
+	err = c.SetNetworkStatus(e2etest.Ctx(t), "default", pod.Name, string(pod.UID), pciEntry("default/x", "net1", "0000:00:01.0"))
 	if !errors.Is(err, kube.ErrBadAnnotation) {
 		t.Fatalf("ADD over an unreadable annotation: got %v, want ErrBadAnnotation", err)
 	}
-	if err := c.RemoveNetworkStatus(ctx(t), "default", pod.Name, string(pod.UID), "default/x", "net1"); err != nil {
+	if err := c.RemoveNetworkStatus(e2etest.Ctx(t), "default", pod.Name, string(pod.UID), "default/x", "net1"); err != nil {
 		t.Fatalf("DEL over an unreadable annotation: %v", err)
 	}
-	got, err := srv.Client.CoreV1().Pods("default").Get(ctx(t), pod.Name, metav1.GetOptions{})
+	got, err := srv.Client.CoreV1().Pods("default").Get(e2etest.Ctx(t), pod.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,17 +189,17 @@ func TestNetworkStatusKeepsForeignEntriesExactly(t *testing.T) {
 	const foreign = `{"name":"cluster-default","interface":"eth0","ips":["192.0.2.2"],"default":true,` +
 		`"x-vendor":{"queue":7},"device-info":{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:01:00.1","x-new":"kept"}}}`
 	annot := map[string]string{nadv1.NetworkStatusAnnot: "[" + foreign + "]"}
-	pod, err := srv.CreatePod(ctx(t), "default", "foreign", nodeName, annot)
-	must(t, err)
+	pod, err := srv.CreatePod(e2etest.Ctx(t), "default", "foreign", nodeName, annot)
+	e2etest.Must(t, err)
 	c := newClient(t, 10*time.Second)
 	mine := pciEntry("default/sriov-a", "net1", "0000:18:02.5")
-	must(t, c.SetNetworkStatus(ctx(t), "default", pod.Name, string(pod.UID), mine))
+	e2etest.Must(t, c.SetNetworkStatus(e2etest.Ctx(t), "default", pod.Name, string(pod.UID), mine))
 	raw := rawStatusOf(t, "default", pod.Name)
 	if len(raw) != 2 {
 		t.Fatalf("network-status has %d entries, want 2", len(raw))
 	}
 	wantSameJSON(t, raw[0], foreign)
-	must(t, c.RemoveNetworkStatus(ctx(t), "default", pod.Name, string(pod.UID), mine.Name, mine.Interface))
+	e2etest.Must(t, c.RemoveNetworkStatus(e2etest.Ctx(t), "default", pod.Name, string(pod.UID), mine.Name, mine.Interface))
 	raw = rawStatusOf(t, "default", pod.Name)
 	if len(raw) != 1 {
 		t.Fatalf("network-status has %d entries after DEL, want 1", len(raw))
@@ -225,8 +209,8 @@ func TestNetworkStatusKeepsForeignEntriesExactly(t *testing.T) {
 
 func rawStatusOf(t *testing.T, namespace, name string) []json.RawMessage {
 	t.Helper()
-	pod, err := srv.Client.CoreV1().Pods(namespace).Get(ctx(t), name, metav1.GetOptions{})
-	must(t, err)
+	pod, err := srv.Client.CoreV1().Pods(namespace).Get(e2etest.Ctx(t), name, metav1.GetOptions{})
+	e2etest.Must(t, err)
 	var list []json.RawMessage
 	if err := json.Unmarshal([]byte(pod.Annotations[nadv1.NetworkStatusAnnot]), &list); err != nil {
 		t.Fatalf("pod %s/%s: network-status is not a list: %v", namespace, name, err)
@@ -237,8 +221,8 @@ func rawStatusOf(t *testing.T, namespace, name string) []json.RawMessage {
 func wantSameJSON(t *testing.T, got json.RawMessage, want string) {
 	t.Helper()
 	var g, w any
-	must(t, json.Unmarshal(got, &g))
-	must(t, json.Unmarshal([]byte(want), &w))
+	e2etest.Must(t, json.Unmarshal(got, &g))
+	e2etest.Must(t, json.Unmarshal([]byte(want), &w))
 	if !reflect.DeepEqual(g, w) {
 		t.Fatalf("someone else's entry changed:\n%s\nwant\n%s", got, want)
 	}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/e2e/kubeapi"
 	"github.com/devplumb/devplumb/pkg/cni/kube"
 	"github.com/devplumb/devplumb/pkg/testenv"
@@ -22,20 +23,20 @@ import (
 // service account can do everything devplumb does (read a NAD, write and remove its
 // network-status entry) and is refused what devplumb never needs.
 func TestShippedRBACIsEnoughAndNoMore(t *testing.T) {
-	must(t, srv.InstallNADCRD(ctx(t)))
-	pod, err := srv.CreatePod(ctx(t), "default", "rbac", nodeName, annotationWith(t, otherEntry))
-	must(t, err)
-	_, err = srv.CreateNAD(ctx(t), "default", "rbac-net", `{"cniVersion":"1.0.0","name":"rbac-net","type":"devplumb"}`,
+	e2etest.Must(t, srv.InstallNADCRD(e2etest.Ctx(t)))
+	pod, err := srv.CreatePod(e2etest.Ctx(t), "default", "rbac", nodeName, annotationWith(t, otherEntry))
+	e2etest.Must(t, err)
+	_, err = srv.CreateNAD(e2etest.Ctx(t), "default", "rbac-net", `{"cniVersion":"1.0.0","name":"rbac-net","type":"devplumb"}`,
 		map[string]string{kube.ResourceNameAnnot: "example.com/vf"})
-	must(t, err)
+	e2etest.Must(t, err)
 	cfg := filepath.Join(t.TempDir(), "devplumb.kubeconfig")
-	must(t, os.WriteFile(cfg, []byte(kubeapi.Kubeconfig(srv.URL, srv.DevplumbToken)), 0o600))
+	e2etest.Must(t, os.WriteFile(cfg, []byte(kubeapi.Kubeconfig(srv.URL, srv.DevplumbToken)), 0o600))
 	c, err := kube.New(cfg, 10*time.Second, nil)
-	must(t, err)
+	e2etest.Must(t, err)
 	entry := pciEntry("default/rbac-net", "net1", "0000:18:02.5")
 
 	// Before the RBAC exists the identity may do nothing: the error is final, not retried.
-	err = c.SetNetworkStatus(ctx(t), "default", pod.Name, string(pod.UID), entry)
+	err = c.SetNetworkStatus(e2etest.Ctx(t), "default", pod.Name, string(pod.UID), entry)
 	if !isForbidden(err) {
 		t.Fatalf("without RBAC: got %v, want Forbidden", err)
 	}
@@ -44,7 +45,7 @@ func TestShippedRBACIsEnoughAndNoMore(t *testing.T) {
 	// The RBAC authorizer sees new bindings through its informers: wait for the grant.
 	deadline := time.Now().Add(time.Minute)
 	for {
-		_, err = c.NADResourceName(ctx(t), "default", "rbac-net")
+		_, err = c.NADResourceName(e2etest.Ctx(t), "default", "rbac-net")
 		if err == nil || time.Now().After(deadline) {
 			break
 		}
@@ -53,27 +54,27 @@ func TestShippedRBACIsEnoughAndNoMore(t *testing.T) {
 	if err != nil {
 		t.Fatalf("NAD get with the shipped RBAC: %v", err)
 	}
-	must(t, c.SetNetworkStatus(ctx(t), "default", pod.Name, string(pod.UID), entry))
-	wantStatus(t, statusOf(t, "default", pod.Name), otherEntry, entry)
-	must(t, c.RemoveNetworkStatus(ctx(t), "default", pod.Name, string(pod.UID), entry.Name, entry.Interface))
-	wantStatus(t, statusOf(t, "default", pod.Name), otherEntry)
+	e2etest.Must(t, c.SetNetworkStatus(e2etest.Ctx(t), "default", pod.Name, string(pod.UID), entry))
+	wantStatus(t, e2etest.NetworkStatus(t, srv.Client, "default", pod.Name), otherEntry, entry)
+	e2etest.Must(t, c.RemoveNetworkStatus(e2etest.Ctx(t), "default", pod.Name, string(pod.UID), entry.Name, entry.Interface))
+	wantStatus(t, e2etest.NetworkStatus(t, srv.Client, "default", pod.Name), otherEntry)
 
 	// No more than that.
 	rc, err := clientcmd.BuildConfigFromFlags("", cfg)
-	must(t, err)
+	e2etest.Must(t, err)
 	as, err := kubernetes.NewForConfig(rc)
-	must(t, err)
-	_, err = as.CoreV1().Pods("default").List(ctx(t), metav1.ListOptions{})
+	e2etest.Must(t, err)
+	_, err = as.CoreV1().Pods("default").List(e2etest.Ctx(t), metav1.ListOptions{})
 	wantForbidden(t, "list pods", err)
-	p, err := srv.Client.CoreV1().Pods("default").Get(ctx(t), pod.Name, metav1.GetOptions{})
-	must(t, err)
-	_, err = as.CoreV1().Pods("default").Update(ctx(t), p, metav1.UpdateOptions{})
+	p, err := srv.Client.CoreV1().Pods("default").Get(e2etest.Ctx(t), pod.Name, metav1.GetOptions{})
+	e2etest.Must(t, err)
+	_, err = as.CoreV1().Pods("default").Update(e2etest.Ctx(t), p, metav1.UpdateOptions{})
 	wantForbidden(t, "update pod", err)
-	_, err = as.CoreV1().Pods("default").UpdateStatus(ctx(t), p, metav1.UpdateOptions{})
+	_, err = as.CoreV1().Pods("default").UpdateStatus(e2etest.Ctx(t), p, metav1.UpdateOptions{})
 	wantForbidden(t, "update pod status", err)
-	_, err = as.CoreV1().Secrets("kube-system").List(ctx(t), metav1.ListOptions{})
+	_, err = as.CoreV1().Secrets("kube-system").List(e2etest.Ctx(t), metav1.ListOptions{})
 	wantForbidden(t, "list secrets", err)
-	err = as.CoreV1().Pods("default").Delete(ctx(t), pod.Name, metav1.DeleteOptions{})
+	err = as.CoreV1().Pods("default").Delete(e2etest.Ctx(t), pod.Name, metav1.DeleteOptions{})
 	wantForbidden(t, "delete pod", err)
 	accessMatrix(t)
 }
@@ -115,8 +116,8 @@ func allowed(t *testing.T, ns, verb, group, resource, sub string) bool {
 		ResourceAttributes: &authzv1.ResourceAttributes{Namespace: ns, Verb: verb, Group: group,
 			Resource: resource, Subresource: sub},
 	}}
-	got, err := srv.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx(t), sar, metav1.CreateOptions{})
-	must(t, err)
+	got, err := srv.Client.AuthorizationV1().SubjectAccessReviews().Create(e2etest.Ctx(t), sar, metav1.CreateOptions{})
+	e2etest.Must(t, err)
 	return got.Status.Allowed
 }
 
@@ -142,14 +143,13 @@ func wantForbidden(t *testing.T, what string, err error) {
 func applyRBAC(t *testing.T) {
 	t.Helper()
 	objs := objects(t, filepath.Join(testenv.ModuleRoot(), "deployments", "rbac.yaml"))
+	c := manifests(t)
 	for _, obj := range objs {
-		must(t, createObject(t, obj, metav1.CreateOptions{}))
+		e2etest.Must(t, c.Create(e2etest.Ctx(t), obj, metav1.CreateOptions{}))
 	}
 	t.Cleanup(func() {
 		for _, obj := range objs {
-			ri, err := resourceFor(t, obj)
-			must(t, err)
-			if err := ri.Delete(ctx(t), obj.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			if err := c.Delete(e2etest.Ctx(t), obj); err != nil {
 				t.Error(err)
 			}
 		}

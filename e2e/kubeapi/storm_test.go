@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/pkg/cni/kube"
 )
 
@@ -37,9 +38,9 @@ const (
 // other writer's annotation, and the API server must have answered some patches with 409
 // Conflict (so the retry path really ran).
 func TestNetworkStatusConflictStorm(t *testing.T) {
-	c := ctx(t)
+	c := e2etest.Ctx(t)
 	pod, err := srv.CreatePod(c, "default", "storm", nodeName, annotationWith(t, otherEntry))
-	must(t, err)
+	e2etest.Must(t, err)
 	conflictsBefore := patchConflicts(t)
 	done := make(chan struct{})
 	final := make([]nadv1.NetworkStatus, writers)
@@ -78,7 +79,7 @@ func TestNetworkStatusConflictStorm(t *testing.T) {
 	}
 	t.Logf("writes per devplumb writer during %d foreign patches: %v", patches, counts)
 
-	got := statusOf(t, "default", pod.Name)
+	got := e2etest.NetworkStatus(t, srv.Client, "default", pod.Name)
 	if len(got) != writers+1 || !equalEntry(got[0], otherEntry) {
 		t.Fatalf("network-status after the storm has %d entries (want %d, the foreign one first): %+v", len(got), writers+1, got)
 	}
@@ -88,7 +89,7 @@ func TestNetworkStatusConflictStorm(t *testing.T) {
 		}
 	}
 	p, err := srv.Client.CoreV1().Pods("default").Get(c, pod.Name, metav1.GetOptions{})
-	must(t, err)
+	e2etest.Must(t, err)
 	if v := p.Annotations["example.com/storm"]; v != strconv.Itoa(patches) {
 		t.Fatalf("other writer's annotation = %q, want %d", v, patches)
 	}
@@ -141,7 +142,7 @@ func storm(ctx context.Context, name string, enough func() bool) (int, error) {
 // patchConflicts reads the API server's count of pod PATCH requests answered 409.
 func patchConflicts(t *testing.T) int {
 	t.Helper()
-	raw, err := srv.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx(t))
+	raw, err := srv.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(e2etest.Ctx(t))
 	if err != nil {
 		t.Fatalf("read API server metrics: %v", err)
 	}

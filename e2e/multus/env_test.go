@@ -1,19 +1,14 @@
 package multus_test
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
-	"github.com/vishvananda/netlink"
 
 	"github.com/devplumb/devplumb/pkg/testenv"
 	"github.com/devplumb/devplumb/podresources/podresourcestest"
@@ -94,21 +89,7 @@ func mountPoint(t *testing.T, dir string) {
 // hostNetdev creates a veth pair in the host namespace; one end stands in for a VF's netdev
 // (this machine has no SR-IOV NIC) and the test's device plugin reports it by name.
 func (e *env) hostNetdev() string {
-	t := e.t
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	name := "dpm" + hex.EncodeToString(b)
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"}
-	if err := netlink.LinkAdd(veth); err != nil {
-		t.Fatalf("create veth %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		// Deleting either end deletes the pair, wherever the other end is.
-		if l, err := netlink.LinkByName(name + "p"); err == nil {
-			_ = netlink.LinkDel(l)
-		}
-	})
-	return name
+	return testenv.VethPair(e.t, "dpm") + "a"
 }
 
 // writeDP writes the device plugin's device-info file for dev, as netdev-dp would.
@@ -127,10 +108,4 @@ func (e *env) writeDP(dev string, info *nadv1.DeviceInfo) {
 // from the host, through the test's directory): "<namespace>-<NAD>-<containerID>_<ifName>".
 func (e *env) cniDeviceInfoFile(namespace, nad, ifName string) string {
 	return filepath.Join(e.npwgDir, "devinfo", "cni", namespace+"-"+nad+"-"+containerID+"_"+ifName)
-}
-
-func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	return c
 }

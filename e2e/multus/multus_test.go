@@ -13,13 +13,12 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	"github.com/vishvananda/netlink"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
@@ -38,7 +37,7 @@ func TestMultusDelegatesToDevplumb(t *testing.T) {
 	e.writeDP(dev, info)
 
 	nad := e.createNAD("default")
-	pod, err := srv.CreatePod(ctx(t), "default", "multus-pod", "node-a",
+	pod, err := srv.CreatePod(e2etest.Ctx(t), "default", "multus-pod", "node-a",
 		map[string]string{nadv1.NetworkAttachmentAnnot: nad.Name})
 	if err != nil {
 		t.Fatal(err)
@@ -46,11 +45,7 @@ func TestMultusDelegatesToDevplumb(t *testing.T) {
 	e.podResources.SetPod(&v1.PodResources{Namespace: "default", Name: pod.Name, Containers: []*v1.ContainerResources{{
 		Name: "c", Devices: []*v1.ContainerDevices{{ResourceName: resourceName, DeviceIds: []string{dev}}},
 	}}})
-	netns, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { netns.Close(); _ = testutils.UnmountNS(netns) })
+	netns := testenv.NetNS(t)
 	args := podArgs(pod.Namespace, pod.Name, string(pod.UID))
 
 	out := e.multus("ADD", netns.Path(), args)
@@ -63,7 +58,7 @@ func TestMultusDelegatesToDevplumb(t *testing.T) {
 
 	// Multus's network-status: the cluster network, then devplumb's attachment with the
 	// device-info devplumb left in CNIDeviceInfoFile.
-	status := networkStatus(t, pod.Name)
+	status := e2etest.NetworkStatus(t, srv.Client, "default", pod.Name)
 	if len(status) != 2 || status[0].Name != "cluster-default" || !status[0].Default {
 		t.Fatalf("network-status %+v: want cluster-default first, then default/%s", status, nad.Name)
 	}
@@ -119,25 +114,6 @@ func TestMultusDelegatesToDevplumb(t *testing.T) {
 	e.multus("DEL", netns.Path(), args)
 }
 
-func networkStatus(t *testing.T, pod string) []nadv1.NetworkStatus {
-	t.Helper()
-	return networkStatusIn(t, "default", pod)
-}
-
-func networkStatusIn(t *testing.T, namespace, pod string) []nadv1.NetworkStatus {
-	t.Helper()
-	p, err := srv.Client.CoreV1().Pods(namespace).Get(ctx(t), pod, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw := p.Annotations[nadv1.NetworkStatusAnnot]
-	var list []nadv1.NetworkStatus
-	if err := json.Unmarshal([]byte(raw), &list); err != nil {
-		t.Fatalf("network-status %q: %v", raw, err)
-	}
-	return list
-}
-
 func podArgs(namespace, name, uid string) string {
 	return fmt.Sprintf("IgnoreUnknown=1;K8S_POD_NAMESPACE=%s;K8S_POD_NAME=%s;K8S_POD_INFRA_CONTAINER_ID=%s;K8S_POD_UID=%s",
 		namespace, name, containerID, uid)
@@ -167,7 +143,7 @@ func (e *env) createNAD(namespace string) *nadv1.NetworkAttachmentDefinition {
 	if nad.Annotations["k8s.v1.cni.cncf.io/resourceName"] != resourceName {
 		t.Fatalf("multus-delegation.yaml: resourceName annotation %q, test serves %s", nad.Annotations["k8s.v1.cni.cncf.io/resourceName"], resourceName)
 	}
-	out, err := srv.CreateNAD(ctx(t), namespace, nad.Name, string(b), nad.Annotations)
+	out, err := srv.CreateNAD(e2etest.Ctx(t), namespace, nad.Name, string(b), nad.Annotations)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +155,7 @@ func (e *env) multus(cmd, netns, args string) []byte {
 	t := e.t
 	t.Helper()
 	// Bounded, so a hanging Multus or delegate fails this test instead of stalling CI.
-	c := exec.CommandContext(ctx(t), "unshare", "--mount", "--propagation", "private", "--", "sh", "-c", mountScript,
+	c := exec.CommandContext(e2etest.Ctx(t), "unshare", "--mount", "--propagation", "private", "--", "sh", "-c", mountScript,
 		"sh", filepath.Dir(e.podResources.Socket), e.npwgDir, e.multusBin)
 	c.WaitDelay = 5 * time.Second
 	c.Stdin = bytes.NewReader(e.multusConf)

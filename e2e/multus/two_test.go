@@ -6,10 +6,12 @@ import (
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	"github.com/vishvananda/netlink"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/devplumb/devplumb/e2e/e2etest"
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
 // TestMultusTwoAttachmentsOfOneNetwork: a pod asks for the same network twice and has two
@@ -18,7 +20,7 @@ import (
 func TestMultusTwoAttachmentsOfOneNetwork(t *testing.T) {
 	e := newEnv(t)
 	const namespace = "two-devices"
-	if err := srv.CreateNamespace(ctx(t), namespace); err != nil {
+	if err := srv.CreateNamespace(e2etest.Ctx(t), namespace); err != nil {
 		t.Fatal(err)
 	}
 	devs := []string{e.hostNetdev(), e.hostNetdev()}
@@ -29,7 +31,7 @@ func TestMultusTwoAttachmentsOfOneNetwork(t *testing.T) {
 		e.writeDP(d, infos[i])
 	}
 	nad := e.createNAD(namespace)
-	pod, err := srv.CreatePod(ctx(t), namespace, "two", "node-a",
+	pod, err := srv.CreatePod(e2etest.Ctx(t), namespace, "two", "node-a",
 		map[string]string{nadv1.NetworkAttachmentAnnot: nad.Name + "," + nad.Name})
 	if err != nil {
 		t.Fatal(err)
@@ -37,15 +39,11 @@ func TestMultusTwoAttachmentsOfOneNetwork(t *testing.T) {
 	e.podResources.SetPod(&v1.PodResources{Namespace: namespace, Name: pod.Name, Containers: []*v1.ContainerResources{{
 		Name: "c", Devices: []*v1.ContainerDevices{{ResourceName: resourceName, DeviceIds: devs}},
 	}}})
-	netns, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { netns.Close(); _ = testutils.UnmountNS(netns) })
+	netns := testenv.NetNS(t)
 	args := podArgs(namespace, pod.Name, string(pod.UID))
 
 	e.multus("ADD", netns.Path(), args)
-	status := networkStatusIn(t, namespace, pod.Name)
+	status := e2etest.NetworkStatus(t, srv.Client, namespace, pod.Name)
 	if len(status) != 3 {
 		t.Fatalf("network-status %+v: want cluster-default and two attachments", status)
 	}

@@ -2,7 +2,6 @@ package node_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,25 +16,39 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/e2e/node"
 	"github.com/devplumb/devplumb/pkg/cdispec"
+	"github.com/devplumb/devplumb/pkg/testenv"
 	"github.com/devplumb/devplumb/podresources"
 )
 
-// aloneConflist is devplumb alone as the node's network: the pod's eth0 is its
-// example.com/hostdev device, and devplumb writes its own network-status entry through
-// the kubeconfig its installer wrote.
-const aloneConflist = `{
+// hostDeviceConflist is devplumb alone as the node's network named network: the pod's
+// eth0 is its device of resourceName, moved by host-device with the static address, and
+// devplumb writes its own network-status entry through the kubeconfig its installer wrote.
+func hostDeviceConflist(network, resourceName, address string) []byte {
+	return []byte(`{
   "cniVersion": "1.0.0",
-  "name": "devplumb-alone",
+  "name": "` + network + `",
   "plugins": [{
     "type": "devplumb",
-    "resourceName": "example.com/hostdev",
+    "resourceName": "` + resourceName + `",
     "injectDeviceID": ["device"],
     "kubeconfig": "/etc/cni/net.d/devplumb.d/devplumb.kubeconfig",
-    "delegate": {"type": "host-device", "ipam": {"type": "static", "addresses": [{"address": "192.0.2.10/24"}]}}
+    "delegate": {"type": "host-device", "ipam": {"type": "static", "addresses": [{"address": "` + address + `"}]}}
   }]
-}`
+}`)
+}
+
+// aloneConflist is devplumb alone with example.com/hostdev devices.
+var aloneConflist = hostDeviceConflist("devplumb-alone", "example.com/hostdev", "192.0.2.10/24")
+
+// useConflist makes data the node's network (named network) until the test ends.
+func useConflist(t *testing.T, network string, data []byte) {
+	t.Helper()
+	e2etest.Must(t, nd.SetConflist(ctx(t), network, data))
+	t.Cleanup(func() { e2etest.Must(t, nd.SetConflist(context.Background(), "cluster", []byte(node.DefaultConflist))) })
+}
 
 // TestDevplumbAloneInTheConflist (scenario 3, then 4): with devplumb alone in the node's
 // conflist, a pod gets as eth0 the device PodResources lists for it, and its
@@ -43,9 +56,7 @@ const aloneConflist = `{
 // the host and no CNI device-info file, claim or network state is left.
 func TestDevplumbAloneInTheConflist(t *testing.T) {
 	deployed(t)
-	c := ctx(t)
-	must(t, nd.SetConflist(c, "devplumb-alone", []byte(aloneConflist)))
-	t.Cleanup(func() { must(t, nd.SetConflist(context.Background(), "cluster", []byte(node.DefaultConflist))) })
+	useConflist(t, "devplumb-alone", aloneConflist)
 
 	pod := createPod(t, "alone", map[string]string{"example.com/hostdev": "1"})
 	waitRunning(t, pod)
@@ -76,7 +87,7 @@ func TestDevplumbAloneInTheConflist(t *testing.T) {
 		return err
 	})
 	for _, dir := range []string{"/run/k8s.cni.cncf.io/devinfo/cni", "/var/lib/cni/devplumb/attachments", "/var/lib/cni/networks/devplumb-alone"} {
-		if left := files(t, nd.HostPath(dir)); len(left) > 0 {
+		if left := testenv.Files(t, nd.HostPath(dir)); len(left) > 0 {
 			t.Errorf("left in %s after the pod was deleted: %v", dir, left)
 		}
 	}
@@ -112,7 +123,7 @@ func createPodScript(t *testing.T, name string, limits, annotations map[string]s
 		},
 	}
 	out, err := nd.Client.CoreV1().Pods("default").Create(ctx(t), pod, metav1.CreateOptions{})
-	must(t, err)
+	e2etest.Must(t, err)
 	t.Cleanup(func() { deletePod(t, out) })
 	return out
 }
@@ -139,7 +150,7 @@ func deletePod(t *testing.T, pod *corev1.Pod) {
 	if apierrors.IsNotFound(err) {
 		return
 	}
-	must(t, err)
+	e2etest.Must(t, err)
 	waitFor(t, "pod "+pod.Name+" gone", func(c context.Context) error {
 		_, err := nd.Client.CoreV1().Pods(pod.Namespace).Get(c, pod.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -166,7 +177,7 @@ func events(c context.Context, pod *corev1.Pod) string {
 func podDevices(t *testing.T, pod *corev1.Pod, res string) []string {
 	t.Helper()
 	devs, err := podDevicesErr(ctx(t), pod, res)
-	must(t, err)
+	e2etest.Must(t, err)
 	return devs
 }
 
@@ -182,19 +193,13 @@ func podDevicesErr(c context.Context, pod *corev1.Pod, res string) ([]string, er
 // networkStatus is the pod's network-status entry for network and interface.
 func networkStatus(t *testing.T, pod *corev1.Pod, network, ifName string) nadv1.NetworkStatus {
 	t.Helper()
-	p, err := nd.Client.CoreV1().Pods(pod.Namespace).Get(ctx(t), pod.Name, metav1.GetOptions{})
-	must(t, err)
-	raw := p.Annotations[nadv1.NetworkStatusAnnot]
-	var list []nadv1.NetworkStatus
-	if err := json.Unmarshal([]byte(raw), &list); err != nil {
-		t.Fatalf("network-status %q: %v", raw, err)
-	}
+	list := e2etest.NetworkStatus(t, nd.Client, pod.Namespace, pod.Name)
 	for _, e := range list {
 		if e.Name == network && e.Interface == ifName {
 			return e
 		}
 	}
-	t.Fatalf("network-status %s has no entry for %s %s", raw, network, ifName)
+	t.Fatalf("network-status %+v has no entry for %s %s", list, network, ifName)
 	return nadv1.NetworkStatus{}
 }
 
@@ -202,11 +207,11 @@ func networkStatus(t *testing.T, pod *corev1.Pod, network, ifName string) nadv1.
 func podLog(t *testing.T, pod *corev1.Pod) string {
 	t.Helper()
 	logs, err := filepath.Glob(nd.HostPath(filepath.Join("/var/log/pods", pod.Namespace+"_"+pod.Name+"_"+string(pod.UID), "*", "*.log")))
-	must(t, err)
+	e2etest.Must(t, err)
 	var b strings.Builder
 	for _, l := range logs {
 		data, err := os.ReadFile(l)
-		must(t, err)
+		e2etest.Must(t, err)
 		b.Write(data)
 	}
 	return b.String()
@@ -219,23 +224,4 @@ func copyExec(src, dst string) error {
 		return err
 	}
 	return os.WriteFile(dst, data, 0o755)
-}
-
-// files lists the files below dir (none when it does not exist).
-func files(t *testing.T, dir string) []string {
-	t.Helper()
-	var out []string
-	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if !d.IsDir() {
-			out = append(out, p)
-		}
-		return nil
-	})
-	if err != nil && !os.IsNotExist(err) {
-		t.Fatal(err)
-	}
-	return out
 }

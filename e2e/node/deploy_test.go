@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
@@ -72,18 +73,18 @@ func deploy(t *testing.T) {
 	// directories with mode 000; netdev-dp, without CAP_DAC_OVERRIDE, must still use dp/,
 	// and start (again) beside a cni/ it cannot list.
 	devinfo := nd.HostPath("/run/k8s.cni.cncf.io/devinfo")
-	must(t, os.MkdirAll(devinfo, 0o755))
+	e2etest.Must(t, os.MkdirAll(devinfo, 0o755))
 	for _, kind := range []string{"dp", "cni"} {
-		must(t, os.Mkdir(filepath.Join(devinfo, kind), 0))
+		e2etest.Must(t, os.Mkdir(filepath.Join(devinfo, kind), 0))
 	}
-	must(t, nd.API.InstallNADCRD(c))
+	e2etest.Must(t, nd.API.InstallNADCRD(c))
 
 	dir := filepath.Join(testenv.ModuleRoot(), "deployments")
 	nads, err := filepath.Glob(filepath.Join(dir, "nads", "*.yaml"))
-	must(t, err)
+	e2etest.Must(t, err)
 	files := []string{filepath.Join(dir, "rbac.yaml"), filepath.Join(dir, "devplumb-daemonset.yaml"),
 		filepath.Join(dir, "netdev-dp-daemonset.yaml")}
-	must(t, nd.Apply(c, append(files, nads...)...))
+	e2etest.Must(t, nd.Apply(c, append(files, nads...)...))
 
 	waitDaemonSet(t, "kube-system", "devplumb")
 	waitDaemonSet(t, "kube-system", "netdev-dp")
@@ -94,19 +95,19 @@ func deploy(t *testing.T) {
 func checkInstalled(t *testing.T) {
 	t.Helper()
 	want, err := os.ReadFile(filepath.Join(buildDir, "images", "bin", "devplumb"))
-	must(t, err)
+	e2etest.Must(t, err)
 	got, err := os.ReadFile(nd.HostPath("/opt/cni/bin/devplumb"))
-	must(t, err)
+	e2etest.Must(t, err)
 	if !bytes.Equal(got, want) {
 		t.Errorf("/opt/cni/bin/devplumb (%d bytes) is not the image's devplumb (%d bytes)", len(got), len(want))
 	}
 	kc := nd.HostPath("/etc/cni/net.d/devplumb.d/devplumb.kubeconfig")
 	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
-	must(t, err)
+	e2etest.Must(t, err)
 	cs, err := kubernetes.NewForConfig(cfg)
-	must(t, err)
+	e2etest.Must(t, err)
 	pods, err := nd.Client.CoreV1().Pods("kube-system").List(ctx(t), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=devplumb"})
-	must(t, err)
+	e2etest.Must(t, err)
 	if len(pods.Items) != 1 {
 		t.Fatalf("%d devplumb pods, want 1", len(pods.Items))
 	}
@@ -125,10 +126,10 @@ func hostNetdevs(t *testing.T, names ...string) {
 			if _, peer := netlink.LinkByName(name + "p"); l.Type() != "veth" || peer != nil {
 				t.Fatalf("this host already has a link %s: the test needs that name", name)
 			}
-			must(t, netlink.LinkDel(l))
+			e2etest.Must(t, netlink.LinkDel(l))
 		}
 		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"}
-		must(t, netlink.LinkAdd(veth))
+		e2etest.Must(t, netlink.LinkAdd(veth))
 		atExit(func() {
 			// Either end deletes the pair, wherever the other end is.
 			if l, err := netlink.LinkByName(name + "p"); err == nil {
@@ -142,10 +143,10 @@ func hostNetdevs(t *testing.T, names ...string) {
 func vhostSockets(t *testing.T, names ...string) {
 	t.Helper()
 	dir := nd.HostPath("/run/vswitch/vhu")
-	must(t, os.MkdirAll(dir, 0o755))
+	e2etest.Must(t, os.MkdirAll(dir, 0o755))
 	for _, n := range names {
 		l, err := net.Listen("unix", filepath.Join(dir, n+".sock"))
-		must(t, err)
+		e2etest.Must(t, err)
 		atExit(func() { l.Close() })
 	}
 }
@@ -217,12 +218,5 @@ func waitFor(t *testing.T, what string, check func(context.Context) error) {
 			t.Fatalf("%s: not within %s: %v\n%s", what, readyBound, err, nd.Logs())
 		}
 		time.Sleep(500 * time.Millisecond)
-	}
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
 	}
 }

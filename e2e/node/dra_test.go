@@ -17,6 +17,7 @@ import (
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/e2e/node"
 	"github.com/devplumb/devplumb/pkg/cdispec"
 	"github.com/devplumb/devplumb/pkg/testenv"
@@ -50,14 +51,14 @@ func draMode(t *testing.T) {
 	t.Cleanup(func() {
 		stopDaemonSet(t, draDS)
 		c := context.Background()
-		must(t, nd.Delete(c, draManifests()...))
-		must(t, nd.Client.ResourceV1().ResourceSlices().DeleteCollection(c, metav1.DeleteOptions{},
+		e2etest.Must(t, nd.Delete(c, draManifests()...))
+		e2etest.Must(t, nd.Client.ResourceV1().ResourceSlices().DeleteCollection(c, metav1.DeleteOptions{},
 			metav1.ListOptions{FieldSelector: "spec.driver=" + draDriver}))
-		must(t, nd.Apply(c, dpDS))
+		e2etest.Must(t, nd.Apply(c, dpDS))
 		waitDaemonSet(t, "kube-system", "netdev-dp")
 		waitAllocatable(t, map[string]string{draResource: "2"})
 	})
-	must(t, nd.Apply(ctx(t), draManifests()...))
+	e2etest.Must(t, nd.Apply(ctx(t), draManifests()...))
 	waitDaemonSet(t, "kube-system", draDS)
 	waitFor(t, "the driver's ResourceSlice with ens2f0 and ens2f1", func(c context.Context) error {
 		for _, id := range []string{"ens2f0", "ens2f1"} {
@@ -135,7 +136,7 @@ func sliceDeviceByID(c context.Context, id string) (sliceDevice, error) {
 func sliceDeviceByName(t *testing.T, pool, name string) sliceDevice {
 	t.Helper()
 	devs, err := sliceDevices(ctx(t))
-	must(t, err)
+	e2etest.Must(t, err)
 	for _, d := range devs {
 		if d.pool == pool && d.name == name {
 			return d
@@ -157,8 +158,8 @@ func claimTemplate(t *testing.T, name, class string) string {
 	}
 	tc := nd.Client.ResourceV1().ResourceClaimTemplates("default")
 	_, err := tc.Create(ctx(t), tmpl, metav1.CreateOptions{})
-	must(t, err)
-	t.Cleanup(func() { must(t, tc.Delete(context.Background(), name, metav1.DeleteOptions{})) })
+	e2etest.Must(t, err)
+	t.Cleanup(func() { e2etest.Must(t, tc.Delete(context.Background(), name, metav1.DeleteOptions{})) })
 	return name
 }
 
@@ -182,7 +183,7 @@ func createClaimPod(t *testing.T, name, template string, byContainer bool, annot
 		},
 	}
 	out, err := nd.Client.CoreV1().Pods("default").Create(ctx(t), pod, metav1.CreateOptions{})
-	must(t, err)
+	e2etest.Must(t, err)
 	t.Cleanup(func() { deletePod(t, out) })
 	return out
 }
@@ -192,7 +193,7 @@ func createClaimPod(t *testing.T, name, template string, byContainer bool, annot
 func podClaim(t *testing.T, pod *corev1.Pod) *resourceapi.ResourceClaim {
 	t.Helper()
 	p, err := nd.Client.CoreV1().Pods(pod.Namespace).Get(ctx(t), pod.Name, metav1.GetOptions{})
-	must(t, err)
+	e2etest.Must(t, err)
 	var name *string
 	for _, c := range p.Spec.ResourceClaims {
 		if c.Name == "net" {
@@ -208,7 +209,7 @@ func podClaim(t *testing.T, pod *corev1.Pod) *resourceapi.ResourceClaim {
 		t.Fatalf("pod %s: no ResourceClaim for its claim net (status %+v)", pod.Name, p.Status.ResourceClaimStatuses)
 	}
 	cl, err := nd.Client.ResourceV1().ResourceClaims(pod.Namespace).Get(ctx(t), *name, metav1.GetOptions{})
-	must(t, err)
+	e2etest.Must(t, err)
 	return cl
 }
 
@@ -253,14 +254,14 @@ func allocated(t *testing.T, pod *corev1.Pod, resource string) draDevice {
 func cdiSpecDevices(t *testing.T, resource string) []string {
 	t.Helper()
 	w, err := cdispec.New(nd.HostPath("/run/cdi"), resource)
-	must(t, err)
+	e2etest.Must(t, err)
 	data, err := os.ReadFile(w.Path())
 	if os.IsNotExist(err) {
 		return nil
 	}
-	must(t, err)
+	e2etest.Must(t, err)
 	var spec cdispecs.Spec
-	must(t, json.Unmarshal(data, &spec))
+	e2etest.Must(t, json.Unmarshal(data, &spec))
 	var out []string
 	for _, d := range spec.Devices {
 		out = append(out, d.Name)
@@ -273,12 +274,12 @@ func cdiSpecDevices(t *testing.T, resource string) []string {
 func podResources(t *testing.T, pod *corev1.Pod) (get, list *podresourcesv1.PodResources) {
 	t.Helper()
 	cl, err := podresources.New(nd.HostPath("/var/lib/kubelet/pod-resources/kubelet.sock"))
-	must(t, err)
+	e2etest.Must(t, err)
 	defer cl.Close()
 	get, err = cl.Get(ctx(t), pod.Namespace, pod.Name)
-	must(t, err)
+	e2etest.Must(t, err)
 	all, err := cl.List(ctx(t))
-	must(t, err)
+	e2etest.Must(t, err)
 	for _, p := range all {
 		if p.GetNamespace() == pod.Namespace && p.GetName() == pod.Name {
 			return get, p
@@ -396,7 +397,7 @@ func waitUnprepared(t *testing.T, devs ...draDevice) {
 		}
 		return nil
 	})
-	if left := files(t, nd.HostPath("/var/lib/kubelet/plugins/"+draDriver+"/claims")); len(left) > 0 {
+	if left := testenv.Files(t, nd.HostPath("/var/lib/kubelet/plugins/"+draDriver+"/claims")); len(left) > 0 {
 		t.Errorf("the driver's claim checkpoints left: %v", left)
 	}
 }

@@ -14,24 +14,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/e2e/node"
 	"github.com/devplumb/devplumb/pkg/cdispec"
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
 // draConflist is devplumb alone in the node's conflist with the config a device-plugin
 // user already has (resourceName), which takes DRA devices by their resourceName
 // attribute: from PodResources when the kubelet reports the claim, else from the API server.
-const draConflist = `{
-  "cniVersion": "1.0.0",
-  "name": "devplumb-dra",
-  "plugins": [{
-    "type": "devplumb",
-    "resourceName": "` + draResource + `",
-    "injectDeviceID": ["device"],
-    "kubeconfig": "/etc/cni/net.d/devplumb.d/devplumb.kubeconfig",
-    "delegate": {"type": "host-device", "ipam": {"type": "static", "addresses": [{"address": "192.0.2.30/24"}]}}
-  }]
-}`
+var draConflist = hostDeviceConflist("devplumb-dra", draResource, "192.0.2.30/24")
 
 // TestDRAClaimToPodNetwork (issue 12, on the real node): netdev-dp in DRA mode; the real
 // scheduler allocates each pod's claim, the real kubelet prepares it through the driver,
@@ -45,8 +37,7 @@ const draConflist = `{
 func TestDRAClaimToPodNetwork(t *testing.T) {
 	draMode(t)
 	c := ctx(t)
-	must(t, nd.SetConflist(c, "devplumb-dra", []byte(draConflist)))
-	t.Cleanup(func() { must(t, nd.SetConflist(context.Background(), "cluster", []byte(node.DefaultConflist))) })
+	useConflist(t, "devplumb-dra", draConflist)
 	tmpl := claimTemplate(t, "hostdev-net", draClass)
 	direct := directClaim(t, "hostdev-direct", draClass)
 
@@ -78,7 +69,7 @@ func TestDRAClaimToPodNetwork(t *testing.T) {
 	for i, d := range devs {
 		w, err := nd.Client.ResourceV1().ResourceClaims("default").Watch(c, metav1.ListOptions{
 			FieldSelector: "metadata.name=" + d.claim.Name, ResourceVersion: d.claim.ResourceVersion})
-		must(t, err)
+		e2etest.Must(t, err)
 		defer w.Stop()
 		watches[i] = w
 	}
@@ -106,8 +97,8 @@ func directClaim(t *testing.T, name, class string) string {
 	}
 	cc := nd.Client.ResourceV1().ResourceClaims("default")
 	_, err := cc.Create(ctx(t), cl, metav1.CreateOptions{})
-	must(t, err)
-	t.Cleanup(func() { must(t, cc.Delete(context.Background(), name, metav1.DeleteOptions{})) })
+	e2etest.Must(t, err)
+	t.Cleanup(func() { e2etest.Must(t, cc.Delete(context.Background(), name, metav1.DeleteOptions{})) })
 	return name
 }
 
@@ -126,7 +117,7 @@ func createDirectClaimPod(t *testing.T, name, claim string, annotations map[stri
 		},
 	}
 	out, err := nd.Client.CoreV1().Pods("default").Create(ctx(t), pod, metav1.CreateOptions{})
-	must(t, err)
+	e2etest.Must(t, err)
 	t.Cleanup(func() { deletePod(t, out) })
 	return out
 }
@@ -146,7 +137,7 @@ func devplumbEntry(cl *resourceapi.ResourceClaim, d draDevice) *resourceapi.Allo
 func checkNetworkData(t *testing.T, d draDevice, ifName, ip, mac string) {
 	t.Helper()
 	cl, err := nd.Client.ResourceV1().ResourceClaims("default").Get(ctx(t), d.claim.Name, metav1.GetOptions{})
-	must(t, err)
+	e2etest.Must(t, err)
 	e := devplumbEntry(cl, d)
 	if e == nil {
 		t.Fatalf("claim %s: no status.devices entry for %s/%s: %+v", cl.Name, d.pool, d.name, cl.Status.Devices)
@@ -212,7 +203,7 @@ func TestDRAUnderMultus(t *testing.T) {
 
 	w, err := nd.Client.ResourceV1().ResourceClaims("default").Watch(ctx(t), metav1.ListOptions{
 		FieldSelector: "metadata.name=" + d.claim.Name, ResourceVersion: d.claim.ResourceVersion})
-	must(t, err)
+	e2etest.Must(t, err)
 	defer w.Stop()
 	deletePod(t, pod)
 	checkStatusRemovedFirst(t, w, d)
@@ -239,7 +230,7 @@ func draNAD(t *testing.T) string {
 func checkNoCNIFiles(t *testing.T) {
 	t.Helper()
 	for _, dir := range []string{"/run/k8s.cni.cncf.io/devinfo/cni", "/var/lib/cni/devplumb/attachments"} {
-		if left := files(t, nd.HostPath(dir)); len(left) > 0 {
+		if left := testenv.Files(t, nd.HostPath(dir)); len(left) > 0 {
 			t.Errorf("left in %s after the pods were deleted: %v", dir, left)
 		}
 	}
@@ -263,7 +254,7 @@ func TestDRAShippedNADUnderMultus(t *testing.T) {
 		return nil
 	})
 	p, err := nd.Client.CoreV1().Pods(pod.Namespace).Get(ctx(t), pod.Name, metav1.GetOptions{})
-	must(t, err)
+	e2etest.Must(t, err)
 	if p.Status.Phase == corev1.PodRunning {
 		t.Errorf("pod %s runs", pod.Name)
 	}

@@ -1,7 +1,6 @@
 package node_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -12,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/devplumb/devplumb/devinfo"
-	"github.com/devplumb/devplumb/e2e/node"
+	"github.com/devplumb/devplumb/e2e/e2etest"
 )
 
 const draVhostResource = "example.com/vhostuser"
@@ -43,8 +42,7 @@ func TestDRAVhostUserClaim(t *testing.T) {
 	draMode(t)
 	vhostMasterUp(t)
 	c := ctx(t)
-	must(t, nd.SetConflist(c, "devplumb-dra-vhost", []byte(draVhostConflist)))
-	t.Cleanup(func() { must(t, nd.SetConflist(context.Background(), "cluster", []byte(node.DefaultConflist))) })
+	useConflist(t, "devplumb-dra-vhost", []byte(draVhostConflist))
 	tmpl := claimTemplate(t, "vhost", "vhostuser.example.com")
 
 	pod := createClaimPod(t, "dra-vhost", tmpl, true, nil)
@@ -68,7 +66,7 @@ func TestDRAVhostUserClaim(t *testing.T) {
 
 	w, err := nd.Client.ResourceV1().ResourceClaims("default").Watch(c, metav1.ListOptions{
 		FieldSelector: "metadata.name=" + d.claim.Name, ResourceVersion: d.claim.ResourceVersion})
-	must(t, err)
+	e2etest.Must(t, err)
 	defer w.Stop()
 	deletePod(t, pod)
 	checkStatusRemovedFirst(t, w, d)

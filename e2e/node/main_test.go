@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/e2e/kubeapi"
 	"github.com/devplumb/devplumb/e2e/node"
 	"github.com/devplumb/devplumb/pkg/testenv"
@@ -63,8 +64,8 @@ func fail(err error) int {
 	return 1
 }
 
+// ctx is a test context: a node's operations (a pod start pulls and runs) take longer
+// than e2etest.TestBound.
 func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	t.Cleanup(cancel)
-	return c
+	return e2etest.Context(t, 5*time.Minute)
 }

@@ -12,8 +12,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/e2e/kubeapi"
 	"github.com/devplumb/devplumb/e2e/node"
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
 // TestMultusTwoAttachmentsOfOneResource (scenario 2): Multus thin is the node's CNI
@@ -53,7 +55,7 @@ func TestMultusTwoAttachmentsOfOneResource(t *testing.T) {
 			return err
 		})
 	}
-	if left := files(t, nd.HostPath("/run/k8s.cni.cncf.io/devinfo/cni")); len(left) > 0 {
+	if left := testenv.Files(t, nd.HostPath("/run/k8s.cni.cncf.io/devinfo/cni")); len(left) > 0 {
 		t.Errorf("CNI device-info files left: %v", left)
 	}
 }
@@ -98,7 +100,7 @@ func TestMultusVhostUserDeviceInfo(t *testing.T) {
 		t.Errorf("the pod sees sockets %v, want its device %s", v.sockets, sock)
 	}
 	deletePod(t, pod)
-	if left := files(t, nd.HostPath("/run/k8s.cni.cncf.io/devinfo/cni")); len(left) > 0 {
+	if left := testenv.Files(t, nd.HostPath("/run/k8s.cni.cncf.io/devinfo/cni")); len(left) > 0 {
 		t.Errorf("CNI device-info files left: %v", left)
 	}
 }
@@ -119,19 +121,19 @@ func nadVariant(t *testing.T, shipped, name string, change func(conf map[string]
 	t.Helper()
 	c := ctx(t)
 	nc, err := nd.API.NADClient()
-	must(t, err)
+	e2etest.Must(t, err)
 	nad, err := nc.K8sCniCncfIoV1().NetworkAttachmentDefinitions("default").Get(c, shipped, metav1.GetOptions{})
-	must(t, err)
+	e2etest.Must(t, err)
 	var conf map[string]any
-	must(t, json.Unmarshal([]byte(nad.Spec.Config), &conf))
+	e2etest.Must(t, json.Unmarshal([]byte(nad.Spec.Config), &conf))
 	conf["name"] = name
 	change(conf, nad.Annotations)
 	data, err := json.Marshal(conf)
-	must(t, err)
+	e2etest.Must(t, err)
 	_, err = nd.API.CreateNAD(c, "default", name, string(data), nad.Annotations)
-	must(t, err)
+	e2etest.Must(t, err)
 	t.Cleanup(func() {
-		must(t, nc.K8sCniCncfIoV1().NetworkAttachmentDefinitions("default").Delete(context.Background(), name, metav1.DeleteOptions{}))
+		e2etest.Must(t, nc.K8sCniCncfIoV1().NetworkAttachmentDefinitions("default").Delete(context.Background(), name, metav1.DeleteOptions{}))
 	})
 	return name
 }
@@ -141,27 +143,25 @@ func vhostMasterUp(t *testing.T) {
 	t.Helper()
 	hostNetdevs(t, vhostMaster)
 	master, err := netlink.LinkByName(vhostMaster)
-	must(t, err)
-	must(t, netlink.LinkSetUp(master))
+	e2etest.Must(t, err)
+	e2etest.Must(t, netlink.LinkSetUp(master))
 }
 
 // multusAsNodeCNI makes Multus thin the node's CNI, with the bridge as the cluster
 // default network, until the test ends.
 func multusAsNodeCNI(t *testing.T) {
 	t.Helper()
-	c := ctx(t)
 	multus, err := kubeapi.FindBinary("DEVPLUMB_MULTUS", "multus-v4.2.3",
 		"build it with scripts/build-multus.sh (make test and make e2e run it)")
-	must(t, err)
-	must(t, copyExec(multus, nd.HostPath("/opt/cni/bin/multus")))
+	e2etest.Must(t, err)
+	e2etest.Must(t, copyExec(multus, nd.HostPath("/opt/cni/bin/multus")))
 	var bridge map[string]any
-	must(t, json.Unmarshal([]byte(node.DefaultConflist), &bridge))
+	e2etest.Must(t, json.Unmarshal([]byte(node.DefaultConflist), &bridge))
 	conf := map[string]any{"cniVersion": "1.0.0", "name": "multus-cni-network", "plugins": []any{map[string]any{
 		"type": "multus", "kubeconfig": nd.API.Kubeconfig, "delegates": []any{bridge},
 		"cniDir": "/var/lib/cni/multus", "binDir": "/opt/cni/bin",
 	}}}
 	data, err := json.Marshal(conf)
-	must(t, err)
-	must(t, nd.SetConflist(c, "multus-cni-network", data))
-	t.Cleanup(func() { must(t, nd.SetConflist(context.Background(), "cluster", []byte(node.DefaultConflist))) })
+	e2etest.Must(t, err)
+	useConflist(t, "multus-cni-network", data)
 }

@@ -13,7 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/devplumb/devplumb/e2e/node"
+	"github.com/devplumb/devplumb/e2e/e2etest"
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
 // TestKubeletAndNetdevDPRestart (scenario 5): the kubelet restarts under a running pod
@@ -23,8 +24,7 @@ import (
 func TestKubeletAndNetdevDPRestart(t *testing.T) {
 	deployed(t)
 	c := ctx(t)
-	must(t, nd.SetConflist(c, "devplumb-alone", []byte(aloneConflist)))
-	t.Cleanup(func() { must(t, nd.SetConflist(context.Background(), "cluster", []byte(node.DefaultConflist))) })
+	useConflist(t, "devplumb-alone", aloneConflist)
 	first := createPod(t, "before-restart", map[string]string{"example.com/hostdev": "1"})
 	waitRunning(t, first)
 	dev := podDevices(t, first, "example.com/hostdev")
@@ -32,9 +32,9 @@ func TestKubeletAndNetdevDPRestart(t *testing.T) {
 	registered := registrations(t)
 	sock := nd.HostPath("/var/lib/kubelet/device-plugins/kubelet.sock")
 	old, err := os.Stat(sock)
-	must(t, err)
+	e2etest.Must(t, err)
 	nd.StopKubelet()
-	must(t, nd.StartKubelet())
+	e2etest.Must(t, nd.StartKubelet())
 	var sockAt time.Time
 	waitFor(t, "the new kubelet's socket", func(context.Context) error {
 		st, err := os.Stat(sock)
@@ -66,10 +66,10 @@ func TestKubeletAndNetdevDPRestart(t *testing.T) {
 
 	// netdev-dp restarted by its DaemonSet.
 	pods, err := nd.Client.CoreV1().Pods("kube-system").List(c, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=netdev-dp"})
-	must(t, err)
-	dp := files(t, nd.HostPath("/run/k8s.cni.cncf.io/devinfo/dp"))
+	e2etest.Must(t, err)
+	dp := testenv.Files(t, nd.HostPath("/run/k8s.cni.cncf.io/devinfo/dp"))
 	for _, p := range pods.Items {
-		must(t, nd.Client.CoreV1().Pods("kube-system").Delete(c, p.Name, metav1.DeleteOptions{}))
+		e2etest.Must(t, nd.Client.CoreV1().Pods("kube-system").Delete(c, p.Name, metav1.DeleteOptions{}))
 	}
 	waitFor(t, "a new netdev-dp pod", func(c context.Context) error {
 		ps, err := nd.Client.CoreV1().Pods("kube-system").List(c, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=netdev-dp"})
@@ -84,7 +84,7 @@ func TestKubeletAndNetdevDPRestart(t *testing.T) {
 	waitDaemonSet(t, "kube-system", "netdev-dp")
 	waitAllocatable(t, map[string]string{"example.com/hostdev": "2"})
 	checkKept(t, first, dev)
-	if got := files(t, nd.HostPath("/run/k8s.cni.cncf.io/devinfo/dp")); strings.Join(got, " ") != strings.Join(dp, " ") {
+	if got := testenv.Files(t, nd.HostPath("/run/k8s.cni.cncf.io/devinfo/dp")); strings.Join(got, " ") != strings.Join(dp, " ") {
 		t.Errorf("device-info files before netdev-dp's restart %v, after %v", dp, got)
 	}
 }
@@ -94,7 +94,7 @@ func TestKubeletAndNetdevDPRestart(t *testing.T) {
 func checkKept(t *testing.T, pod *corev1.Pod, dev []string) {
 	t.Helper()
 	p, err := nd.Client.CoreV1().Pods("default").Get(ctx(t), pod.GetName(), metav1.GetOptions{})
-	must(t, err)
+	e2etest.Must(t, err)
 	if p.Status.Phase != "Running" {
 		t.Fatalf("pod %s is %s", p.Name, p.Status.Phase)
 	}
@@ -117,7 +117,7 @@ func checkKept(t *testing.T, pod *corev1.Pod, dev []string) {
 func registrations(t *testing.T) int {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(nd.Dir, "kubelet.log"))
-	must(t, err)
+	e2etest.Must(t, err)
 	n := 0
 	for _, l := range strings.Split(string(b), "\n") {
 		if strings.Contains(l, "Got registration request from device plugin") && strings.Contains(l, "example.com/hostdev") {

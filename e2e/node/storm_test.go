@@ -11,23 +11,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/devplumb/devplumb/e2e/node"
+	"github.com/devplumb/devplumb/e2e/e2etest"
 )
 
 const stormPods = 20
 
 // stormConflist is devplumb alone with the storm's resource.
-const stormConflist = `{
-  "cniVersion": "1.0.0",
-  "name": "devplumb-storm",
-  "plugins": [{
-    "type": "devplumb",
-    "resourceName": "example.com/storm",
-    "injectDeviceID": ["device"],
-    "kubeconfig": "/etc/cni/net.d/devplumb.d/devplumb.kubeconfig",
-    "delegate": {"type": "host-device", "ipam": {"type": "static", "addresses": [{"address": "192.0.2.20/24"}]}}
-  }]
-}`
+var stormConflist = hostDeviceConflist("devplumb-storm", "example.com/storm", "192.0.2.20/24")
 
 // TestTwentyPodsAtOnce (scenario 6): the user adds a resource of 20 netdevs to netdev-dp's
 // ConfigMap (netdev-dp restarted by its DaemonSet reads it); 20 pods created at once, one
@@ -36,7 +26,6 @@ const stormConflist = `{
 // them brings every device back.
 func TestTwentyPodsAtOnce(t *testing.T) {
 	deployed(t)
-	c := ctx(t)
 	var names []string
 	for i := range stormPods {
 		names = append(names, fmt.Sprintf("dpstorm%02d", i))
@@ -44,8 +33,7 @@ func TestTwentyPodsAtOnce(t *testing.T) {
 	hostNetdevs(t, names...)
 	addStormResource(t)
 	waitAllocatable(t, map[string]string{"example.com/storm": fmt.Sprint(stormPods)})
-	must(t, nd.SetConflist(c, "devplumb-storm", []byte(stormConflist)))
-	t.Cleanup(func() { must(t, nd.SetConflist(context.Background(), "cluster", []byte(node.DefaultConflist))) })
+	useConflist(t, "devplumb-storm", stormConflist)
 
 	pods := make([]*corev1.Pod, stormPods)
 	var wg sync.WaitGroup
@@ -98,7 +86,7 @@ func addStormResource(t *testing.T) {
 	c := ctx(t)
 	cms := nd.Client.CoreV1().ConfigMaps("kube-system")
 	cm, err := cms.Get(c, "netdev-dp", metav1.GetOptions{})
-	must(t, err)
+	e2etest.Must(t, err)
 	conf := cm.Data["config.json"]
 	i := strings.Index(conf, `"resources": [`)
 	if i < 0 {
@@ -107,10 +95,10 @@ func addStormResource(t *testing.T) {
 	i += len(`"resources": [`)
 	cm.Data["config.json"] = conf[:i] + `{"resourceName": "example.com/storm", "netdevs": {"names": ["dpstorm[0-9][0-9]"]}},` + conf[i:]
 	_, err = cms.Update(c, cm, metav1.UpdateOptions{})
-	must(t, err)
+	e2etest.Must(t, err)
 	pods, err := nd.Client.CoreV1().Pods("kube-system").List(c, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=netdev-dp"})
-	must(t, err)
+	e2etest.Must(t, err)
 	for _, p := range pods.Items {
-		must(t, nd.Client.CoreV1().Pods("kube-system").Delete(c, p.Name, metav1.DeleteOptions{}))
+		e2etest.Must(t, nd.Client.CoreV1().Pods("kube-system").Delete(c, p.Name, metav1.DeleteOptions{}))
 	}
 }

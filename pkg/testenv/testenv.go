@@ -1,5 +1,9 @@
-// Package testenv builds the real binaries that tests run: the CNI plugins and
-// cnitool at the versions pinned in go.mod, and devplumb's own commands.
+// Package testenv is the unit layer's test-helper package (e2e/e2etest is the
+// end-to-end layer's). It builds the real binaries that tests run: the CNI plugins
+// and cnitool at the versions pinned in go.mod, and devplumb's own commands; it
+// makes what tests need on the host (veth pairs, network namespaces: host.go) and
+// lists directories one way (Files); and it serialises the packages that use the
+// kubelet's fixed host paths (hostlock.go).
 //
 // Binaries go into one directory per user and checkout (or $DEVPLUMB_TESTBIN), so
 // the Go build cache makes every build after the first cheap, and test

@@ -1,62 +1,27 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"os"
 	"strconv"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/devplumb/devplumb/e2e/e2etest"
 )
 
-type clients struct {
-	dyn    dynamic.Interface
-	mapper *restmapper.DeferredDiscoveryRESTMapper
-}
-
-func connect(kubeconfig string) (*clients, error) {
+// connect is the manifest client of the API server kubeconfig names.
+func connect(kubeconfig string) (*e2etest.Manifests, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
 	}
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &clients{dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))}, nil
-}
-
-// resource is the client of obj's kind, in its namespace when the kind has one.
-func (c *clients) resource(gvk schema.GroupVersionKind, namespace string) (dynamic.ResourceInterface, error) {
-	m, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", gvk.Kind, err)
-	}
-	if m.Scope.Name() == "namespace" {
-		if namespace == "" {
-			namespace = "default"
-		}
-		return c.dyn.Resource(m.Resource).Namespace(namespace), nil
-	}
-	return c.dyn.Resource(m.Resource), nil
+	return e2etest.NewManifests(cfg)
 }
 
 // apply server-side applies every document of the files, as kubectl apply
@@ -67,44 +32,18 @@ func apply(ctx context.Context, kubeconfig string, files []string) error {
 		return err
 	}
 	for _, f := range files {
-		if err := applyFile(ctx, c, f); err != nil {
-			return fmt.Errorf("%s: %w", f, err)
+		objs, err := e2etest.Objects(f)
+		if err != nil {
+			return err
+		}
+		for _, obj := range objs {
+			if err := c.ServerSideApply(ctx, obj, "devplumb-demo"); err != nil {
+				return fmt.Errorf("%s: %s %s: %w", f, obj.GetKind(), obj.GetName(), err)
+			}
+			fmt.Printf("%s/%s applied\n", strings.ToLower(obj.GetKind()), obj.GetName())
 		}
 	}
 	return nil
-}
-
-func applyFile(ctx context.Context, c *clients, file string) error {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return err
-	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
-	for {
-		var obj unstructured.Unstructured
-		if err := dec.Decode(&obj.Object); errors.Is(err, io.EOF) {
-			return nil
-		} else if err != nil {
-			return err
-		}
-		if len(obj.Object) == 0 {
-			continue
-		}
-		r, err := c.resource(obj.GroupVersionKind(), obj.GetNamespace())
-		if err != nil {
-			return err
-		}
-		body, err := json.Marshal(obj.Object)
-		if err != nil {
-			return err
-		}
-		force := true
-		if _, err := r.Patch(ctx, obj.GetName(), types.ApplyPatchType, body,
-			metav1.PatchOptions{FieldManager: "devplumb-demo", Force: &force}); err != nil {
-			return fmt.Errorf("%s %s: %w", obj.GetKind(), obj.GetName(), err)
-		}
-		fmt.Printf("%s/%s applied\n", strings.ToLower(obj.GetKind()), obj.GetName())
-	}
 }
 
 // get prints the object (resource as kubectl names it: pods, resourceclaims, ...) or
@@ -145,14 +84,14 @@ func resourceNamed(kubeconfig, resource, namespace string) (dynamic.ResourceInte
 	if err != nil {
 		return nil, err
 	}
-	gvr, err := c.mapper.ResourceFor(schema.GroupVersionResource{Resource: resource})
+	gvr, err := c.Mapper.ResourceFor(schema.GroupVersionResource{Resource: resource})
 	if err != nil {
 		return nil, fmt.Errorf("resource %q: %w", resource, err)
 	}
 	if namespace != "" {
-		return c.dyn.Resource(gvr).Namespace(namespace), nil
+		return c.Dyn.Resource(gvr).Namespace(namespace), nil
 	}
-	return c.dyn.Resource(gvr), nil
+	return c.Dyn.Resource(gvr), nil
 }
 
 func printField(obj map[string]any, field []string) error {

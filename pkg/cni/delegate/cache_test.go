@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
-	"github.com/containernetworking/plugins/pkg/testutils"
 
 	"github.com/devplumb/devplumb/pkg/testenv"
 )
@@ -18,11 +17,7 @@ import (
 func TestDelPrunesEmptyCacheDirs(t *testing.T) {
 	cniPath := testenv.CNIPlugins(t)
 	state := t.TempDir()
-	netns, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { netns.Close(); testutils.UnmountNS(netns) })
+	netns := testenv.NetNS(t)
 	list, err := ListFromBytes([]byte(`{"cniVersion":"1.0.0","name":"net","plugins":[{"type":"host-local",` +
 		`"ipam":{"type":"host-local","subnet":"10.254.8.0/24","dataDir":"` + t.TempDir() + `"}}]}`))
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/devplumb/devplumb/devinfo"
@@ -287,11 +286,7 @@ func TestGCRunsDelegateDEL(t *testing.T) {
 	leases := t.TempDir()
 	conf := []byte(`{"cniVersion":"1.0.0","name":"net","plugins":[{"type":"host-local",` +
 		`"ipam":{"type":"host-local","subnet":"10.254.7.0/24","dataDir":"` + leases + `"}}]}`)
-	netns, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { netns.Close(); testutils.UnmountNS(netns) })
+	netns := testenv.NetNS(t)
 	list, err := delegate.ListFromBytes(conf)
 	if err != nil {
 		t.Fatal(err)
@@ -318,10 +313,7 @@ func TestGCRunsDelegateDEL(t *testing.T) {
 	if _, serr := os.Stat(lease); err != nil || serr != nil {
 		t.Fatalf("gc with the netns there: %v, lease: %v, acts %v", err, serr, acts)
 	}
-	netns.Close()
-	if err := testutils.UnmountNS(netns); err != nil {
-		t.Fatal(err)
-	}
+	testenv.RemoveNetNS(t, netns)
 	acts, err = GC(context.Background(), n.paths, opts)
 	if err != nil {
 		t.Fatal(err)

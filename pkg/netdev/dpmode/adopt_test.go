@@ -15,6 +15,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/netdev/source"
 	"github.com/devplumb/devplumb/pkg/netdev/source/link"
 	"github.com/devplumb/devplumb/pkg/netdev/source/pci"
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
 func pciInfo(addr string) *devinfo.DeviceInfo {
@@ -130,7 +131,7 @@ func TestSecondInstanceLeavesTheFirstAlone(t *testing.T) {
 	if _, err := devinfo.NewStore(f.DevInfoDir).ReadDP(netdevtest.ResVF, "0000:01:01.0"); err != nil {
 		t.Errorf("the running instance's device-info file is gone: %v", err)
 	}
-	if left := dirEntries(t, f.CDIDir); len(left) != 4 {
+	if left := testenv.Files(t, f.CDIDir); len(left) != 4 {
 		t.Errorf("CDI specs of the running instance: %v", left)
 	}
 }
@@ -195,7 +196,7 @@ func TestOwnsDPDirectoryMode(t *testing.T) {
 	if st.Mode().Perm() != 0o755 {
 		t.Fatalf("dp/ has mode %04o after netdev-dp started, want 0755", st.Mode().Perm())
 	}
-	if len(dirEntries(t, dp)) == 0 {
+	if len(testenv.Files(t, dp)) == 0 {
 		t.Fatal("netdev-dp wrote no device-info file into dp/")
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/pkg/netdev/netdevtest"
 	"github.com/devplumb/devplumb/pkg/netdev/source/sysfs/sysfstest"
+	"github.com/devplumb/devplumb/pkg/testenv"
 	"github.com/vishvananda/netlink"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
@@ -92,7 +93,7 @@ func TestAdvertisesDescribesAndCleansUp(t *testing.T) {
 	if n := len(cache.ListDevices()); n != 9 {
 		t.Errorf("CDI devices %v, want 9", cache.ListDevices())
 	}
-	for _, e := range dirEntries(t, f.CDIDir) {
+	for _, e := range testenv.Files(t, f.CDIDir) {
 		if st, _ := os.Stat(filepath.Join(f.CDIDir, e)); st.Mode().Perm() != 0o644 {
 			t.Errorf("CDI spec %s mode %v", e, st.Mode())
 		}
@@ -107,10 +108,10 @@ func TestAdvertisesDescribesAndCleansUp(t *testing.T) {
 // assertCleanedUp checks that nothing of the plugin is left.
 func assertCleanedUp(t *testing.T, f *fixture) {
 	t.Helper()
-	if left := dirEntries(t, f.DevInfoDir); len(left) != 0 {
+	if left := testenv.Files(t, f.DevInfoDir); len(left) != 0 {
 		t.Errorf("device-info files left: %v", left)
 	}
-	if left := dirEntries(t, f.CDIDir); len(left) != 0 {
+	if left := testenv.Files(t, f.CDIDir); len(left) != 0 {
 		t.Errorf("CDI specs left: %v", left)
 	}
 	entries, _ := os.ReadDir(f.node.PluginDir())

@@ -2,18 +2,13 @@ package dpmode
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
-
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/pkg/netdev/netdevtest"
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
 // fixture is one node (netdevtest.Node) with a kubelet emulator whose
@@ -28,7 +23,7 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	f := &fixture{Node: netdevtest.New(t, vethPair(t)), t: t, root: t.TempDir()}
+	f := &fixture{Node: netdevtest.New(t, testenv.VethPair(t, "dpt")), t: t, root: t.TempDir()}
 	f.startNode()
 	f.Config.PluginDir = f.node.PluginDir()
 	return f
@@ -85,37 +80,4 @@ func (f *fixture) waitNode(what string, cond func(map[string][]kubeletsim.Device
 	if err := f.node.WaitResources(ctx, cond); err != nil {
 		f.t.Fatalf("%s: %v; node has %+v", what, err, f.node.Resources())
 	}
-}
-
-// vethPair creates a veth pair with unique names and removes it at the end.
-func vethPair(t *testing.T) string {
-	t.Helper()
-	b := make([]byte, 4)
-	rand.Read(b)
-	prefix := "dpt" + hex.EncodeToString(b)
-	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: prefix + "a"}, PeerName: prefix + "b"}); err != nil {
-		t.Fatalf("create veth pair %s: %v", prefix, err)
-	}
-	t.Cleanup(func() {
-		for _, n := range []string{prefix + "a", prefix + "b"} {
-			if l, err := netlink.LinkByName(n); err == nil {
-				netlink.LinkDel(l)
-			}
-		}
-	})
-	return prefix
-}
-
-// dirEntries lists a directory recursively (files only), relative names.
-func dirEntries(t *testing.T, dir string) []string {
-	t.Helper()
-	var out []string
-	filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			rel, _ := filepath.Rel(dir, path)
-			out = append(out, rel)
-		}
-		return nil
-	})
-	return out
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/pkg/netdev/netdevtest"
 	"github.com/devplumb/devplumb/pkg/testenv"
@@ -45,11 +44,7 @@ func TestVethMovedByHostDeviceStaysInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	dev := alloc.Devices(netdevtest.ResVeth)[0]
-	podNS, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { podNS.Close(); testutils.UnmountNS(podNS) }()
+	podNS := testenv.NetNS(t)
 
 	hostDevice(t, plugins, "ADD", dev, podNS)
 	// The move is reported (RTM_DELLINK with IFLA_NEW_NETNSID): after it is
@@ -68,8 +63,7 @@ func TestVethMovedByHostDeviceStaysInUse(t *testing.T) {
 	// Moved again, then the pod's namespace is destroyed: the pair dies.
 	hostDevice(t, plugins, "ADD", dev, podNS)
 	f.waitMoveSeen(dev)
-	podNS.Close()
-	testutils.UnmountNS(podNS)
+	testenv.RemoveNetNS(t, podNS)
 	f.waitNode("pair destroyed with the pod namespace", func(r map[string][]kubeletsim.Device) bool { return len(r[netdevtest.ResVeth]) == 0 })
 }
 

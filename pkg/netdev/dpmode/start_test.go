@@ -8,6 +8,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/netdev/source/link"
 	"github.com/devplumb/devplumb/pkg/netdev/source/pci"
 	"github.com/devplumb/devplumb/pkg/netdev/source/socket"
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
 func TestRunRejectsBadSources(t *testing.T) {
@@ -30,7 +31,7 @@ func TestRunRejectsBadSources(t *testing.T) {
 			t.Errorf("%+v: got %v, want an error containing %q", c.rcs, err, c.want)
 		}
 	}
-	if left := dirEntries(t, dir); len(left) != 0 {
+	if left := testenv.Files(t, dir); len(left) != 0 {
 		t.Errorf("failed starts left files: %v", left)
 	}
 }

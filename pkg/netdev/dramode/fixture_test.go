@@ -1,16 +1,12 @@
 package dramode
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/devplumb/devplumb/pkg/netdev/netdevtest"
-	"github.com/vishvananda/netlink"
+	"github.com/devplumb/devplumb/pkg/testenv"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -29,7 +25,7 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	return &fixture{Node: netdevtest.New(t, vethPair(t)), t: t, pluginsDir: t.TempDir()}
+	return &fixture{Node: netdevtest.New(t, testenv.VethPair(t, "drt")), t: t, pluginsDir: t.TempDir()}
 }
 
 // driver makes a driver for the fixture (a run of netdev-dp) and scans once.
@@ -56,37 +52,4 @@ func claim(name, pool string, devices ...string) *resourceapi.ResourceClaim {
 	}
 	c.Status.Allocation = alloc
 	return c
-}
-
-// vethPair creates a veth pair with unique names and removes it at the end.
-func vethPair(t *testing.T) string {
-	t.Helper()
-	b := make([]byte, 4)
-	rand.Read(b)
-	prefix := "drt" + hex.EncodeToString(b)
-	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: prefix + "a"}, PeerName: prefix + "b"}); err != nil {
-		t.Fatalf("create veth pair %s: %v", prefix, err)
-	}
-	t.Cleanup(func() {
-		for _, n := range []string{prefix + "a", prefix + "b"} {
-			if l, err := netlink.LinkByName(n); err == nil {
-				netlink.LinkDel(l)
-			}
-		}
-	})
-	return prefix
-}
-
-// files lists a directory recursively (files only), relative names.
-func files(t *testing.T, dir string) []string {
-	t.Helper()
-	var out []string
-	filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			rel, _ := filepath.Rel(dir, path)
-			out = append(out, rel)
-		}
-		return nil
-	})
-	return out
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/netdev/netdevtest"
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
 func prepare(t *testing.T, d *Driver, claims ...*resourceapi.ResourceClaim) map[types.UID]kubeletplugin.PrepareResult {
@@ -117,13 +118,13 @@ func TestPrepareWritesAndUnprepareRemoves(t *testing.T) {
 	}
 	unprepare(t, d, c)
 	unprepare(t, d, c)
-	if left := files(t, f.DevInfoDir); len(left) != 0 {
+	if left := testenv.Files(t, f.DevInfoDir); len(left) != 0 {
 		t.Errorf("device-info files left: %v", left)
 	}
-	if left := files(t, f.CDIDir); len(left) != 0 {
+	if left := testenv.Files(t, f.CDIDir); len(left) != 0 {
 		t.Errorf("CDI specs left: %v", left)
 	}
-	if left := files(t, filepath.Join(f.pluginsDir, DefaultDriverName)); len(left) != 0 {
+	if left := testenv.Files(t, filepath.Join(f.pluginsDir, DefaultDriverName)); len(left) != 0 {
 		t.Errorf("checkpoints left: %v", left)
 	}
 }
@@ -156,10 +157,10 @@ func TestBadClaimsFailAlone(t *testing.T) {
 			t.Errorf("claim %s: error %v, want one containing %q", c.Name, err, want)
 		}
 	}
-	if got := files(t, f.DevInfoDir); !slices.Equal(got, []string{"dp/example.com-vf-0000:01:01.0-device.json"}) {
+	if got := testenv.Files(t, f.DevInfoDir); !slices.Equal(got, []string{"dp/example.com-vf-0000:01:01.0-device.json"}) {
 		t.Errorf("device-info files %v: only the good claim's", got)
 	}
-	if got := files(t, filepath.Join(f.pluginsDir, DefaultDriverName, "claims")); !slices.Equal(got, []string{"uid-good.json"}) {
+	if got := testenv.Files(t, filepath.Join(f.pluginsDir, DefaultDriverName, "claims")); !slices.Equal(got, []string{"uid-good.json"}) {
 		t.Errorf("checkpoints %v", got)
 	}
 }
@@ -193,10 +194,10 @@ func TestPreparedClaimsSurviveARestart(t *testing.T) {
 		t.Error("a device held by a claim prepared before the restart was prepared again")
 	}
 	unprepare(t, d2, c)
-	if left := files(t, f.DevInfoDir); len(left) != 0 {
+	if left := testenv.Files(t, f.DevInfoDir); len(left) != 0 {
 		t.Errorf("device-info files left: %v", left)
 	}
-	if left := files(t, f.CDIDir); len(left) != 0 {
+	if left := testenv.Files(t, f.CDIDir); len(left) != 0 {
 		t.Errorf("CDI specs left: %v", left)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/devplumb/devplumb/pkg/netdev/source"
 	"github.com/devplumb/devplumb/pkg/testenv"
 )
@@ -19,12 +18,8 @@ import (
 // namespace dies, so does the pair, and the device leaves.
 func TestDiscoverMovedAfterRestart(t *testing.T) {
 	plugins := testenv.CNIPlugins(t)
-	prefix := vethPair(t)
-	pod, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { pod.Close(); testutils.UnmountNS(pod) }()
+	prefix := testenv.VethPair(t, "ndp")
+	pod := testenv.NetNS(t)
 	conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"discover","type":"host-device","device":%q}`, prefix+"a")
 	cmd := exec.Command(filepath.Join(plugins, "host-device"))
 	cmd.Env = append(os.Environ(), "CNI_COMMAND=ADD", "CNI_CONTAINERID=discover", "CNI_NETNS="+pod.Path(), "CNI_IFNAME=net1", "CNI_PATH="+plugins)
@@ -44,7 +39,6 @@ func TestDiscoverMovedAfterRestart(t *testing.T) {
 	}
 
 	wait := watched(t, p)
-	pod.Close()
-	testutils.UnmountNS(pod)
+	testenv.RemoveNetNS(t, pod)
 	wait("pair gone with the pod namespace", func(d []source.Device) bool { return len(d) == 0 })
 }

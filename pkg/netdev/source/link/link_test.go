@@ -2,50 +2,17 @@ package link
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"testing"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
 
 	"github.com/devplumb/devplumb/pkg/deviceplugin"
 	"github.com/devplumb/devplumb/pkg/netdev/source"
 	"github.com/devplumb/devplumb/pkg/netdev/source/sysfs/sysfstest"
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
-
-// vethPair creates a veth pair with unique names (prefix+"a", prefix+"b") and
-// deletes whatever is left of it when the test ends.
-func vethPair(t *testing.T) (prefix string) {
-	t.Helper()
-	b := make([]byte, 4)
-	rand.Read(b)
-	prefix = "ndp" + hex.EncodeToString(b)
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: prefix + "a"}, PeerName: prefix + "b"}
-	if err := netlink.LinkAdd(veth); err != nil {
-		t.Fatalf("create veth %s: %v", prefix, err)
-	}
-	t.Cleanup(func() {
-		for _, n := range []string{prefix + "a", prefix + "b"} {
-			if l, err := netlink.LinkByName(n); err == nil {
-				netlink.LinkDel(l)
-			}
-		}
-	})
-	return prefix
-}
-
-func newNS(t *testing.T) ns.NetNS {
-	t.Helper()
-	n, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close(); testutils.UnmountNS(n) })
-	return n
-}
 
 func moveTo(t *testing.T, name string, target ns.NetNS) {
 	t.Helper()
@@ -109,7 +76,7 @@ func has(devs []source.Device, id string) bool {
 }
 
 func TestMovedVethStaysUntilItsNamespaceDies(t *testing.T) {
-	prefix := vethPair(t)
+	prefix := testenv.VethPair(t, "ndp")
 	p, err := New(Config{Names: []string{prefix + "a"}}, "", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -117,13 +84,12 @@ func TestMovedVethStaysUntilItsNamespaceDies(t *testing.T) {
 	wait := watched(t, p)
 	wait("listed", func(d []source.Device) bool { return has(d, prefix+"a") })
 	// Like host-device: through a temporary namespace into the pod's.
-	tmp, pod := newNS(t), newNS(t)
+	tmp, pod := testenv.NetNS(t), testenv.NetNS(t)
 	moveTo(t, prefix+"a", tmp)
 	if err := tmp.Do(func(ns.NetNS) error { moveTo(t, prefix+"a", pod); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	tmp.Close()
-	testutils.UnmountNS(tmp)
+	testenv.RemoveNetNS(t, tmp)
 	wait("moved end recorded", func([]source.Device) bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
@@ -134,17 +100,16 @@ func TestMovedVethStaysUntilItsNamespaceDies(t *testing.T) {
 		t.Fatalf("moved interface not listed as healthy: %+v", devs)
 	}
 	// Destroying the pod namespace destroys the pair.
-	pod.Close()
-	testutils.UnmountNS(pod)
+	testenv.RemoveNetNS(t, pod)
 	wait("gone with its namespace", func(d []source.Device) bool { return len(d) == 0 })
 }
 
 func TestMovedBackIsListedFromHost(t *testing.T) {
-	prefix := vethPair(t)
+	prefix := testenv.VethPair(t, "ndp")
 	p, _ := New(Config{Names: []string{prefix + "*"}}, "", nil)
 	wait := watched(t, p)
 	wait("both listed", func(d []source.Device) bool { return len(d) == 2 })
-	pod := newNS(t)
+	pod := testenv.NetNS(t)
 	moveTo(t, prefix+"a", pod)
 	wait("moved recorded", func([]source.Device) bool {
 		p.mu.Lock()
@@ -167,7 +132,7 @@ func TestMovedBackIsListedFromHost(t *testing.T) {
 }
 
 func TestDeletedLeavesTheList(t *testing.T) {
-	prefix := vethPair(t)
+	prefix := testenv.VethPair(t, "ndp")
 	p, _ := New(Config{Names: []string{prefix + "a"}}, "", nil)
 	wait := watched(t, p)
 	wait("listed", func(d []source.Device) bool { return has(d, prefix+"a") })
@@ -192,7 +157,7 @@ func TestBadConfig(t *testing.T) {
 }
 
 func TestPCIBackedInterfaceIsDescribed(t *testing.T) {
-	prefix := vethPair(t)
+	prefix := testenv.VethPair(t, "ndp")
 	root := t.TempDir()
 	// Pretend the "a" end is a PCI NIC's interface.
 	sysfstest.AddPCI(t, root, sysfstest.PCI{Addr: "0000:03:00.0", Vendor: "8086", Device: "1533", Class: "020000", Driver: "igb", NUMA: 1})
@@ -222,7 +187,7 @@ func TestPCIBackedInterfaceIsDescribed(t *testing.T) {
 // count as "back in the host namespace", or the device would leave the
 // kubelet's list while a pod holds it.
 func TestMoveDuringScanIsKept(t *testing.T) {
-	prefix := vethPair(t)
+	prefix := testenv.VethPair(t, "ndp")
 	name := prefix + "a"
 	p, err := New(Config{Names: []string{name}}, "", nil)
 	if err != nil {
@@ -232,7 +197,7 @@ func TestMoveDuringScanIsKept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pod := newNS(t)
+	pod := testenv.NetNS(t)
 	p.afterList = func() {
 		p.afterList = nil
 		moveTo(t, name, pod)

@@ -15,14 +15,11 @@ import (
 // p5 runs devplumb ADD and DEL directly with DEVPLUMB_DEBUG=1 and reads the phase
 // timings each logs: where the time of a cycle goes, with the state on disk and on tmpfs.
 func p5(cfg Config, r *Report) error {
-	e, err := newEnv(cfg, podresourcesserver.Config{NoRateLimit: true})
+	e, err := newEnvWithPods(cfg, podresourcesserver.Config{NoRateLimit: true}, 1, 1)
 	if err != nil {
 		return err
 	}
 	defer e.close()
-	if err := e.pods.set(1, 1); err != nil {
-		return err
-	}
 	netns, err := e.newNetns()
 	if err != nil {
 		return err

@@ -39,12 +39,8 @@ func p2(cfg Config, r *Report) error {
 func lookups(cfg Config, pods int) (get, dialGet, list Summary, err error) {
 	samples := max(cfg.Runs*10, 100)
 	for _, mode := range []podresourcesserver.GetMode{podresourcesserver.GetEnabled, podresourcesserver.GetDisabled} {
-		e, err := newEnv(cfg, podresourcesserver.Config{NoRateLimit: true, GetMode: mode})
+		e, err := newEnvWithPods(cfg, podresourcesserver.Config{NoRateLimit: true, GetMode: mode}, pods, 2)
 		if err != nil {
-			return get, dialGet, list, err
-		}
-		if err := e.pods.set(pods, 2); err != nil {
-			e.close()
 			return get, dialGet, list, err
 		}
 		target := podName(pods / 2)

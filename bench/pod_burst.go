@@ -17,14 +17,11 @@ import (
 // kubelet's PodResources rate limit (100 QPS, burst 10); then deletes them all at once.
 func p3(cfg Config, r *Report) error {
 	var calls atomic.Int64
-	e, err := newEnv(cfg, podresourcesserver.Config{QPS: 100, Burst: 10, OnCall: func(string) { calls.Add(1) }})
+	e, err := newEnvWithPods(cfg, podresourcesserver.Config{QPS: 100, Burst: 10, OnCall: func(string) { calls.Add(1) }}, cfg.Pods, 2)
 	if err != nil {
 		return err
 	}
 	defer e.close()
-	if err := e.pods.set(cfg.Pods, 2); err != nil {
-		return err
-	}
 	state := filepath.Join(e.dir, "state")
 	nets := []string{"burst-a", "burst-b"}
 	for i, n := range nets {

@@ -10,22 +10,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/devplumb/devplumb/pkg/kubeletsim/podresourcesserver"
 )
-
-// proc is one finished plugin process.
-type proc struct {
-	wall   time.Duration
-	stderr []byte
-}
-
-// runPlugin runs a CNI plugin as a runtime does: CNI_* in the environment, the config on
-// stdin.
-func runPlugin(bin string, env []string, stdin []byte) (proc, error) {
-	return run(exec.Command(bin), env, stdin)
-}
 
 // gnuTime is GNU time, which forks its child: Go starts children with vfork, so the
 // peak RSS wait4 reports for them includes the parent's (this bench's) memory.
@@ -54,35 +41,17 @@ func peakRSS(bin string, env []string, stdin []byte) (float64, error) {
 	return kib / 1024, nil
 }
 
-func run(c *exec.Cmd, env []string, stdin []byte) (proc, error) {
-	bin := c.Args[len(c.Args)-1]
-	c.Env = env
-	c.Stdin = bytes.NewReader(stdin)
-	var stdout, stderr bytes.Buffer
-	c.Stdout, c.Stderr = &stdout, &stderr
-	start := time.Now()
-	err := c.Run()
-	p := proc{wall: time.Since(start), stderr: stderr.Bytes()}
-	if err != nil {
-		return p, fmt.Errorf("%s: %w: %s%s", filepath.Base(bin), err, stdout.Bytes(), stderr.Bytes())
-	}
-	return p, nil
-}
-
 // rssRuns is how often a peak RSS is measured: it varies little.
 const rssRuns = 5
 
 // p4 measures one invocation: binary size, package initialisers, VERSION (start-up),
 // and the peak RSS of an ADD, for devplumb and for the bridge plugin it delegates to.
 func p4(cfg Config, r *Report) error {
-	e, err := newEnv(cfg, podresourcesserver.Config{NoRateLimit: true})
+	e, err := newEnvWithPods(cfg, podresourcesserver.Config{NoRateLimit: true}, 1, 1)
 	if err != nil {
 		return err
 	}
 	defer e.close()
-	if err := e.pods.set(1, 1); err != nil {
-		return err
-	}
 	bins := []struct{ label, path string }{{"devplumb", cfg.Devplumb}, {"devplumb baseline", cfg.Baseline},
 		{"bridge", cfg.plugin("bridge")}, {"Multus thin", cfg.Multus}}
 	t := Table{Title: "P4: one invocation",
@@ -205,19 +174,4 @@ func addPeakRSS(e *env, label, bin string) (Summary, error) {
 		}
 	}
 	return Summarize(rss), nil
-}
-
-// cniEnv is the environment of a direct plugin call for pod-0 in netns.
-func (e *env) cniEnv(cmd, netns, containerID string, debug bool) []string {
-	return e.cniEnvFor(cmd, netns, containerID, podName(0), debug)
-}
-
-// cniEnvFor is the environment of a direct plugin call for pod in netns.
-func (e *env) cniEnvFor(cmd, netns, containerID, pod string, debug bool) []string {
-	env := append(os.Environ(), "CNI_COMMAND="+cmd, "CNI_CONTAINERID="+containerID, "CNI_NETNS="+netns,
-		"CNI_IFNAME=net1", "CNI_PATH="+e.bin, "CNI_ARGS="+e.cniArgs(pod))
-	if debug {
-		env = append(env, "DEVPLUMB_DEBUG=1")
-	}
-	return env
 }
