@@ -173,7 +173,7 @@ func (s *Store) takeLocked(req Request) (*Taken, error) {
 
 // partition sorts the records: the attachment's own, the records of older
 // sandboxes of the pod (removed, into out.Dropped), and the devices of the
-// resource other attachments hold.
+// resource other attachments hold (see SameResource).
 func (s *Store) partition(req Request, all []*Record, out *Taken) (*Record, map[string]*Record, error) {
 	var own *Record
 	held := map[string]*Record{}
@@ -186,7 +186,7 @@ func (s *Store) partition(req Request, all []*Record, out *Taken) (*Record, map[
 				return nil, nil, err
 			}
 			out.Dropped = append(out.Dropped, a)
-		case a.ResourceName == req.ResourceName:
+		case SameResource(a.ResourceName, req.ResourceName):
 			held[a.DeviceID] = a
 		}
 	}
@@ -215,6 +215,18 @@ func (s *Store) pick(req Request, held map[string]*Record, out *Taken) error {
 		return nil
 	}
 	return noFreeError(req, held)
+}
+
+// SameResource tells whether device IDs recorded under resource a and asked
+// for under resource b name the same devices. Within one resource an ID is one
+// device (the kubelet's rule). A device injected by the caller (Multus's
+// runtimeConfig.deviceID, a top-level "deviceID") is recorded under no resource:
+// it is the same device as a resource's device of that ID, so a pod attached to
+// a network with an injected device and one with resourceName never gets one
+// device twice. Two named resources may reuse an ID (socket file names) for
+// different devices.
+func SameResource(a, b string) bool {
+	return a == b || a == "" || b == ""
 }
 
 // olderSandbox: a record of the same pod (namespace, name and UID: a pod

@@ -272,3 +272,34 @@ func TestReplacedAndDroppedAreReported(t *testing.T) {
 		t.Fatalf("failed take of a new sandbox: %+v %v", c, err)
 	}
 }
+
+// A device injected by the caller (recorded under no resource) and the same ID
+// asked for under a resource are one device, in either order; two named
+// resources keep their own IDs.
+func TestInjectedDeviceIsHeldForEveryResource(t *testing.T) {
+	s := New(t.TempDir())
+	injected := req("p", "c1", "net1", "d0")
+	injected.ResourceName = ""
+	if _, err := s.Take(injected); err != nil {
+		t.Fatal(err)
+	}
+	named, err := s.Take(req("p", "c1", "net2", "d0", "d1"))
+	if err != nil || named.Record.DeviceID != "d1" {
+		t.Fatalf("resourceName after an injected d0: %v %+v, want d1", err, named)
+	}
+
+	s = New(t.TempDir())
+	if _, err := s.Take(req("p", "c1", "net2", "d0", "d1")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Take(injected)
+	if !errors.Is(err, ErrNoFreeDevice) || !strings.Contains(err.Error(), "d0 held by pod ns/p") || !strings.Contains(err.Error(), "interface net2") {
+		t.Fatalf("injected d0 after resourceName took it: %v, want no free device naming the holder", err)
+	}
+
+	other := req("p", "c1", "net3", "d0")
+	other.ResourceName = "example.com/other"
+	if got, err := s.Take(other); err != nil || got.Record.DeviceID != "d0" {
+		t.Fatalf("another resource's d0: %v %+v", err, got)
+	}
+}

@@ -17,9 +17,11 @@ import (
 
 // DeviceGone reports, from the kubelet's answer about rec's pod, whether the
 // device rec holds is no longer that pod's: podFound says the kubelet lists
-// the pod, devices are the pod's device IDs of rec.ResourceName. A record of
-// a pod CNI_ARGS did not name, or of a device named outright (no resource),
-// is never judged: nothing ties it to a kubelet answer.
+// the pod, devices are the pod's device IDs of rec.ResourceName (see
+// PodDevices). A device the caller injected (Multus's runtimeConfig.deviceID:
+// no resource recorded) is judged by the same rule against all the pod's
+// devices, since it holds that device for every resource. A record of a pod
+// CNI_ARGS did not name is never judged: nothing ties it to a kubelet answer.
 func DeviceGone(rec *attachment.Record, podFound bool, devices []string) bool {
 	if !rec.Pod.Known() {
 		return false
@@ -30,10 +32,21 @@ func DeviceGone(rec *attachment.Record, podFound bool, devices []string) bool {
 		// presence is what it can tell; the claim lives as long as the pod.
 		return !podFound
 	}
-	if rec.ResourceName == "" {
-		return false
-	}
 	return !podFound || !slices.Contains(devices, rec.DeviceID)
+}
+
+// PodDevices are the device IDs DeviceGone judges rec by, from the pod's
+// device IDs per resource name: those of rec's resource, or every one of them
+// for an injected device.
+func PodDevices(rec *attachment.Record, byResource map[string][]string) []string {
+	if rec.ResourceName != "" {
+		return byResource[rec.ResourceName]
+	}
+	var all []string
+	for _, ids := range byResource {
+		all = append(all, ids...)
+	}
+	return all
 }
 
 // NetnsGone reports whether a netns path no longer exists, or was never

@@ -10,6 +10,7 @@ import (
 func TestDeviceGone(t *testing.T) {
 	pod := attachment.Pod{Namespace: "ns", Name: "p"}
 	dp := &attachment.Record{Pod: pod, ResourceName: "a.com/a", DeviceID: "1"}
+	injected := &attachment.Record{Pod: pod, DeviceID: "1"} // Multus's runtimeConfig.deviceID: no resource
 	dra := &attachment.Record{Pod: pod, ResourceName: "a.com/a", DeviceID: "1", Claim: &attachment.ClaimDevice{Name: "c"}}
 	for _, c := range []struct {
 		name     string
@@ -24,7 +25,10 @@ func TestDeviceGone(t *testing.T) {
 		{"DRA device, pod listed without it", dra, true, nil, false},
 		{"DRA device, pod gone", dra, false, nil, true},
 		{"unknown pod", &attachment.Record{ResourceName: "a.com/a", DeviceID: "1"}, false, nil, false},
-		{"device named outright", &attachment.Record{Pod: pod, DeviceID: "1"}, false, nil, false},
+		{"injected device, pod gone", injected, false, nil, true},
+		{"injected device still one of the pod's", injected, true, PodDevices(injected, map[string][]string{"a.com/a": {"0"}, "b.com/b": {"1"}}), false},
+		{"injected device no longer the pod's", injected, true, PodDevices(injected, map[string][]string{"a.com/a": {"0"}}), true},
+		{"device of a resource, another resource's ID", dp, true, PodDevices(dp, map[string][]string{"b.com/b": {"1"}}), true},
 	} {
 		if got := DeviceGone(c.rec, c.podFound, c.devices); got != c.want {
 			t.Errorf("%s: DeviceGone %v, want %v", c.name, got, c.want)

@@ -4,6 +4,7 @@
 package nodestate
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -193,7 +194,7 @@ func stale(pods []Pod, a *attachment.Record) bool {
 	if i < 0 {
 		return leftover.DeviceGone(a, false, nil)
 	}
-	return leftover.DeviceGone(a, true, pods[i].Devices[a.ResourceName])
+	return leftover.DeviceGone(a, true, leftover.PodDevices(a, pods[i].Devices))
 }
 
 func (v *View) collectFiles() error {
@@ -226,16 +227,13 @@ func (v *View) collectFiles() error {
 // checkDevicesHeldOnce reports a device held by two attachments, which
 // devplumb's records must never allow.
 func (v *View) checkDevicesHeldOnce() {
-	seen := map[string]string{}
-	for _, a := range v.Attachments {
-		key := a.ResourceName + " " + a.DeviceID
-		if a.ResourceName == "" {
-			continue
+	for i, a := range v.Attachments {
+		for _, b := range v.Attachments[:i] {
+			if a.DeviceID == b.DeviceID && attachment.SameResource(a.ResourceName, b.ResourceName) {
+				v.problem("device %s of %s is held twice: %s/%s/%s and %s/%s/%s", a.DeviceID, cmp.Or(a.ResourceName, b.ResourceName),
+					b.Network, short(b.ContainerID), b.IfName, a.Network, short(a.ContainerID), a.IfName)
+			}
 		}
-		if other, ok := seen[key]; ok {
-			v.problem("device %s of %s is held twice: %s and %s/%s/%s", a.DeviceID, a.ResourceName, other, a.Network, short(a.ContainerID), a.IfName)
-		}
-		seen[key] = fmt.Sprintf("%s/%s/%s", a.Network, short(a.ContainerID), a.IfName)
 	}
 }
 

@@ -365,3 +365,44 @@ func TestDRAAttachmentLivesWithItsPod(t *testing.T) {
 		t.Errorf("problems:\n%s", all)
 	}
 }
+
+// A device the caller injected (Multus's runtimeConfig.deviceID, recorded under
+// no resource) is one device with the resource's device of that ID: inspect
+// reports it held twice; gc judges it by the same rule as any other record,
+// against all the pod's devices.
+func TestInjectedDeviceJudgedLikeAnyOther(t *testing.T) {
+	n := newNode(t)
+	n.pod("a", "veth1", "veth2")
+	n.attach(t, "a", "c1", "net1", "veth1")
+	n.attach(t, "a", "c1", "net2", "veth2")
+	injected := func(pod, cid, dev string) attachment.Key {
+		k := attachment.Key{Network: "inj", ContainerID: cid, IfName: "net3"}
+		if err := n.state.Put(&attachment.Record{Key: k, Pod: attachment.Pod{Namespace: "ns", Name: pod}, DeviceID: dev, Complete: true}); err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	twice := injected("a", "c1", "veth1")
+	v, err := Collect(context.Background(), n.paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(v.Problems, "\n"), "device veth1 of "+res+" is held twice") {
+		t.Errorf("an injected device held by a resourceName attachment too: problems %v", v.Problems)
+	}
+	if err := n.state.Release(twice); err != nil {
+		t.Fatal(err)
+	}
+
+	live := injected("a", "c1", "veth2")
+	gone := injected("gone", "c9", "veth3")
+	if _, err := GC(context.Background(), n.paths, GCOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := n.state.Get(gone); r != nil {
+		t.Error("the injected record of a pod the kubelet no longer lists was kept")
+	}
+	if r, _ := n.state.Get(live); r == nil {
+		t.Error("the injected record of a device still the pod's was removed")
+	}
+}

@@ -197,7 +197,7 @@ func (f *finder) staleHolders(want *candidates) func(*attachment.Record) bool {
 	recs, _ := f.records.List() // unreadable records are Take's to report
 	stale := map[attachment.Key]*attachment.Record{}
 	for _, a := range recs {
-		if a.Key != f.key && a.ResourceName == want.resourceName && slices.Contains(want.ids, a.DeviceID) && f.heldStale(a) {
+		if a.Key != f.key && attachment.SameResource(a.ResourceName, want.resourceName) && slices.Contains(want.ids, a.DeviceID) && f.heldStale(a) {
 			stale[a.Key] = a
 		}
 	}
@@ -219,7 +219,7 @@ func (f *finder) staleHolders(want *candidates) func(*attachment.Record) bool {
 // UID is a pod deleted and created again: the kubelet's answer is about the
 // new pod, so the old one's record is left over when its sandbox is gone.
 func (f *finder) heldStale(a *attachment.Record) bool {
-	if !f.kubelet.asked() || !a.Pod.Known() || a.ResourceName == "" {
+	if !f.kubelet.asked() || !a.Pod.Known() {
 		return false
 	}
 	if a.Pod.Namespace == f.pod.Namespace && a.Pod.Name == f.pod.Name {
@@ -233,9 +233,21 @@ func (f *finder) heldStale(a *attachment.Record) bool {
 	}
 	var devices []string
 	if err == nil {
-		devices = podresources.DevicesOf(pod, a.ResourceName)
+		devices = leftover.PodDevices(a, devicesByResource(pod))
 	}
 	return leftover.DeviceGone(a, err == nil, devices)
+}
+
+// devicesByResource are the pod's device IDs per resource name, as the
+// kubelet reports them.
+func devicesByResource(pod *v1.PodResources) map[string][]string {
+	by := map[string][]string{}
+	for _, ctr := range pod.GetContainers() {
+		for _, d := range ctr.GetDevices() {
+			by[d.GetResourceName()] = append(by[d.GetResourceName()], d.GetDeviceIds()...)
+		}
+	}
+	return by
 }
 
 // sandboxGone reports whether an attachment's sandbox is gone: its netns

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -323,5 +324,81 @@ func TestGCRemovesWhatTheRuntimeNoLongerHas(t *testing.T) {
 	}
 	if calls := e.del.called(); !slices.Contains(calls, "DEL net2") || slices.Contains(calls, "DEL net1") {
 		t.Errorf("delegate calls %v, want net2's DEL only", calls)
+	}
+}
+
+// argsFor is args for another network of the same pod: name, and the config
+// changed by edit.
+func (e *execEnv) argsFor(name, ifName string, edit func(map[string]any)) *skel.CmdArgs {
+	conf := maps.Clone(e.conf)
+	conf["name"] = name
+	edit(conf)
+	a := e.args(ifName)
+	data, err := json.Marshal(conf)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	a.StdinData = data
+	return a
+}
+
+// A pod attached to a network whose device the caller injects (Multus's
+// runtimeConfig.deviceID, here a top-level deviceID) and to one that names the
+// resource never gets one device twice, whichever ADD runs first: run at once,
+// the two attachments hold the pod's two devices.
+func TestInjectedAndResourceNamedAttachmentsTakeTwoDevices(t *testing.T) {
+	for range 5 {
+		e := newExecEnv(t, "0000:01:00.1", "0000:01:00.2")
+		injected := e.argsFor("injected-net", "net1", func(c map[string]any) {
+			delete(c, "resourceName")
+			c["deviceID"] = "0000:01:00.1"
+		})
+		named := e.argsFor("named-net", "net2", func(map[string]any) {})
+		errs := make([]error, 2)
+		_, _ = captureStdout(t, func() error { // the results both ADDs print
+			var wg sync.WaitGroup
+			for i, a := range []*skel.CmdArgs{injected, named} {
+				wg.Go(func() { errs[i] = e.p.Add(a) })
+			}
+			wg.Wait()
+			return nil
+		})
+		held := map[string]string{}
+		for _, r := range e.state() {
+			if other, dup := held[r.DeviceID]; dup {
+				t.Fatalf("device %s held by %s and %s", r.DeviceID, other, r.IfName)
+			}
+			held[r.DeviceID] = r.IfName
+		}
+		// The injected network may find its device taken (a clear error naming
+		// the holder); the resourceName network always gets a device.
+		if errs[1] != nil || (errs[0] == nil) != (len(held) == 2) {
+			t.Fatalf("ADDs: injected %v, named %v; held %v", errs[0], errs[1], held)
+		}
+		if errs[0] != nil {
+			te := wantCode(t, "injected ADD", errs[0], ErrNoFreeDevice)
+			if !strings.Contains(te.Msg+te.Details, "interface net2") {
+				t.Errorf("error %q / %q does not name the holder", te.Msg, te.Details)
+			}
+		}
+	}
+}
+
+// A record of an injected device whose pod the kubelet no longer lists (its DEL
+// never came) is left over by the same rule as any other: a pod the kubelet
+// now gives that device takes it over through resourceName.
+func TestInjectedRecordOfAGonePodIsTakenOver(t *testing.T) {
+	e := newExecEnv(t, "0000:01:00.1")
+	old := attachment.New(filepath.Join(e.root, "state"))
+	k := attachment.Key{Network: "injected-net", ContainerID: "c0", IfName: "net1"}
+	if err := old.Put(&attachment.Record{Key: k, Pod: attachment.Pod{Namespace: "default", Name: "gone"}, DeviceID: "0000:01:00.1", Complete: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := captureStdout(t, func() error { return e.p.Add(e.args("net1")) }); err != nil {
+		t.Fatalf("ADD of the pod the kubelet gives the device: %v", err)
+	}
+	st := e.state()
+	if len(st) != 1 || st[0].Pod.Name != "p1" || st[0].DeviceID != "0000:01:00.1" {
+		t.Fatalf("records %+v, want only p1's of 0000:01:00.1", st)
 	}
 }
