@@ -7,7 +7,7 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
-// The Node is the prserver.Source of its PodResources server.
+// The Node is the podresourcesserver.Source of its PodResources server.
 
 // ListPods answers List: every admitted pod, in the order added.
 func (n *Node) ListPods() []*v1.PodResources {

@@ -1,4 +1,4 @@
-// Package dradev finds the DRA device a devplumb attachment takes: from the
+// Package dradevice finds the DRA device a devplumb attachment takes: from the
 // kubelet's PodResources answer when that is enough (no API request), else
 // from the API server (the pod, its ResourceClaim, the ResourceSlices of the
 // allocated devices' driver on the node). It decides, the caller fetches:

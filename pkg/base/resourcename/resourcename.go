@@ -1,4 +1,4 @@
-// Package resname is the one rule for resource names across devplumb: the
+// Package resourcename is the one rule for resource names across devplumb: the
 // kubelet's for a device plugin's extended resource. The device plugins,
 // nodesim and devplumb's config (and a NAD's resourceName annotation) all
 // use it, so none accepts a name the kubelet refuses.

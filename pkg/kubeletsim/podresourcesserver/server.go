@@ -1,4 +1,4 @@
-// Package prserver serves the kubelet PodResources v1 API over a unix socket
+// Package podresourcesserver serves the kubelet PodResources v1 API over a unix socket
 // the way the kubelet does: one token-bucket rate limiter shared by every
 // client (100 QPS, burst 10, ResourceExhausted "rejected by rate limit"), the
 // kubelet's error texts for a missing pod and for a disabled Get, and a 16 MiB
