@@ -198,7 +198,7 @@ func gc(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&opts.DryRun, "dry-run", false, "say what would be removed, remove nothing")
 	fs.BoolVar(&opts.Orphans, "orphans", false, "also remove CNI device-info files no devplumb attachment owns (Multus writes such files for its own networks: use with care)")
 	asJSON := fs.Bool("json", false, `print what was done as a JSON list of {"Verb","What","Why"}`)
-	fs.StringVar(&opts.CNIPath, "cni-path", nodestate.DefaultCNIPath, "where the recorded delegate plugins are (colon separated), to run their DEL")
+	fs.StringVar(&opts.CNIPath, "cni-path", "", "where the recorded delegate plugins are (colon separated), to run their DEL; default: the CNI path each ADD recorded, else "+nodestate.DefaultCNIPath)
 	paths, code, ok := parsePaths(fs, args)
 	if !ok {
 		return code

@@ -23,8 +23,8 @@ const usage = `usage:
   devplumbctl gc [--dry-run] [--orphans] [--json] [--cni-path DIR] [same path flags as inspect]
       remove the records and CNI device-info files of attachments whose pod the kubelet
       no longer gives the device (one whose netns still exists is kept), after
-      running the recorded delegates' DEL (found in --cni-path, default /opt/cni/bin)
-      so that their IPAM leases go too; one whose delegate DEL fails is kept
+      running the recorded delegates' DEL (found in --cni-path; by default where the ADD
+      found them, else /opt/cni/bin) so that their IPAM leases go too; one whose delegate DEL fails is kept
   devplumbctl metrics [--listen ADDR] [--state-dir DIR]
       serve the timings of devplumb's ADD and DEL phases as Prometheus histograms
   devplumbctl version | --version

@@ -59,6 +59,10 @@ type Record struct {
 	NetNS          string          `json:"netns,omitempty"`
 	CNIArgs        [][2]string     `json:"cniArgs,omitempty"`
 	CapabilityArgs map[string]any  `json:"capabilityArgs,omitempty"`
+	// CNIPath is the CNI_PATH the ADD found its delegates in, so that
+	// devplumbctl gc runs their DEL from there (records of older devplumbs
+	// have none: gc then looks in its --cni-path or /opt/cni/bin).
+	CNIPath string `json:"cniPath,omitempty"`
 	// Complete is set when ADD finished; an incomplete record is an ADD in
 	// progress or one that crashed half way (GC and DEL clean it), or a DEL
 	// that undid the delegates and was killed before removing the record.

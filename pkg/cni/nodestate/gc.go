@@ -1,6 +1,7 @@
 package nodestate
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -20,7 +21,8 @@ type GCOptions struct {
 	DryRun bool
 	// CNIPath (colon separated) is where the recorded delegates are found,
 	// to run their DEL: that releases what they hold (IPAM leases), as the
-	// runtime's DEL would have. Empty: DefaultCNIPath.
+	// runtime's DEL would have. Empty: the CNI path each record's ADD ran
+	// with, else DefaultCNIPath.
 	CNIPath string
 	// Orphans also removes CNI device-info files that no attachment owns.
 	// Off by default: Multus writes such files for networks devplumb does
@@ -134,10 +136,7 @@ func (g *gcRun) delegateDel(ctx context.Context, a *attachment.Record) bool {
 	}
 	list, rt, err := leftover.RecordedDelegate(a)
 	if err == nil {
-		cniPath := g.opts.CNIPath
-		if cniPath == "" {
-			cniPath = DefaultCNIPath
-		}
+		cniPath := cmp.Or(g.opts.CNIPath, a.CNIPath, DefaultCNIPath)
 		err = delegate.New(cniPath, delegate.CacheDir(g.paths.StateDir, a.Network)).Del(ctx, list, rt)
 	}
 	if err != nil {

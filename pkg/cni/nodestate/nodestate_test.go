@@ -299,14 +299,15 @@ func TestGCRunsDelegateDEL(t *testing.T) {
 	record := func(cid, netnsPath string, delegateConf []byte) {
 		err := n.state.Put(&attachment.Record{Key: attachment.Key{Network: "net", ContainerID: cid, IfName: "net1"},
 			Pod: attachment.Pod{Namespace: "ns", Name: "gone"}, ResourceName: res, DeviceID: "veth-" + cid,
-			Delegate: delegateConf, NetNS: netnsPath, Complete: true})
+			Delegate: delegateConf, NetNS: netnsPath, Complete: true, CNIPath: cniPath})
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
 	record("c9", netns.Path(), conf)
 	record("c8", "", []byte(`{"cniVersion":"1.0.0","name":"net","plugins":[{"type":"no-such-plugin"}]}`))
-	opts := GCOptions{CNIPath: cniPath}
+	// No --cni-path: gc runs the delegates from the CNI path their ADD recorded.
+	opts := GCOptions{}
 
 	// The netns still exists: DEL is the runtime's, the lease stays.
 	acts, err := GC(context.Background(), n.paths, opts)

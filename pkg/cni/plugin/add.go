@@ -285,6 +285,7 @@ func (c *call) prepare(rec *attachment.Record) (*libcni.NetworkConfigList, *libc
 	}
 	rt := c.runtime(rec.DeviceID, cniFile)
 	rec.CNIFile, rec.Delegate, rec.NetNS, rec.CNIArgs, rec.CapabilityArgs = cniFile, list.Bytes, c.args.Netns, rt.Args, rt.CapabilityArgs
+	rec.CNIPath = c.args.Path
 	rec.Complete, rec.Result, rec.NetworkStatus = false, nil, nil
 	return list, rt, nil
 }

@@ -402,3 +402,15 @@ func TestInjectedRecordOfAGonePodIsTakenOver(t *testing.T) {
 		t.Fatalf("records %+v, want only p1's of 0000:01:00.1", st)
 	}
 }
+
+// ADD records the CNI path it found the delegates in, for devplumbctl gc to run
+// their DEL from there.
+func TestAddRecordsItsCNIPath(t *testing.T) {
+	e := newExecEnv(t, "0000:01:00.1")
+	if _, err := captureStdout(t, func() error { return e.p.Add(e.args("net1")) }); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.state(); len(st) != 1 || st[0].CNIPath != "/fake" {
+		t.Fatalf("records %+v: want one with the ADD's CNI path /fake", st)
+	}
+}
