@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/containernetworking/cni/libcni"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
 	"github.com/devplumb/devplumb/pkg/cni/delegate"
@@ -47,6 +48,18 @@ func PodDevices(rec *attachment.Record, byResource map[string][]string) []string
 		all = append(all, ids...)
 	}
 	return all
+}
+
+// DevicesByResource are a pod's device IDs per resource name, as the kubelet's
+// PodResources answer lists them (all containers).
+func DevicesByResource(pod *podresourcesv1.PodResources) map[string][]string {
+	by := map[string][]string{}
+	for _, ctr := range pod.GetContainers() {
+		for _, d := range ctr.GetDevices() {
+			by[d.GetResourceName()] = append(by[d.GetResourceName()], d.GetDeviceIds()...)
+		}
+	}
+	return by
 }
 
 // NetnsGone reports whether a netns path no longer exists, or was never

@@ -142,13 +142,7 @@ func listPods(ctx context.Context, socket string) ([]Pod, error) {
 func podsOf(list []*v1.PodResources) []Pod {
 	pods := []Pod{}
 	for _, pr := range list {
-		p := Pod{Namespace: pr.GetNamespace(), Name: pr.GetName(), Devices: map[string][]string{}}
-		for _, c := range pr.GetContainers() {
-			for _, d := range c.GetDevices() {
-				p.Devices[d.GetResourceName()] = append(p.Devices[d.GetResourceName()], d.GetDeviceIds()...)
-			}
-		}
-		pods = append(pods, p)
+		pods = append(pods, Pod{Namespace: pr.GetNamespace(), Name: pr.GetName(), Devices: leftover.DevicesByResource(pr)})
 	}
 	sort.Slice(pods, func(i, j int) bool {
 		return pods[i].Namespace+"/"+pods[i].Name < pods[j].Namespace+"/"+pods[j].Name

@@ -233,21 +233,9 @@ func (f *finder) heldStale(a *attachment.Record) bool {
 	}
 	var devices []string
 	if err == nil {
-		devices = leftover.PodDevices(a, devicesByResource(pod))
+		devices = leftover.PodDevices(a, leftover.DevicesByResource(pod))
 	}
 	return leftover.DeviceGone(a, err == nil, devices)
-}
-
-// devicesByResource are the pod's device IDs per resource name, as the
-// kubelet reports them.
-func devicesByResource(pod *v1.PodResources) map[string][]string {
-	by := map[string][]string{}
-	for _, ctr := range pod.GetContainers() {
-		for _, d := range ctr.GetDevices() {
-			by[d.GetResourceName()] = append(by[d.GetResourceName()], d.GetDeviceIds()...)
-		}
-	}
-	return by
 }
 
 // sandboxGone reports whether an attachment's sandbox is gone: its netns
