@@ -7,9 +7,9 @@ import (
 	"os"
 	"time"
 
-	"github.com/devplumb/devplumb/pkg/base/rungroup"
 	"github.com/devplumb/devplumb/pkg/cdi2017/protocol"
 	"github.com/devplumb/devplumb/podresources"
+	"golang.org/x/sync/errgroup"
 )
 
 // Run serves every configured binary until ctx ends. It fails early when
@@ -73,14 +73,13 @@ func build(cfg *Config, log *slog.Logger) ([]*resource, error) {
 // serve runs the device plugins and the PodResources poll until ctx ends or
 // a plugin cannot serve.
 func serve(ctx context.Context, cfg *Config, resources []*resource, startedAt time.Time, log *slog.Logger) error {
-	servers := []func(context.Context) error{func(ctx context.Context) error {
-		poll(ctx, cfg, resources, startedAt, log)
-		return nil
-	}}
+	// One context for all: the first plugin that fails stops the others.
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { poll(ctx, cfg, resources, startedAt, log); return nil })
 	for _, r := range resources {
-		servers = append(servers, r.dp.Run)
+		g.Go(func() error { return r.dp.Run(ctx) })
 	}
-	return rungroup.Run(ctx, servers...)
+	return g.Wait()
 }
 
 // poll lists PodResources every cfg.Poll and reconciles each resource. The

@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/devplumb/devplumb/devinfo"
-	"github.com/devplumb/devplumb/pkg/base/rungroup"
 	"github.com/devplumb/devplumb/pkg/netdev/metrics"
 	"github.com/devplumb/devplumb/pkg/netdev/resources"
 	"github.com/devplumb/devplumb/pkg/netdev/source"
+	"golang.org/x/sync/errgroup"
 )
 
 // Run starts every resource and serves until ctx ends. Then it stops the
@@ -81,16 +81,15 @@ func serve(ctx context.Context, cfg *resources.Config, rs []*resource) error {
 	if resync <= 0 {
 		resync = resources.DefaultResync
 	}
-	servers := []func(context.Context) error{func(ctx context.Context) error {
-		tick(ctx, resync, rs)
-		return nil
-	}}
+	// One context for all: the first server that fails stops the others.
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { tick(ctx, resync, rs); return nil })
 	for _, r := range rs {
-		servers = append(servers, r.dp.Run,
-			func(ctx context.Context) error { r.run(ctx); return nil },
-			func(ctx context.Context) error { watch(ctx, r); return nil })
+		g.Go(func() error { return r.dp.Run(ctx) })
+		g.Go(func() error { r.run(ctx); return nil })
+		g.Go(func() error { watch(ctx, r); return nil })
 	}
-	return rungroup.Run(ctx, servers...)
+	return g.Wait()
 }
 
 // tick asks every resource for a rescan each resync period until ctx ends.
