@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
 // treeDirs reads the directories named in architecture.md's tree block: a
@@ -70,18 +72,11 @@ func leadingDirs(line string) []string {
 func goPackageDirs(t *testing.T) []string {
 	t.Helper()
 	var dirs []string
-	err := filepath.WalkDir("../pkg", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".go") {
-			return err
-		}
-		dir, _ := filepath.Rel("..", filepath.Dir(p))
-		if !slices.Contains(dirs, dir) {
+	for _, f := range testenv.Files(t, "../pkg") {
+		dir := filepath.Join("pkg", filepath.Dir(f))
+		if strings.HasSuffix(f, ".go") && !slices.Contains(dirs, dir) {
 			dirs = append(dirs, dir)
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	return dirs
 }
