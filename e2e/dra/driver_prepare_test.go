@@ -95,7 +95,7 @@ func (n *driverNode) allocateClaim(name string, classes ...string) *resourceapi.
 func prepareReq(claims ...*resourceapi.ResourceClaim) *drapb.NodePrepareResourcesRequest {
 	req := &drapb.NodePrepareResourcesRequest{}
 	for _, c := range claims {
-		req.Claims = append(req.Claims, &drapb.Claim{Namespace: c.Namespace, Name: c.Name, UID: string(c.UID)})
+		req.Claims = append(req.Claims, &drapb.Claim{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)})
 	}
 	return req
 }
@@ -103,7 +103,7 @@ func prepareReq(claims ...*resourceapi.ResourceClaim) *drapb.NodePrepareResource
 func cdiIDs(r *drapb.NodePrepareResourceResponse) []string {
 	var out []string
 	for _, d := range r.GetDevices() {
-		out = append(out, d.CDIDeviceIDs...)
+		out = append(out, d.CdiDeviceIds...)
 	}
 	slices.Sort(out)
 	return out

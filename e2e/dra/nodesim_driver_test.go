@@ -126,6 +126,11 @@ func (d *simDriver) HandleError(_ context.Context, err error, msg string) {
 	d.t.Logf("test DRA driver %s: %s: %v", d.name, msg, err)
 }
 
+// WatchHealthStatus: the test driver reports no device health.
+func (d *simDriver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
+	return kubeletplugin.ErrHealthNotSupported
+}
+
 func (d *simDriver) setFail(msg string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()

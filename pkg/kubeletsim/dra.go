@@ -188,5 +188,5 @@ func driversOf(claim *resourceapi.ResourceClaim) []string {
 }
 
 func drapbClaim(c PreparedClaim) *drapb.Claim {
-	return &drapb.Claim{Namespace: c.Namespace, UID: c.UID, Name: c.Name}
+	return &drapb.Claim{Namespace: c.Namespace, Uid: c.UID, Name: c.Name}
 }

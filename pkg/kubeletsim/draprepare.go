@@ -53,7 +53,7 @@ func (n *Node) prepareClaims(ctx context.Context, spec PodSpec, adm *dracluster.
 		for _, d := range claims[i].Drivers {
 			for _, dev := range results[d][claims[i].UID].GetDevices() {
 				claims[i].Devices = append(claims[i].Devices, PreparedDevice{Driver: d, Pool: dev.GetPoolName(),
-					Device: dev.GetDeviceName(), Requests: dev.GetRequestNames(), CDIDeviceIDs: dev.GetCDIDeviceIDs()})
+					Device: dev.GetDeviceName(), Requests: dev.GetRequestNames(), CDIDeviceIDs: dev.GetCdiDeviceIds()})
 			}
 		}
 	}

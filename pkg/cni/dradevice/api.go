@@ -23,6 +23,11 @@ type API interface {
 	IsNotFound(err error) bool
 }
 
+// podGroupClaims is false: claims made for a pod's PodGroup (the alpha
+// DRAWorkloadResourceClaims gate, off by default through 1.37) are not
+// supported, so only the pod's own claims and reservations count.
+const podGroupClaims = false
+
 // ErrNoDevice marks an answer that gives the attachment no device: the
 // claim is missing, not allocated, not for this pod, shared, or holds no
 // device that fits. Other errors are the API server's.
@@ -157,14 +162,14 @@ func (r *resolver) claim(ctx context.Context, pc *corev1.PodResourceClaim) (*res
 		return nil, fmt.Errorf("read %s: %w", what, err)
 	}
 	if mustCheckOwner {
-		if err := resourceclaim.IsForPod(pod, claim); err != nil {
+		if err := resourceclaim.IsForPod(pod, claim, podGroupClaims); err != nil {
 			return nil, fmt.Errorf("%w: %s: %w", ErrNoDevice, what, err)
 		}
 	}
 	if claim.Status.Allocation == nil {
 		return nil, fmt.Errorf("%w: %s is not allocated: the scheduler allocates it before the pod starts", ErrNoDevice, what)
 	}
-	if !resourceclaim.IsReservedForPod(pod, claim) {
+	if !resourceclaim.IsReservedForPod(pod, claim, podGroupClaims) {
 		return nil, fmt.Errorf("%w: %s is not reserved for pod %s/%s (UID %s)", ErrNoDevice, what, pod.Namespace, pod.Name, pod.UID)
 	}
 	return claim, nil

@@ -18,9 +18,10 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 )
 
-// Features are the allocator features the 1.34 scheduler has on by default
-// (DRAAdminAccess, DRAPrioritizedList, DRAResourceClaimDeviceStatus).
-var Features = structured.Features{AdminAccess: true, PrioritizedList: true, DeviceStatus: true}
+// Features are the GA allocator features the 1.37 scheduler always has on
+// (DRAAdminAccess, DRAPrioritizedList, DRADeviceTaints); device status is GA
+// and no longer an allocator feature.
+var Features = structured.Features{AdminAccess: true, PrioritizedList: true, DeviceTaints: true}
 
 // celCacheSize is the scheduler's CEL cache size.
 const celCacheSize = 10
@@ -158,7 +159,7 @@ func (c *Cluster) bindClaim(ctx context.Context, pod *corev1.Pod, cl *Claim, all
 			claim = fresh
 		}
 		refresh = true
-		if resourceclaim.IsReservedForPod(pod, claim) {
+		if resourceclaim.IsReservedForPod(pod, claim, podGroupClaims) {
 			return nil
 		}
 		if alloc != nil {

@@ -16,6 +16,11 @@ import (
 	"k8s.io/utils/ptr"
 )
 
+// podGroupClaims is false: claims made for a pod's PodGroup (the alpha
+// DRAWorkloadResourceClaims gate, off by default through 1.37) are not
+// supported, so only the pod's own claims and reservations count.
+const podGroupClaims = false
+
 // PodClaimAnnotation ties a generated claim to its pod claim (the resourceclaim
 // controller's annotation).
 const PodClaimAnnotation = "resource.kubernetes.io/pod-claim-name"
@@ -66,7 +71,7 @@ func (c *Cluster) resolveClaim(ctx context.Context, pod *corev1.Pod, pc *corev1.
 		return Claim{}, wrap(err, "get ResourceClaim %s/%s", pod.Namespace, *name)
 	}
 	if mustCheckOwner {
-		if err := resourceclaim.IsForPod(pod, claim); err != nil {
+		if err := resourceclaim.IsForPod(pod, claim, podGroupClaims); err != nil {
 			return Claim{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
 	}
@@ -134,7 +139,7 @@ func (c *Cluster) findGenerated(ctx context.Context, pod *corev1.Pod, podClaim s
 	}
 	for i := range list.Items {
 		cl := &list.Items[i]
-		if cl.Annotations[PodClaimAnnotation] == podClaim && resourceclaim.IsForPod(pod, cl) == nil {
+		if cl.Annotations[PodClaimAnnotation] == podClaim && resourceclaim.IsForPod(pod, cl, podGroupClaims) == nil {
 			return cl, nil
 		}
 	}

@@ -46,12 +46,12 @@ func (s *draServer) NodePrepareResources(_ context.Context, req *drapbv1.NodePre
 	for _, c := range req.GetClaims() {
 		if a, ok := s.answer[c.GetName()]; ok {
 			if a != nil {
-				out.Claims[c.GetUID()] = a
+				out.Claims[c.GetUid()] = a
 			}
 			continue
 		}
-		out.Claims[c.GetUID()] = &drapbv1.NodePrepareResourceResponse{Devices: []*drapbv1.Device{{
-			PoolName: "pool", DeviceName: c.GetName(), CDIDeviceIDs: []string{"vendor.com/net=" + c.GetName()}}}}
+		out.Claims[c.GetUid()] = &drapbv1.NodePrepareResourceResponse{Devices: []*drapbv1.Device{{
+			PoolName: "pool", DeviceName: c.GetName(), CdiDeviceIds: []string{"vendor.com/net=" + c.GetName()}}}}
 	}
 	return out, nil
 }
@@ -59,7 +59,7 @@ func (s *draServer) NodePrepareResources(_ context.Context, req *drapbv1.NodePre
 func (s *draServer) NodeUnprepareResources(_ context.Context, req *drapbv1.NodeUnprepareResourcesRequest) (*drapbv1.NodeUnprepareResourcesResponse, error) {
 	out := &drapbv1.NodeUnprepareResourcesResponse{Claims: map[string]*drapbv1.NodeUnprepareResourceResponse{}}
 	for _, c := range req.GetClaims() {
-		out.Claims[c.GetUID()] = &drapbv1.NodeUnprepareResourceResponse{}
+		out.Claims[c.GetUid()] = &drapbv1.NodeUnprepareResourceResponse{}
 	}
 	return out, nil
 }
@@ -133,20 +133,20 @@ func TestRegisterPrepareUnprepare(t *testing.T) {
 	if p.Service != drapbv1.DRAPluginService {
 		t.Errorf("chose %s, want the first the kubelet speaks, %s", p.Service, drapbv1.DRAPluginService)
 	}
-	res, err := p.Prepare(t.Context(), []*drapbv1.Claim{{Namespace: "ns", Name: "c1", UID: "u1"}})
-	if err != nil || res["u1"].GetDevices()[0].GetCDIDeviceIDs()[0] != "vendor.com/net=c1" {
+	res, err := p.Prepare(t.Context(), []*drapbv1.Claim{{Namespace: "ns", Name: "c1", Uid: "u1"}})
+	if err != nil || res["u1"].GetDevices()[0].GetCdiDeviceIds()[0] != "vendor.com/net=c1" {
 		t.Fatalf("Prepare = %v, %v", res, err)
 	}
 	for name, want := range map[string]string{
 		"broken":  "NodePrepareResources failed for ResourceClaim broken: no such VF",
 		"skipped": "NodePrepareResources skipped 1 ResourceClaims",
 	} {
-		if _, err := p.Prepare(t.Context(), []*drapbv1.Claim{{Namespace: "ns", Name: name, UID: "u-" + name}}); err == nil ||
+		if _, err := p.Prepare(t.Context(), []*drapbv1.Claim{{Namespace: "ns", Name: name, Uid: "u-" + name}}); err == nil ||
 			!strings.Contains(err.Error(), want) {
 			t.Errorf("Prepare(%s) = %v, want %q", name, err, want)
 		}
 	}
-	if err := p.Unprepare(t.Context(), []*drapbv1.Claim{{Namespace: "ns", Name: "c1", UID: "u1"}}); err != nil {
+	if err := p.Unprepare(t.Context(), []*drapbv1.Claim{{Namespace: "ns", Name: "c1", Uid: "u1"}}); err != nil {
 		t.Errorf("Unprepare: %v", err)
 	}
 	if _, err := m.Get("other.example.com"); err == nil || err.Error() != "DRA driver other.example.com is not registered" {
@@ -174,7 +174,7 @@ func TestV1beta1Only(t *testing.T) {
 	if p.Service != drapbv1beta1.DRAPluginService {
 		t.Fatalf("chose %s", p.Service)
 	}
-	res, err := p.Prepare(t.Context(), []*drapbv1.Claim{{Namespace: "ns", Name: "c1", UID: "u1"}})
+	res, err := p.Prepare(t.Context(), []*drapbv1.Claim{{Namespace: "ns", Name: "c1", Uid: "u1"}})
 	if err != nil || res["u1"].GetDevices()[0].GetDeviceName() != "c1" {
 		t.Fatalf("Prepare through v1beta1 = %v, %v", res, err)
 	}

@@ -199,7 +199,7 @@ func (p *Plugin) Unprepare(ctx context.Context, claims []*drapbv1.Claim) error {
 
 func find(claims []*drapbv1.Claim, uid string) *drapbv1.Claim {
 	for _, c := range claims {
-		if c.GetUID() == uid {
+		if c.GetUid() == uid {
 			return c
 		}
 	}

@@ -160,7 +160,8 @@ func (d *Driver) Run(ctx context.Context) error {
 		kubeletplugin.NodeName(d.pool),
 		kubeletplugin.KubeClient(d.opts.Client),
 		kubeletplugin.RegistrarDirectoryPath(d.opts.RegistrarDir),
-		kubeletplugin.PluginDataDirectoryPath(dataDir))
+		kubeletplugin.PluginDataDirectoryPath(dataDir),
+		kubeletplugin.HealthService(false))
 	if err != nil {
 		return fmt.Errorf("start DRA kubelet plugin %s: %w", d.name, err)
 	}
@@ -168,6 +169,12 @@ func (d *Driver) Run(ctx context.Context) error {
 	d.log.Info("serving as a DRA driver", "node", d.pool, "socket", filepath.Join(dataDir, "dra.sock"), "registrar", d.opts.RegistrarDir)
 	d.watch(ctx, helper)
 	return d.fatalErr()
+}
+
+// WatchHealthStatus is never called: Run turns the kubelet's health service
+// off, as the driver does not report device health over it yet.
+func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
+	return kubeletplugin.ErrHealthNotSupported
 }
 
 // HandleError is kubeletplugin's report of a background error: a
