@@ -5,14 +5,18 @@ CMDS     := devplumb devplumbctl netdev-dp nodesim cdi-devnodes cdi-adapter
 # Prebuilt real parts for the Kubernetes, Multus and real-node end-to-end tests, built
 # from the Go module proxy at pinned versions into ~/.cache/devplumb (see scripts/). The
 # node's Kubernetes binaries come after the apiserver: they share its compiled packages.
+# K8S_VERSION picks the Kubernetes release of the matrix (README, "Supported Kubernetes").
+K8S_VERSION ?= v1.37.2
+export K8S_VERSION
 KUBE_ENV  = DEVPLUMB_KUBE_APISERVER=$$(scripts/build-kube-apiserver.sh | tail -1) \
             DEVPLUMB_KUBE_NODE=$$(scripts/build-kube-node.sh | tail -1) \
             DEVPLUMB_CONTAINERD=$$(scripts/build-containerd.sh | tail -1) \
             DEVPLUMB_MULTUS=$$(scripts/build-multus.sh | tail -1) \
+            DEVPLUMB_MULTUS_THICK=$$(scripts/build-multus.sh thick | tail -1) \
             DEVPLUMB_ETCD=$$(command -v etcd)
 TESTFLAGS ?= -race -timeout 45m -count=1
 
-.PHONY: all build test unit e2e bench bench-go demo demo-dra fuzz lint images cni-plugins clean setup
+.PHONY: all build test test-k8s unit e2e bench bench-go demo demo-dra fuzz lint images cni-plugins clean setup
 
 all: build
 
@@ -45,6 +49,12 @@ setup:
 test: setup
 	$(KUBE_ENV) $(GO) test $(TESTFLAGS) ./...
 
+# The Kubernetes suites (API server, DRA, real node) at one release of the matrix:
+# make test-k8s K8S_VERSION=v1.35.4 (or v1.36.3; the default is the newest).
+KUBE_SUITES := ./e2e/kubeapi/... ./e2e/dra/... ./e2e/node/...
+test-k8s: setup
+	$(KUBE_ENV) $(GO) test $(TESTFLAGS) $(KUBE_SUITES)
+
 unit: setup
 	$(GO) test $(TESTFLAGS) $$($(GO) list ./... | grep -v /e2e)
 
@@ -60,8 +70,7 @@ pkgs_with = $$(grep -rl --include='*_test.go' '^func $(1)' . | xargs -r -n1 dirn
 # BENCHFLAGS e.g. "-runs 10 -baseline old/devplumb".
 BENCHFLAGS ?=
 bench: build cni-plugins
-	$(KUBE_ENV) DEVPLUMB_MULTUS_THICK=$$(scripts/build-multus.sh thick | tail -1) \
-	  $(GO) run ./bench/cmd/bench -kube $(BENCHFLAGS)
+	$(KUBE_ENV) $(GO) run ./bench/cmd/bench -kube $(BENCHFLAGS)
 
 # The Go micro-benchmarks of the libraries.
 bench-go:

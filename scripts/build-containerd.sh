@@ -4,13 +4,18 @@
 # runc itself comes from Debian (package runc).
 #
 # Usage: scripts/build-containerd.sh       # prints the directory holding the binaries
-# Env:   CONTAINERD_VERSION (default v1.7.29), DEVPLUMB_CACHE (default ~/.cache/devplumb)
+# Env:   CONTAINERD_VERSION (default v2.4.2; a v1.x version builds the v1 module), DEVPLUMB_CACHE (default ~/.cache/devplumb)
 # Use:   export DEVPLUMB_CONTAINERD=$(scripts/build-containerd.sh | tail -1)
 set -euo pipefail
 # shellcheck source=scripts/build-lib.sh
 . "$(dirname "$0")/build-lib.sh"
-CONTAINERD_VERSION=${CONTAINERD_VERSION:-v1.7.29}
-MODULE=github.com/containerd/containerd
+CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.4.2}
+# containerd 2 is the module github.com/containerd/containerd/v2 (commands and version
+# package moved with it); 1.x is the module without the suffix.
+case $CONTAINERD_VERSION in
+v1.*) MODULE=github.com/containerd/containerd ;;
+*) MODULE=github.com/containerd/containerd/${CONTAINERD_VERSION%%.*} ;;
+esac
 CMDS="containerd containerd-shim-runc-v2 ctr"
 OUT=$CACHE/bin/containerd-$CONTAINERD_VERSION
 built() { for c in $CMDS; do [ -x "$OUT/$c" ] || return 1; done; }

@@ -5,12 +5,12 @@
 # throwaway module (scripts/build-lib.sh gomod_kubernetes).
 #
 # Usage: scripts/build-kube-apiserver.sh        # prints the binary's path on the last line
-# Env:   K8S_VERSION (default v1.34.12), DEVPLUMB_CACHE (default ~/.cache/devplumb)
+# Env:   K8S_VERSION (default v1.37.2), DEVPLUMB_CACHE (default ~/.cache/devplumb)
 # Use:   export DEVPLUMB_KUBE_APISERVER=$(scripts/build-kube-apiserver.sh | tail -1)
 set -euo pipefail
 # shellcheck source=scripts/build-lib.sh
 . "$(dirname "$0")/build-lib.sh"
-K8S_VERSION=${K8S_VERSION:-v1.34.12}
+K8S_VERSION=${K8S_VERSION:-v1.37.2}
 OUT=$CACHE/bin/kube-apiserver-$K8S_VERSION
 built() { [ -x "$OUT" ]; }
 build_begin "kube-apiserver-$K8S_VERSION"

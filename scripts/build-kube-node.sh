@@ -8,12 +8,12 @@
 # build cache also shares what the apiserver build compiled.
 #
 # Usage: scripts/build-kube-node.sh        # prints the directory holding the three binaries
-# Env:   K8S_VERSION (default v1.34.12), DEVPLUMB_CACHE (default ~/.cache/devplumb)
+# Env:   K8S_VERSION (default v1.37.2), DEVPLUMB_CACHE (default ~/.cache/devplumb)
 # Use:   export DEVPLUMB_KUBE_NODE=$(scripts/build-kube-node.sh | tail -1)
 set -euo pipefail
 # shellcheck source=scripts/build-lib.sh
 . "$(dirname "$0")/build-lib.sh"
-K8S_VERSION=${K8S_VERSION:-v1.34.12}
+K8S_VERSION=${K8S_VERSION:-v1.37.2}
 CMDS="kubelet kube-scheduler kube-controller-manager"
 OUT=$CACHE/bin/kube-node-$K8S_VERSION
 built() { for c in $CMDS; do [ -x "$OUT/$c" ] || return 1; done; }

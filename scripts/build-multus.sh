@@ -1,21 +1,21 @@
 #!/bin/bash
 # Build Multus from the Go module proxy at a pinned version: thin (the `multus` CNI binary,
 # for e2e/multus and the bench) or thick (the `multus-shim` CNI binary and the
-# `multus-daemon` it talks to over a unix socket, for the bench). `go install pkg@version`
+# `multus-daemon` it talks to over a unix socket, for e2e/node and the bench). `go install pkg@version`
 # does not work for this module here (the proxy refuses to list its versions), so it is
 # built in a throwaway module with an explicit version.
 #
 # Usage: scripts/build-multus.sh          # thin: prints the multus binary's path on the last line
 #        scripts/build-multus.sh thick    # thick: prints the directory holding multus-shim
 #                                         # and multus-daemon on the last line
-# Env:   MULTUS_VERSION (default v4.2.3), DEVPLUMB_CACHE (default ~/.cache/devplumb)
+# Env:   MULTUS_VERSION (default v4.3.0), DEVPLUMB_CACHE (default ~/.cache/devplumb)
 # Use:   export DEVPLUMB_MULTUS=$(scripts/build-multus.sh | tail -1)
 #        export DEVPLUMB_MULTUS_THICK=$(scripts/build-multus.sh thick | tail -1)
 set -euo pipefail
 # shellcheck source=scripts/build-lib.sh
 . "$(dirname "$0")/build-lib.sh"
 FLAVOUR=${1:-thin}
-MULTUS_VERSION=${MULTUS_VERSION:-v4.2.3}
+MULTUS_VERSION=${MULTUS_VERSION:-v4.3.0}
 MODULE=gopkg.in/k8snetworkplumbingwg/multus-cni.v4
 case $FLAVOUR in
 thin) OUT=$CACHE/bin/multus-$MULTUS_VERSION; CMDS=(multus) ;;

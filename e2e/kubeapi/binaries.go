@@ -20,7 +20,7 @@ const (
 	EnvEtcd          = "DEVPLUMB_ETCD"
 	// K8sVersion is the kube-apiserver version that scripts/build-kube-apiserver.sh builds
 	// by default and that is looked for in its cache when EnvKubeAPIServer is not set.
-	K8sVersion = "v1.34.12"
+	K8sVersion = "v1.37.2"
 )
 
 // FindBinary returns the executable named by the environment variable env, else

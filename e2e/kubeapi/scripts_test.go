@@ -22,10 +22,10 @@ func TestBuildScriptsWaitForEachOther(t *testing.T) {
 		files             []string // the binaries in out, a directory, when set
 	}{
 		{"build-kube-apiserver.sh", "kube-apiserver-" + K8sVersion, "kube-apiserver-" + K8sVersion, nil},
-		{"build-multus.sh", "multus-v4.2.3", "multus-v4.2.3", nil},
+		{"build-multus.sh", "multus-v4.3.0", "multus-v4.3.0", nil},
 		{"build-kube-node.sh", "kube-node-" + K8sVersion, "kube-node-" + K8sVersion,
 			[]string{"kubelet", "kube-scheduler", "kube-controller-manager"}},
-		{"build-containerd.sh", "containerd-v1.7.29", "containerd-v1.7.29", []string{"containerd", "containerd-shim-runc-v2", "ctr"}},
+		{"build-containerd.sh", "containerd-v2.4.2", "containerd-v2.4.2", []string{"containerd", "containerd-shim-runc-v2", "ctr"}},
 	} {
 		t.Run(tc.script, func(t *testing.T) {
 			cache := t.TempDir()
@@ -42,7 +42,7 @@ func TestBuildScriptsWaitForEachOther(t *testing.T) {
 				t.Fatal(err)
 			}
 			cmd := exec.Command(filepath.Join(testenv.ModuleRoot(), "scripts", tc.script))
-			cmd.Env = append(os.Environ(), "DEVPLUMB_CACHE="+cache, "K8S_VERSION="+K8sVersion, "MULTUS_VERSION=v4.2.3", "CONTAINERD_VERSION=v1.7.29",
+			cmd.Env = append(os.Environ(), "DEVPLUMB_CACHE="+cache, "K8S_VERSION="+K8sVersion, "MULTUS_VERSION=v4.3.0", "CONTAINERD_VERSION=v2.4.2",
 				"GOFLAGS=-mod=mod", "GOPROXY=off") // a build that starts anyway fails fast
 			var out strings.Builder
 			cmd.Stdout = &out

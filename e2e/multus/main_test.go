@@ -15,7 +15,7 @@ import (
 const EnvMultus = "DEVPLUMB_MULTUS"
 
 // MultusVersion is what scripts/build-multus.sh builds by default.
-const MultusVersion = "v4.2.3"
+const MultusVersion = "v4.3.0"
 
 var srv *kubeapi.Server
 

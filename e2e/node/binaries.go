@@ -19,7 +19,7 @@ const (
 	EnvKubeNode   = "DEVPLUMB_KUBE_NODE"
 	EnvContainerd = "DEVPLUMB_CONTAINERD"
 	// ContainerdVersion is what scripts/build-containerd.sh builds by default.
-	ContainerdVersion = "v1.7.29"
+	ContainerdVersion = "v2.4.2"
 )
 
 // binaries are the node's programs.

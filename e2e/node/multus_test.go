@@ -151,7 +151,7 @@ func vhostMasterUp(t *testing.T) {
 // default network, until the test ends.
 func multusAsNodeCNI(t *testing.T) {
 	t.Helper()
-	multus, err := kubeapi.FindBinary("DEVPLUMB_MULTUS", "multus-v4.2.3",
+	multus, err := kubeapi.FindBinary("DEVPLUMB_MULTUS", "multus-v4.3.0",
 		"build it with scripts/build-multus.sh (make test and make e2e run it)")
 	e2etest.Must(t, err)
 	e2etest.Must(t, copyExec(multus, nd.HostPath("/opt/cni/bin/multus")))
