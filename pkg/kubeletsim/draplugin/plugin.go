@@ -24,7 +24,7 @@ const (
 	CallTimeout = 45 * time.Second
 )
 
-// servicesSupported are the DRA gRPC services the kubelet 1.34 speaks, most
+// servicesSupported are the DRA gRPC services the kubelets 1.34 to 1.37 speak, most
 // recent first.
 var servicesSupported = []string{drapbv1.DRAPluginService, drapbv1beta1.DRAPluginService}
 

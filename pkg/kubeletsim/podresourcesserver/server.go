@@ -38,7 +38,8 @@ var ErrRateLimited = status.Error(codes.ResourceExhausted, "rejected by rate lim
 type GetMode int
 
 const (
-	// GetEnabled answers Get (KubeletPodResourcesGet on: default from 1.34).
+	// GetEnabled answers Get (KubeletPodResourcesGet: on by default from 1.34,
+	// GA and always on from 1.36; every supported kubelet answers so).
 	GetEnabled GetMode = iota
 	// GetDisabled answers like a kubelet with the feature gate off (1.27-1.33
 	// default): code Unknown, "PodResources API Get method disabled".
