@@ -84,6 +84,7 @@ func TestDeviceFromCapabilityArgs(t *testing.T) {
 	conf := e.conf("fast-net", e.recorder(map[string]any{
 		"capabilities": map[string]bool{"deviceID": true, "CNIDeviceInfoFile": true}}))
 	conf["capabilities"] = map[string]bool{"deviceID": true, "CNIDeviceInfoFile": true}
+	conf["trustDeviceID"] = true // the kubelet knows no such pod: the caller is trusted
 	e.install(conf)
 	custom := filepath.Join(e.devinfoDir, "cni", "multus-chosen-name")
 	caps := string(mustJSON(t, map[string]string{"deviceID": "0000:05:00.1", "CNIDeviceInfoFile": custom}))

@@ -391,6 +391,7 @@ func TestSelfDelegation(t *testing.T) {
 	for name, delegate := range cases {
 		conf := e.conf("fast-net", delegate)
 		conf["deviceID"], conf["injectDeviceID"] = dev, []string{"device"}
+		conf["trustDeviceID"] = true // no kubelet pod: the delegate check is what runs
 		stdin := mustJSON(t, conf)
 		if _, ce := e.run("ADD", stdin, "c1", pod.Path(), "net1", podArgs("default", "p1")); ce == nil || !contains(ce.Msg, "itself") {
 			t.Errorf("%s: ADD %+v", name, ce)

@@ -66,9 +66,12 @@ type NetConf struct {
 	Capabilities       map[string]bool `json:"capabilities,omitempty"`
 	RuntimeConfig      RuntimeConfig   `json:"-"`
 	DeviceID           string          `json:"deviceID,omitempty"`
-	PCIBusID           string          `json:"pciBusID,omitempty"`
-	DisableCheck       bool            `json:"disableCheck,omitempty"`
-	DisableGC          bool            `json:"disableGC,omitempty"`
+	// TrustDeviceID takes an explicit device ID without asking the kubelet
+	// whether it assigned that device to the pod (docs/security.md).
+	TrustDeviceID bool   `json:"trustDeviceID,omitempty"`
+	PCIBusID      string `json:"pciBusID,omitempty"`
+	DisableCheck  bool   `json:"disableCheck,omitempty"`
+	DisableGC     bool   `json:"disableGC,omitempty"`
 	// Log control per network, with Multus's keys (see logging.go).
 	LogLevel    string `json:"logLevel,omitempty"`
 	LogFile     string `json:"logFile,omitempty"`
@@ -85,7 +88,7 @@ type NetConf struct {
 var devplumbKeys = []string{
 	"resourceName", "resourceClaim", "request", "podResourcesSocket", "deviceInfoDir", "stateDir", "kubeconfig",
 	"networkStatus", "networkAttachmentDefinition", "injectDeviceID", "delegate", "delegates",
-	"deviceID", "pciBusID", "logLevel", "logFile", "logToStderr",
+	"deviceID", "trustDeviceID", "pciBusID", "logLevel", "logFile", "logToStderr",
 }
 
 // cniKeys are top-level keys the CNI specification (or libcni on GC) may set.

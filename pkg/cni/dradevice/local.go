@@ -15,6 +15,7 @@ package dradevice
 
 import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+	"slices"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
@@ -70,6 +71,32 @@ func Local(p *v1.PodResources, resourceName string) []Device {
 				out = append(out, Device{ResourceName: resourceName, ID: id, Claim: c})
 			}
 		}
+	}
+	return out
+}
+
+// LocalAll is Local, or with resourceName "" the devices of every resource
+// (CDI kind) the kubelet reports for the pod.
+func LocalAll(p *v1.PodResources, resourceName string) []Device {
+	if resourceName != "" {
+		return Local(p, resourceName)
+	}
+	var kinds []string
+	for _, ctr := range p.GetContainers() {
+		for _, dr := range ctr.GetDynamicResources() {
+			for _, cr := range dr.GetClaimResources() {
+				for _, d := range cr.GetCdiDevices() {
+					vendor, class, _, err := parser.ParseQualifiedName(d.GetName())
+					if kind := vendor + "/" + class; err == nil && !slices.Contains(kinds, kind) {
+						kinds = append(kinds, kind)
+					}
+				}
+			}
+		}
+	}
+	var out []Device
+	for _, kind := range kinds {
+		out = append(out, Local(p, kind)...)
 	}
 	return out
 }

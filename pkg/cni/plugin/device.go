@@ -106,6 +106,9 @@ func (f *finder) find() (*candidates, *types.Error) {
 		return nil, cerr
 	}
 	if id := f.conf.DeviceIDFromConfig(); id != "" {
+		if cerr := f.checkAssigned(id, res); cerr != nil {
+			return nil, cerr
+		}
 		return &candidates{resourceName: res, ids: []string{id}}, nil
 	}
 	if !f.pod.Known() {
