@@ -91,9 +91,10 @@ func TestMultusDelegatesToDevplumb(t *testing.T) {
 	if _, err := netlink.LinkByName(dev); err == nil {
 		t.Fatalf("%s still in the host namespace after ADD", dev)
 	}
-	// Multus asked the kubelet (List); devplumb took Multus's deviceID and did not (Get).
-	if n := e.podResources.Calls("Get"); n != 0 {
-		t.Errorf("devplumb asked the kubelet %d times although Multus passed deviceID", n)
+	// Multus asked the kubelet (List); devplumb took Multus's deviceID after one Get that
+	// checks the kubelet assigned it to the pod.
+	if n := e.podResources.Calls("Get"); n != 1 {
+		t.Errorf("devplumb asked the kubelet %d times to check the deviceID Multus passed, want once", n)
 	}
 	if n := e.podResources.Calls("List"); n == 0 {
 		t.Errorf("Multus never asked the kubelet: the device did not come from PodResources")

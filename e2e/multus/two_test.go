@@ -3,6 +3,7 @@ package multus_test
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -17,15 +18,21 @@ import (
 // TestMultusTwoAttachmentsOfOneNetwork: a pod asks for the same network twice and has two
 // devices of its resource. Multus hands the first device to the first attachment and the
 // second to the second; devplumb must attach exactly the device Multus chose each time.
+// Multus v4.3.0 sorts the pod's device IDs before it hands them out (its PR 1481, reverted
+// in v4.3.1 for breaking multi-container pods), so its first is the smallest ID, not the
+// kubelet's first: the kubelet's order here is the reverse of the sorted one, so the test
+// sees whose order devplumb followed.
 func TestMultusTwoAttachmentsOfOneNetwork(t *testing.T) {
 	e := newEnv(t)
 	const namespace = "two-devices"
 	if err := srv.CreateNamespace(e2etest.Ctx(t), namespace); err != nil {
 		t.Fatal(err)
 	}
-	devs := []string{e.hostNetdev(), e.hostNetdev()}
-	infos := make([]*nadv1.DeviceInfo, len(devs))
-	for i, d := range devs {
+	chosen := []string{e.hostNetdev(), e.hostNetdev()} // Multus's order
+	slices.Sort(chosen)
+	devs := []string{chosen[1], chosen[0]} // the kubelet's
+	infos := make([]*nadv1.DeviceInfo, len(chosen))
+	for i, d := range chosen {
 		infos[i] = &nadv1.DeviceInfo{Type: nadv1.DeviceInfoTypePCI, Version: nadv1.DeviceInfoVersion,
 			Pci: &nadv1.PciDevice{PciAddress: fmt.Sprintf("0000:65:00.%d", i+2)}}
 		e.writeDP(d, infos[i])
@@ -59,8 +66,8 @@ func TestMultusTwoAttachmentsOfOneNetwork(t *testing.T) {
 			if err != nil {
 				return fmt.Errorf("%s in the pod: %w", ifName, err)
 			}
-			if l.Attrs().Alias != devs[i] {
-				return fmt.Errorf("%s is %q, Multus chose %s", ifName, l.Attrs().Alias, devs[i])
+			if l.Attrs().Alias != chosen[i] {
+				return fmt.Errorf("%s is %q, Multus chose %s", ifName, l.Attrs().Alias, chosen[i])
 			}
 		}
 		return nil
