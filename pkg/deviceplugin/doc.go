@@ -15,7 +15,11 @@
 //   - Re-registration is event driven (fsnotify, no polling): the kubelet
 //     removes every socket in its directory when it starts and then creates
 //     kubelet.sock, so the server re-creates its own socket when it is removed
-//     and registers again when kubelet.sock is created.
+//     and registers again when kubelet.sock is created. It registers one
+//     server once with one kubelet.sock (the file's identity, not the event,
+//     decides): kubelet 1.37 refuses a socket it is connected to and then
+//     loses track of that connection. Serving again under a live kubelet, it
+//     waits for that kubelet to drop the old connection before registering.
 //   - A plugin directory that is removed and created again is followed
 //     (pkg/base/dirwatch): the plugin serves and registers again in the new one.
 //   - A stale socket left by an earlier run is removed before listening, and

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -61,23 +62,26 @@ func (s *Server) register(ctx context.Context) error {
 			s.log.Info("plugin socket gone; registering after it is served again")
 			return nil
 		}
-		ino := inode(s.kubeletSock)
+		kubelet := statSock(s.kubeletSock)
 		err := s.registerOnce(ctx)
-		if err == nil {
-			s.registered(ino)
+		if err == nil || s.heldByKubelet(err, kubelet) {
+			s.registered(kubelet)
 			return nil
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
 		s.observe(EventRegisterFailed)
-		if answered(err) {
+		// "Already connected" is no verdict on the request: the kubelet still
+		// holds our previous server's connection, which it drops when it sees
+		// that connection close.
+		if answered(err) && !alreadyConnected(err) {
 			if rejections++; rejections == rejectAttempts {
 				return fmt.Errorf("device plugin %s: %w %d times: %w", s.cfg.ResourceName, ErrRegistrationRejected, rejections, err)
 			}
 		}
 		if attempt == registerAttempts {
-			s.log.Error("registration with kubelet failed; waiting for the kubelet to restart", "err", err)
+			s.log.Error("registration with kubelet failed; waiting for the kubelet to restart", "err", err, "hint", hint(err))
 			return nil
 		}
 		s.log.Warn("registration with kubelet failed; retrying", "attempt", attempt, "err", err)
@@ -90,8 +94,41 @@ func (s *Server) register(ctx context.Context) error {
 	}
 }
 
-func (s *Server) registered(ino uint64) {
-	s.registeredIno = ino
+// alreadyConnectedMsg is kubelet 1.37's answer (devicemanager
+// PluginConnected) to a registration of a socket it holds a connection to.
+// The refusal also makes that kubelet forget the connection it holds, so it
+// never disconnects it: a plugin must not register its socket twice with one
+// kubelet while it serves that socket.
+const alreadyConnectedMsg = "device plugin already connected"
+
+func alreadyConnected(err error) bool {
+	return strings.Contains(status.Convert(err).Message(), alreadyConnectedMsg)
+}
+
+// heldByKubelet: the kubelet refused as already connected, and the
+// connection it holds is to the server we serve now, registered with this
+// very kubelet.sock. That connection streams our devices and takes our
+// allocations, so we are registered; another attempt would only be refused.
+func (s *Server) heldByKubelet(err error, kubelet sockID) bool {
+	if !alreadyConnected(err) || !kubelet.valid() || s.reg != (registration{kubelet, s.servedGen}) {
+		return false
+	}
+	s.log.Warn("kubelet already holds our connection; keeping it", "err", err)
+	return true
+}
+
+// hint says what an operator can do about a registration that keeps failing.
+func hint(err error) string {
+	if alreadyConnected(err) {
+		return "the kubelet holds a connection to this socket from an earlier registration and refuses it again " +
+			"(kubelet 1.37 keeps it after refusing a second registration); allocations reach this plugin through it, " +
+			"device changes do not; restarting the kubelet clears it"
+	}
+	return "the kubelet did not take the registration; it is tried again when kubelet.sock is created"
+}
+
+func (s *Server) registered(kubelet sockID) {
+	s.reg = registration{kubelet: kubelet, gen: s.servedGen}
 	s.mu.Lock()
 	s.regs++
 	s.mu.Unlock()
@@ -99,6 +136,21 @@ func (s *Server) registered(ino uint64) {
 	s.observe(EventRegistered)
 	s.log.Info("registered with kubelet", "endpoint", s.cfg.Endpoint)
 	failpoint.Hit("deviceplugin-registered")
+}
+
+// registration is one registration the kubelet accepted: with which
+// kubelet.sock, for which of our gRPC servers.
+type registration struct {
+	kubelet sockID
+	gen     uint64
+}
+
+// registeredWithCurrent: the kubelet that owns kubelet.sock now accepted the
+// server we serve now. Registering again would be a second registration of a
+// socket that kubelet is connected to.
+func (s *Server) registeredWithCurrent() bool {
+	id := statSock(s.kubeletSock)
+	return id.valid() && s.reg == registration{kubelet: id, gen: s.servedGen}
 }
 
 // answered tells a kubelet's error answer from a kubelet that is not there
@@ -131,16 +183,26 @@ func (s *Server) registerOnce(ctx context.Context) error {
 	return nil
 }
 
-// inode identifies one incarnation of a socket file; 0 when it is missing.
-func inode(path string) uint64 {
+// sockID identifies one incarnation of a socket file. The inode number
+// alone does not: a new kubelet.sock may get the number of the removed one.
+// The change time (set when the kubelet binds it) tells them apart. The zero
+// sockID is a missing file.
+type sockID struct {
+	dev, ino uint64
+	ctime    syscall.Timespec
+}
+
+func (id sockID) valid() bool { return id != sockID{} }
+
+func statSock(path string) sockID {
 	st, err := os.Stat(path)
 	if err != nil {
-		return 0
+		return sockID{}
 	}
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
-		return sys.Ino
+		return sockID{dev: uint64(sys.Dev), ino: sys.Ino, ctime: sys.Ctim}
 	}
-	return 0
+	return sockID{}
 }
 
 func (s *Server) options() *pluginapi.DevicePluginOptions {

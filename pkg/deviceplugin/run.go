@@ -106,7 +106,7 @@ func (l *loop) event(ctx context.Context, ev fsnotify.Event) error {
 	case dirwatch.Gone:
 		s.log.Warn("plugin dir removed; serving again when it is created", "dir", s.cfg.PluginDir)
 		l.stopServing(false)
-		s.registeredIno = 0
+		s.reg = registration{}
 		s.live.Store(false)
 	case dirwatch.Back:
 		s.log.Info("plugin dir created again: serving and registering", "dir", s.cfg.PluginDir)
@@ -118,17 +118,24 @@ func (l *loop) event(ctx context.Context, ev fsnotify.Event) error {
 }
 
 // inDir reacts to the two kubelet restart signals in the plugin directory.
+// Events arrive after the fact: by the time one is handled the kubelet may
+// have created kubelet.sock again and taken our registration, so each case
+// looks at the file system now rather than trusting the event alone.
 func (l *loop) inDir(ctx context.Context, ev fsnotify.Event) error {
 	s := l.s
 	switch {
 	case ev.Name == s.kubeletSock && ev.Has(fsnotify.Remove|fsnotify.Rename):
-		// A new kubelet.sock may reuse the inode number of the old one.
-		s.registeredIno = 0
-		s.live.Store(false)
+		// Not registered any more only if the kubelet.sock we registered
+		// with is gone: a stale removal must not lead to a second
+		// registration with the new kubelet (1.37 refuses it and then loses
+		// track of our connection).
+		if statSock(s.kubeletSock) != s.reg.kubelet {
+			s.live.Store(false)
+		}
 	case ev.Name == s.kubeletSock && ev.Has(fsnotify.Create):
 		// After a kubelet restart the removal of our socket usually comes
 		// first and already registered us with this kubelet.sock.
-		if ino := inode(s.kubeletSock); ino != 0 && ino == s.registeredIno {
+		if s.registeredWithCurrent() {
 			return nil
 		}
 		s.log.Info("kubelet.sock created: registering again")
@@ -157,7 +164,7 @@ func (l *loop) recheck(ctx context.Context, werr error) error {
 	if _, err := os.Stat(s.socketPath); err != nil {
 		return l.restart(ctx)
 	}
-	if ino := inode(s.kubeletSock); ino != 0 && ino != s.registeredIno {
+	if statSock(s.kubeletSock).valid() && !s.registeredWithCurrent() {
 		return s.register(ctx)
 	}
 	return nil
@@ -167,6 +174,9 @@ func (l *loop) recheck(ctx context.Context, werr error) error {
 // directory is not an error: its Gone and Back events follow.
 func (l *loop) restart(ctx context.Context) error {
 	s := l.s
+	// A kubelet that restarts removes our socket while its dead predecessor's
+	// kubelet.sock is still there: only a live kubelet needs the delay below.
+	sameKubelet := s.live.Load() && statSock(s.kubeletSock) == s.reg.kubelet && answers(s.kubeletSock)
 	l.stopServing(false)
 	srv, served, err := s.serve()
 	if err != nil {
@@ -179,8 +189,35 @@ func (l *loop) restart(ctx context.Context) error {
 		return fmt.Errorf("device plugin %s: serve: %w", s.cfg.ResourceName, err)
 	}
 	l.srv, l.served = srv, served
+	s.servedGen++
+	if sameKubelet {
+		// This kubelet holds a connection to our old server and drops it
+		// when it sees it close (we just stopped that server). Kubelet 1.37
+		// refuses our socket until then, and a registration that arrives
+		// while it drops the old connection is forgotten with it.
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(reconnectDelay):
+		}
+	}
 	return s.registerIfKubelet(ctx)
 }
+
+// answers: a process accepts connections on the unix socket at path.
+func answers(path string) bool {
+	conn, err := net.DialTimeout("unix", path, 100*time.Millisecond)
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
+}
+
+// reconnectDelay is how long a plugin that served again waits before it
+// registers again with the same kubelet; the kubelet drops a closed
+// connection within milliseconds.
+const reconnectDelay = 500 * time.Millisecond
 
 // stopServing stops the gRPC server, gracefully when asked.
 func (l *loop) stopServing(graceful bool) {

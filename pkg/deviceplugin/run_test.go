@@ -81,10 +81,13 @@ func TestServesAgainAfterPluginDirRecreated(t *testing.T) {
 	}
 }
 
-// TestKubeletSockInodeReused: a new kubelet.sock may get the inode number of
-// the removed one; its creation must still lead to a registration. The reuse
-// cannot be forced on a real file system, so the events are handed in.
-func TestKubeletSockInodeReused(t *testing.T) {
+// TestStaleKubeletSockEventsDoNotRegisterAgain: the events of a kubelet
+// restart may be handled after the plugin registered with the new kubelet
+// (its socket's removal came first). The removal and creation of
+// kubelet.sock that follow are stale then: a second registration of the
+// socket is what kubelet 1.37 refuses, forgetting the first. The events are
+// handed in over an unchanged kubelet.sock.
+func TestStaleKubeletSockEventsDoNotRegisterAgain(t *testing.T) {
 	dir := t.TempDir()
 	k := startFakeKubelet(t, dir)
 	s := newTestServer(t, dir)
@@ -95,10 +98,23 @@ func TestKubeletSockInodeReused(t *testing.T) {
 		t.Fatal(err)
 	}
 	k.waitRegistration(t)
-	for _, op := range []fsnotify.Op{fsnotify.Create, fsnotify.Remove, fsnotify.Create} {
+	for _, op := range []fsnotify.Op{fsnotify.Remove, fsnotify.Create} {
 		if err := l.inDir(ctx, fsnotify.Event{Name: s.kubeletSock, Op: op}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if n := s.Registrations(); n != 1 {
+		t.Fatalf("%d registrations with one kubelet.sock, want 1", n)
+	}
+	if !s.Registered() {
+		t.Fatal("a stale removal of kubelet.sock made the plugin unregistered")
+	}
+	// A kubelet.sock bound anew (same path, maybe the same inode number) is
+	// another kubelet: its creation registers.
+	k.stop()
+	startFake(t, dir, false)
+	if err := l.inDir(ctx, fsnotify.Event{Name: s.kubeletSock, Op: fsnotify.Create}); err != nil {
+		t.Fatal(err)
 	}
 	if n := s.Registrations(); n != 2 {
 		t.Fatalf("%d registrations, want 2: one at start, one for the new kubelet.sock", n)

@@ -67,9 +67,12 @@ type Server struct {
 	stopped chan struct{} // closed when Run ends: ListAndWatch streams return
 	regs    int           // successful registrations, for Registrations
 
-	registeredIno uint64      // kubelet.sock we last registered with; Run's goroutine only
-	live          atomic.Bool // registered with the kubelet that is there now
-	running       atomic.Bool
+	// Run's goroutine only: servedGen counts the gRPC servers Run started;
+	// reg is the registration the kubelet last accepted.
+	servedGen uint64
+	reg       registration
+	live      atomic.Bool // registered with the kubelet that is there now
+	running   atomic.Bool
 }
 
 // New checks cfg and returns a server that is not yet serving.

@@ -36,6 +36,17 @@ func (n *Node) watch(ep *endpoint) {
 		return // stopped on purpose
 	}
 	n.mu.Lock()
+	if !ep.tracked {
+		// Kubelet 1.37 no longer knows this client after refusing a second
+		// registration of its socket: nothing disconnects it, so the endpoint
+		// and its devices stay as they were and its connection stays open.
+		n.mu.Unlock()
+		n.log.Error("ListAndWatch ended unexpectedly for device plugin", "resource", ep.resource, "socket", ep.socket, "err", err)
+		return
+	}
+	if key := (sockKey{ep.resource, ep.socket}); n.sockets[key] == ep {
+		delete(n.sockets, key)
+	}
 	current := n.endpoints[ep.resource] == ep
 	if current {
 		delete(n.endpoints, ep.resource)

@@ -10,7 +10,8 @@
 //
 // Registration is checked like the kubelet does (API version v1beta1, an
 // extended resource name); a new registration for a resource replaces the old
-// endpoint. The Node dials the plugin in ROOT/device-plugins, calls
+// endpoint, but a registration of a socket the node is connected to is
+// refused, with kubelet 1.37's consequences (see admitLocked). The Node dials the plugin in ROOT/device-plugins, calls
 // GetDevicePluginOptions and follows ListAndWatch; a broken stream marks the
 // resource's devices unhealthy, and unless the plugin registers again within
 // the grace period (the kubelet's 5 minutes) they are dropped. AddPod allocates like the kubelet: healthy
@@ -75,12 +76,13 @@ type Node struct {
 	allocMu sync.Mutex // serializes AddPod/DelPod, so free devices cannot be taken twice
 
 	mu        sync.Mutex
-	endpoints map[string]*endpoint // by resource name
-	devices   map[string][]Device  // last ListAndWatch answer per resource, plugin's order
-	pods      []*PodAllocation     // in the order added
-	changed   chan struct{}        // closed and replaced on every change
-	grace     time.Duration        // how long a dead plugin's devices stay
-	expiry    map[string]*expiry   // by resource: drops a dead plugin's devices
+	endpoints map[string]*endpoint  // by resource name
+	sockets   map[sockKey]*endpoint // every connection the node holds, by socket (see admitLocked)
+	devices   map[string][]Device   // last ListAndWatch answer per resource, plugin's order
+	pods      []*PodAllocation      // in the order added
+	changed   chan struct{}         // closed and replaced on every change
+	grace     time.Duration         // how long a dead plugin's devices stay
+	expiry    map[string]*expiry    // by resource: drops a dead plugin's devices
 }
 
 // Options tune Start beyond the kubelet defaults.
@@ -132,7 +134,7 @@ func StartWithOptions(ctx context.Context, root string, log *slog.Logger, opts O
 	if err := checkNotServing(abs); err != nil {
 		return nil, err
 	}
-	n := &Node{root: abs, log: log, endpoints: map[string]*endpoint{},
+	n := &Node{root: abs, log: log, endpoints: map[string]*endpoint{}, sockets: map[sockKey]*endpoint{},
 		devices: map[string][]Device{}, changed: make(chan struct{}),
 		grace: opts.PluginGracePeriod, expiry: map[string]*expiry{}}
 	if err := n.loadCheckpoint(); err != nil {
@@ -210,6 +212,10 @@ func (n *Node) Stop() {
 		for res, ep := range n.endpoints {
 			ep.stop()
 			delete(n.endpoints, res)
+		}
+		for key, ep := range n.sockets {
+			ep.stop()
+			delete(n.sockets, key)
 		}
 		for res := range n.expiry {
 			n.cancelExpiryLocked(res)

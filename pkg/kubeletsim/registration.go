@@ -34,6 +34,10 @@ func (n *Node) startRegistration() error {
 	if err != nil {
 		return fmt.Errorf("listen on registration socket %s: %w", n.RegistrationSocket(), err)
 	}
+	// The kubelet never removes kubelet.sock when it stops (killed or not): the
+	// old file stays until the next start's cleanup, and plugins see it removed
+	// and created again only then.
+	lis.(*net.UnixListener).SetUnlinkOnClose(false)
 	n.reg = grpc.NewServer()
 	pluginapi.RegisterRegistrationServer(n.reg, &registration{n: n})
 	n.wg.Add(1)
@@ -46,18 +50,27 @@ func (n *Node) startRegistration() error {
 }
 
 // removeSockets deletes socket files only: other files in the directory are
-// not ours to delete.
+// not ours to delete. The kubelet removes them in directory order, which no
+// plugin can count on; the emulator takes the order that is hardest on
+// plugins: their sockets first, the old kubelet.sock last, so a plugin that
+// reacts to its socket's removal at once still finds the dead kubelet.sock
+// and sees its removal and re-creation after that.
 func (n *Node) removeSockets(dir string) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return fmt.Errorf("read device plugin directory: %w", err)
 	}
+	var socks []string
 	for _, e := range entries {
-		if e.Type()&os.ModeSocket == 0 {
-			continue
+		if e.Type()&os.ModeSocket != 0 && e.Name() != "kubelet.sock" {
+			socks = append(socks, filepath.Join(dir, e.Name()))
 		}
-		p := filepath.Join(dir, e.Name())
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+	}
+	for _, p := range append(socks, n.RegistrationSocket()) {
+		if err := os.Remove(p); err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
 			return fmt.Errorf("remove stale socket %s: %w", p, err)
 		}
 		n.log.Info("Removed stale socket so its plugin re-registers", "socket", p)
@@ -70,8 +83,9 @@ type registration struct {
 	n *Node
 }
 
-// Register validates like the kubelet, connects to the plugin and replaces any
-// endpoint registered before for the same resource.
+// Register validates like the kubelet, connects to the plugin and makes it
+// the resource's endpoint, unless the kubelet already holds a connection to
+// that socket (see admitLocked).
 func (r *registration) Register(ctx context.Context, req *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
 	n := r.n
 	res := req.GetResourceName()
@@ -94,17 +108,13 @@ func (r *registration) Register(ctx context.Context, req *pluginapi.RegisterRequ
 		return &pluginapi.Empty{}, err
 	}
 	n.mu.Lock()
-	if n.ctx.Err() != nil { // Stop began while we dialed: do not start what Stop will not wait for
-		n.mu.Unlock()
-		ep.stop()
-		return &pluginapi.Empty{}, fmt.Errorf("kubelet is stopping")
-	}
-	old := n.endpoints[res]
-	n.endpoints[res] = ep
-	n.cancelExpiryLocked(res)
-	n.wg.Add(1)
-	n.notifyLocked()
+	old, err := n.admitLocked(ep)
 	n.mu.Unlock()
+	if err != nil {
+		ep.stop()
+		n.log.Error("Error connecting to device plugin client", "resource", res, "err", err)
+		return &pluginapi.Empty{}, err
+	}
 	if old != nil {
 		n.log.Info("Replacing device plugin endpoint", "resource", res, "old", old.socket, "new", ep.socket)
 		old.stop()
@@ -119,6 +129,48 @@ func (r *registration) Register(ctx context.Context, req *pluginapi.RegisterRequ
 	return &pluginapi.Empty{}, nil
 }
 
+// errAlreadyConnected is the kubelet's answer (1.37: devicemanager
+// PluginConnected) to a registration of a socket it holds a connection to.
+const errAlreadyConnected = "device plugin already connected: %s"
+
+// admitLocked makes ep the endpoint of its resource and returns the one it
+// replaces (the caller stops it); n.mu must be held. On success the caller
+// owes n.wg.Done for ep's watch.
+//
+// A socket the node holds a connection to is refused, as kubelet 1.37 does,
+// with the kubelet's consequence: its handler then forgets every client of
+// that socket, the live one too (connectClient's deregisterClient), so when
+// the live one's stream ends nothing disconnects it. Its endpoint stays
+// registered with its devices, Allocate dials its socket even when it is
+// gone, and the socket is refused until the kubelet restarts. Kubelets up to
+// 1.36 replaced the endpoint instead; a plugin that works with 1.37 works
+// with them.
+func (n *Node) admitLocked(ep *endpoint) (*endpoint, error) {
+	if n.ctx.Err() != nil { // Stop began while we dialed: do not start what Stop will not wait for
+		return nil, fmt.Errorf("kubelet is stopping")
+	}
+	key := sockKey{ep.resource, ep.socket}
+	if live := n.sockets[key]; live != nil {
+		live.tracked = false
+		return nil, fmt.Errorf(errAlreadyConnected, ep.socket)
+	}
+	old := n.endpoints[ep.resource]
+	if old != nil {
+		delete(n.sockets, sockKey{old.resource, old.socket})
+	}
+	ep.tracked = true
+	n.sockets[key] = ep
+	n.endpoints[ep.resource] = ep
+	n.cancelExpiryLocked(ep.resource)
+	n.wg.Add(1)
+	n.notifyLocked()
+	return old, nil
+}
+
+// sockKey names one connection of the kubelet: a resource's plugin socket
+// (the kubelet's endpointStore key).
+type sockKey struct{ resource, socket string }
+
 // endpoint is one registered plugin connection.
 type endpoint struct {
 	resource string
@@ -129,6 +181,10 @@ type endpoint struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	listed   bool // a ListAndWatch answer arrived; guarded by Node.mu
+	// tracked: the kubelet's client list holds this connection, so the end of
+	// its stream disconnects it; a refused registration of its socket clears
+	// it (see admitLocked). Guarded by Node.mu.
+	tracked bool
 }
 
 func (e *endpoint) stop() {

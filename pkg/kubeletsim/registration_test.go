@@ -3,6 +3,7 @@ package kubeletsim_test
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -112,5 +113,44 @@ func TestControlClient(t *testing.T) {
 	}
 	if err := c.DelPod(t.Context(), "ns", "p"); !errors.Is(err, kubeletsim.ErrPodNotFound) {
 		t.Errorf("DelPod twice: %v", err)
+	}
+}
+
+// TestSocketRegisteredTwiceLeaks: as kubelet 1.37, a registration of a socket
+// the node is connected to is refused, and the refusal makes the node forget
+// the live connection: when the plugin stops, its endpoint stays registered
+// with healthy devices, allocations dial the missing socket, and the socket is
+// refused again. Only a restart of the node clears it.
+func TestSocketRegisteredTwiceLeaks(t *testing.T) {
+	dir := root(t)
+	n := startNode(t, dir)
+	p := kubeletsimtest.NewPlugin(t, n.PluginDir(), vf, "vf.sock", kubeletsimtest.Dev("d1"))
+	p.Start(t.Context(), false)
+	if err := n.WaitRegistered(t.Context(), vf); err != nil {
+		t.Fatal(err)
+	}
+	err := p.Register(t.Context(), pluginapi.Version, vf, "vf.sock")
+	if err == nil || !strings.Contains(err.Error(), "device plugin already connected: "+n.PluginDir()+"/vf.sock") {
+		t.Fatalf("second registration of a live socket: %v", err)
+	}
+	p.Stop()
+	os.Remove(n.PluginDir() + "/vf.sock")
+	// Nothing to wait for: the node must not react to the stream's end.
+	time.Sleep(100 * time.Millisecond)
+	if res := n.Resources()[vf]; !n.Registered(vf) || len(res) != 1 || !res[0].Healthy() {
+		t.Fatalf("leaked endpoint: registered %v, devices %+v", n.Registered(vf), res)
+	}
+	if _, err := n.AddPod(t.Context(), pod("p", ctr("x", 1))); err == nil || !strings.Contains(err.Error(), "no such file or directory") {
+		t.Fatalf("AddPod through the leaked endpoint: %v", err)
+	}
+	n.Stop()
+	if _, err := os.Stat(n.RegistrationSocket()); err != nil {
+		t.Fatalf("kubelet.sock removed at stop (the kubelet leaves it): %v", err)
+	}
+	n2 := startNode(t, dir)
+	p2 := kubeletsimtest.NewPlugin(t, n2.PluginDir(), vf, "vf.sock", kubeletsimtest.Dev("d1"), kubeletsimtest.Dev("d2"))
+	p2.Start(t.Context(), false)
+	if err := n2.WaitResources(t.Context(), func(r map[string][]kubeletsim.Device) bool { return len(r[vf]) == 2 }); err != nil {
+		t.Fatal(err)
 	}
 }

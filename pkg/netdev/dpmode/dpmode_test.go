@@ -223,7 +223,7 @@ func TestHealthChangesReachTheNode(t *testing.T) {
 
 func TestReRegistersAfterNodeRestart(t *testing.T) {
 	f := newFixture(t)
-	f.run()
+	stop := f.run()
 	f.node.Stop()
 	restarted := time.Now()
 	f.startNode()
@@ -237,5 +237,20 @@ func TestReRegistersAfterNodeRestart(t *testing.T) {
 	// Files of devices that still exist survive the kubelet restart.
 	if _, err := devinfo.NewStore(f.DevInfoDir).ReadDP(netdevtest.ResVF, "0000:01:01.0"); err != nil {
 		t.Error(err)
+	}
+	// The node restarts as kubelet 1.37 (kubeletsim): a second registration
+	// would be refused and leave the node with a dead connection. A device
+	// that appears afterwards must reach it, and a pod must be admitted. The
+	// refusals of a second registration came within milliseconds of the first.
+	time.Sleep(500 * time.Millisecond)
+	f.Listen("vhu2.sock")
+	f.waitNode("socket added after the restart listed", func(r map[string][]kubeletsim.Device) bool { return len(r[netdevtest.ResVhost]) == 3 })
+	_, err := f.node.AddPod(context.Background(), kubeletsim.PodSpec{Namespace: "ns", Name: "after", Containers: []kubeletsim.ContainerSpec{
+		{Name: "c", Requests: []kubeletsim.ResourceRequest{{Resource: netdevtest.ResVhost, Count: 3}}}}})
+	if err != nil {
+		t.Fatalf("pod after the restart: %v", err)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 }
