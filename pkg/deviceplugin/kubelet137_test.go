@@ -30,11 +30,13 @@ func TestSurvivesKubelet137Restart(t *testing.T) {
 	if err := node.WaitRegistered(ctx, testResource); err != nil {
 		t.Fatal(err)
 	}
+	waitRegistrations(t, s, 1)
 	node.Stop()
 	node = startSim(t, root)
 	if err := node.WaitRegistered(ctx, testResource); err != nil {
 		t.Fatal(err)
 	}
+	waitRegistrations(t, s, 2)
 	regs := s.Registrations()
 	// A second registration, which the framework used to send within
 	// milliseconds of the first (a stale kubelet.sock event), would show here.
@@ -55,6 +57,17 @@ func TestSurvivesKubelet137Restart(t *testing.T) {
 	}
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
+	}
+}
+
+// waitRegistrations waits until the plugin counted n registrations: the
+// kubelet knows a registration before the plugin has the kubelet's answer.
+func waitRegistrations(t *testing.T, s *Server, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); s.Registrations() < n; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d registrations, want %d", s.Registrations(), n)
+		}
 	}
 }
 

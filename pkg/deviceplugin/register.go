@@ -64,7 +64,14 @@ func (s *Server) register(ctx context.Context) error {
 		}
 		kubelet := statSock(s.kubeletSock)
 		err := s.registerOnce(ctx)
-		if err == nil || s.heldByKubelet(err, kubelet) {
+		if err == nil {
+			// The kubelet.sock we reached is the one there now, not the one
+			// seen before dialling: a kubelet that restarted in between
+			// replaced it, and a dead kubelet's socket accepts no connection.
+			s.registered(statSock(s.kubeletSock))
+			return nil
+		}
+		if s.heldByKubelet(err, kubelet) {
 			s.registered(kubelet)
 			return nil
 		}
