@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make demo-dra: the device-to-network path with DRA (Kubernetes 1.34+) on this machine,
+# make demo-dra: the device-to-network path with DRA (Kubernetes 1.35+) on this machine,
 # as root, with a real kube-apiserver and no node.
 #
 # kubeapi runs etcd and kube-apiserver; netdev-dp in DRA mode publishes two veth ends in a
