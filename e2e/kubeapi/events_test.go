@@ -1,8 +1,15 @@
 package kubeapi_test
 
 import (
+	"crypto/tls"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +19,7 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/devplumb/devplumb/e2e/e2etest"
+	"github.com/devplumb/devplumb/e2e/kubeapi"
 	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
@@ -94,4 +102,70 @@ func describeEvents(t *testing.T, pod *corev1.Pod, want int) []corev1.Event {
 		}
 	}
 	return list.Items
+}
+
+// An API server that never answers the Event create costs the failed ADD of
+// the devplumb binary at most the Event's bound (plugin.DefaultEventTimeout,
+// 2s) over the same ADD without an Event, and the ADD fails as it would.
+func TestDevplumbBinaryEventWriteHangs(t *testing.T) {
+	n := newNode(t)
+	pod, err := srv.CreatePod(e2etest.Ctx(t), "default", "dp-event-hangs", nodeName, nil)
+	e2etest.Must(t, err)
+	n.pr.SetPod(&v1.PodResources{Namespace: "default", Name: pod.Name, Containers: []*v1.ContainerResources{{
+		Name: "c", Devices: []*v1.ContainerDevices{{ResourceName: resourceName, DeviceIds: []string{n.dev + "x"}}},
+	}}})
+	proxyURL, creates := hangEventCreates(t)
+	kc := filepath.Join(t.TempDir(), "hang.kubeconfig")
+	e2etest.Must(t, os.WriteFile(kc, []byte(kubeapi.Kubeconfig(proxyURL, srv.Token)), 0o600))
+	netns := testenv.NetNS(t).Path()
+	args := n.podArgs(pod.Name, string(pod.UID))
+
+	add := func(events string) (e2etest.CNIResult, time.Duration) {
+		start := time.Now()
+		res := n.devplumb(t, "ADD", n.conf(map[string]any{"kubeconfig": kc, "events": events}), netns, args)
+		return res, time.Since(start)
+	}
+	base, without := add("none")
+	res, took := add("failures")
+	if base.Code != 103 || res.Code != base.Code || res.Msg != base.Msg {
+		t.Fatalf("ADD with the Event write hanging: %+v, want as without an Event: %+v", res, base)
+	}
+	if got := creates.Load(); got != 1 {
+		t.Fatalf("%d Event creates reached the API server, want the one of the second ADD", got)
+	}
+	const bound, slack = 2 * time.Second, 2 * time.Second
+	if took < bound || took > without+bound+slack {
+		t.Errorf("ADD took %s with the Event write hanging, %s without an Event: want it to wait the bound %s and no more",
+			took, without, bound)
+	}
+	t.Logf("failed ADD: %s without an Event, %s with its write hanging", without, took)
+}
+
+// hangEventCreates is a TLS proxy to the API server that holds every Event
+// create unanswered until the test ends and passes everything else on.
+func hangEventCreates(t *testing.T) (string, *atomic.Int32) {
+	t.Helper()
+	target, err := url.Parse(srv.URL)
+	e2etest.Must(t, err)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // local test server
+	release := make(chan struct{})
+	creates := &atomic.Int32{}
+	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/events") {
+			creates.Add(1)
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	hs.StartTLS()
+	t.Cleanup(func() {
+		close(release) // before Close, which waits for the held requests
+		hs.Close()
+	})
+	return hs.URL, creates
 }
