@@ -27,6 +27,14 @@ const (
 
 	NetworkStatusRequired   = "required"
 	NetworkStatusBestEffort = "best-effort"
+
+	// Values of "events": which ADDs leave a Kubernetes Event on the pod.
+	// Failures by default: a pod stuck in ContainerCreating then says why in
+	// kubectl describe; an Event per successful attachment is one more API
+	// write per ADD, which a user opts into.
+	EventsFailures = "failures"
+	EventsAll      = "all"
+	EventsNone     = "none"
 )
 
 // SupportedVersions are the CNI versions devplumb accepts in a config.
@@ -61,6 +69,7 @@ type NetConf struct {
 	StateDir           string          `json:"stateDir,omitempty"`
 	Kubeconfig         string          `json:"kubeconfig,omitempty"`
 	NetworkStatus      string          `json:"networkStatus,omitempty"`
+	Events             string          `json:"events,omitempty"`
 	NAD                string          `json:"networkAttachmentDefinition,omitempty"`
 	InjectDeviceID     []string        `json:"injectDeviceID,omitempty"`
 	Capabilities       map[string]bool `json:"capabilities,omitempty"`
@@ -87,7 +96,7 @@ type NetConf struct {
 // devplumbKeys are the keys devplumb itself defines.
 var devplumbKeys = []string{
 	"resourceName", "resourceClaim", "request", "podResourcesSocket", "deviceInfoDir", "stateDir", "kubeconfig",
-	"networkStatus", "networkAttachmentDefinition", "injectDeviceID", "delegate", "delegates",
+	"networkStatus", "events", "networkAttachmentDefinition", "injectDeviceID", "delegate", "delegates",
 	"deviceID", "trustDeviceID", "pciBusID", "logLevel", "logFile", "logToStderr",
 }
 
@@ -239,6 +248,9 @@ func (c *NetConf) applyDefaults() {
 	}
 	if c.NetworkStatus == "" {
 		c.NetworkStatus = NetworkStatusRequired
+	}
+	if c.Events == "" {
+		c.Events = EventsFailures
 	}
 	if c.InjectDeviceID == nil {
 		c.InjectDeviceID = []string{DefaultInjectKey}

@@ -28,6 +28,9 @@ func TestParseGoodAppliesDefaults(t *testing.T) {
 	if c.StateDir != "/tmp/x/state" || c.NetworkStatus != NetworkStatusRequired {
 		t.Errorf("stateDir/networkStatus: %+v", c)
 	}
+	if c.Events != EventsFailures {
+		t.Errorf("events default %q, want %q", c.Events, EventsFailures)
+	}
 	if len(c.InjectDeviceID) != 1 || c.InjectDeviceID[0] != "deviceID" {
 		t.Errorf("injectDeviceID default: %v", c.InjectDeviceID)
 	}
@@ -105,6 +108,8 @@ func TestParseErrors(t *testing.T) {
 		{"delegate path type", `{"cniVersion":"1.0.0","name":"n","type":"devplumb","delegate":{"type":"../bin/sh"}}`, `must be a plugin binary name`, false},
 		{"empty chain", `{"cniVersion":"1.0.0","name":"n","type":"devplumb","delegates":[]}`, `"delegates" is empty`, false},
 		{"bad networkStatus", base(`,"networkStatus":"maybe"`), `"networkStatus" "maybe"`, false},
+		{"bad events", base(`,"events":"failure"`), `"events" "failure" is invalid: use "failures" (the default), "all" or "none"`, false},
+		{"events not a string", base(`,"events":true`), `events`, true},
 		{"reserved inject", base(`,"injectDeviceID":["type"]`), `reserved`, false},
 		{"bad nad", base(`,"networkAttachmentDefinition":"a/b/c"`), `networkAttachmentDefinition`, false},
 	}

@@ -247,6 +247,9 @@ func (c *NetConf) validateMisc() error {
 	if c.NetworkStatus != NetworkStatusRequired && c.NetworkStatus != NetworkStatusBestEffort {
 		return fmt.Errorf(`"networkStatus" %q is invalid: use %q or %q`, c.NetworkStatus, NetworkStatusRequired, NetworkStatusBestEffort)
 	}
+	if c.Events != EventsFailures && c.Events != EventsAll && c.Events != EventsNone {
+		return fmt.Errorf(`"events" %q is invalid: use %q (the default), %q or %q`, c.Events, EventsFailures, EventsAll, EventsNone)
+	}
 	if c.NAD != "" && !nadRE.MatchString(c.NAD) {
 		return fmt.Errorf(`"networkAttachmentDefinition" %q must be "namespace/name" or "name"`, c.NAD)
 	}

@@ -1,8 +1,9 @@
 // Package kube is devplumb's small Kubernetes client: it writes devplumb's own entry of a
-// pod's network-status annotation and reads a NetworkAttachmentDefinition's resourceName.
+// pod's network-status annotation and reads a NetworkAttachmentDefinition's resourceName;
+// it also records an Event on a pod (events.go) and does DRA's reads and writes (dra.go).
 // Every call is bounded by the timeout given to New, retries included.
 //
-// Both touch only object metadata, so it uses client-go's metadata client
+// The first two touch only object metadata, so it uses client-go's metadata client
 // (PartialObjectMetadata) rather than the typed clientsets: those register the scheme of
 // every API group at start-up, and devplumb starts once per CNI call.
 package kube

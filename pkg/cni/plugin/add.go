@@ -33,6 +33,9 @@ func (p *Plugin) Add(args *skel.CmdArgs) (err error) {
 	}
 	defer c.close()
 	defer func() { c.endTiming("ADD", err) }()
+	// rec is the device taken, once there is one: the Event names it.
+	var rec *attachment.Record
+	defer func() { c.recordAddEvent(rec, err) }()
 	prev, cerr := c.checkAdd()
 	if cerr != nil {
 		return cerr
@@ -44,7 +47,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) (err error) {
 	}
 	c.timing.mark(phasePodResources)
 	// 3. One of them no other attachment holds, recorded under the lock.
-	rec, cerr := c.take(want)
+	rec, cerr = c.take(want)
 	if cerr != nil {
 		return cerr
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
+	"github.com/devplumb/devplumb/pkg/cni/kube"
 	"github.com/devplumb/devplumb/pkg/testenv"
 	"github.com/devplumb/devplumb/podresources/podresourcestest"
 )
@@ -37,6 +38,33 @@ type fakeKube struct {
 	nadAsked []string
 	onRemove func() // runs inside RemoveNetworkStatus
 	made     int    // clients built (NewKube calls)
+	events   []kube.PodEvent
+	eventErr error
+	// eventHang, when set, holds RecordPodEvent (ignoring its context) until
+	// it is closed or 10s pass; eventAt is when RecordPodEvent was called.
+	eventHang chan struct{}
+	eventAt   time.Time
+}
+
+func (f *fakeKube) RecordPodEvent(_ context.Context, e kube.PodEvent) error {
+	f.mu.Lock()
+	f.events = append(f.events, e)
+	f.eventAt = time.Now()
+	hang, err := f.eventHang, f.eventErr
+	f.mu.Unlock()
+	if hang != nil {
+		select {
+		case <-hang:
+		case <-time.After(10 * time.Second):
+		}
+	}
+	return err
+}
+
+func (f *fakeKube) recorded() ([]kube.PodEvent, time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.events), f.eventAt
 }
 
 func (f *fakeKube) SetNetworkStatus(_ context.Context, ns, name, uid string, e nadv1.NetworkStatus) error {

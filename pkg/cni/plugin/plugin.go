@@ -58,6 +58,9 @@ type Plugin struct {
 	// NewKube builds the Kubernetes client for a config's kubeconfig,
 	// logging through log; cmd/devplumb passes pkg/cni/kube's.
 	NewKube func(kubeconfig string, timeout time.Duration, log *slog.Logger) (Kube, error)
+	// EventTimeout bounds the Event an ADD records on the pod (config
+	// "events"); 0 is DefaultEventTimeout.
+	EventTimeout time.Duration
 	// Exec runs the delegates (libcni's invoke.Exec); nil runs the plugin binaries found
 	// on CNI_PATH. Tests stand in for a delegate with it.
 	Exec invoke.Exec
