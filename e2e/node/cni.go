@@ -13,8 +13,8 @@ import (
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// SetConflist makes data the node's cluster network (written in place, as containerd
-// 1.6 and 1.7 both notice) and waits until containerd has loaded a config naming network:
+// SetConflist makes data the node's cluster network (written in place: containerd 1.6
+// did not notice a file moved into an empty net.d, and 2.x notices both) and waits until containerd has loaded a config naming network:
 // pods created after it returns get that network.
 func (n *Node) SetConflist(ctx context.Context, network string, data []byte) error {
 	p := filepath.Join(n.HostPath("/etc/cni/net.d"), ConflistName)
