@@ -21,6 +21,12 @@ func (n *Node) SetConflist(ctx context.Context, network string, data []byte) err
 	if err := os.WriteFile(p, data, 0o644); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
+	return n.WaitNetwork(ctx, network)
+}
+
+// WaitNetwork waits until the CNI config containerd loaded names network: the one the
+// next pod gets, whoever wrote it (SetConflist, or a CNI's DaemonSet writing its own).
+func (n *Node) WaitNetwork(ctx context.Context, network string) error {
 	conn, err := grpc.NewClient("unix://"+n.ContainerdSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return fmt.Errorf("node: CRI: %w", err)
