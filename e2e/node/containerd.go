@@ -18,19 +18,22 @@ const (
 	BusyboxImage = "devplumb.test/busybox:1"
 )
 
-// containerdConfig is containerd 2's config (version 3, where the CRI plugin of 1.x is
-// split into io.containerd.cri.v1.images and io.containerd.cri.v1.runtime): state under the
-// node's dir, CNI and CDI at the paths a real node has (mounted from the node's dir in its
-// mount namespace). CDI needs no switch any more (containerd 2 dropped enable_cdi: always
-// on); the directories it reads are still ours to name.
-const containerdConfig = `version = 3
+// containerdConfig is containerd 2.4's config, version 4: version 3 (containerd 2.0) split
+// 1.x's CRI plugin into io.containerd.cri.v1.images and io.containerd.cri.v1.runtime, and
+// version 4 (2.4, which migrates older versions at each start with a warning) moved the
+// [grpc] and [ttrpc] sections to server plugins. State is under the node's dir, CNI and
+// CDI at the paths a real node has (mounted from the node's dir in its mount namespace).
+// CDI needs no switch any more (containerd 2 dropped enable_cdi: always on); the
+// directories it reads are still ours to name.
+const containerdConfig = `version = 4
 root = %[1]q
 state = %[2]q
-[grpc]
-  address = %[3]q
-[ttrpc]
-  address = %[4]q
 [plugins]
+  [plugins.'io.containerd.server.v1.grpc']
+    address = %[3]q
+  # Named: in version 4 it is no longer derived from the gRPC address.
+  [plugins.'io.containerd.server.v1.ttrpc']
+    address = %[4]q
   # Not /opt/containerd on the host.
   [plugins.'io.containerd.internal.v1.opt']
     path = %[7]q
