@@ -166,7 +166,8 @@ func (n *Node) startAPIServer() error {
 		return err
 	}
 	s, err := kubeapi.StartWith(filepath.Join(n.Dir, "apiserver"), kubeapi.Options{
-		Address: serviceAddress, Port: 443, ServiceCIDR: serviceCIDR, ServiceAccounts: true})
+		Address: serviceAddress, Port: 443, ServiceCIDR: serviceCIDR, ServiceAccounts: true,
+		AllowPrivileged: true})
 	if err != nil {
 		return fmt.Errorf("node: start API server: %w", err)
 	}
