@@ -139,6 +139,11 @@ func buildMultusThickImage() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// As in upstream's image (a distribution's base): the runtime names a pod's network
+	// namespace /var/run/netns/..., which the daemon checks in its own file system, where
+	// the DaemonSet mounts the node's /run/netns.
+	files = append(files, imagebuild.File{Path: "/run", Dir: true, Mode: 0o755},
+		imagebuild.File{Path: "/var/run", Link: "../run"})
 	for _, bin := range []string{"multus-daemon", "multus-shim"} {
 		src := filepath.Join(dir, bin)
 		if err := imagebuild.CheckStatic(src); err != nil {
