@@ -57,6 +57,9 @@ type Options struct {
 	// ServiceAccounts turns the ServiceAccount admission plugin on, so pods get their
 	// service account token volume (a real node has kube-controller-manager to back it).
 	ServiceAccounts bool
+	// AllowPrivileged is --allow-privileged, as clusters made by kubeadm have it: a node's
+	// privileged DaemonSets (Multus thick's) are refused without it.
+	AllowPrivileged bool
 }
 
 // Start runs etcd and kube-apiserver under dir (created) and waits until the API server
@@ -169,7 +172,7 @@ func (s *Server) StartAPIServer() error {
 		"--service-account-signing-key-file="+filepath.Join(s.Dir, "sa.key"),
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-cluster-ip-range="+s.opts.ServiceCIDR,
-		admission)
+		admission, "--allow-privileged="+strconv.FormatBool(s.opts.AllowPrivileged))
 	if err != nil {
 		return err
 	}

@@ -13,14 +13,20 @@ import (
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// SetConflist makes data the node's cluster network (written in place, as containerd
-// 1.6 and 1.7 both notice) and waits until containerd has loaded a config naming network:
+// SetConflist makes data the node's cluster network (written in place: containerd 1.6
+// did not notice a file moved into an empty net.d, and 2.x notices both) and waits until containerd has loaded a config naming network:
 // pods created after it returns get that network.
 func (n *Node) SetConflist(ctx context.Context, network string, data []byte) error {
 	p := filepath.Join(n.HostPath("/etc/cni/net.d"), ConflistName)
 	if err := os.WriteFile(p, data, 0o644); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
+	return n.WaitNetwork(ctx, network)
+}
+
+// WaitNetwork waits until the CNI config containerd loaded names network: the one the
+// next pod gets, whoever wrote it (SetConflist, or a CNI's DaemonSet writing its own).
+func (n *Node) WaitNetwork(ctx context.Context, network string) error {
 	conn, err := grpc.NewClient("unix://"+n.ContainerdSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return fmt.Errorf("node: CRI: %w", err)

@@ -178,7 +178,7 @@ func checkStatusRemovedFirst(t *testing.T, w watch.Interface, d draDevice) {
 	t.Fatalf("claim %s: watch ended before devplumb removed its status entry", d.claim.Name)
 }
 
-// TestDRAUnderMultus: Multus thin v4.2.3 is the node's CNI. It maps a pod's DRA devices by
+// TestDRAUnderMultus: Multus v4.3.0 thick is the node's CNI. It maps a pod's DRA devices by
 // ResourceClaim name (from PodResources, so only claims a container references), never
 // by the NAD's resourceName, so for a DRA pod it passes devplumb no device. A NAD like
 // deployments/nads/multus-delegation.yaml whose devplumb config also names the resource
@@ -188,7 +188,7 @@ func checkStatusRemovedFirst(t *testing.T, w watch.Interface, d draDevice) {
 // removes devplumb's status entry while the claim is allocated and leaves nothing.
 func TestDRAUnderMultus(t *testing.T) {
 	draMode(t)
-	multusAsNodeCNI(t)
+	multusAsNodeCNI(t, multusThick)
 	nad := draNAD(t)
 	claim := directClaim(t, "hostdev-multus", draClass)
 	pod := createDirectClaimPod(t, "dra-multus", claim, map[string]string{nadv1.NetworkAttachmentAnnot: nad + "@net1"})
@@ -237,14 +237,14 @@ func checkNoCNIFiles(t *testing.T) {
 }
 
 // TestDRAShippedNADUnderMultus: the shipped deployments/nads/multus-delegation.yaml as it
-// is does not serve a DRA pod under Multus thin v4.2.3: Multus looks the NAD's
+// is does not serve a DRA pod under Multus v4.3.0 thick: Multus looks the NAD's
 // resourceName up among the pod's device-plugin resources and its DRA claims by claim
 // name, finds nothing and passes devplumb no device; devplumb, whose config leaves the
-// device to Multus, fails ADD with its error saying what is missing, and the pod does not
-// start (TestDRAUnderMultus shows the NAD that works).
+// device to Multus, fails ADD with its error saying what is missing (which the daemon
+// hands back through multus-shim), and the pod does not start (TestDRAUnderMultus shows the NAD that works).
 func TestDRAShippedNADUnderMultus(t *testing.T) {
 	draMode(t)
-	multusAsNodeCNI(t)
+	multusAsNodeCNI(t, multusThick)
 	tmpl := claimTemplate(t, "hostdev-shipped", draClass)
 	pod := createClaimPod(t, "dra-shipped-nad", tmpl, true, map[string]string{nadv1.NetworkAttachmentAnnot: "netdev-net@net1"})
 	waitFor(t, "pod "+pod.Name+"'s sandbox failing with devplumb's error", func(c context.Context) error {

@@ -70,9 +70,10 @@ func (m *mountNS) unmount(dir string) {
 	_ = exec.Command("nsenter", "--mount="+m.path, "--", "umount", "--recursive", "--lazy", dir).Run()
 }
 
-// makeShared makes the mount at dir shared inside the namespace.
-func (m *mountNS) makeShared(dir string) error {
-	out, err := exec.Command("nsenter", "--mount="+m.path, "--", "mount", "--make-shared", dir).CombinedOutput()
+// makeShared makes the mount at dir shared inside the namespace: how is --make-shared
+// (that mount) or --make-rshared (and every mount below it).
+func (m *mountNS) makeShared(how, dir string) error {
+	out, err := exec.Command("nsenter", "--mount="+m.path, "--", "mount", how, dir).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("node: make %s shared: %w: %s", dir, err, strings.TrimSpace(string(out)))
 	}

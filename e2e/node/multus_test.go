@@ -13,19 +13,24 @@ import (
 
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/e2e/e2etest"
-	"github.com/devplumb/devplumb/e2e/kubeapi"
-	"github.com/devplumb/devplumb/e2e/node"
 	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
-// TestMultusTwoAttachmentsOfOneResource (scenario 2): Multus thin is the node's CNI
-// (the bridge as the cluster default network); a pod with two attachments of
-// deployments/nads/multus-delegation.yaml and two example.com/hostdev devices gets both
-// devices, each attachment a different one, and they are the devices PodResources lists:
-// the pod's net1 and net2 are those two host devices.
+// TestMultusTwoAttachmentsOfOneResource (scenario 2): Multus is the node's CNI (the bridge
+// as the cluster default network), thick as its own DaemonSet deploys it and thin; a pod
+// with two attachments of deployments/nads/multus-delegation.yaml and two
+// example.com/hostdev devices gets both devices, each attachment a different one, and
+// they are the devices PodResources lists: the pod's net1 and net2 are those two host
+// devices.
 func TestMultusTwoAttachmentsOfOneResource(t *testing.T) {
+	for _, mode := range []multusMode{multusThick, multusThin} {
+		t.Run(string(mode), func(t *testing.T) { twoAttachmentsOfOneResource(t, mode) })
+	}
+}
+
+func twoAttachmentsOfOneResource(t *testing.T, mode multusMode) {
 	deployed(t)
-	multusAsNodeCNI(t)
+	multusAsNodeCNI(t, mode)
 
 	pod := createPodScript(t, "two", map[string]string{"example.com/hostdev": "2"},
 		map[string]string{nadv1.NetworkAttachmentAnnot: "netdev-net@net1, netdev-net@net2"}, linksScript)
@@ -63,7 +68,7 @@ func TestMultusTwoAttachmentsOfOneResource(t *testing.T) {
 // vhostMaster is the host link the vhost-user test's macvlan hangs off.
 const vhostMaster = "dpvhumv"
 
-// TestMultusVhostUserDeviceInfo (scenario 2): under Multus thin, a pod requesting one of
+// TestMultusVhostUserDeviceInfo (scenario 2): under Multus thick, a pod requesting one of
 // netdev-dp's example.com/vhostuser sockets (deployments/nads/vhost-user.yaml: the
 // resourceName annotation, devplumb with the deviceID and CNIDeviceInfoFile
 // capabilities) has the socket mounted where its device-info says, and the pod's
@@ -75,7 +80,7 @@ const vhostMaster = "dpvhumv"
 // through netdev-dp, Multus and devplumb alone; the delegate only makes an interface.
 func TestMultusVhostUserDeviceInfo(t *testing.T) {
 	deployed(t)
-	multusAsNodeCNI(t)
+	multusAsNodeCNI(t, multusThick)
 	vhostMasterUp(t)
 	nad := vhostUserNAD(t)
 
@@ -145,23 +150,4 @@ func vhostMasterUp(t *testing.T) {
 	master, err := netlink.LinkByName(vhostMaster)
 	e2etest.Must(t, err)
 	e2etest.Must(t, netlink.LinkSetUp(master))
-}
-
-// multusAsNodeCNI makes Multus thin the node's CNI, with the bridge as the cluster
-// default network, until the test ends.
-func multusAsNodeCNI(t *testing.T) {
-	t.Helper()
-	multus, err := kubeapi.FindBinary("DEVPLUMB_MULTUS", "multus-v4.3.0",
-		"build it with scripts/build-multus.sh (make test and make e2e run it)")
-	e2etest.Must(t, err)
-	e2etest.Must(t, copyExec(multus, nd.HostPath("/opt/cni/bin/multus")))
-	var bridge map[string]any
-	e2etest.Must(t, json.Unmarshal([]byte(node.DefaultConflist), &bridge))
-	conf := map[string]any{"cniVersion": "1.0.0", "name": "multus-cni-network", "plugins": []any{map[string]any{
-		"type": "multus", "kubeconfig": nd.API.Kubeconfig, "delegates": []any{bridge},
-		"cniDir": "/var/lib/cni/multus", "binDir": "/opt/cni/bin",
-	}}}
-	data, err := json.Marshal(conf)
-	e2etest.Must(t, err)
-	useConflist(t, "multus-cni-network", data)
 }

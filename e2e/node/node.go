@@ -36,12 +36,18 @@ const (
 )
 
 // hostPaths are the paths a node writes that are mounted from the node's directory in its
-// mount namespace (relative names under Dir/host).
+// mount namespace (relative names under Dir/host). /run is the node's own as a whole:
+// a DaemonSet mounting the host's /run (Multus thick does, for its socket in /run/multus)
+// sees the node's, and a daemon that removes and makes again its directory there cannot
+// do that to a mount point.
 var hostPaths = []string{
-	"/var/lib/kubelet", "/opt/cni/bin", "/etc/cni/net.d", "/var/lib/cni",
-	"/run/k8s.cni.cncf.io", "/run/cdi", "/run/netns", "/run/containerd", "/run/vswitch",
-	"/var/log/pods", "/var/log/containers", "/usr/libexec/kubernetes",
+	"/var/lib/kubelet", "/opt/cni/bin", "/etc/cni/net.d", "/etc/cni/multus", "/var/lib/cni",
+	"/run", "/var/log/pods", "/var/log/containers", "/usr/libexec/kubernetes",
 }
+
+// runDirs are the node's directories in its /run that exist before anything runs: what
+// the tests and the DaemonSets' hostPath volumes use.
+var runDirs = []string{"k8s.cni.cncf.io", "cdi", "netns", "containerd", "vswitch"}
 
 // Node is a running node.
 type Node struct {
@@ -131,9 +137,24 @@ func (n *Node) mountHostPaths() error {
 			return err
 		}
 	}
-	// As on the host, where `ip netns` and the runtime make /run/netns a shared mount:
-	// netdev-dp's HostToContainer mount of it needs that.
-	return ns.makeShared("/run/netns")
+	for _, d := range runDirs {
+		if err := os.MkdirAll(n.HostPath(filepath.Join("/run", d)), 0o755); err != nil {
+			return fmt.Errorf("node: %w", err)
+		}
+	}
+	// As on the host, where `ip netns` and the runtime make /run/netns a shared mount (bound
+	// on itself): netdev-dp's HostToContainer mount of it needs that.
+	if err := ns.bind(n.HostPath("/run/netns"), "/run/netns"); err != nil {
+		return err
+	}
+	if err := ns.makeShared("--make-shared", "/run/netns"); err != nil {
+		return err
+	}
+	// As on a systemd host, whose mounts are all shared (systemd makes / rshared; this
+	// machine's are private): Multus thick's DaemonSet mounts / with HostToContainer and
+	// /opt/cni/bin with Bidirectional, which containerd refuses on a private mount. Only
+	// the node's namespace changes (its mounts are copies); the host's stay as they are.
+	return ns.makeShared("--make-rshared", "/")
 }
 
 func (n *Node) startAPIServer() error {
@@ -145,7 +166,8 @@ func (n *Node) startAPIServer() error {
 		return err
 	}
 	s, err := kubeapi.StartWith(filepath.Join(n.Dir, "apiserver"), kubeapi.Options{
-		Address: serviceAddress, Port: 443, ServiceCIDR: serviceCIDR, ServiceAccounts: true})
+		Address: serviceAddress, Port: 443, ServiceCIDR: serviceCIDR, ServiceAccounts: true,
+		AllowPrivileged: true})
 	if err != nil {
 		return fmt.Errorf("node: start API server: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,15 +18,18 @@ import (
 	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
-// TestKubeletAndNetdevDPRestart (scenario 5): the kubelet restarts under a running pod
-// whose device devplumb moved into it: netdev-dp registers again with the new kubelet,
-// the pod keeps its device, and a new pod gets the other one. Then netdev-dp is restarted
-// by its DaemonSet: it adopts its device-info files and no pod loses anything.
+// TestKubeletAndNetdevDPRestart (scenario 5): under Multus thick, the kubelet restarts
+// under a running pod whose device devplumb (the delegate of
+// deployments/nads/multus-delegation.yaml) moved into it: netdev-dp registers again with
+// the new kubelet, the pod keeps its device, and a new pod gets the other one through the
+// same multus-daemon, which outlives the kubelet. Then netdev-dp is restarted by its
+// DaemonSet: it adopts its device-info files and no pod loses anything.
 func TestKubeletAndNetdevDPRestart(t *testing.T) {
 	deployed(t)
 	c := ctx(t)
-	useConflist(t, "devplumb-alone", aloneConflist)
-	first := createPod(t, "before-restart", map[string]string{"example.com/hostdev": "1"})
+	multusAsNodeCNI(t, multusThick)
+	net1 := map[string]string{nadv1.NetworkAttachmentAnnot: "netdev-net@net1"}
+	first := createPodAnnotated(t, "before-restart", map[string]string{"example.com/hostdev": "1"}, net1)
 	waitRunning(t, first)
 	dev := podDevices(t, first, "example.com/hostdev")
 
@@ -58,7 +62,7 @@ func TestKubeletAndNetdevDPRestart(t *testing.T) {
 	t.Logf("netdev-dp registered again at most %s after the new kubelet's socket was seen", time.Since(sockAt).Round(100*time.Millisecond))
 	checkKept(t, first, dev)
 
-	second := createPod(t, "after-restart", map[string]string{"example.com/hostdev": "1"})
+	second := createPodAnnotated(t, "after-restart", map[string]string{"example.com/hostdev": "1"}, net1)
 	waitRunning(t, second)
 	if got := podDevices(t, second, "example.com/hostdev"); len(got) != 1 || got[0] == dev[0] {
 		t.Fatalf("the new pod got %v, the first has %v", got, dev)

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,14 +17,13 @@ import (
 
 const stormPods = 20
 
-// stormConflist is devplumb alone with the storm's resource.
-var stormConflist = hostDeviceConflist("devplumb-storm", "example.com/storm", "192.0.2.20/24")
-
 // TestTwentyPodsAtOnce (scenario 6): the user adds a resource of 20 netdevs to netdev-dp's
-// ConfigMap (netdev-dp restarted by its DaemonSet reads it); 20 pods created at once, one
-// device each, all run, no device twice, and each pod's device (the one PodResources
-// lists) has left the host and is the pod's eth0, as the pod itself sees it. Deleting
-// them brings every device back.
+// ConfigMap (netdev-dp restarted by its DaemonSet reads it) and a NAD like
+// deployments/nads/multus-delegation.yaml for it; under Multus thick, 20 pods created at
+// once, one device and one attachment of that NAD each, all run, no device twice, and
+// each pod's device (the one PodResources lists) has left the host and is the pod's net1,
+// as the pod itself sees it. Twenty CNI calls then go through one multus-daemon at once.
+// Deleting the pods brings every device back.
 func TestTwentyPodsAtOnce(t *testing.T) {
 	deployed(t)
 	var names []string
@@ -33,7 +33,11 @@ func TestTwentyPodsAtOnce(t *testing.T) {
 	hostNetdevs(t, names...)
 	addStormResource(t)
 	waitAllocatable(t, map[string]string{"example.com/storm": fmt.Sprint(stormPods)})
-	useConflist(t, "devplumb-storm", stormConflist)
+	multusAsNodeCNI(t, multusThick)
+	nad := nadVariant(t, "netdev-net", "storm-net", func(_ map[string]any, annotations map[string]string) {
+		annotations["k8s.v1.cni.cncf.io/resourceName"] = "example.com/storm"
+	})
+	annotations := map[string]string{nadv1.NetworkAttachmentAnnot: nad + "@net1"}
 
 	pods := make([]*corev1.Pod, stormPods)
 	var wg sync.WaitGroup
@@ -41,7 +45,7 @@ func TestTwentyPodsAtOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			pods[i] = createPodScript(t, fmt.Sprintf("storm-%02d", i), map[string]string{"example.com/storm": "1"}, nil, linksScript)
+			pods[i] = createPodScript(t, fmt.Sprintf("storm-%02d", i), map[string]string{"example.com/storm": "1"}, annotations, linksScript)
 		}()
 	}
 	wg.Wait()
@@ -59,7 +63,7 @@ func TestTwentyPodsAtOnce(t *testing.T) {
 		if _, err := netlink.LinkByName(devs[0]); err == nil {
 			t.Errorf("%s, pod %s's device, is still on the host", devs[0], p.Name)
 		}
-		checkInterface(t, p, podView(t, p), "eth0", devs[0])
+		checkInterface(t, p, podView(t, p), "net1", devs[0])
 	}
 	for _, p := range pods {
 		deletePod(t, p)
