@@ -42,8 +42,8 @@ func (e *PermissionError) Missing() string {
 	}
 	fmt.Fprintf(&b, " in namespace %q", e.Namespace)
 	if e.NotOnNode {
-		b.WriteString("; and the API server did not take the credential for one of the claim's node " +
-			"(only a service account token bound to a pod on the node in the claim's allocation is), " +
+		b.WriteString("; and the API server did not count this credential as being on the claim's node " +
+			"(only a service account token bound to a pod on the node of the claim's allocation is), " +
 			"so it tried only \"" + resourcev1.VerbPrefixArbitraryNode + "patch\"")
 	}
 	return b.String()
