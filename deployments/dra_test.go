@@ -25,7 +25,7 @@ import (
 func decodeDRA(t *testing.T) []runtime.Object {
 	t.Helper()
 	files, err := filepath.Glob("dra/*.yaml")
-	if err != nil || len(files) != 2 {
+	if err != nil || len(files) != 3 {
 		t.Fatalf("dra/: %v %v", files, err)
 	}
 	var out []runtime.Object

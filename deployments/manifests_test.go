@@ -111,6 +111,8 @@ func TestRBACIsExactlyWhatDevplumbNeeds(t *testing.T) {
 		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get"}},
 		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"list"}},
 		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/status"}, Verbs: []string{"patch"}},
+		// Only on its own node, for any driver: never arbitrary-node, never a fixed driver list.
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/driver"}, Verbs: []string{"associated-node:patch"}},
 	}
 	if len(role.Rules) != len(want) {
 		t.Fatalf("rules %+v, want %+v", role.Rules, want)

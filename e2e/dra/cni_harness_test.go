@@ -98,12 +98,23 @@ func (n *cniNode) oneDevicePod(template bool) (dev string, pod *corev1.Pod, clai
 }
 
 // devplumbKubeconfig writes a kubeconfig of devplumb's service account (its RBAC is what
-// the test grants) and returns its path.
+// the test grants) as the installer writes it on this node: with the token of the
+// devplumb DaemonSet's pod on the node (podBoundToken). It returns its path.
 func (n *cniNode) devplumbKubeconfig() string {
 	n.t.Helper()
-	kc := filepath.Join(n.dir, "devplumb.kubeconfig")
-	e2etest.Must(n.t, os.WriteFile(kc, []byte(kubeapi.Kubeconfig(srv.URL, srv.DevplumbToken)), 0o600))
-	return kc
+	return writeKubeconfig(n.t, filepath.Join(n.dir, "devplumb.kubeconfig"), podBoundToken(n.t, "devplumb-daemonset.yaml", n.name))
+}
+
+func writeKubeconfig(t *testing.T, path, token string) string {
+	t.Helper()
+	e2etest.Must(t, os.WriteFile(path, []byte(kubeapi.Kubeconfig(srv.URL, token)), 0o600))
+	return path
+}
+
+// nodeSelector selects exactly the node, as the allocator writes it.
+func nodeSelector(node string) *corev1.NodeSelector {
+	return &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{
+		Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}}}
 }
 
 // cniDev is one device in the node's ResourceSlice: its name there and the
@@ -193,7 +204,10 @@ func (n *cniNode) claim(name string, owner *corev1.Pod, reservedFor []*corev1.Po
 	if len(devices) == 0 {
 		return out
 	}
-	alloc := &resourcev1.AllocationResult{}
+	// The node selector the scheduler's allocator writes for a device of a node-local
+	// pool: the API server (1.36+) finds the claim's node in it when it authorizes
+	// devplumb's status write ("associated-node").
+	alloc := &resourcev1.AllocationResult{NodeSelector: nodeSelector(n.name)}
 	for _, d := range devices {
 		alloc.Devices.Results = append(alloc.Devices.Results, resourcev1.DeviceRequestAllocationResult{
 			Request: "net", Driver: n.driver, Pool: n.name, Device: d})

@@ -55,6 +55,13 @@ func TestCNIShippedRBAC(t *testing.T) {
 			}
 		}
 	}
+	// The per-driver right (1.36+) only on its own node, never from an arbitrary one.
+	for verb, want := range map[string]bool{"associated-node:patch": true, "arbitrary-node:patch": false,
+		"associated-node:update": false, "patch": false} {
+		if got := cniAllowed(t, verb, "resourceclaims", "driver"); got != want {
+			t.Errorf("resourceclaims/driver %s: allowed=%v, want %v", verb, got, want)
+		}
+	}
 }
 
 func cniAllowed(t *testing.T, verb, resource, sub string) bool {

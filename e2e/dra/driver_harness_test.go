@@ -18,6 +18,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -53,6 +54,10 @@ const (
 // netdevDPUser is the DRA DaemonSet's service account: the driver runs as it (through
 // impersonation by the test's admin), so the shipped RBAC is what it gets.
 const netdevDPUser = "system:serviceaccount:kube-system:netdev-dp"
+
+// serviceAccountNodeKey is the user extra in which the API server names the node of a
+// service account token bound to a pod (k8s.io/apiserver's serviceaccount.NodeNameKey).
+const serviceAccountNodeKey = "authentication.kubernetes.io/node-name"
 
 // driverNode is one node for netdev-dp in DRA mode: its Node object, a fake sysfs with
 // four VFs of PF ens1f0, two vhost-user sockets, and the kubelet's directories.
@@ -96,7 +101,7 @@ func newDriverNode(t *testing.T, extra ...resources.Resource) *driverNode {
 	n.config = filepath.Join(n.dir, "config.json")
 	e2etest.Must(t, os.WriteFile(n.config, data, 0o644))
 	n.kubeconfig = filepath.Join(n.dir, "netdev-dp.kubeconfig")
-	e2etest.Must(t, os.WriteFile(n.kubeconfig, []byte(drvKubeconfig(srv.URL, srv.Token, netdevDPUser)), 0o600))
+	e2etest.Must(t, os.WriteFile(n.kubeconfig, []byte(drvKubeconfig(srv.URL, srv.Token, netdevDPUser, n.name)), 0o600))
 	_, err = srv.Client.CoreV1().Nodes().Create(e2etest.Ctx(t), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name}}, metav1.CreateOptions{})
 	e2etest.Must(t, err)
 	t.Cleanup(n.cleanupAPI)
@@ -221,8 +226,10 @@ func (n *driverNode) waitDevices(what string, cond func(map[string]resourceapi.D
 }
 
 // drvKubeconfig is the test server's admin kubeconfig acting as user, in the service
-// accounts' groups.
-func drvKubeconfig(server, token, user string) string {
+// accounts' groups, and, unless node is "", with the node a token bound to the DaemonSet's
+// pod on that node carries (deployments/dra/node-policy.yaml lets it write only that node's
+// slices).
+func drvKubeconfig(server, token, user, node string) string {
 	cfg, err := clientcmd.Load([]byte(kubeapi.Kubeconfig(server, token)))
 	if err != nil {
 		panic(err) // kubeapi.Kubeconfig's own output
@@ -230,6 +237,9 @@ func drvKubeconfig(server, token, user string) string {
 	for _, a := range cfg.AuthInfos {
 		a.Impersonate = user
 		a.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"}
+		if node != "" {
+			a.ImpersonateUserExtra = map[string][]string{serviceAccountNodeKey: {node}}
+		}
 	}
 	out, err := clientcmd.Write(*cfg)
 	if err != nil {
@@ -267,7 +277,7 @@ func applyDRADeployment(t *testing.T) {
 			}
 		}
 	}
-	as := drvClientFor(t, drvKubeconfig(srv.URL, srv.Token, netdevDPUser))
+	as := drvClientFor(t, drvKubeconfig(srv.URL, srv.Token, netdevDPUser, ""))
 	deadline := time.Now().Add(time.Minute)
 	for {
 		_, err := as.ResourceV1().ResourceSlices().List(e2etest.Ctx(t), metav1.ListOptions{Limit: 1})
@@ -302,6 +312,10 @@ func drvCreate(c context.Context, obj runtime.Object) error {
 		_, err = k.AppsV1().DaemonSets(v.Namespace).Create(c, v, o)
 	case *resourceapi.DeviceClass:
 		_, err = k.ResourceV1().DeviceClasses().Create(c, v, o)
+	case *admissionv1.ValidatingAdmissionPolicy:
+		_, err = k.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(c, v, o)
+	case *admissionv1.ValidatingAdmissionPolicyBinding:
+		_, err = k.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(c, v, o)
 	default:
 		err = fmt.Errorf("unexpected object %T", obj)
 	}

@@ -137,5 +137,22 @@ func (s *Server) CreateNamespace(ctx context.Context, name string) error {
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("kubeapi: create namespace %s: %w", name, err)
 	}
+	return s.defaultServiceAccounts(ctx, name)
+}
+
+// defaultServiceAccounts makes the "default" ServiceAccount of each namespace, as
+// kube-controller-manager would, unless one runs (Options.ServiceAccounts): the
+// ServiceAccount admission plugin refuses pods without their service account.
+func (s *Server) defaultServiceAccounts(ctx context.Context, namespaces ...string) error {
+	if s.opts.ServiceAccounts {
+		return nil
+	}
+	for _, ns := range namespaces {
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "default"}}
+		_, err := s.Client.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("kubeapi: service account %s/default: %w", ns, err)
+		}
+	}
 	return nil
 }

@@ -54,8 +54,11 @@ type Options struct {
 	Port    int
 	// ServiceCIDR is --service-cluster-ip-range; default 10.96.0.0/16.
 	ServiceCIDR string
-	// ServiceAccounts turns the ServiceAccount admission plugin on, so pods get their
-	// service account token volume (a real node has kube-controller-manager to back it).
+	// ServiceAccounts says a kube-controller-manager runs beside the server (a real
+	// node) and makes each namespace's "default" ServiceAccount. Without one the harness
+	// makes them itself in "default", "kube-system" and every namespace CreateNamespace
+	// makes: the ServiceAccount admission plugin, on as in production, refuses a pod
+	// whose service account does not exist.
 	ServiceAccounts bool
 	// AllowPrivileged is --allow-privileged, as clusters made by kubeadm have it: a node's
 	// privileged DaemonSets (Multus thick's) are refused without it.
@@ -123,6 +126,13 @@ func start(dir, apiBin, etcdBin string, o Options) (*Server, error) {
 	if err == nil {
 		err = s.writeKubeconfig()
 	}
+	// The API server makes these namespaces itself, but maybe not yet: made here, their
+	// service accounts can be made at once.
+	for _, ns := range []string{"default", "kube-system"} {
+		if err == nil {
+			err = s.CreateNamespace(context.Background(), ns)
+		}
+	}
 	if err != nil {
 		s.Close()
 		return nil, err
@@ -155,24 +165,23 @@ func (s *Server) StartAPIServer() error {
 	if s.apiserver != nil {
 		return fmt.Errorf("kubeapi: kube-apiserver already running (pid %d)", s.apiserver.cmd.Process.Pid)
 	}
-	admission := "--disable-admission-plugins=ServiceAccount"
-	if s.opts.ServiceAccounts {
-		admission = "--enable-admission-plugins=ServiceAccount"
-	}
 	p, err := spawn(s.Dir, "kube-apiserver", s.apiserverBin,
 		"--etcd-servers="+s.etcdURL,
 		"--bind-address="+s.opts.Address, "--secure-port="+strconv.Itoa(s.port),
 		"--advertise-address="+s.opts.Address, "--endpoint-reconciler-type=none",
 		"--cert-dir="+filepath.Join(s.Dir, "certs"),
 		"--token-auth-file="+filepath.Join(s.Dir, "tokens.csv"),
-		// RBAC, so the shipped deployments/rbac.yaml is tested as it is; the admin token is
-		// system:masters, which RBAC always allows.
-		"--authorization-mode=RBAC",
+		// What a production cluster runs (kubeadm's flags): RBAC, so the shipped
+		// deployments/rbac.yaml is tested as it is (the admin token is system:masters, which
+		// RBAC always allows), behind the Node authorizer; NodeRestriction and ServiceAccount
+		// (pods get their projected token; a token bound to a pod carries its node) on top
+		// of the default admission plugins, ValidatingAdmissionPolicy among them.
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction,ServiceAccount",
 		"--service-account-key-file="+filepath.Join(s.Dir, "sa.pub"),
 		"--service-account-signing-key-file="+filepath.Join(s.Dir, "sa.key"),
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-cluster-ip-range="+s.opts.ServiceCIDR,
-		admission, "--allow-privileged="+strconv.FormatBool(s.opts.AllowPrivileged))
+		"--service-cluster-ip-range="+s.opts.ServiceCIDR, "--allow-privileged="+strconv.FormatBool(s.opts.AllowPrivileged))
 	if err != nil {
 		return err
 	}

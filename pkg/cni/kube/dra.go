@@ -241,10 +241,11 @@ func (c *Client) applyStatus(ctx context.Context, claim dradevice.Claim, obj *re
 	}
 	force := true
 	opts := &metav1.PatchOptions{FieldManager: FieldManager(claim), Force: &force}
-	return c.do(ctx, func(ctx context.Context, d *draClients) error {
+	err = c.do(ctx, func(ctx context.Context, d *draClients) error {
 		return d.resource.Patch(types.ApplyPatchType).Namespace(claim.Namespace).Resource("resourceclaims").
 			Name(claim.Name).SubResource("status").VersionedParams(opts, d.params).Body(body).Do(ctx).Error()
 	})
+	return claimStatusDenied(err, claim)
 }
 
 // NewForConfig is New for a rest.Config already loaded (tests count its

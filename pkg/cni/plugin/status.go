@@ -13,6 +13,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
 	"github.com/devplumb/devplumb/pkg/cni/config"
 	"github.com/devplumb/devplumb/pkg/cni/dradevice"
+	"github.com/devplumb/devplumb/pkg/cni/kube"
 )
 
 // statusWriter writes (step 6 of ADD) and removes (at DEL) devplumb's
@@ -34,6 +35,13 @@ func (w *statusWriter) failed(what string, err error) *types.Error {
 	if w.conf.NetworkStatus == config.NetworkStatusBestEffort {
 		w.log.Warn(what+" failed; continuing (networkStatus is best-effort)", "err", err)
 		return nil
+	}
+	var perm *kube.PermissionError
+	if errors.As(err, &perm) {
+		// Name the rule itself: the API server's own words for the per-driver check of
+		// claim status (1.36+) are a 422 "Invalid value" that does not read as a permission.
+		return cniError(ErrKube, what+" failed: the user of kubeconfig "+w.conf.Kubeconfig+" lacks "+perm.Missing()+
+			" (deployments/rbac.yaml grants it), or set \"networkStatus\": \"best-effort\"", err)
 	}
 	return cniError(ErrKube, what+" failed: check kubeconfig "+w.conf.Kubeconfig+
 		" and the RBAC of its user, or set \"networkStatus\": \"best-effort\"", err)

@@ -1,0 +1,117 @@
+package dra_test
+
+import (
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/version"
+
+	"github.com/devplumb/devplumb/e2e/e2etest"
+	"github.com/devplumb/devplumb/pkg/testenv"
+)
+
+// shippedRules are the rules of deployments/rbac.yaml's ClusterRole, less those on
+// resources in drop.
+func shippedRules(t *testing.T, drop ...string) []rbacv1.PolicyRule {
+	t.Helper()
+	objs, err := e2etest.Objects(filepath.Join(testenv.ModuleRoot(), "deployments", "rbac.yaml"))
+	e2etest.Must(t, err)
+	var out []rbacv1.PolicyRule
+	for _, o := range objs {
+		if o.GetKind() != "ClusterRole" {
+			continue
+		}
+		role := &rbacv1.ClusterRole{}
+		e2etest.Must(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, role))
+		for _, r := range role.Rules {
+			if !slices.ContainsFunc(r.Resources, func(res string) bool { return slices.Contains(drop, res) }) {
+				out = append(out, r)
+			}
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("rbac.yaml: no ClusterRole rules")
+	}
+	return out
+}
+
+// granularClaimStatus tells whether the API server authorizes a claim's status.devices
+// per driver and node: Kubernetes 1.36 and later (DRAResourceClaimGranularStatusAuthorization,
+// on by default). The matrix runs these tests on older minors too, where the write needs
+// resourceclaims/status alone.
+func granularClaimStatus(t *testing.T) bool {
+	t.Helper()
+	info, err := srv.Client.Discovery().ServerVersion()
+	e2etest.Must(t, err)
+	v, err := version.ParseGeneric(info.GitVersion)
+	e2etest.Must(t, err)
+	return v.AtLeast(version.MajorMinor(1, 36))
+}
+
+// Kubernetes 1.36+ refuses devplumb's claim status write without the
+// resourceclaims/driver rule rbac.yaml ships, though resourceclaims/status patch is
+// granted: ADD fails and its CNI error names the missing permission (verb, resource,
+// driver, namespace). Nothing stays behind. Older API servers accept the write.
+func TestCNIClaimStatusNeedsDriverRule(t *testing.T) {
+	bindCNIRole(t, "cni-no-driver-rule", shippedRules(t, "resourceclaims/driver"))
+	n := newCNINode(t)
+	kc := n.devplumbKubeconfig()
+	dev, pod, claimName := n.oneDevicePod(false)
+	conf := n.conf(map[string]any{"resourceClaim": "net", "kubeconfig": kc})
+	netns := testenv.NetNS(t).Path()
+
+	res := n.run("ADD", conf, netns, pod, "net1")
+	if !granularClaimStatus(t) {
+		n.acceptedThenDeleted(res, conf, netns, pod, claimName)
+		return
+	}
+	for _, s := range []string{"writing the status of ResourceClaim default/" + claimName,
+		`verb "associated-node:patch" on resource "resourceclaims/driver"`, `name "` + n.driver + `"`, `in namespace "default"`} {
+		if res.Code != 106 || !strings.Contains(res.Msg, s) {
+			t.Fatalf("ADD without the driver rule: %q not in %+v", s, res)
+		}
+	}
+	if strings.Contains(res.Msg, "arbitrary-node") || !strings.Contains(res.Details, "status.devices") {
+		t.Errorf("the credential is on the claim's node, the rule alone is missing: %+v", res)
+	}
+	n.nothingWritten(pod, claimName, dev)
+}
+
+// With the shipped RBAC, a token bound to a pod on another node than the claim's is
+// refused (only "arbitrary-node" is tried for it) on 1.36+, and the CNI error says the
+// credential is not on the claim's node.
+func TestCNIClaimStatusOtherNodesToken(t *testing.T) {
+	applyCNIRBAC(t)
+	n := newCNINode(t)
+	kc := writeKubeconfig(t, filepath.Join(n.dir, "other.kubeconfig"), podBoundToken(t, "devplumb-daemonset.yaml", "other-"+n.name))
+	dev, pod, claimName := n.oneDevicePod(false)
+	conf := n.conf(map[string]any{"resourceClaim": "net", "kubeconfig": kc})
+	netns := testenv.NetNS(t).Path()
+	res := n.run("ADD", conf, netns, pod, "net1")
+	if !granularClaimStatus(t) {
+		n.acceptedThenDeleted(res, conf, netns, pod, claimName)
+		return
+	}
+	if res.Code != 106 || !strings.Contains(res.Msg, `resource "resourceclaims/driver"`) ||
+		!strings.Contains(res.Msg, `tried only "arbitrary-node:patch"`) {
+		t.Fatalf("ADD with another node's token: %+v", res)
+	}
+	n.nothingWritten(pod, claimName, dev)
+}
+
+// acceptedThenDeleted checks, for an API server before 1.36, that ADD (res) wrote the
+// claim's status and DEL removes it.
+func (n *cniNode) acceptedThenDeleted(res e2etest.CNIResult, conf map[string]any, netns string, pod *corev1.Pod, claim string) {
+	n.t.Helper()
+	if res.Code != 0 || deviceStatus(n.t, claim, n.driver, "dev-0") == nil {
+		n.t.Fatalf("ADD before 1.36, where resourceclaims/status is enough: %+v", res)
+	}
+	if res := n.run("DEL", conf, netns, pod, "net1"); res.Code != 0 || deviceStatus(n.t, claim, n.driver, "dev-0") != nil {
+		n.t.Fatalf("DEL before 1.36: %+v", res)
+	}
+}

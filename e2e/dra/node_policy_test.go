@@ -1,0 +1,237 @@
+package dra_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	resourceac "k8s.io/client-go/applyconfigurations/resource/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/devplumb/devplumb/e2e/e2etest"
+	"github.com/devplumb/devplumb/e2e/kubeapi"
+	"github.com/devplumb/devplumb/pkg/testenv"
+)
+
+// applyManifest server-side applies every object of deployments/<file>, as
+// `kubectl apply --server-side` does (over what an older release applied), and deletes
+// them when the test ends.
+func applyManifest(t *testing.T, file string) {
+	t.Helper()
+	objs, err := e2etest.Objects(filepath.Join(testenv.ModuleRoot(), "deployments", file))
+	e2etest.Must(t, err)
+	m, err := e2etest.NewManifests(srv.Config)
+	e2etest.Must(t, err)
+	for _, o := range objs {
+		e2etest.Must(t, m.ServerSideApply(e2etest.Ctx(t), o, "kubectl"))
+		t.Cleanup(func() { _ = m.Delete(e2etest.Ctx(t), o) })
+	}
+}
+
+// removeManifest deletes the objects of deployments/<file> and waits until they are gone.
+func removeManifest(t *testing.T, file string) {
+	t.Helper()
+	objs, err := e2etest.Objects(filepath.Join(testenv.ModuleRoot(), "deployments", file))
+	e2etest.Must(t, err)
+	m, err := e2etest.NewManifests(srv.Config)
+	e2etest.Must(t, err)
+	for _, o := range objs {
+		e2etest.Must(t, m.Delete(e2etest.Ctx(t), o))
+		ri, err := m.Resource(o)
+		e2etest.Must(t, err)
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+			if _, err := ri.Get(e2etest.Ctx(t), o.GetName(), metav1.GetOptions{}); apierrors.IsNotFound(err) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s %s not gone within a minute", o.GetKind(), o.GetName())
+			}
+		}
+	}
+}
+
+// refusedBy waits up to a minute (policies reach the admission plugin through informers)
+// for write to be refused by the admission policy, and fails the test if it is not.
+func refusedBy(t *testing.T, policy string, write func(context.Context) error) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := write(e2etest.Ctx(t))
+		if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+policy+"'") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not refused by %s within a minute: %v", policy, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func tokenClient(t *testing.T, token string) kubernetes.Interface {
+	t.Helper()
+	return drvClientFor(t, kubeapi.Kubeconfig(srv.URL, token))
+}
+
+func patchPod(c kubernetes.Interface, name string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := c.CoreV1().Pods(cniNS).Patch(ctx, name, types.MergePatchType,
+			[]byte(`{"metadata":{"annotations":{"devplumb.io/test":"x"}}}`), metav1.PatchOptions{})
+		return err
+	}
+}
+
+// applyClaimStatus applies a status.devices[] entry of the claim's dev-0, as devplumb does.
+func applyClaimStatus(c kubernetes.Interface, claim, driver, pool string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		ac := resourceac.ResourceClaim(claim, cniNS).WithStatus(resourceac.ResourceClaimStatus().WithDevices(
+			resourceac.AllocatedDeviceStatus().WithDriver(driver).WithPool(pool).WithDevice("dev-0").
+				WithNetworkData(resourceac.NetworkDeviceData().WithInterfaceName("net1"))))
+		_, err := c.ResourceV1().ResourceClaims(cniNS).ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: "devplumb/test", Force: true})
+		return err
+	}
+}
+
+// node-policy.yaml: devplumb's token of node A patches A's pods and writes the status of
+// claims allocated on A, and nothing of node B, even where its RBAC would allow it (here
+// an over-broad arbitrary-node:patch); a devplumb credential naming no node writes nothing.
+func TestNodePolicyDevplumb(t *testing.T) {
+	bindCNIRole(t, "cni-arbitrary-node", append(shippedRules(t), rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"},
+		Resources: []string{"resourceclaims/driver"}, Verbs: []string{"arbitrary-node:patch"}}))
+	applyManifest(t, "node-policy.yaml")
+	a, b := newCNINode(t), newCNINode(t)
+	_, podA, claimA := a.oneDevicePod(false)
+	_, podB, claimB := b.oneDevicePod(false)
+	asA := tokenClient(t, podBoundToken(t, "devplumb-daemonset.yaml", a.name))
+
+	refusedBy(t, "devplumb-node-scope", patchPod(asA, podB.Name))
+	refusedBy(t, "devplumb-node-scope", applyClaimStatus(asA, claimB, b.driver, b.name))
+	e2etest.Must(t, patchPod(asA, podA.Name)(e2etest.Ctx(t)))
+	e2etest.Must(t, applyClaimStatus(asA, claimA, a.driver, a.name)(e2etest.Ctx(t)))
+
+	noNode := tokenClient(t, srv.DevplumbToken) // a static token: no node in it
+	refusedBy(t, "devplumb-node-scope", patchPod(noNode, podA.Name))
+}
+
+// dra/node-policy.yaml: netdev-dp's token of node A creates, updates and deletes A's
+// ResourceSlices and none of node B's.
+func TestNodePolicyNetdevDP(t *testing.T) {
+	applyDRADeployment(t)
+	applyManifest(t, "dra/node-policy.yaml")
+	nodeA, nodeB := "slice-a-"+cniRandom(), "slice-b-"+cniRandom()
+	asA := tokenClient(t, podBoundToken(t, "dra/netdev-dp-dra.yaml", nodeA))
+	slices := asA.ResourceV1().ResourceSlices()
+	refusedBy(t, "netdev-dp-node-scope", sliceProbe(asA, nodeB))
+	for c, node := range map[kubernetes.Interface]string{srv.Client: nodeB, asA: nodeA} { // B's own driver made B's
+		_, err := c.ResourceV1().ResourceSlices().Create(e2etest.Ctx(t), testSlice(node, node), metav1.CreateOptions{})
+		e2etest.Must(t, err)
+		t.Cleanup(func() {
+			_ = srv.Client.ResourceV1().ResourceSlices().Delete(e2etest.Ctx(t), node, metav1.DeleteOptions{})
+		})
+	}
+	for _, node := range []string{nodeA, nodeB} {
+		s, err := slices.Get(e2etest.Ctx(t), node, metav1.GetOptions{})
+		e2etest.Must(t, err)
+		s.Spec.Pool.Generation++
+		_, uerr := slices.Update(e2etest.Ctx(t), s, metav1.UpdateOptions{})
+		derr := slices.Delete(e2etest.Ctx(t), node, metav1.DeleteOptions{})
+		if got, want := uerr == nil && derr == nil, node == nodeA; got != want {
+			t.Errorf("slice of %s: update %v, delete %v; want allowed=%v", node, uerr, derr, want)
+		}
+		if node == nodeB && (!apierrors.IsForbidden(uerr) || !apierrors.IsForbidden(derr)) {
+			t.Errorf("slice of another node: update %v, delete %v, want Forbidden by the policy", uerr, derr)
+		}
+	}
+}
+
+// sliceProbe creates a slice of node as c; one the API server accepts (the policy not in
+// force yet) is deleted again, so the probe can be repeated.
+func sliceProbe(c kubernetes.Interface, node string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := c.ResourceV1().ResourceSlices().Create(ctx, testSlice(node, node), metav1.CreateOptions{})
+		if err == nil {
+			_ = srv.Client.ResourceV1().ResourceSlices().Delete(ctx, node, metav1.DeleteOptions{})
+		}
+		return err
+	}
+}
+
+// testSlice is a one-device slice of node, named name.
+func testSlice(name, node string) *resourcev1.ResourceSlice {
+	return &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: resourcev1.ResourceSliceSpec{Driver: drvDriver, NodeName: &node,
+			Pool:    resourcev1.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 1},
+			Devices: []resourcev1.Device{{Name: "dev-0"}}}}
+}
+
+// An upgrade: a node runs under the manifests of the release before (testdata: rbac.yaml
+// without the driver rule, no policies), devplumb writing its pod's network-status
+// (best-effort: that release's RBAC cannot write claim status on 1.37) and netdev-dp its
+// slice. Applying this release's rbac.yaml and both node policies over them, with the
+// same credentials, nothing restarted: the node's pod, claim and slice are all writable.
+func TestNodePolicyUpgrade(t *testing.T) {
+	old, err := e2etest.Objects(filepath.Join(testenv.ModuleRoot(), "e2e", "dra", "testdata", "rbac-before-node-scope.yaml"))
+	e2etest.Must(t, err)
+	m, err := e2etest.NewManifests(srv.Config)
+	e2etest.Must(t, err)
+	for _, o := range old {
+		e2etest.Must(t, m.ServerSideApply(e2etest.Ctx(t), o, "kubectl"))
+		t.Cleanup(func() { _ = m.Delete(e2etest.Ctx(t), o) })
+	}
+	waitAllowed(t, true, "patch", "resourceclaims", "status", "the old RBAC is not granted within a minute")
+	applyDRADeployment(t)
+	removeManifest(t, "dra/node-policy.yaml") // the old release had no policy
+	n := newCNINode(t)
+	kc := n.devplumbKubeconfig()
+	dpA := tokenClient(t, podBoundToken(t, "dra/netdev-dp-dra.yaml", n.name))
+	_, err = dpA.ResourceV1().ResourceSlices().Create(e2etest.Ctx(t), testSlice(n.name+"-dp", n.name), metav1.CreateOptions{})
+	e2etest.Must(t, err)
+	t.Cleanup(func() {
+		_ = srv.Client.ResourceV1().ResourceSlices().Delete(e2etest.Ctx(t), n.name+"-dp", metav1.DeleteOptions{})
+	})
+	_, pod, claimName := n.oneDevicePod(false)
+	conf := n.conf(map[string]any{"resourceClaim": "net", "kubeconfig": kc, "networkStatus": "best-effort"})
+	netns := testenv.NetNS(t).Path()
+	if res := n.run("ADD", conf, netns, pod, "net1"); res.Code != 0 {
+		t.Fatalf("ADD under the old manifests: %+v", res)
+	}
+
+	applyManifest(t, "rbac.yaml")
+	applyManifest(t, "node-policy.yaml")
+	applyManifest(t, "dra/node-policy.yaml")
+	waitAllowed(t, true, "associated-node:patch", "resourceclaims", "driver", "the new rule is not granted within a minute")
+	// The policies are in force: another node's pod and slice are refused.
+	refusedBy(t, "netdev-dp-node-scope", sliceProbe(dpA, "other-"+n.name))
+	refusedBy(t, "devplumb-node-scope", patchPod(tokenClient(t, podBoundToken(t, "devplumb-daemonset.yaml", "other-"+n.name)), pod.Name))
+
+	s, err := dpA.ResourceV1().ResourceSlices().Get(e2etest.Ctx(t), n.name+"-dp", metav1.GetOptions{})
+	e2etest.Must(t, err)
+	s.Spec.Pool.Generation++
+	if _, err := dpA.ResourceV1().ResourceSlices().Update(e2etest.Ctx(t), s, metav1.UpdateOptions{}); err != nil {
+		t.Errorf("netdev-dp's own slice after the upgrade: %v", err)
+	}
+	// The pod's entry, written before, goes with the same kubeconfig; then a required ADD
+	// writes the claim's status too, and DEL removes it.
+	if res := n.run("DEL", conf, netns, pod, "net1"); res.Code != 0 || len(e2etest.NetworkStatus(t, srv.Client, cniNS, pod.Name)) != 0 {
+		t.Fatalf("DEL after the upgrade: %+v", res)
+	}
+	conf["networkStatus"] = "required"
+	if res := n.run("ADD", conf, netns, pod, "net1"); res.Code != 0 {
+		t.Fatalf("ADD after the upgrade: %+v", res)
+	}
+	if st := deviceStatus(t, claimName, n.driver, "dev-0"); st == nil || st.NetworkData == nil {
+		t.Errorf("claim status after the upgrade: %+v", st)
+	}
+	if res := n.run("DEL", conf, netns, pod, "net1"); res.Code != 0 || deviceStatus(t, claimName, n.driver, "dev-0") != nil {
+		t.Errorf("DEL after the upgrade: %+v", res)
+	}
+	if ns := e2etest.NetworkStatus(t, srv.Client, cniNS, pod.Name); len(ns) != 0 {
+		t.Errorf("network-status after DEL: %+v", ns)
+	}
+}
