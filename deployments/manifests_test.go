@@ -113,6 +113,7 @@ func TestRBACIsExactlyWhatDevplumbNeeds(t *testing.T) {
 		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/status"}, Verbs: []string{"patch"}},
 		// Only on its own node, for any driver: never arbitrary-node, never a fixed driver list.
 		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/driver"}, Verbs: []string{"associated-node:patch"}},
+		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create"}},
 	}
 	if len(role.Rules) != len(want) {
 		t.Fatalf("rules %+v, want %+v", role.Rules, want)

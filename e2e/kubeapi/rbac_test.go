@@ -21,7 +21,7 @@ import (
 
 // TestShippedRBACIsEnoughAndNoMore: with deployments/rbac.yaml applied, the devplumb
 // service account can do everything devplumb does (read a NAD, write and remove its
-// network-status entry) and is refused what devplumb never needs.
+// network-status entry, record an Event on the pod) and is refused what devplumb never needs.
 func TestShippedRBACIsEnoughAndNoMore(t *testing.T) {
 	e2etest.Must(t, srv.InstallNADCRD(e2etest.Ctx(t)))
 	pod, err := srv.CreatePod(e2etest.Ctx(t), "default", "rbac", nodeName, annotationWith(t, otherEntry))
@@ -58,6 +58,8 @@ func TestShippedRBACIsEnoughAndNoMore(t *testing.T) {
 	wantStatus(t, e2etest.NetworkStatus(t, srv.Client, "default", pod.Name), otherEntry, entry)
 	e2etest.Must(t, c.RemoveNetworkStatus(e2etest.Ctx(t), "default", pod.Name, string(pod.UID), entry.Name, entry.Interface))
 	wantStatus(t, e2etest.NetworkStatus(t, srv.Client, "default", pod.Name), otherEntry)
+	e2etest.Must(t, c.RecordPodEvent(e2etest.Ctx(t), kube.PodEvent{Namespace: "default", Name: pod.Name,
+		UID: string(pod.UID), Warning: true, Reason: kube.ReasonAttachmentFailed, Note: "rbac test"}))
 
 	// No more than that.
 	rc, err := clientcmd.BuildConfigFromFlags("", cfg)
@@ -80,24 +82,26 @@ func TestShippedRBACIsEnoughAndNoMore(t *testing.T) {
 }
 
 // accessMatrix asks the API server's authorizer about every verb on the resources a
-// node-level plugin could be tempted to touch: exactly get/patch pods and get NADs are
-// allowed, in any namespace, and nothing else.
+// node-level plugin could be tempted to touch: exactly get/patch pods, get NADs and
+// create events.k8s.io Events are allowed, in any namespace, and nothing else.
 func accessMatrix(t *testing.T) {
 	t.Helper()
 	verbs := []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
 	resources := []struct{ group, resource, sub string }{
 		{"", "pods", ""}, {"", "pods", "status"}, {"", "pods", "exec"}, {"", "pods", "eviction"},
 		{"", "nodes", ""}, {"", "secrets", ""}, {"", "configmaps", ""}, {"", "serviceaccounts", "token"},
-		{"", "events", ""}, {"k8s.cni.cncf.io", "network-attachment-definitions", ""},
+		{"", "events", ""}, {"events.k8s.io", "events", ""}, {"k8s.cni.cncf.io", "network-attachment-definitions", ""},
 		{"rbac.authorization.k8s.io", "clusterrolebindings", ""},
 	}
-	want := map[string]bool{"pods/get": true, "pods/patch": true, "network-attachment-definitions/get": true}
+	// Keyed by group too: core events stay refused, events.k8s.io events may be created.
+	want := map[string]bool{"/pods/get": true, "/pods/patch": true, "k8s.cni.cncf.io/network-attachment-definitions/get": true,
+		"events.k8s.io/events/create": true}
 	for _, ns := range []string{"default", "kube-system"} {
 		for _, r := range resources {
 			for _, v := range verbs {
-				key := r.resource + "/" + v
+				key := r.group + "/" + r.resource + "/" + v
 				if r.sub != "" {
-					key = r.resource + "/" + r.sub + "/" + v
+					key = r.group + "/" + r.resource + "/" + r.sub + "/" + v
 				}
 				got := allowed(t, ns, v, r.group, r.resource, r.sub)
 				if got != want[key] {
