@@ -193,11 +193,13 @@ func (r *resource) cleanup(held map[string]bool) error {
 		}
 		delete(r.files, id)
 	}
-	var keep []source.Device
-	for _, d := range r.dp.Devices() {
-		if sd, ok := d.Detail.(source.Device); ok && held[d.ID] {
-			keep = append(keep, sd)
-		}
+	keep, complete := r.heldDevices(held)
+	if !complete {
+		// A held device this run cannot describe (it never scanned, or the
+		// device left the source): the spec a run wrote before may still
+		// hold its entry, so the spec stays whole.
+		r.log.Warn("stopping: keeping the CDI spec as it is: a device pods hold is not among the devices served")
+		return errors.Join(errs...)
 	}
 	if len(keep) > 0 {
 		r.log.Info("stopping: keeping the device-info and CDI spec entries of the devices pods hold", "devices", len(keep))
@@ -206,6 +208,18 @@ func (r *resource) cleanup(held map[string]bool) error {
 		errs = append(errs, fmt.Errorf("resource %s: %w", r.name, err))
 	}
 	return errors.Join(errs...)
+}
+
+// heldDevices are the served devices in held, and whether every held device
+// is among them.
+func (r *resource) heldDevices(held map[string]bool) ([]source.Device, bool) {
+	var keep []source.Device
+	for _, d := range r.dp.Devices() {
+		if sd, ok := d.Detail.(source.Device); ok && held[d.ID] {
+			keep = append(keep, sd)
+		}
+	}
+	return keep, len(keep) == len(held)
 }
 
 // run rescans on every kick until ctx ends.
