@@ -104,13 +104,15 @@ lint:
 # The images as docker-archive tarballs, built without Docker (the code the real-node
 # tests use): bin/images/devplumb.tar and netdev-dp.tar, for `docker load -i` or
 # `ctr -n k8s.io images import`. Needs a static busybox (Debian busybox-static).
+# The binaries are built as `build` builds them, stamped with VERSION, and the images
+# are tagged with it: devplumb:$(VERSION), netdev-dp:$(VERSION).
 # PLATFORMS=linux/amd64,linux/arm64 builds each (bin/images/linux-arm64/...) and an OCI
 # layout per image holding all (bin/images/oci/devplumb, for `crane push`); a platform
 # other than this machine's needs BUSYBOX_ARGS="-busybox linux/arm64=PATH".
 PLATFORMS ?=
 BUSYBOX_ARGS ?=
 images:
-	$(GO) run ./images/build -o $(BIN)/images $(if $(PLATFORMS),-platforms $(PLATFORMS)) $(BUSYBOX_ARGS)
+	$(GO) run ./images/build -o $(BIN)/images -version '$(VERSION)' $(if $(PLATFORMS),-platforms $(PLATFORMS)) $(BUSYBOX_ARGS)
 
 clean:
 	rm -rf $(BIN)

@@ -98,12 +98,16 @@ func flags(args []string) (map[string]string, []string) {
 // Dockerfiles, which describe the same images for Docker users: the same entrypoint,
 // command and non-root user, every file the final stage copies present (executables
 // executable, binaries static), the Go version the module's, and nothing the build needs
-// excluded from the Docker build context.
+// excluded from the Docker build context. The images are built with a version, as
+// `make images` builds them: tagged with it, their binaries built as `make build`
+// builds them (checkStamped).
 func TestImagesAreWhatTheDockerfilesDescribe(t *testing.T) {
 	root := testenv.ModuleRoot()
-	tars, err := Build(Options{Root: root, Out: t.TempDir()})
+	tars, err := Build(Options{Root: root, Out: t.TempDir(), Version: testVersion})
 	must(t, err)
-	for name, ref := range map[string]string{"devplumb": DevplumbRef, "netdev-dp": NetdevDPRef} {
+	dpRef, ndRef, err := Refs(testVersion)
+	must(t, err)
+	for name, ref := range map[string]string{"devplumb": dpRef, "netdev-dp": ndRef} {
 		t.Run(name, func(t *testing.T) {
 			df := filepath.Join(root, "images", name, "Dockerfile")
 			st := stages(parseDockerfile(t, df))
@@ -116,6 +120,7 @@ func TestImagesAreWhatTheDockerfilesDescribe(t *testing.T) {
 			img := readImage(t, tars[ref], ref)
 			checkConfig(t, df, st[1], img)
 			checkFiles(t, df, st[1], img)
+			checkStamped(t, img, name)
 		})
 	}
 }

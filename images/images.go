@@ -10,14 +10,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/devplumb/devplumb/images/imagebuild"
 )
 
-// The images' references, as the DaemonSets in deployments/ name them.
+// The images' references without a version (Options.Version ""): what tests
+// build, and what the DaemonSets in deployments/ named before images carried
+// the version. `make images` tags them with the version instead (Refs).
 const (
 	DevplumbRef = "devplumb:dev"
 	NetdevDPRef = "netdev-dp:dev"
@@ -31,22 +32,29 @@ type Options struct {
 	Root    string // module root (go.mod)
 	Out     string // where the tarballs go: <name>.tar
 	Busybox string // a static busybox for the devplumb image's shell; default /bin/busybox
+	// Version is stamped into the binaries as `make build` stamps it (its
+	// VERSION) and tags the images (Refs); "" builds them unstamped, tagged "dev".
+	Version string
 }
 
-// Build compiles the commands static and stripped, as release builds are, and writes
-// devplumb.tar and netdev-dp.tar into o.Out. It returns the tarballs' paths by reference.
+// Build compiles the commands as `make build` does (static, stripped, stamped with
+// o.Version) and writes devplumb.tar and netdev-dp.tar into o.Out. It returns the
+// tarballs' paths by reference.
 func Build(o Options) (map[string]string, error) {
 	if o.Busybox == "" {
 		o.Busybox = "/bin/busybox"
+	}
+	if _, _, err := Refs(o.Version); err != nil {
+		return nil, err // before minutes of compiling
 	}
 	bin := filepath.Join(o.Out, "bin")
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		return nil, fmt.Errorf("images: %w", err)
 	}
-	if err := GoBuild(o.Root, bin, Commands...); err != nil {
+	if err := goBuild(o.Root, bin, o.Version, nil, Commands...); err != nil {
 		return nil, err
 	}
-	specs, err := Specs(o.Root, bin, o.Busybox)
+	specs, err := Specs(o.Root, bin, o.Busybox, o.Version)
 	if err != nil {
 		return nil, err
 	}
@@ -61,32 +69,41 @@ func Build(o Options) (map[string]string, error) {
 	return out, nil
 }
 
-// GoBuild builds pkgs (relative to root) into dir as `make build` does: static
-// (CGO_ENABLED=0), without local paths (-trimpath) and stripped (-s -w).
+// GoBuild builds pkgs (relative to root) into dir as `make build` does, without a
+// version stamp: static (CGO_ENABLED=0), without local paths (-trimpath), stripped
+// (-s -w), and devplumb with its build tags.
 func GoBuild(root, dir string, pkgs ...string) error {
-	return goBuild(root, dir, nil, pkgs...)
+	return goBuild(root, dir, "", nil, pkgs...)
 }
 
-// goBuild is GoBuild with env added (GOOS, GOARCH for another platform).
-func goBuild(root, dir string, env []string, pkgs ...string) error {
-	args := append([]string{"build", "-trimpath", "-ldflags=-s -w", "-o", dir + "/"}, pkgs...)
-	cmd := exec.Command("go", args...)
-	cmd.Dir = root
-	cmd.Env = append(append(os.Environ(), "CGO_ENABLED=0"), env...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("images: go %s: %w\n%s", strings.Join(args, " "), err, out)
+// goBuild is GoBuild stamping version (when not "") with env added (GOOS, GOARCH
+// for another platform): one go build per set of build tags, as the Makefile's.
+func goBuild(root, dir, version string, env []string, pkgs ...string) error {
+	for _, group := range byTags(pkgs) {
+		args := goBuildArgs(version, buildTags[group[0]], dir, group...)
+		cmd := exec.Command("go", args...)
+		cmd.Dir = root
+		cmd.Env = append(append(os.Environ(), "CGO_ENABLED=0"), env...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("images: %s: %w\n%s", describe(args), err, out)
+		}
 	}
 	return nil
 }
 
-// Specs are the two images (by tarball name) over the binaries in bin, for this machine.
-func Specs(root, bin, busybox string) (map[string]imagebuild.Spec, error) {
-	return specsFor(root, bin, busybox, busybox, v1.Platform{OS: "linux", Architecture: runtime.GOARCH})
+// Specs are the two images (by tarball name) over the binaries in bin, for this
+// machine, tagged with version (Refs).
+func Specs(root, bin, busybox, version string) (map[string]imagebuild.Spec, error) {
+	return specsFor(root, bin, busybox, busybox, version, v1.Platform{OS: "linux", Architecture: runtime.GOARCH})
 }
 
 // specsFor are the images for plat over the binaries in bin (built for plat), with
 // busybox (for plat) and the applets lister (a busybox that runs here) lists.
-func specsFor(root, bin, busybox, lister string, plat v1.Platform) (map[string]imagebuild.Spec, error) {
+func specsFor(root, bin, busybox, lister, version string, plat v1.Platform) (map[string]imagebuild.Spec, error) {
+	dpRef, ndRef, err := Refs(version)
+	if err != nil {
+		return nil, err
+	}
 	for _, b := range []string{"devplumb", "devplumbctl", "netdev-dp"} {
 		if err := imagebuild.CheckStatic(filepath.Join(bin, b)); err != nil {
 			return nil, fmt.Errorf("images: %w", err)
@@ -108,9 +125,9 @@ func specsFor(root, bin, busybox, lister string, plat v1.Platform) (map[string]i
 	nd := append(imagebuild.BaseFiles(),
 		imagebuild.File{Path: "/usr/local/bin/netdev-dp", Mode: 0o755, Source: filepath.Join(bin, "netdev-dp")})
 	return map[string]imagebuild.Spec{
-		"devplumb": {Ref: DevplumbRef, Files: dp, User: "65532:65532", Platform: plat,
+		"devplumb": {Ref: dpRef, Files: dp, User: "65532:65532", Platform: plat,
 			Entrypoint: []string{"/usr/local/bin/devplumb-install"}, Cmd: []string{"run"}},
-		"netdev-dp": {Ref: NetdevDPRef, Files: nd, User: "65532:65532", Platform: plat,
+		"netdev-dp": {Ref: ndRef, Files: nd, User: "65532:65532", Platform: plat,
 			Entrypoint: []string{"/usr/local/bin/netdev-dp"}},
 	}, nil
 }

@@ -37,6 +37,9 @@ func BuildPlatforms(o PlatformOptions) (map[string]string, error) {
 	if o.Busybox == "" {
 		o.Busybox = "/bin/busybox"
 	}
+	if _, _, err := Refs(o.Version); err != nil {
+		return nil, err // before minutes of compiling
+	}
 	byName := map[string][]imagebuild.Spec{}
 	for _, ps := range o.Platforms {
 		specs, err := buildPlatform(o, ps)
@@ -83,10 +86,10 @@ func buildPlatform(o PlatformOptions, ps string) (map[string]imagebuild.Spec, er
 	if plat.Architecture == "arm" && plat.Variant != "" {
 		env = append(env, "GOARM="+strings.TrimPrefix(plat.Variant, "v"))
 	}
-	if err := goBuild(o.Root, bin, env, Commands...); err != nil {
+	if err := goBuild(o.Root, bin, o.Version, env, Commands...); err != nil {
 		return nil, err
 	}
-	specs, err := specsFor(o.Root, bin, busybox, o.Busybox, *plat)
+	specs, err := specsFor(o.Root, bin, busybox, o.Busybox, o.Version, *plat)
 	if err != nil {
 		return nil, fmt.Errorf("images: platform %s: %w", ps, err)
 	}

@@ -1,12 +1,15 @@
 // Command netdev-dp is the reference device plugin for network devices:
 // PCI PFs/VFs, named netdevs, vDPA devices, vhost-user and memif sockets.
-// It advertises them to the kubelet, writes their CDI specs and device-info
-// files, and removes all of it on SIGTERM or SIGINT. With --mode dra it is
+// It advertises them to the kubelet and writes their CDI specs and device-info
+// files; on SIGTERM or SIGINT it removes those of the devices no pod holds (it
+// asks the kubelet's PodResources API, and keeps all when it cannot), and the
+// next instance adopts the rest. With --mode dra it is
 // a DRA driver for the same config instead (pkg/netdev/dramode): ResourceSlices,
 // and CDI specs and device-info files of prepared claims, which stay
 // prepared across its restarts.
 //
 //	netdev-dp [--mode deviceplugin] --config FILE [--plugin-dir DIR] [--devinfo-dir DIR] [--cdi-dir DIR] [--sysfs-root DIR]
+//	          [--pod-resources-socket SOCKET]
 //	          [--metrics-address HOST:PORT] [--log-level LEVEL] [--log-format text|json] [--debug]
 //	netdev-dp --mode dra --config FILE [--node-name NODE] [--kubeconfig FILE] [--driver-name NAME]
 //	          [--kubelet-registrar-dir DIR] [--kubelet-plugins-dir DIR] [--devinfo-dir DIR] [--cdi-dir DIR] ...
@@ -33,6 +36,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/netdev/dramode"
 	"github.com/devplumb/devplumb/pkg/netdev/metrics"
 	"github.com/devplumb/devplumb/pkg/netdev/resources"
+	"github.com/devplumb/devplumb/podresources"
 )
 
 func main() {
@@ -42,6 +46,7 @@ func main() {
 // options are netdev-dp's command line.
 type options struct {
 	configPath, pluginDir, devinfoDir, cdiDir, sysfsRoot string
+	podResourcesSocket                                   string
 	metricsAddr, mode, kubeconfig                        string
 	dra                                                  dramode.Options
 	log                                                  *slog.Logger
@@ -61,6 +66,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	override(&cfg.DevInfoDir, o.devinfoDir)
 	override(&cfg.CDIDir, o.cdiDir)
 	override(&cfg.SysfsRoot, o.sysfsRoot)
+	override(&cfg.PodResourcesSocket, o.podResourcesSocket)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -96,6 +102,8 @@ func parse(args []string, stdout, stderr io.Writer) (*options, int) {
 	fs.StringVar(&o.devinfoDir, "devinfo-dir", "", "device-info dir holding dp/ (default /var/run/k8s.cni.cncf.io/devinfo)")
 	fs.StringVar(&o.cdiDir, "cdi-dir", "", "CDI spec dir (default /var/run/cdi)")
 	fs.StringVar(&o.sysfsRoot, "sysfs-root", "", "sysfs mount (default /sys)")
+	fs.StringVar(&o.podResourcesSocket, "pod-resources-socket", "", "the kubelet's PodResources socket, asked at stop which devices pods hold: "+
+		"their device-info files and CDI spec entries stay (default "+podresources.DefaultSocket+")")
 	logFlags := logging.Register(fs)
 	debug := fs.Bool("debug", false, "same as --log-level debug (kept for old command lines)")
 	fs.StringVar(&o.metricsAddr, "metrics-address", "", "serve /metrics, /healthz and /readyz on this address (host:port); empty: off")

@@ -48,12 +48,19 @@ func newBinNode(t *testing.T, sockets ...string) *binNode {
 	return b
 }
 
-// start runs the binary; it is killed when the test ends.
+// start runs the binary, asking the emulator's PodResources at stop; it is
+// killed when the test ends.
 func (b *binNode) start() (*exec.Cmd, *bytes.Buffer) {
 	b.t.Helper()
+	return b.startWith("--pod-resources-socket", b.node.PodResourcesSocket())
+}
+
+// startWith runs the binary with args added; it is killed when the test ends.
+func (b *binNode) startWith(args ...string) (*exec.Cmd, *bytes.Buffer) {
+	b.t.Helper()
 	var stderr bytes.Buffer
-	cmd := exec.Command(b.bin, "--config", b.config, "--plugin-dir", b.node.PluginDir(),
-		"--devinfo-dir", b.devinfoDir, "--cdi-dir", b.cdiDir)
+	cmd := exec.Command(b.bin, append([]string{"--config", b.config, "--plugin-dir", b.node.PluginDir(),
+		"--devinfo-dir", b.devinfoDir, "--cdi-dir", b.cdiDir}, args...)...)
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		b.t.Fatal(err)

@@ -45,7 +45,8 @@ func TestMetricsAndProbes(t *testing.T) {
 	addr := freeAddr(t)
 	var stderr bytes.Buffer
 	cmd := exec.Command(b.bin, "--config", b.config, "--plugin-dir", b.node.PluginDir(),
-		"--devinfo-dir", b.devinfoDir, "--cdi-dir", b.cdiDir, "--metrics-address", addr, "--log-format", "json")
+		"--devinfo-dir", b.devinfoDir, "--cdi-dir", b.cdiDir, "--metrics-address", addr, "--log-format", "json",
+		"--pod-resources-socket", b.node.PodResourcesSocket())
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -78,6 +79,10 @@ func TestMetricsAndProbes(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitStatus(t, "http://"+addr+"/readyz", http.StatusServiceUnavailable)
+	// The pod goes first: SIGTERM keeps the files of devices pods hold.
+	if err := b.node.DelPod("ns", "p"); err != nil {
+		t.Fatal(err)
+	}
 	b.sigterm(cmd, &stderr)
 	if !strings.Contains(stderr.String(), `"msg":"serving metrics and probes"`) {
 		t.Errorf("--log-format json: stderr is not JSON records:\n%s", stderr.String())

@@ -13,6 +13,8 @@ import (
 
 	"google.golang.org/grpc"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/devplumb/devplumb/podresources/podresourcestest"
 )
 
 // rejectingKubelet answers every registration with an error, as a kubelet
@@ -40,7 +42,9 @@ func TestRegistrationRejectedExitsNonZero(t *testing.T) {
 	config := vhostUserSetup(t, sockDir, work, "a.sock")
 	devinfoDir, cdiDir := filepath.Join(work, "devinfo"), filepath.Join(work, "cdi")
 	var stderr bytes.Buffer
-	code := run([]string{"--config", config, "--plugin-dir", pluginDir, "--devinfo-dir", devinfoDir, "--cdi-dir", cdiDir}, io.Discard, &stderr)
+	pr := podresourcestest.NewServer(t) // no pod holds a device: everything goes
+	code := run([]string{"--config", config, "--plugin-dir", pluginDir, "--devinfo-dir", devinfoDir, "--cdi-dir", cdiDir,
+		"--pod-resources-socket", pr.Socket}, io.Discard, &stderr)
 	if code != 1 || !strings.Contains(stderr.String(), "kubelet rejected the registration") ||
 		!strings.Contains(stderr.String(), "this kubelet refuses example.com/vhu") {
 		t.Fatalf("exit code %d, want 1 with the kubelet's reason; stderr:\n%s", code, stderr.String())

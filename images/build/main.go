@@ -1,7 +1,11 @@
 // Command build writes the project's images as docker-archive tarballs without Docker:
 //
-//	go run ./images/build [-o DIR] [-busybox PATH]
-//	go run ./images/build -platforms linux/amd64,linux/arm64 -busybox linux/arm64=PATH [-o DIR]
+//	go run ./images/build [-o DIR] [-busybox PATH] [-version VERSION]
+//	go run ./images/build -platforms linux/amd64,linux/arm64 -busybox linux/arm64=PATH [-o DIR] [-version VERSION]
+//
+// -version is stamped into the binaries as `make build` stamps its VERSION, and is the
+// images' tag (devplumb:VERSION, netdev-dp:VERSION); `make images` passes its VERSION.
+// Without it the binaries are unstamped and the images tagged "dev".
 //
 // then `docker load -i DIR/devplumb.tar` or `ctr -n k8s.io images import DIR/devplumb.tar`.
 // With -platforms: DIR/<os>-<arch>/<name>.tar per platform and DIR/oci/<name>, an OCI
@@ -41,19 +45,20 @@ func main() {
 	bb := &busyboxes{host: "/bin/busybox", by: map[string]string{}}
 	flag.Var(bb, "busybox", "a static busybox (Debian: busybox-static): PATH for this machine, PLATFORM=PATH for another")
 	platforms := flag.String("platforms", "", "comma-separated os/arch[/variant] list; empty: this machine's, as DIR/<name>.tar")
+	version := flag.String("version", "", "the version stamped into the binaries (make build's VERSION) and the images' tag; empty: unstamped, tagged dev")
 	flag.Parse()
-	if err := build(*out, *platforms, bb); err != nil {
+	if err := build(*out, *platforms, *version, bb); err != nil {
 		fmt.Fprintln(os.Stderr, "build images:", err)
 		os.Exit(1)
 	}
 }
 
-func build(out, platforms string, bb *busyboxes) error {
+func build(out, platforms, version string, bb *busyboxes) error {
 	root, err := os.Getwd()
 	if err != nil {
 		return err
 	}
-	o := images.Options{Root: root, Out: out, Busybox: bb.host}
+	o := images.Options{Root: root, Out: out, Busybox: bb.host, Version: version}
 	var built map[string]string
 	if platforms == "" {
 		built, err = images.Build(o)

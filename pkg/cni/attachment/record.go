@@ -44,6 +44,9 @@ func (p Pod) String() string {
 
 // Record is the state kept for one attachment: which device it holds.
 type Record struct {
+	// Version is the record's format (FormatVersion when this devplumb wrote
+	// it, 0 from devplumbs before the field): see Newer.
+	Version int `json:"version"`
 	Key
 	Pod          Pod    `json:"pod"`
 	ResourceName string `json:"resourceName,omitempty"`
@@ -71,6 +74,8 @@ type Record struct {
 	NetworkStatus *nadv1.NetworkStatus `json:"networkStatus,omitempty"`
 	// Phases is how long each step of the ADD that completed this record took.
 	Phases []Phase `json:"phases,omitempty"`
+
+	file string // where it was read from, for errors; "" for a new record
 }
 
 // ClaimDevice names one allocated device of one ResourceClaim: the claim,
@@ -159,6 +164,10 @@ func (s *Store) takeLocked(req Request) (*Taken, error) {
 	if err != nil {
 		return out, err
 	}
+	if err := own.Newer(); err != nil {
+		// A retried ADD must not rewrite or drop what a newer devplumb set up.
+		return out, fmt.Errorf("ADD of attachment %s/%s/%s: %w", req.Network, req.ContainerID, req.IfName, err)
+	}
 	if own != nil && slices.Contains(req.Candidates, own.DeviceID) && own.ResourceName == req.ResourceName {
 		out.Record = own
 		return out, nil
@@ -186,6 +195,10 @@ func (s *Store) partition(req Request, all []*Record, out *Taken) (*Record, map[
 		case a.Key == req.Key:
 			own = a
 		case olderSandbox(a, req):
+			if err := a.Newer(); err != nil {
+				// Its delegates are the newer devplumb's to undo: not taken over.
+				return nil, nil, fmt.Errorf("take over the older sandbox's attachment: %w", err)
+			}
 			if err := s.Remove(a.Key); err != nil {
 				return nil, nil, err
 			}
@@ -200,8 +213,15 @@ func (s *Store) partition(req Request, all []*Record, out *Taken) (*Record, map[
 // pick records the first candidate no one holds, taking over a holder that
 // req.Stale calls stale, into out.Attachment.
 func (s *Store) pick(req Request, held map[string]*Record, out *Taken) error {
+	var refused []error
 	for _, dev := range req.Candidates {
 		if a := held[dev]; a != nil && req.Stale != nil && req.Stale(a) {
+			if err := a.Newer(); err != nil {
+				// A newer devplumb's record stays, stale or not: another
+				// candidate may still be free.
+				refused = append(refused, fmt.Errorf("device %s not taken over: %w", dev, err))
+				continue
+			}
 			if err := s.Remove(a.Key); err != nil {
 				return err
 			}
@@ -218,7 +238,7 @@ func (s *Store) pick(req Request, held map[string]*Record, out *Taken) error {
 		out.Record = a
 		return nil
 	}
-	return noFreeError(req, held)
+	return errors.Join(append([]error{noFreeError(req, held)}, refused...)...)
 }
 
 // SameResource tells whether device IDs recorded under resource a and asked
@@ -260,8 +280,19 @@ func noFreeError(req Request, held map[string]*Record) error {
 }
 
 // Release removes the record of k under the lock; a missing one is fine.
+// A newer devplumb's record is refused (ErrNewerFormat) and stays: callers
+// that must not fail (DEL) check Newer first and leave it alone.
 func (s *Store) Release(k Key) error {
-	return s.Locked(func() error { return s.Remove(k) })
+	return s.Locked(func() error {
+		cur, err := s.Get(k)
+		if errors.Is(err, ErrNewerFormat) {
+			return fmt.Errorf("release attachment %s/%s/%s: %w", k.Network, k.ContainerID, k.IfName, err)
+		}
+		if err := cur.Newer(); err != nil {
+			return fmt.Errorf("release attachment %s/%s/%s: %w", k.Network, k.ContainerID, k.IfName, err)
+		}
+		return s.Remove(k)
+	})
 }
 
 // ReleaseHeld removes a's record only while it still holds a's device, so a
@@ -269,6 +300,9 @@ func (s *Store) Release(k Key) error {
 func (s *Store) ReleaseHeld(a *Record) error {
 	return s.Locked(func() error {
 		cur, err := s.Get(a.Key)
+		if errors.Is(err, ErrNewerFormat) || cur.Newer() != nil {
+			return nil // a newer devplumb's since: not ours to remove
+		}
 		if err == nil && (cur == nil || cur.DeviceID != a.DeviceID || cur.ResourceName != a.ResourceName) {
 			return nil
 		}
@@ -289,6 +323,9 @@ func (s *Store) Update(a *Record) error {
 		cur, err := s.Get(a.Key)
 		if err != nil {
 			return err
+		}
+		if err := cur.Newer(); err != nil {
+			return fmt.Errorf("update attachment %s/%s/%s: %w", a.Network, a.ContainerID, a.IfName, err)
 		}
 		if cur == nil || cur.DeviceID != a.DeviceID || cur.ResourceName != a.ResourceName {
 			return fmt.Errorf("%w: attachment %s/%s/%s no longer holds device %s; run ADD again",

@@ -153,8 +153,11 @@ func readRecord(p string) (*Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("state file %s is unusable (%w): remove it and run DEL again", p, err)
 	}
-	a := &Record{}
+	a := &Record{file: p}
 	if err := json.Unmarshal(data, a); err != nil {
+		if newer := newerUndecodable(p, data); newer != nil {
+			return nil, newer
+		}
 		return nil, fmt.Errorf("state file %s is corrupt (%v): remove it and run DEL again", p, err)
 	}
 	return a, nil
@@ -169,6 +172,12 @@ func (s *Store) Put(a *Record) error {
 	if err != nil {
 		return err
 	}
+	// Every record says its format, and never claims one this binary does
+	// not write: a newer record is never rewritten (see Newer).
+	if err := a.Newer(); err != nil {
+		return err
+	}
+	a.Version = FormatVersion
 	data, err := json.MarshalIndent(a, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode state: %w", err)
@@ -283,8 +292,8 @@ func (s *Store) removeIfCorrupt(k Key) (bool, error) {
 	if err != nil {
 		return false, nil // not a name devplumb writes
 	}
-	if _, err := readRecord(p); err == nil {
-		return false, nil // readable, or gone: List's business
+	if _, err := readRecord(p); err == nil || errors.Is(err, ErrNewerFormat) {
+		return false, nil // readable, gone (List's business), or a newer devplumb's
 	}
 	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return false, fmt.Errorf("remove state: %w", err)

@@ -71,7 +71,7 @@ func GC(ctx context.Context, p Paths, opts GCOptions) ([]GCAction, error) {
 	// plugin. A record whose DEL failed is kept, so a later gc tries again.
 	var gone []*attachment.Record
 	for _, a := range read {
-		if stale(pods, a) && g.netnsGone(a) && g.delegateDel(ctx, a) {
+		if stale(pods, a) && g.known(a) && g.netnsGone(a) && g.delegateDel(ctx, a) {
 			gone = append(gone, a)
 		}
 	}
@@ -111,6 +111,16 @@ type gcRun struct {
 // older word, kept: scripts and tests read the output).
 func recordName(a *attachment.Record) string {
 	return fmt.Sprintf("claim %s/%s/%s (%s of pod %s)", a.Network, short(a.ContainerID), a.IfName, a.DeviceID, a.Pod)
+}
+
+// known keeps (and says why) a record a newer devplumb wrote: what it set
+// up may mean more than this gc knows how to undo.
+func (g *gcRun) known(a *attachment.Record) bool {
+	if err := a.Newer(); err != nil {
+		g.acts = append(g.acts, GCAction{Verb: "keep", What: recordName(a), Why: err.Error()})
+		return false
+	}
+	return true
 }
 
 // netnsGone keeps (and says so) a stale record whose netns still exists: the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/skel"
@@ -35,7 +36,14 @@ func (p *Plugin) Del(args *skel.CmdArgs) (retErr error) {
 	defer c.close()
 	defer func() { c.endTiming("DEL", retErr) }()
 	c.forgetGoneNetns()
-	rec := c.recordForDel()
+	rec, newer := c.recordForDel()
+	if newer != nil {
+		// DEL never fails, and what a newer devplumb set up is not this one's to
+		// undo (its delegates, files and record may mean more than it knows):
+		// the record stays for that devplumb, or for gc after an upgrade.
+		c.log.Warn("DEL leaves the attachment alone", "err", newer)
+		return nil
+	}
 	list, rt, cniFile, cerr := c.delInputs(rec)
 	if cerr != nil {
 		return cerr
@@ -66,14 +74,18 @@ func (p *Plugin) Del(args *skel.CmdArgs) (retErr error) {
 }
 
 // recordForDel is the attachment's record, or nil: a corrupt record cannot
-// guide DEL, which then takes the stateless path.
-func (c *call) recordForDel() *attachment.Record {
+// guide DEL, which then takes the stateless path. newer is set when a newer
+// devplumb wrote the record (see attachment.Record.Newer).
+func (c *call) recordForDel() (rec *attachment.Record, newer error) {
 	rec, err := c.records.Get(c.key)
+	if errors.Is(err, attachment.ErrNewerFormat) {
+		return nil, err
+	}
 	if err != nil {
 		c.log.Warn("ignoring unreadable state", "err", err)
-		return nil
+		return nil, nil
 	}
-	return rec
+	return rec, rec.Newer()
 }
 
 // undoDelegates runs the delegates' DEL and records that they are undone.

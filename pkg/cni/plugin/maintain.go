@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/skel"
@@ -113,14 +114,14 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 	isValid := func(k attachment.Key) bool {
 		return valid[types.GCAttachment{ContainerID: k.ContainerID, IfName: k.IfName}]
 	}
-	errs := c.collectStale(isValid)
+	errs, newer := c.collectStale(isValid)
 	list, cerr := c.buildList("")
 	if cerr != nil {
 		return cerr
 	}
 	if err := c.delegatesSafe(list); err != nil {
 		c.log.Warn("not running the delegate GC", "err", err)
-	} else if err := c.delegates.GC(context.Background(), list, c.conf.ValidAttachments); err != nil {
+	} else if err := c.delegates.GC(context.Background(), list, append(slices.Clone(c.conf.ValidAttachments), newer...)); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -131,17 +132,25 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 
 // collectStale removes this network's attachments that are not valid,
 // including records too corrupt to read (their delegates are left to
-// libcni's GC, which has its own cache of what ADD ran).
-func (c *call) collectStale(valid func(attachment.Key) bool) []error {
+// libcni's GC, which has its own cache of what ADD ran). The attachments of
+// newer devplumbs' records are refused and returned, so that libcni's GC
+// (which runs the DEL of every cached attachment not valid) leaves their
+// delegates alone too.
+func (c *call) collectStale(valid func(attachment.Key) bool) (errs []error, newer []types.GCAttachment) {
 	recs, err := c.records.List()
 	if err != nil {
 		c.log.Warn("some state is unreadable; GC continues with the rest", "err", err)
 	}
-	var errs []error
 	for _, rec := range recs {
-		if rec.Network == c.conf.Name && !valid(rec.Key) {
-			errs = append(errs, c.collect(rec))
+		if rec.Network != c.conf.Name || valid(rec.Key) {
+			continue
 		}
+		if err := rec.Newer(); err != nil {
+			errs = append(errs, fmt.Errorf("GC of container %s interface %s: %w", rec.ContainerID, rec.IfName, err))
+			newer = append(newer, types.GCAttachment{ContainerID: rec.ContainerID, IfName: rec.IfName})
+			continue
+		}
+		errs = append(errs, c.collect(rec))
 	}
 	corrupt, err := c.records.RemoveCorrupt(c.conf.Name, valid)
 	errs = append(errs, err)
@@ -151,7 +160,7 @@ func (c *call) collectStale(valid func(attachment.Key) bool) []error {
 			errs = append(errs, devinfo.RemoveFile(f))
 		}
 	}
-	return errs
+	return errs, newer
 }
 
 // collect removes one stale attachment: what it set up, then its record.

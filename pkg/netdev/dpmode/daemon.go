@@ -14,8 +14,8 @@ import (
 )
 
 // Run starts every resource and serves until ctx ends. Then it stops the
-// plugins (their sockets go), removes the device-info files and CDI specs it
-// wrote, and returns. It fails early on anything a config or host problem
+// plugins (their sockets go), removes the device-info files and CDI spec
+// entries it wrote of the devices no pod holds (see cleanup), and returns. It fails early on anything a config or host problem
 // causes at start (bad source config, unreadable sysfs, unwritable dirs).
 // m, when not nil, counts what every resource's plugin does.
 func Run(ctx context.Context, cfg *resources.Config, m *metrics.Metrics, log *slog.Logger) error {
@@ -36,7 +36,7 @@ func Run(ctx context.Context, cfg *resources.Config, m *metrics.Metrics, log *sl
 			return err
 		}
 	}
-	defer cleanup(rs, log)
+	defer cleanup(rs, cfg.PodResourcesSocket, log)
 	if err := resources.OwnDPDir(cfg.DevInfoDir); err != nil {
 		return err
 	}
@@ -129,12 +129,4 @@ func conflictsAtStart(rs []*resource) error {
 		r.mu.Unlock()
 	}
 	return resources.OverlapError(all, "pods")
-}
-
-func cleanup(rs []*resource, log *slog.Logger) {
-	for _, r := range rs {
-		if err := r.cleanup(); err != nil {
-			log.Error("cleanup", "resource", r.name, "err", err)
-		}
-	}
 }

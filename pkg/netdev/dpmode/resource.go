@@ -174,23 +174,52 @@ func toPlugin(devs []source.Device) []deviceplugin.Device {
 	return out
 }
 
-// cleanup removes what this process wrote: device-info files and the CDI
-// spec. It runs after the plugin stopped serving.
-func (r *resource) cleanup() error {
+// cleanup removes what this process wrote of the devices not in held:
+// their device-info files and CDI spec entries (the spec file goes with the
+// last). The held devices' stay for the next instance, which adopts the files
+// (adopt) and writes the spec again at its first sync. It runs after the
+// plugin stopped serving, so no Allocate hands out a device meanwhile.
+func (r *resource) cleanup(held map[string]bool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var errs []error
 	for id := range r.files {
+		if held[id] {
+			continue
+		}
 		if err := r.store.RemoveDP(r.name, id); err != nil {
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("resource %s: remove device-info for %s: %w", r.name, id, err))
 			continue
 		}
 		delete(r.files, id)
 	}
-	if err := r.cdi.Remove(); err != nil {
-		errs = append(errs, err)
+	keep, complete := r.heldDevices(held)
+	if !complete {
+		// A held device this run cannot describe (it never scanned, or the
+		// device left the source): the spec a run wrote before may still
+		// hold its entry, so the spec stays whole.
+		r.log.Warn("stopping: keeping the CDI spec as it is: a device pods hold is not among the devices served")
+		return errors.Join(errs...)
+	}
+	if len(keep) > 0 {
+		r.log.Info("stopping: keeping the device-info and CDI spec entries of the devices pods hold", "devices", len(keep))
+	}
+	if err := r.cdi.Write(keep); err != nil { // none: the spec file goes
+		errs = append(errs, fmt.Errorf("resource %s: %w", r.name, err))
 	}
 	return errors.Join(errs...)
+}
+
+// heldDevices are the served devices in held, and whether every held device
+// is among them.
+func (r *resource) heldDevices(held map[string]bool) ([]source.Device, bool) {
+	var keep []source.Device
+	for _, d := range r.dp.Devices() {
+		if sd, ok := d.Detail.(source.Device); ok && held[d.ID] {
+			keep = append(keep, sd)
+		}
+	}
+	return keep, len(keep) == len(held)
 }
 
 // run rescans on every kick until ctx ends.

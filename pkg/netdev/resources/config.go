@@ -29,7 +29,11 @@ type Config struct {
 	CDIDir     string          `json:"cdiDir,omitempty"`
 	SysfsRoot  string          `json:"sysfsRoot,omitempty"`
 	Resync     metav1.Duration `json:"resyncInterval,omitempty"` // "5s"; default DefaultResync
-	Resources  []Resource      `json:"resources"`
+	// PodResourcesSocket is the kubelet's PodResources API, which device-plugin
+	// mode asks at stop which devices pods hold, to keep their device-info
+	// files and CDI spec entries; "" is the kubelet's default socket.
+	PodResourcesSocket string     `json:"podResourcesSocket,omitempty"`
+	Resources          []Resource `json:"resources"`
 }
 
 // Resource is one advertised resource and the one device source that feeds it.

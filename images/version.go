@@ -1,0 +1,72 @@
+package images
+
+import (
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// versionVar is the variable `make build` stamps the version into (-X).
+const versionVar = "github.com/devplumb/devplumb/pkg/base/version.version"
+
+// devTag is the images' tag when no version is given (go test, e2e/node):
+// what the DaemonSets in deployments/ named before images carried versions.
+const devTag = "dev"
+
+// tagRE is what a registry takes as a tag (the OCI distribution spec).
+var tagRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
+
+// Refs are the references of the devplumb and netdev-dp images of version:
+// "devplumb:<version>", or DevplumbRef and NetdevDPRef when version is "". A
+// version that cannot be a tag (a "+build" suffix, say) is an error, not a
+// silently different tag: two images one can tell apart must carry the version
+// their binaries report.
+func Refs(version string) (devplumb, netdevDP string, err error) {
+	if version == "" {
+		return DevplumbRef, NetdevDPRef, nil
+	}
+	if !tagRE.MatchString(version) {
+		return "", "", fmt.Errorf("images: version %q cannot be an image tag (letters, digits, '_', '.' and '-', "+
+			"at most 128, not starting with '.' or '-')", version)
+	}
+	return "devplumb:" + version, "netdev-dp:" + version, nil
+}
+
+// buildTags are the build tags of a main package, as the Makefile's build
+// target has them: devplumb starts once per CNI call, and without gRPC's
+// x/net/trace (grpcnotrace) it starts faster and is smaller.
+var buildTags = map[string]string{"./cmd/devplumb": "grpcnotrace"}
+
+// goBuildArgs are the arguments of `go build` for pkgs (which share their
+// tags) into dir: the Makefile's STATIC, -trimpath and -ldflags '-s -w' with
+// the version stamp when version is set (CGO_ENABLED=0 is the caller's env).
+// images_test compares them with `make -n build`.
+func goBuildArgs(version, tags, dir string, pkgs ...string) []string {
+	ldflags := "-s -w"
+	if version != "" {
+		ldflags += " -X " + versionVar + "=" + version
+	}
+	args := []string{"build", "-trimpath", "-ldflags=" + ldflags}
+	if tags != "" {
+		args = append(args, "-tags", tags)
+	}
+	return append(append(args, "-o", dir+"/"), pkgs...)
+}
+
+// byTags groups pkgs by their build tags, in a stable order: one go build each.
+func byTags(pkgs []string) [][]string {
+	groups := map[string][]string{}
+	for _, p := range pkgs {
+		groups[buildTags[p]] = append(groups[buildTags[p]], p)
+	}
+	var out [][]string
+	for _, tags := range slices.Sorted(maps.Keys(groups)) {
+		out = append(out, groups[tags])
+	}
+	return out
+}
+
+// describe is a go build for an error message.
+func describe(args []string) string { return "go " + strings.Join(args, " ") }
