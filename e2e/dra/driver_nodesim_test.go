@@ -66,7 +66,7 @@ func (n *driverNode) startUnderNodesim() string {
 	sim, err := kubeapi.Spawn(n.dir, "nodesim", bin, "serve", "--root", n.dir, "--kubeconfig", srv.Kubeconfig, "--node-name", n.name)
 	e2etest.Must(t, err)
 	t.Cleanup(func() { sim.Terminate(10 * time.Second) })
-	simWaitFile(t, filepath.Join(n.dir, "device-plugins", "kubelet.sock"), sim, n.dir)
+	simWaitFile(t, kubeletsim.ControlSocket(n.dir), sim, n.dir)
 	n.start()
 	simCLI(t, bin, "wait", "--root", n.dir, "--driver", drvDriver)
 	return bin

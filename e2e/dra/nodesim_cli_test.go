@@ -31,7 +31,8 @@ func TestNodesimDRACommandLine(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		simWaitFile(t, filepath.Join(root, "device-plugins", "kubelet.sock"), p, root)
+		// Not kubelet.sock: a stopped kubelet (and nodesim) leaves it behind.
+		simWaitFile(t, kubeletsim.ControlSocket(root), p, root)
 		return p
 	}
 	p := serve()
