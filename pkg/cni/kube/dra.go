@@ -44,20 +44,18 @@ type draClients struct {
 	params         runtime.ParameterCodec
 }
 
-var (
-	draSchemeOnce sync.Once
-	draScheme     *runtime.Scheme
-	draCodecs     serializer.CodecFactory
-)
+var draTypes = schemeOf(corev1.AddToScheme, resourcev1.AddToScheme)
 
-func draTypes() (*runtime.Scheme, serializer.CodecFactory) {
-	draSchemeOnce.Do(func() {
-		draScheme = runtime.NewScheme()
-		utilruntime.Must(corev1.AddToScheme(draScheme))
-		utilruntime.Must(resourcev1.AddToScheme(draScheme))
-		draCodecs = serializer.NewCodecFactory(draScheme)
+// schemeOf is a scheme of the given API groups and its codecs, built once on
+// first use: a CNI call that never writes them pays nothing.
+func schemeOf(add ...func(*runtime.Scheme) error) func() (*runtime.Scheme, serializer.CodecFactory) {
+	return sync.OnceValues(func() (*runtime.Scheme, serializer.CodecFactory) {
+		s := runtime.NewScheme()
+		for _, f := range add {
+			utilruntime.Must(f(s))
+		}
+		return s, serializer.NewCodecFactory(s)
 	})
-	return draScheme, draCodecs
 }
 
 // draClient makes the DRA clients on first use.

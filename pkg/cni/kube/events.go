@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -13,10 +12,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/rest"
 )
 
@@ -59,20 +55,7 @@ type PodEvent struct {
 	Note                 string // cut to the API server's 1024 bytes
 }
 
-var (
-	eventsSchemeOnce sync.Once
-	eventsScheme     *runtime.Scheme
-	eventsCodecs     serializer.CodecFactory
-)
-
-func eventsTypes() (*runtime.Scheme, serializer.CodecFactory) {
-	eventsSchemeOnce.Do(func() {
-		eventsScheme = runtime.NewScheme()
-		utilruntime.Must(eventsv1.AddToScheme(eventsScheme))
-		eventsCodecs = serializer.NewCodecFactory(eventsScheme)
-	})
-	return eventsScheme, eventsCodecs
-}
+var eventsTypes = schemeOf(eventsv1.AddToScheme)
 
 // eventsClient is a REST client of events.k8s.io/v1 only (made per Event:
 // a CNI call writes at most one).
