@@ -92,6 +92,12 @@ apiVersion: v1
 kind: Namespace
 metadata: {name: $POD_NS}
 ---
+# kube-controller-manager makes each namespace's "default" ServiceAccount; none runs here,
+# and the API server's ServiceAccount admission (on, as in production) refuses pods without it.
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: default, namespace: $POD_NS}
+---
 # Each pod that names this template gets a claim of its own: one example.com/hostdev device.
 apiVersion: resource.k8s.io/v1
 kind: ResourceClaimTemplate
@@ -160,6 +166,9 @@ k get resourceclaims "$POD_NS" "$CLAIM" status.devices
 "$BIN/nodesim" pod del --root "$ROOT/node" --namespace "$POD_NS" --name "$POD_NAME"
 DAEMONS=$(cat "$ROOT/pids")
 stop_daemons
+# A stopped kubelet leaves its registration socket (nodesim too, as the real one does);
+# the next kubelet removes it as it starts: the demo does that part.
+rm -f "$ROOT/node/device-plugins/kubelet.sock"
 ip netns del "$NETNS"
 
 say "7. nothing is left"

@@ -32,23 +32,26 @@ newer=$(cd "$REPO" && find cmd pkg devinfo podresources scripts/vswitch -name '*
 [ -z "$newer" ] || echo "demo: note: $newer is newer than $BIN/devplumb: make demo rebuilds bin/ first" >&2
 one_at_a_time
 
-# stop_daemons: SIGTERM, then SIGKILL whatever has not exited within 5 s.
+# stop_daemons: SIGTERM, then SIGKILL what has not exited within 5 s, last started first:
+# netdev-dp asks nodesim (its kubelet) as it stops which devices pods still hold, so
+# nodesim must outlive it.
 stop_daemons() {
 	local pid i
-	for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-	for i in $(seq 50); do any_running || break; sleep 0.1; done
-	for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
+	for (( i=${#PIDS[@]}-1; i>=0; i-- )); do
+		pid=${PIDS[$i]}
+		kill -TERM "$pid" 2>/dev/null || continue
+		for _ in $(seq 50); do running "$pid" || break; sleep 0.1; done
+		kill -KILL "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	done
 	PIDS=()
 }
 
-# any_running: a daemon has not exited yet (an exited one is a zombie until waited for).
-any_running() {
-	local pid state
-	for pid in "${PIDS[@]}"; do
-		state=$(sed -n 's/^[0-9]* (.*) \(.\) .*/\1/p' "/proc/$pid/stat" 2>/dev/null || true)
-		[ -z "$state" ] || [ "$state" = Z ] || return 0
-	done
-	return 1
+# running PID: the daemon has not exited yet (an exited one is a zombie until waited for).
+running() {
+	local state
+	state=$(sed -n 's/^[0-9]* (.*) \(.\) .*/\1/p' "/proc/$1/stat" 2>/dev/null || true)
+	[ -n "$state" ] && [ "$state" != Z ]
 }
 
 cleanup() {
@@ -111,7 +114,7 @@ cat >"$ROOT/netdev-dp.json" <<JSON
 ]}
 JSON
 start netdev-dp "$BIN/netdev-dp" --config "$ROOT/netdev-dp.json" --plugin-dir "$ROOT/device-plugins" \
-	--devinfo-dir "$ROOT/devinfo" --cdi-dir "$ROOT/cdi"
+	--devinfo-dir "$ROOT/devinfo" --cdi-dir "$ROOT/cdi" --pod-resources-socket "$ROOT/pod-resources/kubelet.sock"
 
 say "2. a pod asks for two veths and one vhost-user socket (nodesim pod add, as the kubelet admits it)"
 for res in example.com/veth example.com/vhost; do
@@ -167,6 +170,9 @@ for net in vhost-net fast-b fast-a; do cni del "$net" "net-$net"; echo "cnitool 
 "$BIN/nodesim" pod del --root "$ROOT" --namespace "$POD_NS" --name "$POD_NAME"
 DAEMONS=$(cat "$ROOT/pids")
 stop_daemons
+# A stopped kubelet leaves its registration socket (nodesim too, as the real one does);
+# the next kubelet removes it as it starts: the demo does that part.
+rm -f "$ROOT/device-plugins/kubelet.sock"
 ip netns del "$NETNS"
 
 say "6. nothing is left"
