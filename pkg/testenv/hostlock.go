@@ -23,9 +23,15 @@ const HostLockBound = 30 * time.Minute
 // HoldHost waits, up to bound, until no other process holds the host lock, then holds
 // it until release is called (or the process ends).
 func HoldHost(bound time.Duration) (release func(), err error) {
+	return holdLock(hostLockName, bound)
+}
+
+// holdLock is HoldHost for the abstract socket name (its own test uses another
+// name: an e2e/node run of the same go test holds the host's for minutes).
+func holdLock(name string, bound time.Duration) (release func(), err error) {
 	deadline := time.Now().Add(bound)
 	for {
-		l, err := net.Listen("unix", hostLockName)
+		l, err := net.Listen("unix", name)
 		if err == nil {
 			return func() { _ = l.Close() }, nil
 		}

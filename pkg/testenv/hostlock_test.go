@@ -1,6 +1,8 @@
 package testenv
 
 import (
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -9,15 +11,16 @@ import (
 // One holder at a time: a second waits its bound out and says why; after the first
 // releases, it gets the lock.
 func TestHostLockExcludes(t *testing.T) {
-	release, err := HoldHost(time.Minute)
+	name := hostLockName + "-test-" + strconv.Itoa(os.Getpid())
+	release, err := holdLock(name, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := HoldHost(1500 * time.Millisecond); err == nil || !strings.Contains(err.Error(), "mount points") {
+	if _, err := holdLock(name, 1500*time.Millisecond); err == nil || !strings.Contains(err.Error(), "mount points") {
 		t.Fatalf("second holder: %v, want an error saying the lock is held", err)
 	}
 	release()
-	again, err := HoldHost(time.Minute)
+	again, err := holdLock(name, time.Minute)
 	if err != nil {
 		t.Fatalf("after release: %v", err)
 	}
