@@ -3,10 +3,7 @@ package kube
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"k8s.io/client-go/rest"
 
 	"github.com/devplumb/devplumb/pkg/cni/dradevice"
 )
@@ -34,13 +30,7 @@ func deviceStatusRefusal(verbs string) *apierrors.StatusError {
 // statusClient is a client of a server that answers every request with refusal.
 func statusClient(t *testing.T, refusal *apierrors.StatusError) *Client {
 	t.Helper()
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { writeStatus(w, refusal) }))
-	t.Cleanup(hs.Close)
-	c, err := newFromConfig(&rest.Config{Host: hs.URL}, 5*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return serverClient(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { writeStatus(w, refusal) }), 5*time.Second)
 }
 
 // The API server's refusals of devplumb's claim status apply come back as a

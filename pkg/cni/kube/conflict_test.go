@@ -85,9 +85,15 @@ func writeStatus(w http.ResponseWriter, err *apierrors.StatusError) {
 
 func podClient(t *testing.T, s *podServer) *Client {
 	t.Helper()
-	hs := httptest.NewServer(s)
+	return serverClient(t, s, 30*time.Second)
+}
+
+// serverClient is a Client of an httptest server serving h, with the given bound.
+func serverClient(t *testing.T, h http.Handler, timeout time.Duration) *Client {
+	t.Helper()
+	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
-	c, err := newFromConfig(&rest.Config{Host: hs.URL}, 30*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c, err := newFromConfig(&rest.Config{Host: hs.URL}, timeout, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

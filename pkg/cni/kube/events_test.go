@@ -3,8 +3,6 @@ package kube
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -54,13 +52,7 @@ func (s *eventServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func eventClient(t *testing.T, s *eventServer) *Client {
 	t.Helper()
-	hs := httptest.NewServer(s)
-	t.Cleanup(hs.Close)
-	c, err := newFromConfig(&rest.Config{Host: hs.URL}, 5*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return serverClient(t, s, 5*time.Second)
 }
 
 // One POST to events.k8s.io/v1 in the pod's namespace, with what the API
