@@ -11,6 +11,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	resourceac "k8s.io/client-go/applyconfigurations/resource/v1"
 	"k8s.io/client-go/kubernetes"
@@ -25,23 +26,27 @@ import (
 // them when the test ends.
 func applyManifest(t *testing.T, file string) {
 	t.Helper()
-	objs, err := e2etest.Objects(filepath.Join(testenv.ModuleRoot(), "deployments", file))
-	e2etest.Must(t, err)
-	m, err := e2etest.NewManifests(srv.Config)
-	e2etest.Must(t, err)
+	objs, m := manifestObjects(t, file)
 	for _, o := range objs {
 		e2etest.Must(t, m.ServerSideApply(e2etest.Ctx(t), o, "kubectl"))
 		t.Cleanup(func() { _ = m.Delete(e2etest.Ctx(t), o) })
 	}
 }
 
-// removeManifest deletes the objects of deployments/<file> and waits until they are gone.
-func removeManifest(t *testing.T, file string) {
+// manifestObjects are the objects of deployments/<file> and the applier for them.
+func manifestObjects(t *testing.T, file string) ([]*unstructured.Unstructured, *e2etest.Manifests) {
 	t.Helper()
 	objs, err := e2etest.Objects(filepath.Join(testenv.ModuleRoot(), "deployments", file))
 	e2etest.Must(t, err)
 	m, err := e2etest.NewManifests(srv.Config)
 	e2etest.Must(t, err)
+	return objs, m
+}
+
+// removeManifest deletes the objects of deployments/<file> and waits until they are gone.
+func removeManifest(t *testing.T, file string) {
+	t.Helper()
+	objs, m := manifestObjects(t, file)
 	for _, o := range objs {
 		e2etest.Must(t, m.Delete(e2etest.Ctx(t), o))
 		ri, err := m.Resource(o)
