@@ -43,6 +43,8 @@ type Options struct {
 	RegistrarDir string               // default kubeletplugin.KubeletRegistryDir
 	PluginsDir   string               // default kubeletplugin.KubeletPluginsDir; ours is <dir>/<driver>
 	Client       kubernetes.Interface // required
+	Observer     Observer             // optional: told what the driver does (metrics, probes; observe.go)
+	Metadata     bool                 // write KEP-5304 device metadata for the containers (metadata.go)
 }
 
 // res is one configured resource.
@@ -69,6 +71,7 @@ type Driver struct {
 	problems  []string // reported at the last sync, to report each once
 	conflicts []string // devices two resources select, at the last sync
 	prepared  map[types.UID]*record
+	confirm   confirmer // checks that the API server holds the published slices (observe.go)
 
 	fatalMu sync.Mutex
 	fatal   error                   // set by HandleError: ends Run
@@ -159,6 +162,8 @@ func (d *Driver) Run(ctx context.Context) error {
 		kubeletplugin.DriverName(d.name),
 		kubeletplugin.NodeName(d.pool),
 		kubeletplugin.KubeClient(d.opts.Client),
+		kubeletplugin.GRPCInterceptor(d.observeGRPC),
+		kubeletplugin.EnableDeviceMetadata(d.opts.Metadata, metadataVersions), kubeletplugin.CDIDirectory(d.cdiDir()),
 		kubeletplugin.RegistrarDirectoryPath(d.opts.RegistrarDir),
 		kubeletplugin.PluginDataDirectoryPath(dataDir),
 		kubeletplugin.HealthService(false))
@@ -167,7 +172,7 @@ func (d *Driver) Run(ctx context.Context) error {
 	}
 	defer helper.Stop()
 	d.log.Info("serving as a DRA driver", "node", d.pool, "socket", filepath.Join(dataDir, "dra.sock"), "registrar", d.opts.RegistrarDir)
-	d.watch(ctx, helper)
+	d.watch(ctx, d.observed(helper))
 	return d.fatalErr()
 }
 
@@ -182,6 +187,7 @@ func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceH
 func (d *Driver) HandleError(_ context.Context, err error, msg string) {
 	if errors.Is(err, kubeletplugin.ErrRecoverable) {
 		d.log.Error(msg, "err", err)
+		d.observeSliceError(err)
 		return
 	}
 	d.fatalMu.Lock()
