@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"debug/buildinfo"
 	"fmt"
 	"io"
 	"os"
@@ -110,7 +111,34 @@ func intro(cfg Config) []string {
 		fmt.Sprintf("Run %s on %d CPUs (%s), load average at start %s, %s, %d samples per figure.",
 			time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), cpu, load, runtime.Version(), cfg.Runs),
 		"Each figure is the median, with the 25th-75th percentile in brackets.",
+		peers(cfg),
 	}
+}
+
+// peers names the release of each peer binary measured, read from its Go build info (the
+// build scripts build them from the module proxy at the pinned version), so a results file
+// says which Multus and kube-apiserver its ratios are to.
+func peers(cfg Config) string {
+	bins := []struct{ name, path string }{
+		{"Multus thin", cfg.Multus},
+		{"Multus thick", filepath.Join(cfg.MultusThick, "multus-daemon")},
+		{"kube-apiserver", os.Getenv("DEVPLUMB_KUBE_APISERVER")},
+	}
+	var named []string
+	for _, b := range bins {
+		if b.path == "" || b.path == "multus-daemon" {
+			continue
+		}
+		v := "unknown version"
+		if info, err := buildinfo.ReadFile(b.path); err == nil {
+			v = info.Main.Version
+		}
+		named = append(named, b.name+" "+v)
+	}
+	if len(named) == 0 {
+		return "Peers: none."
+	}
+	return "Peers: " + strings.Join(named, ", ") + "."
 }
 
 // WriteResults writes results.md and chart.png into dir.
