@@ -223,8 +223,13 @@ func (e *env) withKube(conf map[string]any, pod string) (map[string]any, error) 
 
 // cnitool runs `cnitool cmd net netns` as a runtime would and returns its wall time.
 func (e *env) cnitool(cmd, net, netns, ifName, pod string) (time.Duration, error) {
+	return e.cnitoolArgs(cmd, net, netns, ifName, e.cniArgs(pod))
+}
+
+// cnitoolArgs is cnitool with the CNI_ARGS given.
+func (e *env) cnitoolArgs(cmd, net, netns, ifName, cniArgs string) (time.Duration, error) {
 	c := exec.Command(filepath.Join(e.bin, "cnitool"), cmd, net, netns)
-	c.Env = append(os.Environ(), "CNI_PATH="+e.bin, "NETCONFPATH="+e.netDir, "CNI_IFNAME="+ifName, "CNI_ARGS="+e.cniArgs(pod))
+	c.Env = append(os.Environ(), "CNI_PATH="+e.bin, "NETCONFPATH="+e.netDir, "CNI_IFNAME="+ifName, "CNI_ARGS="+cniArgs)
 	start := time.Now()
 	out, err := c.CombinedOutput()
 	d := time.Since(start)

@@ -1,11 +1,13 @@
 package bench
 
 import (
+	"debug/buildinfo"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -22,6 +24,8 @@ type Config struct {
 	Baseline string
 	Runs     int       // ADD+DEL cycles per P1 variant and samples per P4/P5 figure
 	Pods     int       // P3: pods added at once
+	Soak     int       // ADD/DEL cycles of the soak; 0 skips it
+	Only     []string  // the steps to run (their names' first word: P1 ... P6, Soak); empty: all
 	Log      io.Writer // progress
 	// Kube runs devplumb also with a kubeconfig against a real kube-apiserver (P1, P5, P6),
 	// found as the e2e tests find it (DEVPLUMB_KUBE_APISERVER, DEVPLUMB_ETCD).
@@ -64,8 +68,11 @@ func Run(cfg Config) (*Report, error) {
 	steps := []struct {
 		name string
 		run  func(Config, *Report) error
-	}{{"P1 ADD+DEL cycle", p1}, {"P2 device lookup", p2}, {"P3 burst", p3}, {"P4 start-up", p4}, {"P5 phases", p5}, {"P6 DRA device", p6}}
+	}{{"P1 ADD+DEL cycle", p1}, {"P2 device lookup", p2}, {"P3 burst", p3}, {"P4 start-up", p4}, {"P5 phases", p5}, {"P6 DRA device", p6}, {"Soak", soak}}
 	for _, s := range steps {
+		if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, strings.Fields(s.name)[0]) {
+			continue
+		}
 		start := time.Now()
 		cfg.logf("== %s", s.name)
 		if err := s.run(cfg, r); err != nil {
@@ -110,7 +117,34 @@ func intro(cfg Config) []string {
 		fmt.Sprintf("Run %s on %d CPUs (%s), load average at start %s, %s, %d samples per figure.",
 			time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), cpu, load, runtime.Version(), cfg.Runs),
 		"Each figure is the median, with the 25th-75th percentile in brackets.",
+		peers(cfg),
 	}
+}
+
+// peers names the release of each peer binary measured, read from its Go build info (the
+// build scripts build them from the module proxy at the pinned version), so a results file
+// says which Multus and kube-apiserver its ratios are to.
+func peers(cfg Config) string {
+	bins := []struct{ name, path string }{
+		{"Multus thin", cfg.Multus},
+		{"Multus thick", filepath.Join(cfg.MultusThick, "multus-daemon")},
+		{"kube-apiserver", os.Getenv("DEVPLUMB_KUBE_APISERVER")},
+	}
+	var named []string
+	for _, b := range bins {
+		if b.path == "" || b.path == "multus-daemon" {
+			continue
+		}
+		v := "unknown version"
+		if info, err := buildinfo.ReadFile(b.path); err == nil {
+			v = info.Main.Version
+		}
+		named = append(named, b.name+" "+v)
+	}
+	if len(named) == 0 {
+		return "Peers: none."
+	}
+	return "Peers: " + strings.Join(named, ", ") + "."
 }
 
 // WriteResults writes results.md and chart.png into dir.

@@ -21,7 +21,7 @@ import (
 // DaemonSet on a node) that runs the delegates and talks to the API server. The bench
 // runs the daemon as a local process against the bench's kube-apiserver.
 
-// Where rest.InClusterConfig, which multus-daemon v4.2.3 always uses (its
+// Where rest.InClusterConfig, which multus-daemon v4.3.0 always uses, as v4.2.3 did (its
 // k8sclient.InClusterK8sClient; the only alternative, perNodeCertificate, needs a CSR
 // signer the bench does not run), reads its credentials. The path is fixed in client-go.
 const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -84,7 +84,7 @@ type thickDaemon struct {
 // daemonConfig is multus-daemon's config file (its -config), as the upstream DaemonSet
 // has it: multusConfigFile "auto" (the default), a config manager that watches the CNI
 // config dir for the primary network and writes 00-multus.conf next to it. With a
-// user-provided multusConfigFile instead, v4.2.3's main returns, and the daemon exits,
+// user-provided multusConfigFile instead, v4.3.0's main returns (as v4.2.3's), and the daemon exits,
 // as soon as it has started. Every key here also overrides the same key of the network
 // config the shim forwards, so it holds only what the daemon needs.
 func daemonConfig(dir, sockDir string) map[string]any {

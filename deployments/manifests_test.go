@@ -90,20 +90,26 @@ func decodeDocs(t *testing.T, name string, data []byte) []runtime.Object {
 func TestRBACIsExactlyWhatDevplumbNeeds(t *testing.T) {
 	objs := decode(t)["rbac.yaml"]
 	var role *rbacv1.ClusterRole
-	var binding *rbacv1.ClusterRoleBinding
+	bindings := map[string]*rbacv1.ClusterRoleBinding{}
 	var sa *corev1.ServiceAccount
 	for _, o := range objs {
 		switch o := o.(type) {
 		case *rbacv1.ClusterRole:
 			role = o
 		case *rbacv1.ClusterRoleBinding:
-			binding = o
+			bindings[o.Name] = o
 		case *corev1.ServiceAccount:
 			sa = o
 		}
 	}
-	if role == nil || binding == nil || sa == nil {
-		t.Fatalf("rbac.yaml needs a ServiceAccount, ClusterRole and ClusterRoleBinding, has %d objects", len(objs))
+	binding, metricsAuth := bindings["devplumb"], bindings["devplumb-metrics-auth"]
+	if role == nil || binding == nil || metricsAuth == nil || sa == nil || len(bindings) != 2 {
+		t.Fatalf("rbac.yaml needs a ServiceAccount, a ClusterRole and the bindings devplumb and devplumb-metrics-auth, has %d objects", len(objs))
+	}
+	// The metrics container's TokenReview and SubjectAccessReview, and nothing more.
+	if metricsAuth.RoleRef.Name != "system:auth-delegator" || len(metricsAuth.Subjects) != 1 ||
+		metricsAuth.Subjects[0].Name != sa.Name || metricsAuth.Subjects[0].Namespace != sa.Namespace {
+		t.Errorf("binding %+v does not bind system:auth-delegator to %s/%s", metricsAuth, sa.Namespace, sa.Name)
 	}
 	want := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "patch"}},
@@ -129,6 +135,22 @@ func TestRBACIsExactlyWhatDevplumbNeeds(t *testing.T) {
 		binding.Subjects[0].Name != sa.Name || binding.Subjects[0].Namespace != sa.Namespace {
 		t.Errorf("binding %+v does not bind role %s to %s/%s", binding, role.Name, sa.Namespace, sa.Name)
 	}
+}
+
+// Scraping /metrics is one non-resource URL, nothing else.
+func TestMetricsReaderRole(t *testing.T) {
+	for _, o := range decode(t)["metrics-rbac.yaml"] {
+		role, ok := o.(*rbacv1.ClusterRole)
+		if !ok {
+			continue
+		}
+		if len(role.Rules) != 1 || !slices.Equal(role.Rules[0].NonResourceURLs, []string{"/metrics"}) ||
+			!slices.Equal(role.Rules[0].Verbs, []string{"get"}) || len(role.Rules[0].Resources) > 0 {
+			t.Errorf("%s rules %+v, want get on /metrics only", role.Name, role.Rules)
+		}
+		return
+	}
+	t.Fatal("metrics-rbac.yaml has no ClusterRole")
 }
 
 func TestDaemonSets(t *testing.T) {

@@ -406,6 +406,25 @@ func TestSelfDelegation(t *testing.T) {
 	}
 }
 
+// A delegate of devplumb's own type name: ADD refuses the config, and its DEL (the runtime
+// retries DEL until it succeeds, keeping the pod terminating) succeeds doing nothing.
+func TestDelOfSelfDelegatingConfig(t *testing.T) {
+	e := newEnv(t)
+	pod := testenv.NetNS(t)
+	conf := e.conf("fast-net", map[string]any{"type": "devplumb"})
+	conf["deviceID"], conf["trustDeviceID"] = "dpz0", true
+	stdin := mustJSON(t, conf)
+	if _, ce := e.run("ADD", stdin, "c1", pod.Path(), "net1", podArgs("default", "p1")); ce == nil || !contains(ce.Msg, "is devplumb itself") {
+		t.Errorf("ADD: %+v, want the config refused for delegating to devplumb", ce)
+	}
+	for i := range 2 {
+		if _, ce := e.run("DEL", stdin, "c1", pod.Path(), "net1", podArgs("default", "p1")); ce != nil {
+			t.Errorf("DEL %d: %+v", i+1, ce)
+		}
+	}
+	e.assertNoAttachments(t, "self-delegating config")
+}
+
 // The kubelet is never asked while the node-wide state lock is held (a slow
 // kubelet would make every ADD on the node wait): here, with a stale claim
 // to take over, every PodResources call finds the lock free.

@@ -17,12 +17,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/devplumb/devplumb/pkg/base/logging"
+	"github.com/devplumb/devplumb/pkg/base/metricsauth"
 	"github.com/devplumb/devplumb/pkg/base/metricsserver"
 	"github.com/devplumb/devplumb/pkg/cni/config"
 	"github.com/devplumb/devplumb/pkg/cni/phasemetrics"
 )
 
-const metricsUsage = `usage: devplumbctl metrics [--listen ADDR] [--state-dir DIR] [--drain-interval D] [--log-level L] [--log-format F]
+const metricsUsage = `usage: devplumbctl metrics [--listen ADDR] [--state-dir DIR] [--drain-interval D] [--secure-metrics ...] [--log-level L] [--log-format F]
   serve devplumb's CNI call timings as Prometheus histograms on /metrics (and /healthz):
   while it runs, every ADD and DEL of devplumb with this state directory leaves a record
   of its phases, which this daemon turns into devplumb_phase_duration_seconds and
@@ -38,6 +39,8 @@ func metrics(args []string, stderr io.Writer) int {
 	listen := fs.String("listen", ":9111", "serve /metrics and /healthz on this address (host:port)")
 	stateDir := fs.String("state-dir", config.DefaultStateDir, "the devplumb state directory of the node's configs")
 	every := fs.Duration("drain-interval", 10*time.Second, "drain the spool this often between scrapes, so it stays small")
+	var secure metricsauth.Options
+	secure.Register(fs)
 	logFlags := logging.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
@@ -49,14 +52,14 @@ func metrics(args []string, stderr io.Writer) int {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	if err := serveMetrics(ctx, *listen, *stateDir, *every, log); err != nil {
+	if err := serveMetrics(ctx, *listen, *stateDir, *every, secure, log); err != nil {
 		log.Error("devplumbctl metrics failed", "err", err)
 		return 1
 	}
 	return 0
 }
 
-func serveMetrics(ctx context.Context, addr, stateDir string, every time.Duration, log *slog.Logger) error {
+func serveMetrics(ctx context.Context, addr, stateDir string, every time.Duration, secure metricsauth.Options, log *slog.Logger) error {
 	if every <= 0 {
 		return fmt.Errorf("--drain-interval %v: must be positive", every)
 	}
@@ -71,10 +74,14 @@ func serveMetrics(ctx context.Context, addr, stateDir string, every time.Duratio
 	}()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metricsHandler, tlsCfg, err := secure.Wrap(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	if err != nil {
+		return err
+	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", metricsHandler)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	stop, err := metricsserver.Start("--listen", addr, mux, log)
+	stop, err := metricsserver.StartTLS("--listen", addr, mux, tlsCfg, log)
 	if err != nil {
 		return err
 	}

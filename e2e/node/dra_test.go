@@ -33,10 +33,12 @@ const (
 	draDS       = "netdev-dp-dra"
 )
 
-// draManifests are deployments/dra/'s files, as a user applies them.
+// draManifests are deployments/dra/'s files, as a user applies them (node-policy.yaml: the
+// driver writes only its own node's ResourceSlices).
 func draManifests() []string {
 	dir := filepath.Join(testenv.ModuleRoot(), "deployments", "dra")
-	return []string{filepath.Join(dir, "netdev-dp-dra.yaml"), filepath.Join(dir, "deviceclasses.yaml")}
+	return []string{filepath.Join(dir, "netdev-dp-dra.yaml"), filepath.Join(dir, "deviceclasses.yaml"),
+		filepath.Join(dir, "node-policy.yaml")}
 }
 
 // draMode replaces, until the test ends, the device-plugin netdev-dp with netdev-dp in DRA

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/devplumb/devplumb/bench"
@@ -23,7 +24,12 @@ func main() {
 	flag.StringVar(&cfg.Baseline, "baseline", "", "an earlier devplumb build to run side by side (optional)")
 	flag.IntVar(&cfg.Runs, "runs", 30, "samples per figure")
 	flag.IntVar(&cfg.Pods, "pods", 64, "P3: pods added at once")
+	flag.IntVar(&cfg.Soak, "soak", 1000, "soak: ADD/DEL cycles against nodesim, netdev-dp and devplumbctl metrics (0: skip)")
+	only := flag.String("only", "", "run only these steps, comma-separated: P1,P2,P3,P4,P5,P6,Soak (empty: all)")
 	flag.Parse()
+	if *only != "" {
+		cfg.Only = strings.Split(*only, ",")
+	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	go func() {

@@ -44,6 +44,10 @@ var SupportedVersions = []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
 // every other Parse error is an invalid config (CNI code 7).
 var ErrDecode = errors.New("cannot decode network config")
 
+// ErrSelfDelegation is matched (errors.Is) by the error of a config whose delegate's type is
+// devplumb's own: ADD refuses it, so a DEL of it has nothing to undo and must not fail.
+var ErrSelfDelegation = errors.New("devplumb cannot delegate to itself")
+
 // RuntimeConfig is what the runtime (or Multus) passed through capabilities.
 type RuntimeConfig struct {
 	DeviceID          string `json:"deviceID,omitempty"`

@@ -230,7 +230,7 @@ func (c *NetConf) validateDelegates() error {
 			return fmt.Errorf(`%s "type" %q must be a plugin binary name, not a path`, where, t)
 		}
 		if t == c.Type {
-			return fmt.Errorf(`%s "type" %q is devplumb itself: delegate to the plugin that attaches the device`, where, t)
+			return fmt.Errorf(`%s "type" %q is devplumb itself: delegate to the plugin that attaches the device (%w)`, where, t, ErrSelfDelegation)
 		}
 		for _, k := range []string{"cniVersion", "name"} {
 			if v, ok := d[k]; ok {

@@ -29,6 +29,12 @@ func (p *Plugin) Del(args *skel.CmdArgs) (retErr error) {
 		p.Log.Warn("DEL does nothing", "err", err)
 		return nil
 	}
+	if err := selfDelegatingConfig(args); err != nil {
+		// ADD refused this config before it set anything up or recorded anything: a
+		// DEL failing on it would keep the pod terminating for ever.
+		p.Log.Warn("DEL does nothing: ADD refuses this config", "err", err)
+		return nil
+	}
 	c, cerr := p.newCall(p.withoutBadCNIFile(args), false)
 	if cerr != nil {
 		return cerr
@@ -140,6 +146,16 @@ func (c *call) delegateDel(list *libcni.NetworkConfigList, rt *libcni.RuntimeCon
 		return nil
 	}
 	return c.delegates.Del(context.Background(), list, rt)
+}
+
+// selfDelegatingConfig is the config's error when it delegates to devplumb by devplumb's own
+// type name (a link or copy under another name is caught when the delegate runs: selfCheck,
+// tooDeep), else nil.
+func selfDelegatingConfig(args *skel.CmdArgs) error {
+	if _, err := config.Parse(args.StdinData); errors.Is(err, config.ErrSelfDelegation) {
+		return err
+	}
+	return nil
 }
 
 // withoutBadCNIFile drops a runtimeConfig.CNIDeviceInfoFile that ADD
