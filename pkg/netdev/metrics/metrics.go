@@ -55,7 +55,7 @@ func New(prefix string) *Metrics {
 			Help: "Errors per resource (DRA mode: per driver) and operation (register, allocate, sync, watch, publish, prepare, unprepare).",
 		}, []string{"resource", "op"}),
 		devices: prometheus.NewDesc(prefix+"_devices",
-			"Devices per resource and health: advertised to the kubelet (device-plugin mode), found by the last scan (DRA mode: only healthy ones are published).", []string{"resource", "health"}, nil),
+			"Devices per resource and health: advertised to the kubelet (device-plugin mode), as the last scan found them (DRA mode).", []string{"resource", "health"}, nil),
 	}
 	m.reg.MustRegister(m.events, m.errors, m, collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
