@@ -112,7 +112,8 @@ func TestDriverMonitored(t *testing.T) {
 
 	n.preparesWithMetadata(t)
 	wantMetrics(t, base, `netdev_dp_claims_total{op="prepare",result="ok"} 1`,
-		`netdev_dp_claims_total{op="unprepare",result="ok"} 1`, `netdev_dp_claim_duration_seconds_count{op="prepare"} 1`)
+		`netdev_dp_claims_total{op="unprepare",result="ok"} 1`, `netdev_dp_claim_duration_seconds_count{op="prepare"} 1`,
+		`netdev_dp_plugin_events_total{event="kubelet_restart",resource="netdev.devplumb.io"} 0`)
 
 	// The slices cannot be written: the driver's RBAC is gone while a device appears.
 	n.slicesStuck(t, base)

@@ -30,9 +30,9 @@ type Observer interface {
 	SliceError(err error)
 	// Claim is one claim prepared or unprepared (op "prepare", "unprepare").
 	Claim(op string, took time.Duration, err error)
-	// RegistrationAsked is the kubelet's GetInfo call on the registration
-	// socket; Registered its NotifyRegistrationStatus that follows.
-	RegistrationAsked()
+	// Registered is the kubelet's NotifyRegistrationStatus: it took the
+	// driver (ok) or refused it. A kubelet registers the driver again when
+	// it restarts.
 	Registered(ok bool)
 }
 
@@ -43,24 +43,15 @@ func RegistrationSocket(o Options) string {
 	return filepath.Join(o.RegistrarDir, o.DriverName+"-reg.sock")
 }
 
-// The registration service's calls, as kubeletplugin serves them.
-const (
-	methodGetInfo = "/" + "pluginregistration.Registration" + "/GetInfo"
-	methodNotify  = "/" + "pluginregistration.Registration" + "/NotifyRegistrationStatus"
-)
+// methodNotify is the kubelet's call that ends a registration, as
+// kubeletplugin's registration server serves it.
+const methodNotify = "/pluginregistration.Registration/NotifyRegistrationStatus"
 
 // observeGRPC is a gRPC interceptor on both of kubeletplugin's servers: it
-// tells the observer of the kubelet's registration calls.
+// tells the observer of the kubelet's registrations.
 func (d *Driver) observeGRPC(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
 	resp, err := next(ctx, req)
-	o := d.opts.Observer
-	if o == nil {
-		return resp, err
-	}
-	switch info.FullMethod {
-	case methodGetInfo:
-		o.RegistrationAsked()
-	case methodNotify:
+	if o := d.opts.Observer; o != nil && info.FullMethod == methodNotify {
 		st, _ := req.(*registerapi.RegistrationStatus)
 		o.Registered(err == nil && st != nil && st.PluginRegistered)
 	}

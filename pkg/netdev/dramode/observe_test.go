@@ -57,8 +57,7 @@ func (r *observerLog) Claim(op string, took time.Duration, err error) {
 	}
 	r.claims = append(r.claims, op+" "+res)
 }
-func (r *observerLog) RegistrationAsked() {}
-func (r *observerLog) Registered(bool)    {}
+func (r *observerLog) Registered(bool) {}
 
 // observedDriver is the fixture's driver with a observerLog as its observer.
 func observedDriver(f *fixture) (*Driver, *observerLog) {

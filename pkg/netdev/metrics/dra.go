@@ -120,18 +120,8 @@ func (d *DRA) Claim(op string, took time.Duration, err error) {
 	d.latency.WithLabelValues(op).Observe(took.Seconds())
 }
 
-// RegistrationAsked implements dramode.Observer: a GetInfo after a
-// registration is a new kubelet (or the same one after a restart).
-func (d *DRA) RegistrationAsked() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.everRegistered && !d.asked {
-		d.m.events.WithLabelValues(d.driver, string(deviceplugin.EventKubeletRestart)).Inc()
-	}
-	d.asked = true
-}
-
-// Registered implements dramode.Observer.
+// Registered implements dramode.Observer. A registration after an earlier
+// one is a kubelet restart: a running kubelet registers a driver once.
 func (d *DRA) Registered(ok bool) {
 	ev := deviceplugin.EventRegistered
 	if !ok {
@@ -140,10 +130,13 @@ func (d *DRA) Registered(ok bool) {
 	d.m.Observe(d.driver, ev)
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if ok && d.everRegistered {
+		d.m.Observe(d.driver, deviceplugin.EventKubeletRestart)
+	}
 	if ok != d.registered {
 		d.start = d.m.probes.now()
 	}
-	d.registered, d.asked = ok, false
+	d.registered = ok
 	d.everRegistered = d.everRegistered || ok
 }
 

@@ -154,7 +154,6 @@ func TestDRAProbes(t *testing.T) {
 	c.add(DefaultGrace)
 	wantProbe(t, m, "/healthz", 503, "drv.example.com: not registered with the kubelet for 1m0s")
 
-	d.RegistrationAsked()
 	d.Registered(true)
 	wantProbe(t, m, "/healthz", 200, "ok")
 	wantProbe(t, m, "/readyz", 503, "ResourceSlices not published yet")
@@ -169,9 +168,7 @@ func TestDRAProbes(t *testing.T) {
 	wantProbe(t, m, "/healthz", 200, "ok")
 	wantProbe(t, m, "/readyz", 200, "ok")
 
-	// A new kubelet asks again: counted as a kubelet restart, once.
-	d.RegistrationAsked()
-	d.RegistrationAsked()
+	// A new kubelet registers the driver again: a kubelet restart.
 	d.Registered(true)
 	d.Claim("prepare", 2*time.Millisecond, nil)
 	d.Claim("prepare", time.Millisecond, errors.New("no such device"))
