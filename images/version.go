@@ -3,9 +3,13 @@ package images
 import (
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+
+	"sigs.k8s.io/yaml"
 )
 
 // versionVar is the variable `make build` stamps the version into (-X).
@@ -70,3 +74,27 @@ func byTags(pkgs []string) [][]string {
 
 // describe is a go build for an error message.
 func describe(args []string) string { return "go " + strings.Join(args, " ") }
+
+// chartFile holds the release the manifests in deployments/ name: the Helm chart's
+// appVersion. The plain manifests, the chart's values and the kustomization name the
+// images by that tag (deployments/version_test.go keeps them equal).
+const chartFile = "deployments/helm/devplumb/Chart.yaml"
+
+// ShippedVersion is the version the manifests under root/deployments name their images
+// by: build images with it (Options.Version) to run those manifests unchanged.
+func ShippedVersion(root string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(root, chartFile))
+	if err != nil {
+		return "", fmt.Errorf("images: the shipped version: %w", err)
+	}
+	var chart struct {
+		AppVersion string `json:"appVersion"`
+	}
+	if err := yaml.Unmarshal(b, &chart); err != nil {
+		return "", fmt.Errorf("images: %s: %w", chartFile, err)
+	}
+	if _, _, err := Refs(chart.AppVersion); err != nil || chart.AppVersion == "" {
+		return "", fmt.Errorf("images: %s: appVersion %q is not an image tag", chartFile, chart.AppVersion)
+	}
+	return chart.AppVersion, nil
+}

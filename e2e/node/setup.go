@@ -90,11 +90,20 @@ func BuildAll(root, dir string) (string, []string, error) {
 	if err := images.GoBuild(root, cni, append(CNIPlugins, "./e2e/node/pause")...); err != nil {
 		return "", nil, err
 	}
-	project, err := images.Build(images.Options{Root: root, Out: filepath.Join(dir, "images")})
+	// Tagged as deployments/ names them, so the shipped manifests run unchanged.
+	version, err := images.ShippedVersion(root)
 	if err != nil {
 		return "", nil, err
 	}
-	tars := []string{project[images.DevplumbRef], project[images.NetdevDPRef]}
+	project, err := images.Build(images.Options{Root: root, Out: filepath.Join(dir, "images"), Version: version})
+	if err != nil {
+		return "", nil, err
+	}
+	dpRef, ndRef, err := images.Refs(version)
+	if err != nil {
+		return "", nil, err
+	}
+	tars := []string{project[dpRef], project[ndRef]}
 	bb, err := imagebuild.Busybox("/bin/busybox")
 	if err != nil {
 		return "", nil, err
