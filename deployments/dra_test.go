@@ -20,11 +20,12 @@ import (
 	"github.com/devplumb/devplumb/pkg/netdev/resources"
 )
 
-// The DRA objects live in dra/, apart from the plain manifests that the Helm chart and
-// the kustomization render (they are an alternative to netdev-dp-daemonset.yaml).
+// The DRA objects live in dra/, an alternative to netdev-dp-daemonset.yaml (the chart's
+// dra.enabled, the kustomize Component dra/kustomization.yaml).
 func decodeDRA(t *testing.T) []runtime.Object {
 	t.Helper()
 	files, err := filepath.Glob("dra/*.yaml")
+	files = slices.DeleteFunc(files, func(f string) bool { return f == "dra/kustomization.yaml" })
 	if err != nil || len(files) != 3 {
 		t.Fatalf("dra/: %v %v", files, err)
 	}
