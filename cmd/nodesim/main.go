@@ -41,6 +41,8 @@ Usage:
                                           are registered again from their sockets
         DIR/plugins/                      for the drivers' DRA sockets (DIR/plugins/DRIVER/dra.sock)
       it creates the Node object NODE if absent (drivers publish ResourceSlices owned by it),
+      deletes a driver's ResourceSlices of NODE 30 s after it deregistered (its registration
+      socket gone) unless it registered again, as the kubelet does,
       and pods with --claim are admitted as control plane and kubelet would (see pod add).
 
   nodesim pod add --root DIR --namespace NS --name NAME [--uid UID] \

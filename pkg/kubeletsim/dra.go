@@ -1,6 +1,7 @@
 package kubeletsim
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -55,6 +56,9 @@ func (n *Node) startDRA(opts *DRAOptions) error {
 		return err
 	}
 	n.dra = m
+	if delay := cmp.Or(opts.WipeDelay, DefaultWipeDelay); delay > 0 {
+		n.watchDrivers(delay)
+	}
 	return nil
 }
 

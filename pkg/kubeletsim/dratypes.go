@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
@@ -15,6 +16,9 @@ import (
 type DRAOptions struct {
 	Client   kubernetes.Interface
 	NodeName string
+	// WipeDelay is how long after a driver deregistered its ResourceSlices
+	// of the node are deleted (DefaultWipeDelay when 0; negative: never).
+	WipeDelay time.Duration
 }
 
 // PodClaim is one entry of a pod's spec.resourceClaims: a pod claim Name and

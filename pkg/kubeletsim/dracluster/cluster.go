@@ -8,6 +8,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -197,4 +199,15 @@ func (c *Cluster) release(ctx context.Context, namespace, name, uid string, clai
 // wrap names the object in an API error.
 func wrap(err error, format string, args ...any) error {
 	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), err)
+}
+
+// DeleteSlices deletes the driver's ResourceSlices of this node, as the
+// kubelet does after the driver deregistered.
+func (c *Cluster) DeleteSlices(ctx context.Context, driver string) error {
+	sel := fields.Set{resourceapi.ResourceSliceSelectorNodeName: c.node, resourceapi.ResourceSliceSelectorDriver: driver}
+	err := c.client.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: sel.String()})
+	if err != nil {
+		return wrap(err, "delete ResourceSlices of driver %s on node %s", driver, c.node)
+	}
+	return nil
 }

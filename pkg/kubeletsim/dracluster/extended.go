@@ -101,7 +101,7 @@ func (c *Cluster) extendedClaim(ctx context.Context, pod *corev1.Pod, allocatabl
 		// In memory until created, with a name and UID no created claim has,
 		// as the scheduler keeps it.
 		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: inMemoryName, UID: types.UID(pod.UID + "-extended-resources"),
-			GenerateName: pod.Name + "-extended-resources-",
+			GenerateName:    pod.Name + "-extended-resources-",
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID, Controller: ptr.To(true)}},
 			Annotations:     map[string]string{ExtendedResourceClaimAnnotation: "true"}},
 		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: reqs}},
