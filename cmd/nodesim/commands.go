@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/devplumb/devplumb/pkg/base/logging"
-	"github.com/devplumb/devplumb/pkg/base/resourcename"
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/pkg/kubeletsim/podresourcesserver"
 )
@@ -182,7 +181,7 @@ func parseContainer(v string) (kubeletsim.ContainerSpec, error) {
 		if err != nil || n < 1 {
 			return spec, fmt.Errorf("%q: count in %q must be a positive integer", v, r)
 		}
-		if err := resourcename.Validate(r[:i]); err != nil {
+		if err := kubeletsim.ValidateRequestName(r[:i]); err != nil {
 			return spec, fmt.Errorf("%q: %w", v, err)
 		}
 		spec.Requests = append(spec.Requests, kubeletsim.ResourceRequest{Resource: r[:i], Count: n})

@@ -249,3 +249,35 @@ func TestNodesimWipesDeregisteredDriverSlices(t *testing.T) {
 		t.Errorf("registered drivers %+v, want only %s", drivers, stays.name)
 	}
 }
+
+// TestExtendedResourceByDeviceClassName: a pod asks for the devices of the DeviceClass by
+// its implicit extended resource name, deviceclass.resource.kubernetes.io/hostdev.example.com,
+// and the devplumb config names that resource: the kubelet's CDI devices are of
+// netdev-dp's resource example.com/hostdev, so devplumb finds the two devices through the
+// pod's status.extendedResourceClaimStatus and the claim, and uses them, net1 and net2,
+// by the driver's resource (its device-info files).
+func TestExtendedResourceByDeviceClassName(t *testing.T) {
+	const implicit = "deviceclass.resource.kubernetes.io/hostdev.example.com"
+	veths := []string{testenv.VethPair(t, "ext") + "a", testenv.VethPair(t, "ext") + "a"}
+	slices.Sort(veths)
+	n := newDriverNode(t, resources.Resource{ResourceName: drvResHostdev, NetDevs: &link.Config{Names: veths}})
+	testenv.CNIPlugins(t)
+	sim := n.startUnderNodesim()
+	n.waitDevices("the veths published", func(m map[string]resourceapi.Device) bool { return len(m) == 8 })
+	name := "impl-" + n.name
+	out := simCLI(t, sim, "pod", "add", "--root", n.dir, "--namespace", cniNS, "--name", name, "--container", "app="+implicit+":2")
+	var alloc kubeletsim.PodAllocation
+	e2etest.Must(t, json.Unmarshal([]byte(out), &alloc))
+	if len(alloc.Claims) != 1 || !alloc.Claims[0].Extended || len(alloc.Claims[0].Devices) != 2 {
+		t.Fatalf("pod add: %+v, want the extended-resource claim with two devices", alloc)
+	}
+	pod, err := srv.Client.CoreV1().Pods(cniNS).Get(e2etest.Ctx(t), name, metav1.GetOptions{})
+	e2etest.Must(t, err)
+	claim, err := srv.Client.ResourceV1().ResourceClaims(cniNS).Get(e2etest.Ctx(t), alloc.Claims[0].Name, metav1.GetOptions{})
+	e2etest.Must(t, err)
+	cn := &cniNode{t: t, dir: n.dir, bin: testenv.Build(t, "./cmd/devplumb"), name: n.name, driver: drvDriver,
+		network: "impl-net-" + cniRandom(), pr: &podresourcestest.Server{Socket: filepath.Join(n.dir, "pod-resources", "kubelet.sock")}}
+	conf := cn.conf(map[string]any{"resourceName": implicit, "deviceInfoDir": n.devinfoDir, "delegate": map[string]any{"type": "host-device"}})
+	extAttachments(t, cn, conf, pod, conf, veths, claim)
+	simCLI(t, sim, "pod", "del", "--root", n.dir, "--namespace", cniNS, "--name", name)
+}
