@@ -281,3 +281,83 @@ func TestExtendedResourceByDeviceClassName(t *testing.T) {
 	extAttachments(t, cn, conf, pod, conf, veths, claim)
 	simCLI(t, sim, "pod", "del", "--root", n.dir, "--namespace", cniNS, "--name", name)
 }
+
+// TestNodesimExtendedResourcesInitContainersAndRequests: nodesim, with the real API server,
+// for a pod with an init container and a sidecar asking an extended resource backed by
+// DRA, and containers naming one request of a pod claim each:
+//   - the Pod object has them as written (init containers, the sidecar's restartPolicy,
+//     resources.claims with request);
+//   - the scheduler's claim has one request, container-2-request-0 of app's two devices,
+//     which the init container reuses (it runs before app): the status maps both to it;
+//   - PodResources reports the sidecar first, then app, not the init container; a
+//     container naming one request of a claim gets the whole claim; app also gets the
+//     scheduler's claim.
+func TestNodesimExtendedResourcesInitContainersAndRequests(t *testing.T) {
+	node := "initreq-" + cniRandom()
+	root, n := simNode(t, node)
+	d := simStartDriver(t, root, node, "ir-"+cniRandom()+".example.com", []string{"dev0", "dev1", "dev2", "dev3"})
+	e2etest.Must(t, n.WaitDRADriver(e2etest.Ctx(t), d.name))
+	ns := simNamespace(t, "nodesim-initreq")
+	ext := "example.com/ir-" + cniRandom()
+	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "ir-" + cniRandom()}, Spec: resourceapi.DeviceClassSpec{
+		ExtendedResourceName: &ext, Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+			Expression: fmt.Sprintf("device.driver == %q", d.name)}}}}}
+	_, err := srv.Client.ResourceV1().DeviceClasses().Create(e2etest.Ctx(t), class, metav1.CreateOptions{})
+	e2etest.Must(t, err)
+	t.Cleanup(func() {
+		_ = srv.Client.ResourceV1().DeviceClasses().Delete(e2etest.Ctx(t), class.Name, metav1.DeleteOptions{})
+	})
+	spec := simClaimSpec(class.Name, 1)
+	spec.Devices.Requests = append(spec.Devices.Requests, spec.Devices.Requests[0])
+	spec.Devices.Requests[0].Name, spec.Devices.Requests[1].Name = "a", "b"
+	_, err = srv.Client.ResourceV1().ResourceClaimTemplates(ns).Create(e2etest.Ctx(t), &resourceapi.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "two"}, Spec: resourceapi.ResourceClaimTemplateSpec{Spec: spec}}, metav1.CreateOptions{})
+	e2etest.Must(t, err)
+
+	p, err := n.AddPod(e2etest.Ctx(t), kubeletsim.PodSpec{Namespace: ns, Name: "web",
+		Claims: []kubeletsim.PodClaim{{Name: "net", ResourceClaimTemplateName: "two"}},
+		Containers: []kubeletsim.ContainerSpec{
+			{Name: "setup", Init: true, Requests: []kubeletsim.ResourceRequest{{Resource: ext, Count: 1}}},
+			{Name: "proxy", Init: true, Sidecar: true, Claims: []string{"net/b"}},
+			{Name: "app", Claims: []string{"net/a"}, Requests: []kubeletsim.ResourceRequest{{Resource: ext, Count: 2}}},
+		}})
+	e2etest.Must(t, err)
+	pod, ok := simGetPod(t, ns, "web")
+	if !ok || len(pod.Spec.InitContainers) != 2 || pod.Spec.InitContainers[1].RestartPolicy == nil ||
+		len(pod.Spec.Containers) != 1 || !slices.Equal(pod.Spec.Containers[0].Resources.Claims, []corev1.ResourceClaim{{Name: "net", Request: "a"}}) {
+		t.Fatalf("Pod object: %+v", pod.Spec)
+	}
+	want := []corev1.ContainerExtendedResourceRequest{{ContainerName: "app", ResourceName: ext, RequestName: "container-2-request-0"},
+		{ContainerName: "setup", ResourceName: ext, RequestName: "container-2-request-0"}}
+	st := pod.Status.ExtendedResourceClaimStatus
+	if st == nil || !slices.Equal(st.RequestMappings, want) {
+		t.Fatalf("status.extendedResourceClaimStatus %+v, want mappings %+v", st, want)
+	}
+	extClaim := p.Claims[1]
+	cl := simGetClaim(t, ns, extClaim.Name)
+	if reqs := cl.Spec.Devices.Requests; len(reqs) != 1 || reqs[0].Name != "container-2-request-0" || reqs[0].Exactly.Count != 2 ||
+		len(extClaim.Devices) != 2 || st.ResourceClaimName != extClaim.Name {
+		t.Fatalf("claim %s: requests %+v, prepared %+v", cl.Name, reqs, extClaim.Devices)
+	}
+	pr, err := podresources.New(n.PodResourcesSocket())
+	e2etest.Must(t, err)
+	defer pr.Close()
+	got, err := pr.Get(e2etest.Ctx(t), ns, "web")
+	e2etest.Must(t, err)
+	var report []string
+	for _, c := range got.GetContainers() {
+		var claims []string
+		for _, dr := range c.GetDynamicResources() {
+			claims = append(claims, fmt.Sprintf("%s:%d", dr.GetClaimName(), len(dr.GetClaimResources())))
+		}
+		report = append(report, c.GetName()+" "+fmt.Sprint(claims))
+	}
+	wantReport := []string{fmt.Sprintf("proxy [%s:2]", p.Claims[0].Name), fmt.Sprintf("app [%s:2 %s:2]", p.Claims[0].Name, extClaim.Name)}
+	if !slices.Equal(report, wantReport) {
+		t.Errorf("PodResources %q, want %q", report, wantReport)
+	}
+	e2etest.Must(t, n.DelPodContext(e2etest.Ctx(t), ns, "web"))
+	if left := simClaimsIn(t, ns); len(left) != 0 {
+		t.Errorf("claims left after pod del: %v", simClaimNames(left))
+	}
+}
