@@ -43,6 +43,7 @@ func TestExtendedResourceDevicePluginThenDRA(t *testing.T) {
 	veths := []string{testenv.VethPair(t, "ext") + "a", testenv.VethPair(t, "ext") + "a"}
 	slices.Sort(veths)
 	n := newDriverNode(t, resources.Resource{ResourceName: drvResHostdev, NetDevs: &link.Config{Names: veths}})
+	needExtendedResources(t, "hostdev.example.com")
 	testenv.CNIPlugins(t)
 	sim := n.startNodesim()
 	pod := extPod(t, "ext-"+n.name, n.name)
@@ -261,6 +262,7 @@ func TestExtendedResourceByDeviceClassName(t *testing.T) {
 	veths := []string{testenv.VethPair(t, "ext") + "a", testenv.VethPair(t, "ext") + "a"}
 	slices.Sort(veths)
 	n := newDriverNode(t, resources.Resource{ResourceName: drvResHostdev, NetDevs: &link.Config{Names: veths}})
+	needExtendedResources(t, "hostdev.example.com")
 	testenv.CNIPlugins(t)
 	sim := n.startUnderNodesim()
 	n.waitDevices("the veths published", func(m map[string]resourceapi.Device) bool { return len(m) == 8 })
@@ -307,6 +309,7 @@ func TestNodesimExtendedResourcesInitContainersAndRequests(t *testing.T) {
 	t.Cleanup(func() {
 		_ = srv.Client.ResourceV1().DeviceClasses().Delete(e2etest.Ctx(t), class.Name, metav1.DeleteOptions{})
 	})
+	needExtendedResources(t, class.Name)
 	spec := simClaimSpec(class.Name, 1)
 	spec.Devices.Requests = append(spec.Devices.Requests, spec.Devices.Requests[0])
 	spec.Devices.Requests[0].Name, spec.Devices.Requests[1].Name = "a", "b"
@@ -359,5 +362,17 @@ func TestNodesimExtendedResourcesInitContainersAndRequests(t *testing.T) {
 	e2etest.Must(t, n.DelPodContext(e2etest.Ctx(t), ns, "web"))
 	if left := simClaimsIn(t, ns); len(left) != 0 {
 		t.Errorf("claims left after pod del: %v", simClaimNames(left))
+	}
+}
+
+// needExtendedResources skips the test on an API server that drops a DeviceClass's
+// extendedResourceName (1.35, where the DRAExtendedResource gate is alpha and off).
+func needExtendedResources(t *testing.T, class string) {
+	t.Helper()
+	dc, err := srv.Client.ResourceV1().DeviceClasses().Get(e2etest.Ctx(t), class, metav1.GetOptions{})
+	e2etest.Must(t, err)
+	if dc.Spec.ExtendedResourceName == nil {
+		t.Skipf("the API server dropped DeviceClass %s's extendedResourceName: extended resources backed by DRA are off "+
+			"(Kubernetes 1.35 without the DRAExtendedResource gate)", class)
 	}
 }
