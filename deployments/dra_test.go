@@ -87,6 +87,30 @@ func TestDRAConfigIsTheDevicePluginConfig(t *testing.T) {
 			t.Errorf("resource %s: selected by DeviceClasses %v, want exactly one", r.ResourceName, matching)
 		}
 	}
+	checkExtendedResourceNames(t, classes)
+}
+
+// checkExtendedResourceNames: each class serves, as an extended resource backed by DRA
+// (KEP-5004), the very resource name its selector picks, so a pod asking
+// resources.limits {R: n} of device-plugin mode gets the devices of R in DRA mode; no two
+// classes name the same one (the scheduler would pick one of them).
+func checkExtendedResourceNames(t *testing.T, classes []*resourceapi.DeviceClass) {
+	t.Helper()
+	seen := map[string]string{}
+	for _, c := range classes {
+		name := c.Spec.ExtendedResourceName
+		if name == nil {
+			t.Errorf("DeviceClass %s has no extendedResourceName", c.Name)
+			continue
+		}
+		if !classSelects(t, c, *name) {
+			t.Errorf("DeviceClass %s: extendedResourceName %s is not the resource its selector picks", c.Name, *name)
+		}
+		if prev, dup := seen[*name]; dup {
+			t.Errorf("DeviceClasses %s and %s both serve extended resource %s", prev, c.Name, *name)
+		}
+		seen[*name] = c.Name
+	}
 }
 
 // classSelects evaluates a class's CEL selectors with the DRA library on a device of
