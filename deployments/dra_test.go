@@ -20,11 +20,12 @@ import (
 	"github.com/devplumb/devplumb/pkg/netdev/resources"
 )
 
-// The DRA objects live in dra/, apart from the plain manifests that the Helm chart and
-// the kustomization render (they are an alternative to netdev-dp-daemonset.yaml).
+// The DRA objects live in dra/, an alternative to netdev-dp-daemonset.yaml (the chart's
+// dra.enabled, the kustomize Component dra/kustomization.yaml).
 func decodeDRA(t *testing.T) []runtime.Object {
 	t.Helper()
 	files, err := filepath.Glob("dra/*.yaml")
+	files = slices.DeleteFunc(files, func(f string) bool { return f == "dra/kustomization.yaml" })
 	if err != nil || len(files) != 3 {
 		t.Fatalf("dra/: %v %v", files, err)
 	}
@@ -85,6 +86,30 @@ func TestDRAConfigIsTheDevicePluginConfig(t *testing.T) {
 		if len(matching) != 1 {
 			t.Errorf("resource %s: selected by DeviceClasses %v, want exactly one", r.ResourceName, matching)
 		}
+	}
+	checkExtendedResourceNames(t, classes)
+}
+
+// checkExtendedResourceNames: each class serves, as an extended resource backed by DRA
+// (KEP-5004), the very resource name its selector picks, so a pod asking
+// resources.limits {R: n} of device-plugin mode gets the devices of R in DRA mode; no two
+// classes name the same one (the scheduler would pick one of them).
+func checkExtendedResourceNames(t *testing.T, classes []*resourceapi.DeviceClass) {
+	t.Helper()
+	seen := map[string]string{}
+	for _, c := range classes {
+		name := c.Spec.ExtendedResourceName
+		if name == nil {
+			t.Errorf("DeviceClass %s has no extendedResourceName", c.Name)
+			continue
+		}
+		if !classSelects(t, c, *name) {
+			t.Errorf("DeviceClass %s: extendedResourceName %s is not the resource its selector picks", c.Name, *name)
+		}
+		if prev, dup := seen[*name]; dup {
+			t.Errorf("DeviceClasses %s and %s both serve extended resource %s", prev, c.Name, *name)
+		}
+		seen[*name] = c.Name
 	}
 }
 

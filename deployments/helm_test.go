@@ -3,6 +3,7 @@ package deployments
 import (
 	stdjson "encoding/json"
 	"fmt"
+	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -65,6 +66,27 @@ func plain(t *testing.T) map[string]runtime.Object {
 			continue
 		}
 		for _, obj := range objs {
+			out[key(t, obj)] = obj
+		}
+	}
+	return out
+}
+
+// plainDRA is plain with netdev-dp as a DRA driver, as deployments/dra/ installs it: the
+// device-plugin DaemonSet and ConfigMap replaced by dra/'s objects.
+func plainDRA(t *testing.T) map[string]runtime.Object {
+	out := plain(t)
+	for k := range out {
+		if strings.HasSuffix(k, "/kube-system/netdev-dp") && !strings.Contains(k, "ServiceAccount") {
+			delete(out, k)
+		}
+	}
+	for _, f := range []string{"dra/netdev-dp-dra.yaml", "dra/deviceclasses.yaml", "dra/node-policy.yaml"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, obj := range decodeDocs(t, f, b) {
 			out[key(t, obj)] = obj
 		}
 	}

@@ -42,8 +42,47 @@ func TestKustomization(t *testing.T) {
 		}
 	}
 
+	checkOverlayImages(t, ".")
+}
+
+// An overlay of deployments/ with the dra/ Component applies the plain manifests with
+// netdev-dp as a DRA driver: deployments/ without the device-plugin DaemonSet and
+// ConfigMap, plus dra/'s objects.
+func TestKustomizationDRA(t *testing.T) {
 	overlay := t.TempDir()
 	base, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(overlay, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := "resources:\n- " + rel + "\ncomponents:\n- " + filepath.Join(rel, "dra") + "\n"
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, obj := range decodeDocs(t, "the DRA overlay", []byte(build(t, overlay))) {
+		got[key(t, obj)] = true
+	}
+	want := plainDRA(t)
+	if len(got) != len(want) {
+		t.Fatalf("kustomize builds %v, the DRA manifests hold %d objects", got, len(want))
+	}
+	for k := range want {
+		if !got[k] {
+			t.Errorf("kustomize build of dra/ lacks %s", k)
+		}
+	}
+	checkOverlayImages(t, overlay)
+}
+
+// checkOverlayImages: an overlay of dir with an image override reaches every DaemonSet.
+func checkOverlayImages(t *testing.T, dir string) {
+	t.Helper()
+	overlay := t.TempDir()
+	base, err := filepath.Abs(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,10 @@
 # the pod's claim from a template, allocates it and has netdev-dp prepare it. cnitool then
 # runs devplumb, which finds the claim's device through the kubelet's PodResources, moves it
 # into the pod, and writes the pod's network-status and the claim's
-# status.devices[].networkData (KEP-4817). Everything is torn down at the end, on Ctrl-C,
+# status.devices[].networkData (KEP-4817). Then a pod spec written for device-plugin mode,
+# resources.limits {example.com/hostdev: 2}, gets both devices through the claim the
+# scheduler makes for an extended resource backed by DRA (KEP-5004), net1 and net2 one each.
+# Everything is torn down at the end, on Ctrl-C,
 # and when a step fails; the last step shows that nothing is left.
 #
 # Needs: bin/ (make build: devplumb, netdev-dp, nodesim, kubeapi) and bin/cni/ (make
@@ -53,7 +56,9 @@ cleanup() {
 		echo "demo-dra: stopped during step \"$STEP\" (exit $rc); cleaning up" >&2
 		show_logs
 	fi
-	[ -n "$ROOT" ] && [ -f "$ROOT/net.d/fast-dra.conf" ] && ip netns list | grep -qw "$NETNS" && cni del >/dev/null 2>&1
+	if [ -n "$ROOT" ] && [ -f "$ROOT/net.d/fast-dra.conf" ] && ip netns list | grep -qw "$NETNS"; then
+		for IFNAME in net2 net1; do cni del >/dev/null 2>&1; done
+	fi
 	stop_daemons
 	remove_node "$ROOT"
 	exit "$rc"
@@ -77,8 +82,8 @@ mkdir -p "$ROOT/net.d" "$ROOT/logs" "$ROOT/node"
 KUBECONFIG_FILE=$ROOT/api/kubeconfig
 
 k() { "$BIN/kubeapi" "$1" "$KUBECONFIG_FILE" "${@:2}"; }
-cni() { # cni add|del: cnitool with the pod's identity, as a container runtime calls it
-	CNI_PATH="$BIN:$CNI_BIN" NETCONFPATH="$ROOT/net.d" CNI_IFNAME=net1 \
+cni() { # cni add|del: cnitool with the pod's identity, as a container runtime calls it (ifname $IFNAME)
+	CNI_PATH="$BIN:$CNI_BIN" NETCONFPATH="$ROOT/net.d" CNI_IFNAME="${IFNAME:-net1}" \
 	CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=$POD_NS;K8S_POD_NAME=$POD_NAME;K8S_POD_UID=$POD_UID" \
 		"$CNI_BIN/cnitool" "$1" fast-dra "/var/run/netns/$NETNS"
 }
@@ -158,12 +163,41 @@ k get pods "$POD_NS" "$POD_NAME" metadata.annotations
 echo "--- the claim's status.devices (KEP-4817), written by devplumb's field manager:"
 k get resourceclaims "$POD_NS" "$CLAIM" status.devices
 
-say "6. DEL, the pod deleted (its claim unprepared and removed), the daemons stopped"
+say "6. DEL, the pod deleted (its claim unprepared and removed)"
 cni del
 echo "cnitool del fast-dra: ok"
 echo "--- the claim's status.devices after DEL:"
 k get resourceclaims "$POD_NS" "$CLAIM" status.devices
 "$BIN/nodesim" pod del --root "$ROOT/node" --namespace "$POD_NS" --name "$POD_NAME"
+
+say "7. a device-plugin pod spec, unchanged: resources.limits {example.com/hostdev: 2}, two attachments"
+# The DeviceClass hostdev.example.com has extendedResourceName example.com/hostdev and no
+# device plugin serves the resource here: nodesim, as the 1.37 scheduler, makes the pod a
+# claim for two devices and names it in the pod's status.extendedResourceClaimStatus; the
+# kubelet reports it under PodResources dynamic_resources. The same devplumb config
+# (resourceName) gives net1 and net2 one device each.
+POD_NAME=web2
+"$BIN/nodesim" pod add --root "$ROOT/node" --namespace "$POD_NS" --name "$POD_NAME" --container "app=example.com/hostdev:2" >/dev/null
+POD_UID=$(k get pods "$POD_NS" "$POD_NAME" metadata.uid)
+echo "--- the pod's status.extendedResourceClaimStatus, written by the scheduler:"
+k get pods "$POD_NS" "$POD_NAME" status.extendedResourceClaimStatus
+CLAIM=$(k get pods "$POD_NS" "$POD_NAME" status.extendedResourceClaimStatus.resourceClaimName)
+echo "--- claim $CLAIM: its annotations and what the scheduler allocated:"
+k get resourceclaims "$POD_NS" "$CLAIM" metadata.annotations
+k get resourceclaims "$POD_NS" "$CLAIM" status.allocation.devices.results
+for IFNAME in net1 net2; do echo "--- cnitool add fast-dra (ifname $IFNAME)"; cni add >/dev/null; done
+echo "--- interfaces inside the pod's netns:"
+ip -n "$NETNS" -br link show
+echo "--- the claim's status.devices: each device's networkData, written by devplumb:"
+k get resourceclaims "$POD_NS" "$CLAIM" status.devices
+for IFNAME in net2 net1; do cni del; done
+echo "cnitool del fast-dra (net2, net1): ok"
+echo "--- the extended-resource claim's status.devices after DEL:"
+k get resourceclaims "$POD_NS" "$CLAIM" status.devices
+"$BIN/nodesim" pod del --root "$ROOT/node" --namespace "$POD_NS" --name "$POD_NAME"
+IFNAME=net1
+
+say "8. the daemons stopped"
 DAEMONS=$(cat "$ROOT/pids")
 stop_daemons
 # A stopped kubelet leaves its registration socket (nodesim too, as the real one does);
@@ -171,5 +205,5 @@ stop_daemons
 rm -f "$ROOT/node/device-plugins/kubelet.sock"
 ip netns del "$NETNS"
 
-say "7. nothing is left"
+say "9. nothing is left"
 nothing_left "$ROOT/node" '^fast-dra-cnitool-'

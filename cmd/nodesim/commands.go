@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/devplumb/devplumb/pkg/base/logging"
-	"github.com/devplumb/devplumb/pkg/base/resourcename"
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/pkg/kubeletsim/podresourcesserver"
 )
@@ -149,9 +148,10 @@ func (c *containerFlag) Set(v string) error {
 	return nil
 }
 
-// parseContainer reads NAME=ITEM[,ITEM]... where an ITEM is RES:COUNT or
-// claim:PODCLAIM (resource names are domain-qualified, so "claim" is none);
-// a bare NAME (or NAME=) is a container without device requests.
+// parseContainer reads NAME=ITEM[,ITEM]... where an ITEM is RES:COUNT,
+// claim:PODCLAIM[/REQUEST] (resource names are domain-qualified, so "claim"
+// is none), or the word init or sidecar (an init container, one that keeps
+// running); a bare NAME (or NAME=) is a container without device requests.
 func parseContainer(v string) (kubeletsim.ContainerSpec, error) {
 	name, reqs, _ := strings.Cut(v, "=")
 	if name == "" {
@@ -162,6 +162,10 @@ func parseContainer(v string) (kubeletsim.ContainerSpec, error) {
 		return spec, nil
 	}
 	for _, r := range strings.Split(reqs, ",") {
+		if r == "init" || r == "sidecar" {
+			spec.Init, spec.Sidecar = true, spec.Sidecar || r == "sidecar"
+			continue
+		}
 		if claim, ok := strings.CutPrefix(r, "claim:"); ok {
 			if claim == "" {
 				return spec, fmt.Errorf("%q: %q names no pod claim", v, r)
@@ -177,7 +181,7 @@ func parseContainer(v string) (kubeletsim.ContainerSpec, error) {
 		if err != nil || n < 1 {
 			return spec, fmt.Errorf("%q: count in %q must be a positive integer", v, r)
 		}
-		if err := resourcename.Validate(r[:i]); err != nil {
+		if err := kubeletsim.ValidateRequestName(r[:i]); err != nil {
 			return spec, fmt.Errorf("%q: %w", v, err)
 		}
 		spec.Requests = append(spec.Requests, kubeletsim.ResourceRequest{Resource: r[:i], Count: n})
@@ -216,7 +220,7 @@ func podAdd(ctx context.Context, args []string, stdout io.Writer) error {
 	name := fs.String("name", "", "pod name")
 	uid := fs.String("uid", "", "pod UID (generated when empty)")
 	var ctrs containerFlag
-	fs.Var(&ctrs, "container", "NAME=RES:COUNT[,RES:COUNT]...[,claim:PODCLAIM]... (repeat for more containers)")
+	fs.Var(&ctrs, "container", "NAME=RES:COUNT[,RES:COUNT]...[,claim:PODCLAIM[/REQUEST]]...[,init|,sidecar] (repeat for more containers)")
 	var claims claimFlag
 	fs.Var(&claims, "claim", "PODCLAIM=claim:NAME or PODCLAIM=template:NAME: a pod-spec resource claim (repeat for more)")
 	if err := parse(fs, args); err != nil {

@@ -41,10 +41,12 @@ Usage:
                                           are registered again from their sockets
         DIR/plugins/                      for the drivers' DRA sockets (DIR/plugins/DRIVER/dra.sock)
       it creates the Node object NODE if absent (drivers publish ResourceSlices owned by it),
+      deletes a driver's ResourceSlices of NODE 30 s after it deregistered (its registration
+      socket gone) unless it registered again, as the kubelet does,
       and pods with --claim are admitted as control plane and kubelet would (see pod add).
 
   nodesim pod add --root DIR --namespace NS --name NAME [--uid UID] \
-          --container NAME=RES:COUNT[,RES:COUNT]...[,claim:PODCLAIM]... [--container ...] \
+          --container NAME=RES:COUNT[,RES:COUNT]...[,claim:PODCLAIM[/REQUEST]]...[,init|,sidecar] [--container ...] \
           [--claim PODCLAIM=claim:NAME | --claim PODCLAIM=template:NAME ...]
       Admit a pod like the kubelet (healthy free devices, GetPreferredAllocation when offered,
       Allocate per container and resource, PreStartContainer when required). Prints JSON: per
@@ -57,7 +59,21 @@ Usage:
       UID is used), claims from templates (named <pod>-<podclaim>-xxxxx, owned by the pod, pod
       status.resourceClaimStatuses), allocation with the scheduler's allocator unless the claim
       is allocated already, reservedFor; then NodePrepareResources per driver, and PodResources
-      reports the claims in dynamic_resources (claim, driver, pool, device, CDI devices).
+      reports the claims in dynamic_resources (claim, driver, pool, device, CDI devices; as
+      kubelets 1.34-1.37 do, a claim's second device of a driver lists the first's CDI devices
+      before its own). claim:PODCLAIM/REQUEST references one request of a claim: PodResources
+      still reports the whole claim for the container, as the kubelet does.
+      A RES no registered device plugin has a healthy device of, that a DeviceClass serves as an
+      extended resource (spec.extendedResourceName, or deviceclass.resource.kubernetes.io/CLASS),
+      is DRA's, as the 1.37 scheduler decides: one claim for all of the pod's such requests
+      (<pod>-extended-resources-xxxxx, annotation resource.kubernetes.io/extended-resource-claim,
+      owned by the pod, requests container-I-request-J), allocated with the pod's other claims,
+      the pod's status.extendedResourceClaimStatus mapping each container's resource to its
+      requests; PodResources reports that claim for the containers it maps, under
+      dynamic_resources, not under devices. ,init makes an init container (its extended
+      resources are DRA's, reusing later containers' requests as the scheduler does; it gets no
+      device plugin devices), ,sidecar one that keeps running: PodResources reports sidecars
+      before the containers and no other init container.
       On any error nothing stays: claims made are deleted, reservations and allocations undone.
 
   nodesim pod del --root DIR --namespace NS --name NAME

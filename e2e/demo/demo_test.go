@@ -42,6 +42,9 @@ func TestDemoDRA(t *testing.T) {
 		`\"name\": \"fast-dra\"`,                              // network-status entry
 		`"interfaceName": "net1"`, `"reason": "NetworkReady"`, // the claim's networkData
 		"status.devices after DEL:\nnull",
+		// the device-plugin pod spec (example.com/hostdev: 2) through the scheduler's claim
+		`"resourceClaimName": "web2-extended-resources-`, `"resource.kubernetes.io/extended-resource-claim": "true"`,
+		`"interfaceName": "net2"`, "extended-resource claim's status.devices after DEL:\nnull",
 		"demo-dra done: all clean",
 	} {
 		if !strings.Contains(s, want) {

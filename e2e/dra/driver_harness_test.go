@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -255,6 +256,8 @@ func applyDRADeployment(t *testing.T) {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(testenv.ModuleRoot(), "deployments", "dra", "*.yaml"))
 	e2etest.Must(t, err)
+	// kustomization.yaml is kustomize's Component, not an object.
+	files = slices.DeleteFunc(files, func(f string) bool { return filepath.Base(f) == "kustomization.yaml" })
 	if len(files) == 0 {
 		t.Fatal("no deployments/dra/*.yaml")
 	}

@@ -2,19 +2,15 @@ package dra_test
 
 import (
 	"encoding/json"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/devplumb/devplumb/e2e/e2etest"
-	"github.com/devplumb/devplumb/e2e/kubeapi"
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
-	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
 // TestDriverUnderNodesim: nodesim as the kubelet (registration through the plugin
@@ -60,14 +56,9 @@ func TestDriverUnderNodesim(t *testing.T) {
 // startUnderNodesim starts nodesim as the node's kubelet (until the test ends), then the
 // driver, and waits until nodesim has registered it; it returns the nodesim binary.
 func (n *driverNode) startUnderNodesim() string {
-	t := n.t
-	t.Helper()
-	bin := filepath.Join(testenv.Build(t, "./cmd/nodesim"), "nodesim")
-	sim, err := kubeapi.Spawn(n.dir, "nodesim", bin, "serve", "--root", n.dir, "--kubeconfig", srv.Kubeconfig, "--node-name", n.name)
-	e2etest.Must(t, err)
-	t.Cleanup(func() { sim.Terminate(10 * time.Second) })
-	simWaitFile(t, kubeletsim.ControlSocket(n.dir), sim, n.dir)
+	n.t.Helper()
+	bin := n.startNodesim()
 	n.start()
-	simCLI(t, bin, "wait", "--root", n.dir, "--driver", drvDriver)
+	simCLI(n.t, bin, "wait", "--root", n.dir, "--driver", drvDriver)
 	return bin
 }

@@ -54,8 +54,9 @@ func (n *Node) AddPod(ctx context.Context, spec PodSpec) (*PodAllocation, error)
 	if spec.UID == "" {
 		spec.UID = newUID()
 	}
-	alloc, err := n.admitDevices(ctx, spec)
+	alloc, err := n.admitDevices(ctx, withoutExtended(spec, adm))
 	if err == nil {
+		noteExtended(alloc, adm)
 		alloc.Claims, err = n.prepareClaims(ctx, spec, adm)
 	}
 	if err == nil {
@@ -79,7 +80,13 @@ func (n *Node) admitDevices(ctx context.Context, spec PodSpec) (*PodAllocation, 
 	taken := n.inUse()
 	var prestart []func() error
 	for _, c := range spec.Containers {
-		ca := ContainerAllocation{Name: c.Name, Claims: slices.Clone(c.Claims)}
+		if c.Init && !c.Sidecar && len(c.Requests) > 0 {
+			// The device manager lets the containers reuse an init container's
+			// devices; nodesim does not model that.
+			return nil, fmt.Errorf("%w: pod %s/%s init container %s: nodesim gives init containers no device plugin devices "+
+				"(only sidecars, and DRA's extended resources)", ErrInvalidPod, spec.Namespace, spec.Name, c.Name)
+		}
+		ca := ContainerAllocation{Name: c.Name, Claims: slices.Clone(c.Claims), Init: c.Init, Sidecar: c.Sidecar}
 		for _, r := range c.Requests {
 			ra, ep, err := n.allocate(ctx, r, taken)
 			if err != nil {

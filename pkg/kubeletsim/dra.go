@@ -1,6 +1,7 @@
 package kubeletsim
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"sort"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 
@@ -54,6 +56,9 @@ func (n *Node) startDRA(opts *DRAOptions) error {
 		return err
 	}
 	n.dra = m
+	if delay := cmp.Or(opts.WipeDelay, DefaultWipeDelay); delay > 0 {
+		n.watchDrivers(delay)
+	}
 	return nil
 }
 
@@ -90,13 +95,22 @@ func (n *Node) validatePod(spec PodSpec) error {
 	return nil
 }
 
-// admitClaims does the control plane's part for a pod with claims and takes
-// the pod's UID, claims and containers from the Pod object.
+// admitClaims does the control plane's part for a pod with claims, or with
+// extended resources a DRA driver serves here (see extendedResources), and
+// takes the pod's UID, claims and containers from the Pod object.
 func (n *Node) admitClaims(ctx context.Context, spec *PodSpec) (*dracluster.Admission, error) {
-	if len(spec.Claims) == 0 {
+	extended, err := n.extendedResources(ctx, *spec)
+	if err != nil {
+		return nil, fmt.Errorf("%w: pod %s/%s: %w", ErrAdmission, spec.Namespace, spec.Name, err)
+	}
+	if len(spec.Claims) == 0 && len(extended) == 0 {
 		return nil, nil
 	}
-	adm, err := n.cluster.Admit(ctx, clusterPod(*spec))
+	if spec.UID != "" {
+		return nil, fmt.Errorf("%w: pod %s/%s: its extended resources %v are DRA's here, so it takes its UID from its Pod object "+
+			"in the API server: give no UID", ErrInvalidPod, spec.Namespace, spec.Name, extended)
+	}
+	adm, err := n.cluster.Admit(ctx, n.clusterPod(*spec))
 	if err != nil {
 		sentinel := ErrAdmission
 		if errors.Is(err, dracluster.ErrInvalid) {
@@ -112,7 +126,7 @@ func (n *Node) admitClaims(ctx context.Context, spec *PodSpec) (*dracluster.Admi
 	for _, c := range adm.Containers {
 		i := slices.IndexFunc(spec.Containers, func(s ContainerSpec) bool { return s.Name == c.Name })
 		if i < 0 {
-			spec.Containers = append(spec.Containers, ContainerSpec{Name: c.Name})
+			spec.Containers = append(spec.Containers, ContainerSpec{Name: c.Name, Init: c.Init, Sidecar: c.Sidecar})
 			i = len(spec.Containers) - 1
 		}
 		spec.Containers[i].Claims = c.Claims
@@ -120,15 +134,95 @@ func (n *Node) admitClaims(ctx context.Context, spec *PodSpec) (*dracluster.Admi
 	return adm, nil
 }
 
-func clusterPod(spec PodSpec) dracluster.Pod {
-	p := dracluster.Pod{Namespace: spec.Namespace, Name: spec.Name}
+// extendedResources are the resources the pod's containers request that
+// the node has no device plugin device of (none allocatable) and a
+// DeviceClass serves: the scheduler gives them to the pod through DRA.
+func (n *Node) extendedResources(ctx context.Context, spec PodSpec) ([]string, error) {
+	if n.cluster == nil {
+		return nil, nil
+	}
+	alloc := n.allocatable()
+	var none []string
+	for _, c := range spec.Containers {
+		for _, r := range c.Requests {
+			if alloc[r.Resource] == 0 && !slices.Contains(none, r.Resource) {
+				none = append(none, r.Resource)
+			}
+		}
+	}
+	if len(none) == 0 {
+		return nil, nil
+	}
+	return n.cluster.ExtendedResources(ctx, none)
+}
+
+// allocatable is the node's healthy device plugin devices per resource.
+func (n *Node) allocatable() map[string]int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := map[string]int{}
+	for res, devs := range n.devices {
+		for _, d := range devs {
+			if d.Healthy() {
+				out[res]++
+			}
+		}
+	}
+	return out
+}
+
+func (n *Node) clusterPod(spec PodSpec) dracluster.Pod {
+	p := dracluster.Pod{Namespace: spec.Namespace, Name: spec.Name, Allocatable: n.allocatable()}
 	for _, c := range spec.Claims {
 		p.Claims = append(p.Claims, dracluster.PodClaim(c))
 	}
 	for _, c := range spec.Containers {
-		p.Containers = append(p.Containers, dracluster.Container{Name: c.Name, Claims: c.Claims})
+		ctr := dracluster.Container{Name: c.Name, Claims: c.Claims, Init: c.Init, Sidecar: c.Sidecar}
+		for _, r := range c.Requests {
+			if ctr.Requests == nil {
+				ctr.Requests = map[string]int64{}
+			}
+			ctr.Requests[r.Resource] = int64(r.Count)
+		}
+		p.Containers = append(p.Containers, ctr)
 	}
 	return p
+}
+
+// withoutExtended is the spec without the requests the scheduler gave to
+// DRA (the kubelet's device manager leaves the resources
+// status.extendedResourceClaimStatus maps to the DRA manager).
+func withoutExtended(spec PodSpec, adm *dracluster.Admission) PodSpec {
+	if adm == nil || len(adm.Mappings) == 0 {
+		return spec
+	}
+	out := spec
+	out.Containers = slices.Clone(spec.Containers)
+	for i := range out.Containers {
+		c := &out.Containers[i]
+		c.Requests = slices.DeleteFunc(slices.Clone(c.Requests), func(r ResourceRequest) bool {
+			return slices.ContainsFunc(adm.Mappings, func(m corev1.ContainerExtendedResourceRequest) bool {
+				return m.ContainerName == c.Name && m.ResourceName == r.Resource
+			})
+		})
+	}
+	return out
+}
+
+// noteExtended notes in each container the requests of the
+// extended-resource claim mapped to it.
+func noteExtended(alloc *PodAllocation, adm *dracluster.Admission) {
+	if adm == nil {
+		return
+	}
+	for i := range alloc.Containers {
+		c := &alloc.Containers[i]
+		for _, m := range adm.Mappings {
+			if m.ContainerName == c.Name && !slices.Contains(c.ExtendedRequests, m.RequestName) {
+				c.ExtendedRequests = append(c.ExtendedRequests, m.RequestName)
+			}
+		}
+	}
 }
 
 func (n *Node) undoClaims(ctx context.Context, spec PodSpec, adm *dracluster.Admission) {

@@ -69,7 +69,7 @@ func (n *Node) checkClaims(adm *dracluster.Admission) ([]PreparedClaim, map[stri
 	for _, cl := range adm.Claims {
 		o := cl.Object
 		pc := PreparedClaim{PodClaim: cl.PodClaim, Namespace: o.Namespace, Name: o.Name, UID: string(o.UID),
-			OwnedByPod: cl.OwnedByPod, Drivers: driversOf(o)}
+			OwnedByPod: cl.OwnedByPod, Extended: cl.Extended, Drivers: driversOf(o)}
 		if stale := n.staleClaim(pc); stale != "" {
 			return nil, nil, fmt.Errorf("old ResourceClaim with same name %s and different UID %s still exists", pc.Name, stale)
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
@@ -15,6 +16,9 @@ import (
 type DRAOptions struct {
 	Client   kubernetes.Interface
 	NodeName string
+	// WipeDelay is how long after a driver deregistered its ResourceSlices
+	// of the node are deleted (DefaultWipeDelay when 0; negative: never).
+	WipeDelay time.Duration
 }
 
 // PodClaim is one entry of a pod's spec.resourceClaims: a pod claim Name and
@@ -32,8 +36,13 @@ type PreparedClaim struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	UID       string `json:"uid"`
-	// OwnedByPod: generated from a template for this pod; deleted with it.
+	// OwnedByPod: generated from a template for this pod, or by the
+	// scheduler for its extended resources; deleted with it.
 	OwnedByPod bool `json:"ownedByPod,omitempty"`
+	// Extended: the claim the scheduler made for the pod's extended
+	// resources that DRA serves (PodClaim is ""); the kubelet reports it
+	// for the containers the pod's status.extendedResourceClaimStatus maps.
+	Extended bool `json:"extended,omitempty"`
 	// Drivers are the drivers of the claim's allocation, sorted: each was
 	// asked to prepare it and is asked to unprepare it.
 	Drivers []string `json:"drivers"`
@@ -91,8 +100,12 @@ func validateClaims(spec PodSpec) error {
 	for _, ctr := range spec.Containers {
 		refs := map[string]bool{}
 		for _, r := range ctr.Claims {
-			if !seen[r] {
-				return fmt.Errorf("container %q references claim %q, which is not a claim of the pod", ctr.Name, r)
+			name, request, hasRequest := strings.Cut(r, "/")
+			if !seen[name] {
+				return fmt.Errorf("container %q references claim %q, which is not a claim of the pod", ctr.Name, name)
+			}
+			if errs := validation.IsDNS1123Label(request); hasRequest && len(errs) > 0 {
+				return fmt.Errorf("container %q: request %q of claim %q: %s", ctr.Name, request, name, strings.Join(errs, "; "))
 			}
 			if refs[r] {
 				return fmt.Errorf("container %q references claim %q twice", ctr.Name, r)
@@ -101,4 +114,10 @@ func validateClaims(spec PodSpec) error {
 		}
 	}
 	return nil
+}
+
+// claimName is the pod claim a container's reference names.
+func claimName(ref string) string {
+	name, _, _ := strings.Cut(ref, "/")
+	return name
 }

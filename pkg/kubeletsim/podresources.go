@@ -53,15 +53,22 @@ func (n *Node) Allocatable() *v1.AllocatableResourcesResponse {
 	return resp
 }
 
+// podResources is the kubelet's answer for a pod: its sidecar init
+// containers, then its containers (other init containers have ended).
 func podResources(p *PodAllocation) *v1.PodResources {
 	pr := &v1.PodResources{Namespace: p.Namespace, Name: p.Name}
-	for _, c := range p.Containers {
-		cr := &v1.ContainerResources{Name: c.Name}
-		for _, r := range c.Resources {
-			cr.Devices = append(cr.Devices, byNUMA(r)...)
+	for _, sidecars := range []bool{true, false} {
+		for _, c := range p.Containers {
+			if c.Init != sidecars || (c.Init && !c.Sidecar) {
+				continue
+			}
+			cr := &v1.ContainerResources{Name: c.Name}
+			for _, r := range c.Resources {
+				cr.Devices = append(cr.Devices, byNUMA(r)...)
+			}
+			cr.DynamicResources = dynamicResources(p, c)
+			pr.Containers = append(pr.Containers, cr)
 		}
-		cr.DynamicResources = dynamicResources(p, c)
-		pr.Containers = append(pr.Containers, cr)
 	}
 	return pr
 }
@@ -110,29 +117,42 @@ func topology(nodes []int64) *v1.TopologyInfo {
 	return t
 }
 
-// dynamicResources reports the claims a container references, as the
-// kubelet's GetDynamicResources does (pkg/kubelet/cm, GetContainerClaimInfos):
-// pod claims in pod order, each once per reference in the container's
-// resources.claims; a claim no container references is reported for none.
-// Each device is one ClaimResource with the CDI devices of the driver's
-// NodePrepareResources answer.
+// dynamicResources reports the claims a container uses, as the kubelet's
+// GetDynamicResources does (pkg/kubelet/cm, GetContainerClaimInfos): the pod
+// claims it references (whole, whichever of their requests it names), in
+// pod order, then the claim the scheduler made for the pod's extended
+// resources if status.extendedResourceClaimStatus maps any to it; a claim no
+// container uses is reported for none. Each device is one ClaimResource
+// with the CDI devices the driver's NodePrepareResources answered, listed
+// as the kubelet lists them (see claimResources).
 func dynamicResources(p *PodAllocation, c ContainerAllocation) []*v1.DynamicResource {
 	var out []*v1.DynamicResource
 	for _, pc := range p.Claims {
-		for _, ref := range c.Claims {
-			if ref != pc.PodClaim {
-				continue
-			}
-			dr := &v1.DynamicResource{ClaimName: pc.Name, ClaimNamespace: pc.Namespace}
-			for _, d := range pc.Devices {
-				res := &v1.ClaimResource{DriverName: d.Driver, PoolName: d.Pool, DeviceName: d.Device}
-				for _, id := range d.CDIDeviceIDs {
-					res.CdiDevices = append(res.CdiDevices, &v1.CDIDevice{Name: id})
-				}
-				dr.ClaimResources = append(dr.ClaimResources, res)
-			}
-			out = append(out, dr)
+		uses := pc.Extended && len(c.ExtendedRequests) > 0
+		if !pc.Extended {
+			uses = slices.ContainsFunc(c.Claims, func(ref string) bool { return claimName(ref) == pc.PodClaim })
 		}
+		if uses {
+			out = append(out, &v1.DynamicResource{ClaimName: pc.Name, ClaimNamespace: pc.Namespace, ClaimResources: claimResources(pc)})
+		}
+	}
+	return out
+}
+
+// claimResources are a claim's devices as kubelets 1.34 through 1.37 report
+// them: the CDI devices of one driver's devices gathered in one list, each
+// device reported with the list so far (the second device of a driver gets
+// the first's CDI devices, then its own). Drivers come in name order (the
+// kubelet's is a map's).
+func claimResources(pc PreparedClaim) []*v1.ClaimResource {
+	var out []*v1.ClaimResource
+	gathered := map[string][]*v1.CDIDevice{}
+	for _, d := range pc.Devices {
+		for _, id := range d.CDIDeviceIDs {
+			gathered[d.Driver] = append(gathered[d.Driver], &v1.CDIDevice{Name: id})
+		}
+		out = append(out, &v1.ClaimResource{DriverName: d.Driver, PoolName: d.Pool, DeviceName: d.Device,
+			CdiDevices: slices.Clone(gathered[d.Driver])})
 	}
 	return out
 }

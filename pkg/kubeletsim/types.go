@@ -28,8 +28,15 @@ type ContainerSpec struct {
 	Name     string            `json:"name"`
 	Requests []ResourceRequest `json:"requests,omitempty"`
 	// Claims are the pod claims the container references (resources.claims):
-	// PodResources reports a claim only for the containers that reference it.
+	// "PODCLAIM", or "PODCLAIM/REQUEST" for one request of it. PodResources
+	// reports a claim (all its devices) only for the containers that
+	// reference it.
 	Claims []string `json:"claims,omitempty"`
+	// Init: an init container; Sidecar: one that keeps running
+	// (restartPolicy Always). PodResources reports sidecars, before the
+	// containers, and no other init container.
+	Init    bool `json:"init,omitempty"`
+	Sidecar bool `json:"sidecar,omitempty"`
 }
 
 // ResourceRequest asks for Count devices of Resource.
@@ -54,6 +61,12 @@ type ContainerAllocation struct {
 	Resources []ResourceAllocation `json:"resources"`
 	// Claims are the pod claims the container references.
 	Claims []string `json:"claims,omitempty"`
+	// ExtendedRequests are the requests of the pod's extended-resource claim
+	// (made by the scheduler for its extended resources that DRA serves)
+	// mapped to this container: the kubelet reports that claim for it.
+	ExtendedRequests []string `json:"extendedRequests,omitempty"`
+	Init             bool     `json:"init,omitempty"`
+	Sidecar          bool     `json:"sidecar,omitempty"`
 }
 
 // ResourceAllocation is the devices of one resource given to one container and
@@ -130,7 +143,7 @@ func (p *PodAllocation) clone() PodAllocation {
 	out.Containers = make([]ContainerAllocation, len(p.Containers))
 	for i, c := range p.Containers {
 		out.Containers[i] = ContainerAllocation{Name: c.Name, Resources: make([]ResourceAllocation, len(c.Resources)),
-			Claims: slices.Clone(c.Claims)}
+			Claims: slices.Clone(c.Claims), ExtendedRequests: slices.Clone(c.ExtendedRequests), Init: c.Init, Sidecar: c.Sidecar}
 		for j, r := range c.Resources {
 			cr := r
 			cr.DeviceIDs = slices.Clone(r.DeviceIDs)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
@@ -60,10 +61,24 @@ func validateSpec(spec PodSpec) error {
 	return validateClaims(spec)
 }
 
+// ValidateRequestName checks the resource name of a container's request: a
+// device plugin's, or deviceclass.resource.kubernetes.io/<class>, by which a
+// pod asks for the devices of a DeviceClass (KEP-5004; only DRA serves it).
+func ValidateRequestName(res string) error {
+	class, ok := strings.CutPrefix(res, resourceapi.ResourceDeviceClassPrefix)
+	if !ok {
+		return resourcename.Validate(res)
+	}
+	if errs := validation.IsDNS1123Subdomain(class); len(errs) > 0 {
+		return fmt.Errorf("resource %q: DeviceClass name %q: %s", res, class, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
 func validateRequests(c ContainerSpec) error {
 	seen := map[string]bool{}
 	for _, r := range c.Requests {
-		if err := resourcename.Validate(r.Resource); err != nil {
+		if err := ValidateRequestName(r.Resource); err != nil {
 			return fmt.Errorf("container %q: %w", c.Name, err)
 		}
 		if r.Count < 1 {

@@ -87,6 +87,9 @@ func TestParseErrors(t *testing.T) {
 		// The kubelet refuses a device plugin resource without a domain: so does the config.
 		{"resourceName without domain", base(`,"resourceName":"netdev"`), `must be domain-qualified`, false},
 		{"resourceName kubernetes.io", base(`,"resourceName":"kubernetes.io/netdev"`), `reserved for native resources`, false},
+		// A DeviceClass's implicit extended resource name (KEP-5004) names a DeviceClass.
+		{"resourceName deviceclass", base(`,"resourceName":"deviceclass.resource.kubernetes.io/Hostdev_x"`), `DeviceClass name "Hostdev_x"`, false},
+		{"resourceName deviceclass traversal", base(`,"resourceName":"deviceclass.resource.kubernetes.io/../x"`), `DeviceClass name "../x"`, false},
 		{"deviceID traversal", base(`,"deviceID":"../x"`), `deviceID "../x" is not a valid device ID`, false},
 		{"deviceID slash", base(`,"runtimeConfig":{"deviceID":"a/b"}`), `runtimeConfig.deviceID "a/b"`, false},
 		{"relative stateDir", base(`,"stateDir":"state"`), `"stateDir" "state" must be an absolute path`, false},
@@ -171,5 +174,17 @@ func TestLogControl(t *testing.T) {
 		if conf.Level() != c.level || conf.Stderr() != c.stderr {
 			t.Errorf("%s: level %v stderr %v, want %v %v", c.extra, conf.Level(), conf.Stderr(), c.level, c.stderr)
 		}
+	}
+}
+
+// A pod asks for the devices of a DeviceClass with no extendedResourceName
+// by deviceclass.resource.kubernetes.io/<class> (KEP-5004): a config naming
+// that resource parses.
+func TestParseDeviceClassResourceName(t *testing.T) {
+	const res = "deviceclass.resource.kubernetes.io/hostdev.example.com"
+	conf := `{"cniVersion":"1.0.0","name":"n","type":"devplumb","resourceName":"` + res + `","delegate":{"type":"host-device"}}`
+	c, err := Parse([]byte(conf))
+	if err != nil || c.ResourceName != res {
+		t.Fatalf("Parse: %v, %+v", err, c)
 	}
 }

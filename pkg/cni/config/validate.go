@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/utils"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/devplumb/devplumb/pkg/base/resourcename"
@@ -188,8 +189,17 @@ func (c *NetConf) validateClaim() error {
 // CheckResourceName rejects a resource name (from the config, or a
 // NetworkAttachmentDefinition's annotation) that is not a Kubernetes
 // extended resource name, so it can name no file outside deviceInfoDir/dp.
+// deviceclass.resource.kubernetes.io/<class>, the name by which a pod asks
+// for the devices of a DeviceClass with no extendedResourceName (KEP-5004),
+// is one when <class> is a DeviceClass name.
 func CheckResourceName(what, res string) error {
 	if res == "" {
+		return nil
+	}
+	if class, ok := strings.CutPrefix(res, resourceapi.ResourceDeviceClassPrefix); ok {
+		if errs := validation.IsDNS1123Subdomain(class); len(errs) > 0 {
+			return fmt.Errorf("%s %q: DeviceClass name %q: %s", what, res, class, strings.Join(errs, "; "))
+		}
 		return nil
 	}
 	if err := resourcename.Validate(res); err != nil {

@@ -75,6 +75,13 @@ func Resolve(ctx context.Context, api API, q Query) ([]Device, error) {
 		}
 		out = append(out, devs...)
 	}
+	if q.PodClaim == "" {
+		devs, err := r.extendedDevices(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, devs...)
+	}
 	return out, nil
 }
 
@@ -122,7 +129,7 @@ func (r *resolver) claimDevices(ctx context.Context, pc *corev1.PodResourceClaim
 			continue
 		}
 		c := Claim{Namespace: claim.Namespace, Name: claim.Name, Driver: res.Driver, Pool: res.Pool, Device: res.Device, Request: res.Request}
-		dev, err := r.device(ctx, c)
+		dev, err := r.device(ctx, c, false)
 		if err != nil {
 			return nil, err
 		}
@@ -154,25 +161,40 @@ func (r *resolver) claim(ctx context.Context, pc *corev1.PodResourceClaim) (*res
 		return nil, nil
 	}
 	what := fmt.Sprintf("ResourceClaim %s/%s (pod claim %q)", pod.Namespace, *name, pc.Name)
-	claim, err := r.api.ResourceClaim(ctx, pod.Namespace, *name)
+	claim, err := r.readClaim(ctx, *name, what)
 	if err != nil {
-		if r.api.IsNotFound(err) {
-			return nil, fmt.Errorf("%w: %s does not exist: %w", ErrNoDevice, what, err)
-		}
-		return nil, fmt.Errorf("read %s: %w", what, err)
+		return nil, err
 	}
 	if mustCheckOwner {
 		if err := resourceclaim.IsForPod(pod, claim, podGroupClaims); err != nil {
 			return nil, fmt.Errorf("%w: %s: %w", ErrNoDevice, what, err)
 		}
 	}
-	if claim.Status.Allocation == nil {
-		return nil, fmt.Errorf("%w: %s is not allocated: the scheduler allocates it before the pod starts", ErrNoDevice, what)
-	}
-	if !resourceclaim.IsReservedForPod(pod, claim, podGroupClaims) {
-		return nil, fmt.Errorf("%w: %s is not reserved for pod %s/%s (UID %s)", ErrNoDevice, what, pod.Namespace, pod.Name, pod.UID)
+	return claim, r.checkUsable(claim, what)
+}
+
+// readClaim reads one of the pod's claims; what names it in errors.
+func (r *resolver) readClaim(ctx context.Context, name, what string) (*resourceapi.ResourceClaim, error) {
+	claim, err := r.api.ResourceClaim(ctx, r.pod.Namespace, name)
+	if err != nil {
+		if r.api.IsNotFound(err) {
+			return nil, fmt.Errorf("%w: %s does not exist: %w", ErrNoDevice, what, err)
+		}
+		return nil, fmt.Errorf("read %s: %w", what, err)
 	}
 	return claim, nil
+}
+
+// checkUsable checks that the pod's claim is allocated and reserved for it.
+func (r *resolver) checkUsable(claim *resourceapi.ResourceClaim, what string) error {
+	pod := r.pod
+	if claim.Status.Allocation == nil {
+		return fmt.Errorf("%w: %s is not allocated: the scheduler allocates it before the pod starts", ErrNoDevice, what)
+	}
+	if !resourceclaim.IsReservedForPod(pod, claim, podGroupClaims) {
+		return fmt.Errorf("%w: %s is not reserved for pod %s/%s (UID %s)", ErrNoDevice, what, pod.Namespace, pod.Name, pod.UID)
+	}
+	return nil
 }
 
 func reservedPods(claim *resourceapi.ResourceClaim) []string {
@@ -209,8 +231,11 @@ func listOrNone(s []string) string {
 }
 
 // device reads the allocated device's attributes from its ResourceSlice and
-// returns it when it fits; nil when it is another resource's.
-func (r *resolver) device(ctx context.Context, c Claim) (*Device, error) {
+// returns it when it fits; nil when it is another resource's. A device
+// mapped to the query's resource (allocated for the pod's request of it as
+// an extended resource) fits whatever its resourceName attribute says; it
+// keeps that resource, by whose name its driver wrote its DP file.
+func (r *resolver) device(ctx context.Context, c Claim, mapped bool) (*Device, error) {
 	attrs, err := r.attributes(ctx, c)
 	if errors.Is(err, ErrNoDevice) && r.query.PodClaim == "" {
 		return nil, nil // not published on this node: not a device of the resource here
@@ -220,6 +245,9 @@ func (r *resolver) device(ctx context.Context, c Claim) (*Device, error) {
 	}
 	res := stringAttr(attrs, AttrResourceName)
 	switch {
+	case mapped && res == "":
+		res = r.query.ResourceName
+	case mapped:
 	case r.query.ResourceName != "" && res != "" && res != r.query.ResourceName:
 		return nil, nil
 	case res == "" && r.query.PodClaim == "":
@@ -232,9 +260,8 @@ func (r *resolver) device(ctx context.Context, c Claim) (*Device, error) {
 	}
 	id := stringAttr(attrs, AttrDeviceID)
 	if id == "" {
-		cr := localResource(r.query.Local, c)
 		var ok bool
-		if id, ok = CDIDeviceID(cr, res); !ok {
+		if id, ok = cdiDeviceID(localCDIDevices(r.query.Local, c), res); !ok {
 			return nil, fmt.Errorf("%w: %s has no attribute %s in its ResourceSlice, and the kubelet reports no CDI device %s=<ID> for it",
 				ErrNoDevice, c, AttrDeviceID, res)
 		}

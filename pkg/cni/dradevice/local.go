@@ -14,8 +14,9 @@
 package dradevice
 
 import (
-	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"slices"
+
+	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
@@ -53,17 +54,21 @@ type Device struct {
 
 // Local returns the pod's DRA devices of resourceName that the kubelet
 // reports, by the CDI rule, in the kubelet's order: for each allocated
-// device, its first CDI device of kind resourceName. A device prepared
-// with no such CDI device is not found here; the API path may find it.
+// device, its first own CDI device of kind resourceName (see OwnCDIDevices).
+// A device prepared with no such CDI device is not found here; the API path
+// may find it. The claim the scheduler made for an extended resource backed
+// by DRA (KEP-5004) is reported like any other claim, under the containers
+// that request the resource: netdev-dp's devices of it are found here when
+// the extended resource is named as their resource is.
 func Local(p *v1.PodResources, resourceName string) []Device {
 	var out []Device
 	seen := map[Claim]bool{}
 	for _, ctr := range p.GetContainers() {
 		for _, dr := range ctr.GetDynamicResources() {
-			for _, cr := range dr.GetClaimResources() {
+			for i, cr := range dr.GetClaimResources() {
 				c := Claim{Namespace: dr.GetClaimNamespace(), Name: dr.GetClaimName(),
 					Driver: cr.GetDriverName(), Pool: cr.GetPoolName(), Device: cr.GetDeviceName()}
-				id, ok := CDIDeviceID(cr, resourceName)
+				id, ok := cdiDeviceID(OwnCDIDevices(dr, i), resourceName)
 				if !ok || seen[c] {
 					continue
 				}
@@ -73,6 +78,33 @@ func Local(p *v1.PodResources, resourceName string) []Device {
 		}
 	}
 	return out
+}
+
+// OwnCDIDevices are the CDI device names of the i-th device of a reported
+// claim that are its own. The kubelet (GetDynamicResources in
+// pkg/kubelet/cm/container_manager_linux.go, 1.34 through 1.37) gathers
+// the CDI devices of one driver's devices of a claim in one list and hands
+// each device the list so far: of a claim with two devices of a driver the
+// second is reported with the first's CDI devices and then its own. So a
+// device's own are those no earlier device of the same driver in the claim
+// has (all of them, from a kubelet that reports each device's alone).
+func OwnCDIDevices(dr *v1.DynamicResource, i int) []string {
+	crs := dr.GetClaimResources()
+	earlier := map[string]bool{}
+	for _, prev := range crs[:i] {
+		if prev.GetDriverName() == crs[i].GetDriverName() {
+			for _, d := range prev.GetCdiDevices() {
+				earlier[d.GetName()] = true
+			}
+		}
+	}
+	var own []string
+	for _, d := range crs[i].GetCdiDevices() {
+		if !earlier[d.GetName()] {
+			own = append(own, d.GetName())
+		}
+	}
+	return own
 }
 
 // LocalAll is Local, or with resourceName "" the devices of every resource
@@ -102,13 +134,22 @@ func LocalAll(p *v1.PodResources, resourceName string) []Device {
 }
 
 // CDIDeviceID is the device ID of an allocated device by the CDI rule: the
-// name of its first CDI device of kind resourceName.
+// name of its first CDI device of kind resourceName. cr's CDI devices are
+// taken as they are: see OwnCDIDevices for a device the kubelet reports.
 func CDIDeviceID(cr *v1.ClaimResource, resourceName string) (string, bool) {
+	var names []string
+	for _, d := range cr.GetCdiDevices() {
+		names = append(names, d.GetName())
+	}
+	return cdiDeviceID(names, resourceName)
+}
+
+func cdiDeviceID(names []string, resourceName string) (string, bool) {
 	if resourceName == "" {
 		return "", false
 	}
-	for _, d := range cr.GetCdiDevices() {
-		vendor, class, name, err := parser.ParseQualifiedName(d.GetName())
+	for _, n := range names {
+		vendor, class, name, err := parser.ParseQualifiedName(n)
 		if err == nil && vendor+"/"+class == resourceName {
 			return name, true
 		}
@@ -116,17 +157,17 @@ func CDIDeviceID(cr *v1.ClaimResource, resourceName string) (string, bool) {
 	return "", false
 }
 
-// localResource finds the kubelet's record of an allocated device, if it
-// reports it.
-func localResource(p *v1.PodResources, c Claim) *v1.ClaimResource {
+// localCDIDevices are the own CDI devices (OwnCDIDevices) of an allocated
+// device in the kubelet's answer; nil when the kubelet does not report it.
+func localCDIDevices(p *v1.PodResources, c Claim) []string {
 	for _, ctr := range p.GetContainers() {
 		for _, dr := range ctr.GetDynamicResources() {
 			if dr.GetClaimNamespace() != c.Namespace || dr.GetClaimName() != c.Name {
 				continue
 			}
-			for _, cr := range dr.GetClaimResources() {
+			for i, cr := range dr.GetClaimResources() {
 				if cr.GetDriverName() == c.Driver && cr.GetPoolName() == c.Pool && cr.GetDeviceName() == c.Device {
-					return cr
+					return OwnCDIDevices(dr, i)
 				}
 			}
 		}

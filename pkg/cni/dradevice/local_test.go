@@ -35,15 +35,7 @@ func TestLocalCDIRule(t *testing.T) {
 				"example.com/vfx=ignored", "not a CDI name", "example.com/vf=ens1f0v2")),
 		}},
 	}})
-	c, err := podresources.New(srv.Socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	pod, err := c.Get(t.Context(), "ns", "p")
-	if err != nil {
-		t.Fatal(err)
-	}
+	pod := get(t, srv)
 	got := dradevice.Local(pod, vf)
 	want := []dradevice.Device{
 		{ResourceName: vf, ID: "0000:3b:02.1", Claim: dradevice.Claim{Namespace: "ns", Name: "p-net-x1", Driver: driver, Pool: "node1", Device: "vf-1"}},
@@ -78,4 +70,55 @@ func TestCDIDeviceID(t *testing.T) {
 			t.Errorf("CDIDeviceID(%v, %s) = %q, %v; want %q, %v", tc.cdi, tc.res, id, ok, tc.want, tc.ok)
 		}
 	}
+}
+
+// The kubelet's report of a claim with two devices of one driver, as
+// kubelets 1.34-1.37 give it: the second device's CDI devices are the
+// first's and then its own. This is the claim the scheduler makes for
+// resources.limits {example.com/hostdev: 2}; each device is found once, with
+// its own ID, in a Get and in a List answer alike.
+func TestLocalKubeletAccumulatedCDIDevices(t *testing.T) {
+	const hostdev = "example.com/hostdev"
+	claim := podresourcestest.Claim("ns", "p-extended-resources-x7k2p",
+		podresourcestest.Device(driver, "node1", "ens2f0", hostdev+"=ens2f0"),
+		podresourcestest.Device(driver, "node1", "ens2f1", hostdev+"=ens2f0", hostdev+"=ens2f1"),
+		// Another driver's device of the same claim: its own list starts anew.
+		podresourcestest.Device("gpu.example.com", "node1", "g0", "gpu.example.com/gpu=g0"))
+	srv := podresourcestest.NewServer(t)
+	srv.SetPod(&v1.PodResources{Namespace: "ns", Name: "p", Containers: []*v1.ContainerResources{
+		{Name: "c", DynamicResources: []*v1.DynamicResource{claim}}}})
+	pod := get(t, srv)
+	var ids []string
+	for _, d := range dradevice.Local(pod, hostdev) {
+		ids = append(ids, d.ID+"@"+d.Claim.Device)
+	}
+	if want := []string{"ens2f0@ens2f0", "ens2f1@ens2f1"}; !reflect.DeepEqual(ids, want) {
+		t.Errorf("Local = %v, want %v", ids, want)
+	}
+	if got := dradevice.OwnCDIDevices(pod.GetContainers()[0].GetDynamicResources()[0], 2); !reflect.DeepEqual(got, []string{"gpu.example.com/gpu=g0"}) {
+		t.Errorf("OwnCDIDevices of the other driver's device = %v", got)
+	}
+	// A kubelet that reports each device's own CDI devices: the same answer.
+	fixed := podresourcestest.Claim("ns", "p-extended-resources-x7k2p",
+		podresourcestest.Device(driver, "node1", "ens2f0", hostdev+"=ens2f0"),
+		podresourcestest.Device(driver, "node1", "ens2f1", hostdev+"=ens2f1"))
+	pr := &v1.PodResources{Containers: []*v1.ContainerResources{{DynamicResources: []*v1.DynamicResource{fixed}}}}
+	if got := dradevice.Local(pr, hostdev); len(got) != 2 || got[0].ID != "ens2f0" || got[1].ID != "ens2f1" {
+		t.Errorf("Local of per-device CDI lists = %+v", got)
+	}
+}
+
+// get is the kubelet's answer for pod ns/p, read with devplumb's client.
+func get(t *testing.T, srv *podresourcestest.Server) *v1.PodResources {
+	t.Helper()
+	c, err := podresources.New(srv.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pod, err := c.Get(t.Context(), "ns", "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pod
 }

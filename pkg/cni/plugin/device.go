@@ -93,6 +93,25 @@ type candidates struct {
 	dra map[string]dradevice.Device
 }
 
+// adoptDRAResource makes the candidates' resource that of their devices
+// when all are DRA devices of one other resource: devices a DeviceClass
+// serves for an extended resource named otherwise than their driver's
+// resource (e.g. deviceclass.resource.kubernetes.io/<class>). Their DP
+// device-info files and records go by the driver's name.
+func (cs *candidates) adoptDRAResource() {
+	res := ""
+	for _, id := range cs.ids {
+		d, ok := cs.dra[id]
+		if !ok || (res != "" && d.ResourceName != res) {
+			return
+		}
+		res = d.ResourceName
+	}
+	if res != "" {
+		cs.resourceName = res
+	}
+}
+
 // find is step 2 of ADD: resourceName -> device IDs. They are the
 // caller's explicit device; else the devices of the config's
 // "resourceClaim" (dra.go); else the pod's devices of the resource in
@@ -147,6 +166,7 @@ func (f *finder) kubeletCandidates(resourceName string) (*candidates, *types.Err
 			return nil, cerr
 		}
 		refused = append(refused, found.addDRA(devs, f.log)...)
+		found.adoptDRAResource()
 	}
 	if len(found.ids) == 0 {
 		return nil, f.noDevice(resourceName, pod, refused)

@@ -54,6 +54,11 @@ func (c *Cluster) allocateAndReserve(ctx context.Context, pod *corev1.Pod, claim
 		if j := slices.Index(todo, claims[i].Object); j >= 0 {
 			alloc = &results[j]
 		}
+		if claims[i].Extended {
+			if err := c.createExtendedClaim(ctx, &claims[i]); err != nil {
+				return err
+			}
+		}
 		if err := c.bindClaim(ctx, pod, &claims[i], alloc); err != nil {
 			return err
 		}

@@ -146,12 +146,18 @@ func (c *Cluster) findGenerated(ctx context.Context, pod *corev1.Pod, podClaim s
 	return nil, nil
 }
 
-// setClaimStatuses writes pod.status.resourceClaimStatuses, retrying on conflict.
+// setClaimStatuses writes pod.status.resourceClaimStatuses.
 func (c *Cluster) setClaimStatuses(ctx context.Context, pod *corev1.Pod, statuses []corev1.PodResourceClaimStatus) error {
+	return c.updatePodStatus(ctx, pod, "status.resourceClaimStatuses", func(st *corev1.PodStatus) { st.ResourceClaimStatuses = statuses })
+}
+
+// updatePodStatus sets a field of the pod's status, retrying on conflict
+// with the latest pod.
+func (c *Cluster) updatePodStatus(ctx context.Context, pod *corev1.Pod, field string, set func(*corev1.PodStatus)) error {
 	pods := c.client.CoreV1().Pods(pod.Namespace)
 	cur := pod.DeepCopy()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur.Status.ResourceClaimStatuses = statuses
+		set(&cur.Status)
 		_, err := pods.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
 		if apierrors.IsConflict(err) {
 			if fresh, gerr := pods.Get(ctx, pod.Name, metav1.GetOptions{}); gerr == nil {
@@ -161,7 +167,7 @@ func (c *Cluster) setClaimStatuses(ctx context.Context, pod *corev1.Pod, statuse
 		return err
 	})
 	if err != nil {
-		return wrap(err, "set status.resourceClaimStatuses of Pod %s/%s", pod.Namespace, pod.Name)
+		return wrap(err, "set %s of Pod %s/%s", field, pod.Namespace, pod.Name)
 	}
 	return nil
 }

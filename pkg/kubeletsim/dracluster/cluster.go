@@ -8,6 +8,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -26,11 +28,16 @@ type PodClaim struct {
 	ResourceClaimTemplateName string
 }
 
-// Container is a container's name and the pod claims it references
-// (resources.claims).
+// Container is a container's name, the pod claims it references
+// (resources.claims: "PODCLAIM", or "PODCLAIM/REQUEST" for one request of
+// it) and its extended resource limits (requests alike).
 type Container struct {
-	Name   string
-	Claims []string
+	Name     string
+	Claims   []string
+	Requests map[string]int64
+	// Init: an init container (runs before the containers); Sidecar: one
+	// that keeps running (restartPolicy Always).
+	Init, Sidecar bool
 }
 
 // Pod is what nodesim knows of a pod before the API server is asked.
@@ -38,6 +45,10 @@ type Pod struct {
 	Namespace, Name string
 	Claims          []PodClaim
 	Containers      []Container
+	// Allocatable is the node's device plugin devices per resource name, for
+	// the scheduler's choice: a DRA-backed extended resource is served by
+	// DRA only where the node has none of it allocatable.
+	Allocatable map[string]int
 }
 
 // Cluster acts for the control plane of one node.
@@ -62,8 +73,12 @@ func (c *Cluster) Node() string { return c.node }
 type Claim struct {
 	PodClaim string
 	Object   *resourceapi.ResourceClaim
-	// OwnedByPod: generated from a template for this pod; it goes with the pod.
+	// OwnedByPod: generated from a template for this pod, or by the
+	// scheduler for its extended resources; it goes with the pod.
 	OwnedByPod bool
+	// Extended: the claim the scheduler made for the pod's extended
+	// resources backed by DRA (no pod claim; PodClaim is "").
+	Extended bool
 
 	reserved bool // this admission added the pod to reservedFor
 }
@@ -75,8 +90,13 @@ type Admission struct {
 	// existing Pod object may add to what the caller gave).
 	PodClaims  []PodClaim
 	Containers []Container
-	// Claims holds the claim of every pod claim that has one, in pod order.
+	// Claims holds the claim of every pod claim that has one, in pod order,
+	// and last the claim for extended resources, if the pod has one.
 	Claims []Claim
+	// Mappings are the pod's status.extendedResourceClaimStatus request
+	// mappings: which requests of the extended-resource claim serve each
+	// container's extended resource.
+	Mappings []corev1.ContainerExtendedResourceRequest
 
 	createdPod bool
 }
@@ -90,23 +110,37 @@ func (c *Cluster) Admit(ctx context.Context, p Pod) (*Admission, error) {
 	}
 	adm := &Admission{UID: string(pod.UID), createdPod: created}
 	adm.PodClaims, adm.Containers = specOf(pod)
-	if err := c.admitClaims(ctx, pod, adm); err != nil {
+	if err := c.admitClaims(ctx, pod, adm, p.Allocatable); err != nil {
 		c.undo(ctx, p.Namespace, p.Name, adm)
 		return nil, err
 	}
 	return adm, nil
 }
 
-func (c *Cluster) admitClaims(ctx context.Context, pod *corev1.Pod, adm *Admission) error {
+func (c *Cluster) admitClaims(ctx context.Context, pod *corev1.Pod, adm *Admission, allocatable map[string]int) error {
 	claims, err := c.resolveClaims(ctx, pod)
 	adm.Claims = claims // even partly: undo deletes what was generated
 	if err != nil {
 		return err
 	}
+	ext, mappings, err := c.extendedClaim(ctx, pod, allocatable)
+	if err != nil {
+		return err
+	}
+	if ext != nil {
+		adm.Claims = append(adm.Claims, *ext)
+	}
 	if err := c.allocateAndReserve(ctx, pod, adm.Claims); err != nil {
 		return err
 	}
-	return nil
+	if ext == nil {
+		return nil
+	}
+	adm.Mappings = mappings
+	ext = &adm.Claims[len(adm.Claims)-1]
+	return c.updatePodStatus(ctx, pod, "status.extendedResourceClaimStatus", func(st *corev1.PodStatus) {
+		st.ExtendedResourceClaimStatus = &corev1.PodExtendedResourceClaimStatus{RequestMappings: mappings, ResourceClaimName: ext.Object.Name}
+	})
 }
 
 // undo reverts an admission that failed part way (or whose kubelet part did).
@@ -114,7 +148,7 @@ func (c *Cluster) undo(ctx context.Context, namespace, name string, adm *Admissi
 	ctx = context.WithoutCancel(ctx) // clean up even when the caller gave up
 	var refs []ClaimRef
 	for _, cl := range adm.Claims {
-		if cl.Object == nil || (!cl.reserved && !cl.OwnedByPod) {
+		if cl.Object == nil || (!cl.reserved && !cl.OwnedByPod) || cl.Object.Name == inMemoryName {
 			continue
 		}
 		refs = append(refs, ClaimRef{Namespace: cl.Object.Namespace, Name: cl.Object.Name,
@@ -165,4 +199,15 @@ func (c *Cluster) release(ctx context.Context, namespace, name, uid string, clai
 // wrap names the object in an API error.
 func wrap(err error, format string, args ...any) error {
 	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), err)
+}
+
+// DeleteSlices deletes the driver's ResourceSlices of this node, as the
+// kubelet does after the driver deregistered.
+func (c *Cluster) DeleteSlices(ctx context.Context, driver string) error {
+	sel := fields.Set{resourceapi.ResourceSliceSelectorNodeName: c.node, resourceapi.ResourceSliceSelectorDriver: driver}
+	err := c.client.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: sel.String()})
+	if err != nil {
+		return wrap(err, "delete ResourceSlices of driver %s on node %s", driver, c.node)
+	}
+	return nil
 }

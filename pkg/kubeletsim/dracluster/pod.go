@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -83,10 +85,26 @@ func (c *Cluster) newPod(p Pod) *corev1.Pod {
 	}
 	for _, ctr := range p.Containers {
 		cc := corev1.Container{Name: ctr.Name, Image: containerImage, ImagePullPolicy: corev1.PullIfNotPresent}
-		for _, name := range ctr.Claims {
-			cc.Resources.Claims = append(cc.Resources.Claims, corev1.ResourceClaim{Name: name})
+		for _, ref := range ctr.Claims {
+			name, request, _ := strings.Cut(ref, "/")
+			cc.Resources.Claims = append(cc.Resources.Claims, corev1.ResourceClaim{Name: name, Request: request})
 		}
-		pod.Spec.Containers = append(pod.Spec.Containers, cc)
+		for res, n := range ctr.Requests {
+			q := *resource.NewQuantity(n, resource.DecimalSI)
+			if cc.Resources.Limits == nil {
+				cc.Resources.Limits, cc.Resources.Requests = corev1.ResourceList{}, corev1.ResourceList{}
+			}
+			cc.Resources.Limits[corev1.ResourceName(res)], cc.Resources.Requests[corev1.ResourceName(res)] = q, q
+		}
+		switch {
+		case ctr.Init && ctr.Sidecar:
+			cc.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
+			fallthrough
+		case ctr.Init:
+			pod.Spec.InitContainers = append(pod.Spec.InitContainers, cc)
+		default:
+			pod.Spec.Containers = append(pod.Spec.Containers, cc)
+		}
 	}
 	return pod
 }
@@ -111,8 +129,8 @@ func agree(p Pod, pod *corev1.Pod) error {
 	return nil
 }
 
-// specOf reads the pod's claims and its containers' claim references
-// (restartable init containers are not looked at: nodesim has none).
+// specOf reads the pod's claims and its containers (init containers
+// first): their claim references and extended resource requests.
 func specOf(pod *corev1.Pod) ([]PodClaim, []Container) {
 	var claims []PodClaim
 	for _, rc := range pod.Spec.ResourceClaims {
@@ -120,10 +138,23 @@ func specOf(pod *corev1.Pod) ([]PodClaim, []Container) {
 			ResourceClaimTemplateName: ptr.Deref(rc.ResourceClaimTemplateName, "")})
 	}
 	var ctrs []Container
-	for _, c := range pod.Spec.Containers {
-		ctr := Container{Name: c.Name}
+	for i, c := range allContainers(pod) {
+		ctr := Container{Name: c.Name, Init: i < len(pod.Spec.InitContainers),
+			Sidecar: ptr.Deref(c.RestartPolicy, "") == corev1.ContainerRestartPolicyAlways}
 		for _, rc := range c.Resources.Claims {
-			ctr.Claims = append(ctr.Claims, rc.Name)
+			ref := rc.Name
+			if rc.Request != "" {
+				ref += "/" + rc.Request
+			}
+			ctr.Claims = append(ctr.Claims, ref)
+		}
+		for name, q := range c.Resources.Requests {
+			if n, ok := q.AsInt64(); ok && strings.Contains(string(name), "/") {
+				if ctr.Requests == nil {
+					ctr.Requests = map[string]int64{}
+				}
+				ctr.Requests[string(name)] = n
+			}
 		}
 		ctrs = append(ctrs, ctr)
 	}
