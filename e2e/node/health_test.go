@@ -103,8 +103,9 @@ func waitTaint(t *testing.T, d draDevice, want bool) {
 }
 
 // waitDeviceHealth waits until the kubelet reports the device's health in the pod's
-// container status: allocatedResourcesStatus "claim:<claim>/<request>" holds the device
-// ("<driver>/<pool>/<device>") with health.
+// container status: an allocatedResourcesStatus entry "claim:<pod claim>" (kubelet 1.37:
+// "claim:net") holds the device, named by its CDI device ID (the driver's answer to
+// prepare, "example.com/hostdev=ens2f0"), with health.
 func waitDeviceHealth(t *testing.T, pod *corev1.Pod, d draDevice, health corev1.ResourceHealthStatus) {
 	t.Helper()
 	waitFor(t, fmt.Sprintf("pod %s: device %s %s in allocatedResourcesStatus", pod.Name, d.name, health), func(c context.Context) error {
@@ -117,7 +118,7 @@ func waitDeviceHealth(t *testing.T, pod *corev1.Pod, d draDevice, health corev1.
 			for _, rs := range cs.AllocatedResourcesStatus {
 				for _, r := range rs.Resources {
 					seen = append(seen, fmt.Sprintf("%s: %s %s", rs.Name, r.ResourceID, r.Health))
-					if strings.HasPrefix(string(rs.Name), "claim:") && strings.HasSuffix(string(r.ResourceID), "/"+d.name) && r.Health == health {
+					if strings.HasPrefix(string(rs.Name), "claim:") && string(r.ResourceID) == d.cdiName() && r.Health == health {
 						t.Logf("pod %s container %s: %s", pod.Name, cs.Name, seen[len(seen)-1])
 						return nil
 					}
