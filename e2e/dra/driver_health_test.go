@@ -9,7 +9,6 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/util/version"
 	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
 	drahealthv1alpha1 "k8s.io/kubelet/pkg/apis/dra-health/v1alpha1"
 
@@ -22,11 +21,7 @@ import (
 // DRADeviceTaints is on by default from 1.36 (beta), GA in 1.37. On 1.35 it drops them.
 func deviceTaints(t *testing.T) bool {
 	t.Helper()
-	info, err := srv.Client.Discovery().ServerVersion()
-	e2etest.Must(t, err)
-	v, err := version.ParseGeneric(info.GitVersion)
-	e2etest.Must(t, err)
-	return v.AtLeast(version.MajorMinor(1, 36))
+	return serverAtLeast(t, 1, 36)
 }
 
 // healthWatch is one kubelet health stream: every report it received, as device name ->
