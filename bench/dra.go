@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
@@ -85,24 +86,22 @@ func (e *env) draPod(ctx context.Context, pod string, dev draDevice, reported bo
 	if err := k.draClaim(ctx, p, claimName, dev); err != nil {
 		return err
 	}
-	k.mu.Lock()
-	k.uid[pod] = string(p.UID)
-	k.mu.Unlock()
-	kubelet := &v1.PodResources{Namespace: podNS, Name: pod, Containers: []*v1.ContainerResources{{Name: "main"}}}
-	if reported {
-		kubelet.Containers[0].DynamicResources = []*v1.DynamicResource{podresourcestest.Claim(podNS, claimName,
-			podresourcestest.Device(draDriver, kubeNodeName, dev.name, Resource+"="+dev.id))}
-	}
-	e.pods.put(kubelet)
+	e.reportPod(p, claimName, dev, reported)
 	return nil
 }
 
 // draClaim creates the claim of pod's template claim, allocated dev and reserved for pod.
 func (k *kubeNode) draClaim(ctx context.Context, pod *corev1.Pod, name string, dev draDevice) error {
+	return k.allocatedClaim(ctx, pod, name, draPodClaim, nil, dev)
+}
+
+// allocatedClaim creates claim name owned by pod with one request, allocated dev for it
+// and reserved for pod.
+func (k *kubeNode) allocatedClaim(ctx context.Context, pod *corev1.Pod, name, request string, annotations map[string]string, dev draDevice) error {
 	yes := true
-	rc := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: podNS, Name: name,
+	rc := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: podNS, Name: name, Annotations: annotations,
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID, Controller: &yes}}},
-		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: draPodClaim,
+		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: request,
 			Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: draClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1}}}}}}
 	claims := k.srv.Client.ResourceV1().ResourceClaims(podNS)
 	rc, err := claims.Create(ctx, rc, metav1.CreateOptions{})
@@ -110,12 +109,63 @@ func (k *kubeNode) draClaim(ctx context.Context, pod *corev1.Pod, name string, d
 		return fmt.Errorf("create ResourceClaim %s: %w", name, err)
 	}
 	rc.Status.Allocation = &resourcev1.AllocationResult{Devices: resourcev1.DeviceAllocationResult{
-		Results: []resourcev1.DeviceRequestAllocationResult{{Request: draPodClaim, Driver: draDriver, Pool: kubeNodeName, Device: dev.name}}}}
+		Results: []resourcev1.DeviceRequestAllocationResult{{Request: request, Driver: draDriver, Pool: kubeNodeName, Device: dev.name}}}}
 	rc.Status.ReservedFor = []resourcev1.ResourceClaimConsumerReference{{Resource: "pods", Name: pod.Name, UID: pod.UID}}
 	if _, err := claims.UpdateStatus(ctx, rc, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("allocate ResourceClaim %s: %w", name, err)
 	}
 	return nil
+}
+
+// extendedRequest is the request the scheduler names for the first container's first
+// extended resource backed by DRA.
+const extendedRequest = "container-0-request-0"
+
+// draExtendedPod creates pod asking resources.limits {Resource: 1} as the 1.37 scheduler
+// leaves it when a DeviceClass serves Resource as an extended resource (KEP-5004): its claim
+// (annotated, the pod its controller, request container-0-request-0) allocated dev and
+// reserved, and the pod's status.extendedResourceClaimStatus mapping the container's
+// resource to the request. The PodResources server reports the claim when reported is set.
+// The claim is named as the template claims are here (the scheduler generates a name; devplumb
+// reads it from the status).
+func (e *env) draExtendedPod(ctx context.Context, pod string, dev draDevice, reported bool) error {
+	k := e.cfg.kube
+	claimName := pod + "-" + draPodClaim
+	one := resource.MustParse("1")
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: podNS, Name: pod},
+		Spec: corev1.PodSpec{NodeName: kubeNodeName, Containers: []corev1.Container{{Name: "main", Image: "busybox",
+			ImagePullPolicy: corev1.PullNever, Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{Resource: one}}}}}}
+	pods := k.srv.Client.CoreV1().Pods(podNS)
+	p, err := pods.Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create pod %s: %w", pod, err)
+	}
+	p.Status.ExtendedResourceClaimStatus = &corev1.PodExtendedResourceClaimStatus{ResourceClaimName: claimName,
+		RequestMappings: []corev1.ContainerExtendedResourceRequest{{ContainerName: "main", ResourceName: Resource, RequestName: extendedRequest}}}
+	if p, err = pods.UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("status of pod %s: %w", pod, err)
+	}
+	ann := map[string]string{resourcev1.ExtendedResourceClaimAnnotation: "true"}
+	if err := k.allocatedClaim(ctx, p, claimName, extendedRequest, ann, dev); err != nil {
+		return err
+	}
+	e.reportPod(p, claimName, dev, reported)
+	return nil
+}
+
+// reportPod records pod's UID and what the kubelet's PodResources says of it: the claim
+// with the device's CDI device when reported is set, else the pod alone.
+func (e *env) reportPod(p *corev1.Pod, claimName string, dev draDevice, reported bool) {
+	k := e.cfg.kube
+	k.mu.Lock()
+	k.uid[p.Name] = string(p.UID)
+	k.mu.Unlock()
+	kubelet := &v1.PodResources{Namespace: podNS, Name: p.Name, Containers: []*v1.ContainerResources{{Name: "main"}}}
+	if reported {
+		kubelet.Containers[0].DynamicResources = []*v1.DynamicResource{podresourcestest.Claim(podNS, claimName,
+			podresourcestest.Device(draDriver, kubeNodeName, dev.name, Resource+"="+dev.id))}
+	}
+	e.pods.put(kubelet)
 }
 
 // draDeviceStatus is the claim's status.devices[] entry devplumb wrote for pod's device

@@ -22,6 +22,7 @@ type p6Variant struct {
 	label, short string
 	pod          string
 	dra          bool // a DRA device: devplumb writes the claim's status
+	extended     bool // the pod asks an extended resource a DRA driver serves
 	stdin        []byte
 	netns        string
 	add, del     []float64
@@ -90,7 +91,7 @@ func p6Setup(e *env, proxyURL string) ([]*p6Variant, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	devs := []draDevice{{"nic-0", "dra-0"}, {"nic-1", "dra-1"}, {"nic-2", "dra-2"}}
+	devs := []draDevice{{"nic-0", "dra-0"}, {"nic-1", "dra-1"}, {"nic-2", "dra-2"}, {"nic-3", "dra-3"}, {"nic-4", "dra-4"}}
 	if err := e.draPublish(ctx, devs); err != nil {
 		return nil, err
 	}
@@ -106,14 +107,16 @@ func p6Setup(e *env, proxyURL string) ([]*p6Variant, error) {
 		{label: "DRA API path: network-only claim the kubelet does not report, config resourceName", short: "DRA API, network-only claim",
 			pod: "dra-netonly", dra: true},
 		{label: "DRA API path: config resourceClaim", short: "DRA API, resourceClaim", pod: "dra-claim", dra: true},
+		{label: "DRA extended resource (limits, KEP-5004), local path: the kubelet reports the scheduler's claim, config resourceName",
+			short: "DRA ext. resource local", pod: "dra-ext-local", dra: true, extended: true},
+		{label: "DRA extended resource, API path: the claim status.extendedResourceClaimStatus names, config resourceName",
+			short: "DRA ext. resource API", pod: "dra-ext-api", dra: true, extended: true},
 	}
 	for i, v := range vs {
 		conf := e.devplumbConf(fmt.Sprintf("p6net%d", i), fmt.Sprintf("10.127.%d.0/24", i), filepath.Join(e.dir, "state"))
 		conf["kubeconfig"] = kc
-		if v.dra {
-			if err := e.draPod(ctx, v.pod, devs[i-1], v.pod == "dra-local"); err != nil {
-				return nil, err
-			}
+		if err := v.create(ctx, e, devs[max(i-1, 0)]); err != nil {
+			return nil, err
 		}
 		if v.pod == "dra-claim" {
 			delete(conf, "resourceName")
@@ -128,6 +131,19 @@ func p6Setup(e *env, proxyURL string) ([]*p6Variant, error) {
 		}
 	}
 	return vs, nil
+}
+
+// create makes the variant's pod and claim (DRA variants), the kubelet reporting the claim
+// on the local paths.
+func (v *p6Variant) create(ctx context.Context, e *env, dev draDevice) error {
+	local := strings.HasSuffix(v.pod, "-local")
+	switch {
+	case v.extended:
+		return e.draExtendedPod(ctx, v.pod, dev, local)
+	case v.dra:
+		return e.draPod(ctx, v.pod, dev, local)
+	}
+	return nil
 }
 
 // cycle runs ADD then DEL directly, taking the requests each made; check verifies the
@@ -182,7 +198,7 @@ func p6Table(vs []*p6Variant) Table {
 			countRange(append(slices.Clone(v.addReq), v.delReq...), kubeapi.Connections)})
 	}
 	t.Notes = []string{
-		"devplumb run directly (as P5), delegating to bridge + host-local, each pod's network with a kubeconfig for a counting TLS proxy in front of the bench's kube-apiserver. The bench plays the DRA driver (a DeviceClass, a ResourceSlice of the node whose devices carry k8s.cni.cncf.io/deviceID and resourceName, the device-info files), the scheduler and the ResourceClaim controller (a claim made from a template, owned by the pod, allocated and reserved for it; the pod's status.resourceClaimStatuses naming it) and the kubelet (a PodResources server that reports the claim with its CDI device, or, for a network-only claim, the pod without it).",
+		"devplumb run directly (as P5), delegating to bridge + host-local, each pod's network with a kubeconfig for a counting TLS proxy in front of the bench's kube-apiserver. The bench plays the DRA driver (a DeviceClass, a ResourceSlice of the node whose devices carry k8s.cni.cncf.io/deviceID and resourceName, the device-info files), the scheduler and the ResourceClaim controller (a claim made from a template, owned by the pod, allocated and reserved for it; the pod's status.resourceClaimStatuses naming it; for an extended resource, the claim the 1.37 scheduler makes, annotated, the pod its controller, request container-0-request-0, and the pod's status.extendedResourceClaimStatus mapping its limit to it) and the kubelet (a PodResources server that reports the claim with its CDI device, or, for a network-only claim, the pod without it).",
 		"Every ADD writes network-status (a read of the pod's metadata, GET pods (metadata), and a PATCH; on the API path it starts from the device lookup's read of the pod instead) and, for a DRA device, devplumb's part of the claim's status.devices[] entry (PATCH resourceclaims/status, server-side apply); every DEL removes both. Device reads: what finding the device asked the API server (the pod object, the claim, the slices of one driver on this node). Counts are per call; a range, when they varied over the samples. The proxy adds a hop to every request's time.",
 	}
 	return t

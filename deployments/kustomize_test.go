@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
@@ -28,20 +29,7 @@ func build(t *testing.T, dir string) string {
 // The kustomization applies exactly the plain manifests, and an overlay's
 // image override reaches both DaemonSets.
 func TestKustomization(t *testing.T) {
-	got := map[string]bool{}
-	for _, obj := range decodeDocs(t, "kustomization.yaml", []byte(build(t, "."))) {
-		got[key(t, obj)] = true
-	}
-	want := plain(t)
-	if len(got) != len(want) {
-		t.Fatalf("kustomize builds %v, plain manifests hold %d objects", got, len(want))
-	}
-	for k := range want {
-		if !got[k] {
-			t.Errorf("kustomize build lacks %s", k)
-		}
-	}
-
+	wantBuilt(t, ".", plain(t))
 	checkOverlayImages(t, ".")
 }
 
@@ -62,20 +50,25 @@ func TestKustomizationDRA(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	wantBuilt(t, overlay, plainDRA(t))
+	checkOverlayImages(t, overlay)
+}
+
+// wantBuilt: kustomize builds dir into exactly the objects of want (by kind, namespace, name).
+func wantBuilt(t *testing.T, dir string, want map[string]runtime.Object) {
+	t.Helper()
 	got := map[string]bool{}
-	for _, obj := range decodeDocs(t, "the DRA overlay", []byte(build(t, overlay))) {
+	for _, obj := range decodeDocs(t, dir, []byte(build(t, dir))) {
 		got[key(t, obj)] = true
 	}
-	want := plainDRA(t)
 	if len(got) != len(want) {
-		t.Fatalf("kustomize builds %v, the DRA manifests hold %d objects", got, len(want))
+		t.Fatalf("kustomize builds %v from %s, the manifests hold %d objects", got, dir, len(want))
 	}
 	for k := range want {
 		if !got[k] {
-			t.Errorf("kustomize build of dra/ lacks %s", k)
+			t.Errorf("kustomize build of %s lacks %s", dir, k)
 		}
 	}
-	checkOverlayImages(t, overlay)
 }
 
 // checkOverlayImages: an overlay of dir with an image override reaches every DaemonSet.

@@ -46,11 +46,17 @@ func shippedRules(t *testing.T, drop ...string) []rbacv1.PolicyRule {
 // resourceclaims/status alone.
 func granularClaimStatus(t *testing.T) bool {
 	t.Helper()
+	return serverAtLeast(t, 1, 36)
+}
+
+// serverAtLeast tells whether the API server is at least major.minor.
+func serverAtLeast(t *testing.T, major, minor uint) bool {
+	t.Helper()
 	info, err := srv.Client.Discovery().ServerVersion()
 	e2etest.Must(t, err)
 	v, err := version.ParseGeneric(info.GitVersion)
 	e2etest.Must(t, err)
-	return v.AtLeast(version.MajorMinor(1, 36))
+	return v.AtLeast(version.MajorMinor(major, minor))
 }
 
 // Kubernetes 1.36+ refuses devplumb's claim status write without the

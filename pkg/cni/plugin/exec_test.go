@@ -354,22 +354,8 @@ func TestInjectedAndResourceNamedAttachmentsTakeTwoDevices(t *testing.T) {
 			c["deviceID"] = "0000:01:00.1"
 		})
 		named := e.argsFor("named-net", "net2", func(map[string]any) {})
-		errs := make([]error, 2)
-		_, _ = captureStdout(t, func() error { // the results both ADDs print
-			var wg sync.WaitGroup
-			for i, a := range []*skel.CmdArgs{injected, named} {
-				wg.Go(func() { errs[i] = e.p.Add(a) })
-			}
-			wg.Wait()
-			return nil
-		})
-		held := map[string]string{}
-		for _, r := range e.state() {
-			if other, dup := held[r.DeviceID]; dup {
-				t.Fatalf("device %s held by %s and %s", r.DeviceID, other, r.IfName)
-			}
-			held[r.DeviceID] = r.IfName
-		}
+		errs := e.addAtOnce(injected, named)
+		held := e.heldOnce()
 		// The injected network may find its device taken (a clear error naming
 		// the holder); the resourceName network always gets a device.
 		if errs[1] != nil || (errs[0] == nil) != (len(held) == 2) {

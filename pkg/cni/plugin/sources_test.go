@@ -48,23 +48,8 @@ func TestEveryPairOfSourcesOnOnePod(t *testing.T) {
 func runPair(t *testing.T, a, b source) {
 	e := newExecEnv(t, "0000:01:00.1", "0000:01:00.2")
 	setPairDevices(e, a.dra, b.dra)
-	args := []*skel.CmdArgs{e.argsFor("net-a", "net1", a.edit), e.argsFor("net-b", "net2", b.edit)}
-	errs := make([]error, 2)
-	_, _ = captureStdout(t, func() error {
-		var wg sync.WaitGroup
-		for i, arg := range args {
-			wg.Go(func() { errs[i] = e.p.Add(arg) })
-		}
-		wg.Wait()
-		return nil
-	})
-	held := map[string]string{}
-	for _, r := range e.state() {
-		if other, dup := held[r.DeviceID]; dup {
-			t.Fatalf("device %s held by %s and %s", r.DeviceID, other, r.IfName)
-		}
-		held[r.DeviceID] = r.IfName
-	}
+	errs := e.addAtOnce(e.argsFor("net-a", "net1", a.edit), e.argsFor("net-b", "net2", b.edit))
+	held := e.heldOnce()
 	if errs[0] != nil && errs[1] != nil {
 		t.Fatalf("both ADDs failed: %v; %v", errs[0], errs[1])
 	}
@@ -104,6 +89,33 @@ func setPairDevices(e *execEnv, draA, draB bool) {
 		ctr.Devices = []*v1.ContainerDevices{{ResourceName: "example.com/vf", DeviceIds: []string{"0000:01:00.2"}}}
 	}
 	e.pr.SetPod(&v1.PodResources{Namespace: "default", Name: "p1", Containers: []*v1.ContainerResources{ctr}})
+}
+
+// addAtOnce runs the ADDs at the same time and returns their errors.
+func (e *execEnv) addAtOnce(args ...*skel.CmdArgs) []error {
+	errs := make([]error, len(args))
+	_, _ = captureStdout(e.t, func() error { // the results the ADDs print
+		var wg sync.WaitGroup
+		for i, arg := range args {
+			wg.Go(func() { errs[i] = e.p.Add(arg) })
+		}
+		wg.Wait()
+		return nil
+	})
+	return errs
+}
+
+// heldOnce maps each device devplumb's records hold to the interface holding it, and fails
+// the test when one is held twice.
+func (e *execEnv) heldOnce() map[string]string {
+	held := map[string]string{}
+	for _, r := range e.state() {
+		if other, dup := held[r.DeviceID]; dup {
+			e.t.Fatalf("device %s held by %s and %s", r.DeviceID, other, r.IfName)
+		}
+		held[r.DeviceID] = r.IfName
+	}
+	return held
 }
 
 func countErrs(errs []error) int {

@@ -184,20 +184,43 @@ func TestAllocationResponses(t *testing.T) {
 	}
 }
 
+// healthy counts the healthy devices among devs.
+func healthy(devs []kubeletsim.Device) int {
+	n := 0
+	for _, d := range devs {
+		if d.Health == pluginapi.Healthy {
+			n++
+		}
+	}
+	return n
+}
+
+// TestHealthChangesReachTheNode: what the sources see reaches the kubelet
+// through ListAndWatch. A deleted veth pair, a VF gone from sysfs or whose
+// PF's link is down, a removed socket: each stays listed, Unhealthy, and is
+// Healthy again when it is back.
 func TestHealthChangesReachTheNode(t *testing.T) {
 	f := newFixture(t)
 	f.run()
 	store := devinfo.NewStore(f.DevInfoDir)
-
-	// A deleted veth pair leaves the list.
-	l, err := netlink.LinkByName(f.VethPrefix + "a")
+	a, b := f.VethPrefix+"a", f.VethPrefix+"b"
+	vethHealth := func(want string) func(r map[string][]kubeletsim.Device) bool {
+		return func(r map[string][]kubeletsim.Device) bool {
+			return len(r[netdevtest.ResVeth]) == 2 && health(r[netdevtest.ResVeth], a) == want && health(r[netdevtest.ResVeth], b) == want
+		}
+	}
+	l, err := netlink.LinkByName(a)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := netlink.LinkDel(l); err != nil {
 		t.Fatal(err)
 	}
-	f.waitNode("veth pair gone", func(r map[string][]kubeletsim.Device) bool { return len(r[netdevtest.ResVeth]) == 0 })
+	f.waitNode("deleted veth pair unhealthy", vethHealth(pluginapi.Unhealthy))
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: a}, PeerName: b}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitNode("veth pair back healthy", vethHealth(pluginapi.Healthy))
 
 	// A VF that leaves sysfs turns Unhealthy and keeps its file.
 	sysfstest.RemovePCI(t, f.Sysfs, "0000:01:01.0")
@@ -207,18 +230,32 @@ func TestHealthChangesReachTheNode(t *testing.T) {
 	if _, err := store.ReadDP(netdevtest.ResVF, "0000:01:01.0"); err != nil {
 		t.Errorf("file of an unhealthy, still listed VF removed: %v", err)
 	}
+	// The PF's link goes down: every VF is unhealthy until it is up again.
+	sysfstest.SetOperState(t, f.Sysfs, sysfstest.NodePF, sysfstest.NodePFName, "down")
+	f.waitNode("VFs of a PF whose link is down unhealthy", func(r map[string][]kubeletsim.Device) bool {
+		return len(r[netdevtest.ResVF]) == 4 && healthy(r[netdevtest.ResVF]) == 0
+	})
+	sysfstest.SetOperState(t, f.Sysfs, sysfstest.NodePF, sysfstest.NodePFName, "up")
+	f.waitNode("VFs healthy when the PF's link is up", func(r map[string][]kubeletsim.Device) bool {
+		return len(r[netdevtest.ResVF]) == 4 && healthy(r[netdevtest.ResVF]) == 3
+	})
 
-	// A new socket is a new device with a file; a removed one leaves both.
+	// A new socket is a new device with a file; a removed one turns
+	// Unhealthy and keeps its file (a pod may hold it), until it is back.
 	l2 := f.Listen("vhu2.sock")
-	f.waitNode("new socket listed", func(r map[string][]kubeletsim.Device) bool { return len(r[netdevtest.ResVhost]) == 3 })
+	f.waitNode("new socket listed", func(r map[string][]kubeletsim.Device) bool { return healthy(r[netdevtest.ResVhost]) == 3 })
 	if _, err := store.ReadDP(netdevtest.ResVhost, "vhu2.sock"); err != nil {
 		t.Errorf("new socket has no device-info: %v", err)
 	}
 	l2.Close()
-	f.waitNode("socket gone", func(r map[string][]kubeletsim.Device) bool { return len(r[netdevtest.ResVhost]) == 2 })
-	if _, err := store.ReadDP(netdevtest.ResVhost, "vhu2.sock"); err == nil {
-		t.Error("device-info of a removed socket is still there")
+	f.waitNode("removed socket unhealthy", func(r map[string][]kubeletsim.Device) bool {
+		return health(r[netdevtest.ResVhost], "vhu2.sock") == pluginapi.Unhealthy && healthy(r[netdevtest.ResVhost]) == 2
+	})
+	if _, err := store.ReadDP(netdevtest.ResVhost, "vhu2.sock"); err != nil {
+		t.Errorf("device-info of a removed, still listed socket removed: %v", err)
 	}
+	f.Listen("vhu2.sock")
+	f.waitNode("socket back healthy", func(r map[string][]kubeletsim.Device) bool { return healthy(r[netdevtest.ResVhost]) == 3 })
 }
 
 func TestReRegistersAfterNodeRestart(t *testing.T) {

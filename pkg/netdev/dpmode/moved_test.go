@@ -57,14 +57,16 @@ func TestVethMovedByHostDeviceStaysInUse(t *testing.T) {
 	// DEL moves it back; it is a host interface again.
 	hostDevice(t, plugins, "DEL", dev, podNS)
 	f.waitNode("back from the pod", func(r map[string][]kubeletsim.Device) bool {
-		return health(r[netdevtest.ResVeth], dev) == pluginapi.Healthy && len(r[netdevtest.ResVeth]) == 2
+		return health(r[netdevtest.ResVeth], dev) == pluginapi.Healthy && healthy(r[netdevtest.ResVeth]) == 2
 	})
 
 	// Moved again, then the pod's namespace is destroyed: the pair dies.
 	hostDevice(t, plugins, "ADD", dev, podNS)
 	f.waitMoveSeen(dev)
 	testenv.RemoveNetNS(t, podNS)
-	f.waitNode("pair destroyed with the pod namespace", func(r map[string][]kubeletsim.Device) bool { return len(r[netdevtest.ResVeth]) == 0 })
+	f.waitNode("pair destroyed with the pod namespace", func(r map[string][]kubeletsim.Device) bool {
+		return health(r[netdevtest.ResVeth], f.VethPrefix+"a") == "absent" && health(r[netdevtest.ResVeth], f.VethPrefix+"b") == "absent"
+	})
 }
 
 // waitMoveSeen makes sure the source has handled the move of dev: netlink
@@ -88,8 +90,11 @@ func (f *fixture) waitMoveSeen(dev string) {
 	if l, err := netlink.LinkByName(dev); err == nil {
 		f.t.Fatalf("%s still in the host namespace (%v)", dev, l.Attrs().Index)
 	}
-	// Remove the witness again so that counts below stay simple.
+	// Delete the witness again: it stays listed, unhealthy (counts below
+	// count the healthy devices).
 	l, _ := netlink.LinkByName(a)
 	netlink.LinkDel(l)
-	f.waitNode("witness "+a+" gone", func(r map[string][]kubeletsim.Device) bool { return health(r[netdevtest.ResVeth], a) == "absent" })
+	f.waitNode("witness "+a+" deleted", func(r map[string][]kubeletsim.Device) bool {
+		return health(r[netdevtest.ResVeth], a) == pluginapi.Unhealthy && health(r[netdevtest.ResVeth], b) == pluginapi.Unhealthy
+	})
 }

@@ -155,9 +155,9 @@ func (r *resource) logChanges(next map[string]source.Device) {
 	}
 	for id, d := range next {
 		if old, ok := r.dp.Lookup(id); !ok {
-			r.log.Info("device found", "device", id, "healthy", d.Healthy, "numa", d.NUMANode)
+			r.log.Info("device found", "device", id, "healthy", d.Healthy, "reason", d.Reason, "numa", d.NUMANode)
 		} else if old.Healthy != d.Healthy {
-			r.log.Info("device health changed", "device", id, "healthy", d.Healthy)
+			r.log.Info("device health changed", "device", id, "healthy", d.Healthy, "reason", d.Reason)
 		}
 	}
 }

@@ -2,8 +2,10 @@
 // device plugin mode (pkg/netdev/dpmode; both open them with
 // pkg/netdev/resources), served as a DRA driver with the kubelet plugin
 // helper of k8s.io/dynamic-resource-allocation (kubeletplugin). It publishes
-// one ResourceSlice pool per node (named after the node) with every healthy
-// device, its attributes (attrs.go) and its name (DeviceName); it prepares a
+// one ResourceSlice pool per node (named after the node) with every
+// device, its attributes (attrs.go) and its name (DeviceName), an unhealthy
+// one with a NoSchedule taint, and reports the devices' health to the
+// kubelet over its health stream (health.go); it prepares a
 // claim by writing its devices' CDI spec entries and DP device-info files
 // and answering their CDI names, "<resourceName>=<cdispec.DeviceName(ID)>"
 // as in device-plugin mode; unprepare removes them. Prepared claims are
@@ -71,7 +73,10 @@ type Driver struct {
 	problems  []string // reported at the last sync, to report each once
 	conflicts []string // devices two resources select, at the last sync
 	prepared  map[types.UID]*record
-	confirm   confirmer // checks that the API server holds the published slices (observe.go)
+	health    healthState
+	noTaints  bool          // the API server drops device taints: leave unhealthy devices out
+	kick      chan struct{} // asks the watch loop for a sync
+	confirm   confirmer     // checks that the API server holds the published slices (observe.go)
 
 	fatalMu sync.Mutex
 	fatal   error                   // set by HandleError: ends Run
@@ -100,7 +105,7 @@ func New(cfg *resources.Config, o Options, log *slog.Logger) (*Driver, error) {
 		log:    log.With("driver", o.DriverName),
 		owners: resources.NewOwners(), store: devinfo.NewStore(cfg.DevInfoDir),
 		claims:   checkpoints{dir: filepath.Join(o.PluginsDir, o.DriverName, "claims")},
-		prepared: map[types.UID]*record{},
+		prepared: map[types.UID]*record{}, kick: make(chan struct{}, 1),
 	}
 	d.resync = cfg.Resync.Duration
 	if d.resync <= 0 {
@@ -165,8 +170,7 @@ func (d *Driver) Run(ctx context.Context) error {
 		kubeletplugin.GRPCInterceptor(d.observeGRPC),
 		kubeletplugin.EnableDeviceMetadata(d.opts.Metadata, metadataVersions), kubeletplugin.CDIDirectory(d.cdiDir()),
 		kubeletplugin.RegistrarDirectoryPath(d.opts.RegistrarDir),
-		kubeletplugin.PluginDataDirectoryPath(dataDir),
-		kubeletplugin.HealthService(false))
+		kubeletplugin.PluginDataDirectoryPath(dataDir))
 	if err != nil {
 		return fmt.Errorf("start DRA kubelet plugin %s: %w", d.name, err)
 	}
@@ -176,17 +180,12 @@ func (d *Driver) Run(ctx context.Context) error {
 	return d.fatalErr()
 }
 
-// WatchHealthStatus is never called: Run turns the kubelet's health service
-// off, as the driver does not report device health over it yet.
-func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
-	return kubeletplugin.ErrHealthNotSupported
-}
-
 // HandleError is kubeletplugin's report of a background error: a
 // recoverable one (publishing slices) is logged, any other ends Run.
 func (d *Driver) HandleError(_ context.Context, err error, msg string) {
 	if errors.Is(err, kubeletplugin.ErrRecoverable) {
 		d.log.Error(msg, "err", err)
+		d.checkTaintsDropped(err)
 		d.observeSliceError(err)
 		return
 	}

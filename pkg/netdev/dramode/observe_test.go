@@ -89,7 +89,7 @@ func TestObserverHearsScansClaimsAndPublishes(t *testing.T) {
 	prepare(t, d, good)
 	prepare(t, d, bad)
 	unprepare(t, d, good)
-	want := []string{"prepare ok", `prepare claim ns/bad: device "no-such-device" is not in pool "node-a" (unknown, gone or unhealthy)`, "unprepare ok"}
+	want := []string{"prepare ok", `prepare claim ns/bad: device "no-such-device" is not in pool "node-a" (unknown or gone)`, "unprepare ok"}
 	if !slices.Equal(rec.claims, want) {
 		t.Errorf("claims heard %q, want %q", rec.claims, want)
 	}

@@ -77,7 +77,10 @@ func (d *Driver) resolve(c *resourceapi.ResourceClaim) (*record, error) {
 		}
 		e, ok := d.devices[r.Device]
 		if !ok {
-			return nil, fmt.Errorf("%s: device %q is not in pool %q (unknown, gone or unhealthy)", where, r.Device, d.pool)
+			return nil, fmt.Errorf("%s: device %q is not in pool %q (unknown or gone)", where, r.Device, d.pool)
+		}
+		if !e.dev.Healthy {
+			return nil, fmt.Errorf("%s: device %q (%s %s) is unhealthy: %s", where, r.Device, e.res.name, e.dev.ID, e.dev.Reason)
 		}
 		if holder := d.holder(e.res.name, e.dev.ID); holder != nil && holder.UID != c.UID {
 			return nil, fmt.Errorf("%s: device %q (%s %s) is prepared for claim %s already", where, r.Device, e.res.name, e.dev.ID, holder)

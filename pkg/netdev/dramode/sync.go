@@ -42,11 +42,11 @@ func (d *Driver) sync() error {
 	d.observeScan(scans)
 	devices, more := inventory(scans)
 	problems := append(slices.Clone(conflicts), more...)
-	dr, more := driverResources(d.name, d.pool, d.sysfs, devices)
-	problems = append(problems, more...)
-
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	dr, more := driverResources(d.name, d.pool, d.sysfs, devices, !d.noTaints)
+	problems = append(problems, more...)
+
 	for _, p := range problems {
 		if !slices.Contains(d.problems, p) { // once, not at every rescan
 			d.log.Error("device left out or described partly", "problem", p)
@@ -58,6 +58,7 @@ func (d *Driver) sync() error {
 	if d.published == nil || !reflect.DeepEqual(*d.published, dr) {
 		d.published = &dr
 	}
+	d.scanned(time.Now())
 	if len(errs) > 0 {
 		return errors.New(strings.Join(errs, "; "))
 	}
@@ -81,12 +82,18 @@ func (d *Driver) lastDevices(r *res) []source.Device {
 func (d *Driver) logChanges(next map[string]entry) {
 	for n, e := range d.devices {
 		if _, ok := next[n]; !ok {
-			d.log.Info("device no longer published (gone or unhealthy)", "resource", e.res.name, "device", e.dev.ID)
+			d.log.Info("device gone", "resource", e.res.name, "device", e.dev.ID)
 		}
 	}
 	for n, e := range next {
-		if _, ok := d.devices[n]; !ok {
-			d.log.Info("device published", "resource", e.res.name, "device", e.dev.ID, "name", n)
+		old, ok := d.devices[n]
+		switch {
+		case !ok:
+			d.log.Info("device published", "resource", e.res.name, "device", e.dev.ID, "name", n, "healthy", e.dev.Healthy, "reason", e.dev.Reason)
+		case old.dev.Healthy && !e.dev.Healthy:
+			d.log.Warn("device unhealthy: tainted, no new claims get it", "resource", e.res.name, "device", e.dev.ID, "reason", e.dev.Reason)
+		case !old.dev.Healthy && e.dev.Healthy:
+			d.log.Info("device healthy again: taint removed", "resource", e.res.name, "device", e.dev.ID)
 		}
 	}
 }
@@ -101,13 +108,7 @@ func (d *Driver) conflictsAtStart() error {
 // watch publishes the slices, then rescans on every source event and every
 // resync period (sysfs has no events), publishing again when they change.
 func (d *Driver) watch(ctx context.Context, p publisher) {
-	kick := make(chan struct{}, 1)
-	changed := func() {
-		select {
-		case kick <- struct{}{}:
-		default:
-		}
-	}
+	changed := d.rescan
 	var wg sync.WaitGroup
 	defer wg.Wait() // the sources' watchers end with ctx
 	for _, r := range d.resources {
@@ -135,12 +136,20 @@ func (d *Driver) watch(ctx context.Context, p publisher) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-kick:
+		case <-d.kick:
 		case <-ticker.C:
 		}
 		if err := d.sync(); err != nil {
 			d.log.Error("rescan failed", "err", err)
 		}
+	}
+}
+
+// rescan asks the watch loop for a sync soon; it never blocks.
+func (d *Driver) rescan() {
+	select {
+	case d.kick <- struct{}{}:
+	default:
 	}
 }
 

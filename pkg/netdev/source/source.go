@@ -37,6 +37,11 @@ type Device struct {
 	Info     *devinfo.DeviceInfo // nil when no device-info type describes it
 	DevNodes []DevNode
 	Mounts   []Mount
+	// Reason says why Healthy is false ("interface deleted", "PF ens1f0
+	// link down"), for logs and the DRA health stream; "" when healthy. A
+	// prepared claim's checkpoint keeps the device as prepared, not its
+	// later health, so it is not saved.
+	Reason string `json:"-"`
 }
 
 // Source finds the devices of one resource.
@@ -69,16 +74,16 @@ type Notifier interface {
 	Watch(ctx context.Context, changed func()) error
 }
 
-// KeepVanished adds to found, as unhealthy, every device of known that the
-// scan did not find and that vanished(id) says is gone from the host (and
-// not merely deselected): the kubelet must see a device it may have given to
-// a pod turn unhealthy rather than disappear. It returns found as a sorted
-// list; found becomes the next known.
-func KeepVanished(known, found map[string]Device, vanished func(id string) bool) []Device {
+// KeepVanished adds to found, as unhealthy for reason why, every device of
+// known that the scan did not find and that vanished(id) says is gone from
+// the host (and not merely deselected): the kubelet must see a device it may
+// have given to a pod turn unhealthy rather than disappear, and it stays so
+// until it returns. It returns found as a sorted list; found becomes the
+// next known.
+func KeepVanished(known, found map[string]Device, why string, vanished func(id string) bool) []Device {
 	for id, d := range known {
 		if _, ok := found[id]; !ok && vanished(id) {
-			d.Healthy = false
-			found[id] = d
+			found[id] = Unhealthy(d, why)
 		}
 	}
 	out := make([]Device, 0, len(found))
@@ -87,4 +92,10 @@ func KeepVanished(known, found map[string]Device, vanished func(id string) bool)
 	}
 	Sort(out)
 	return out
+}
+
+// Unhealthy is d marked unhealthy for reason why.
+func Unhealthy(d Device, why string) Device {
+	d.Healthy, d.Reason = false, why
+	return d
 }

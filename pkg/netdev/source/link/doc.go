@@ -29,8 +29,12 @@
 //     its absence at a rescan) means the moved end died with its pod's
 //     namespace.
 //
-//   - An interface that vanishes without IFLA_NEW_NETNSID was deleted and
-//     leaves the list.
+//   - An interface that vanishes without IFLA_NEW_NETNSID was deleted: it
+//     stays listed, Unhealthy (a pod may hold it: the kubelet must see it
+//     fail, not vanish), until an interface of its name is back. The host
+//     end of a moved veth is the exception: when it dies with its moved
+//     peer, the pair was most likely destroyed with its pod's namespace, and
+//     both ends leave the list.
 //
 //   - Moves that happened before the plugin started are found by
 //     DiscoverMoved: host-device stores an interface's host name in its alias
@@ -47,6 +51,8 @@
 // as in use until the plugin restarts. A netlink overflow (ENOBUFS) loses
 // events: the source rescans, which keeps the moves it already knew.
 //
-// Health: a listed host interface whose sysfs device link points to a device
-// that no longer exists is Unhealthy.
+// Health: a deleted interface (above) is Unhealthy, and so is a listed host
+// interface whose sysfs device link points to a device that no longer
+// exists. A deletion is known from its RTM_DELLINK: one whose event was lost
+// (ENOBUFS) leaves the list instead.
 package link

@@ -36,6 +36,7 @@ type Source struct {
 
 	mu    sync.Mutex
 	moved map[string]moved
+	gone  map[string]source.Device // deleted host interfaces, listed Unhealthy until back
 	last  map[string]source.Device // host interfaces at the last scan
 	index map[int]bool             // their ifindexes
 	seq   uint64                   // counts recorded moves; see Scan
@@ -59,7 +60,7 @@ func New(c Config, sysfsRoot string, log *slog.Logger) (*Source, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Source{globs: c.Names, sysfs: sysfsRoot, log: log, moved: map[string]moved{}, last: map[string]source.Device{}}, nil
+	return &Source{globs: c.Names, sysfs: sysfsRoot, log: log, moved: map[string]moved{}, gone: map[string]source.Device{}, last: map[string]source.Device{}}, nil
 }
 
 // Kind is "netdevs".
@@ -74,9 +75,10 @@ func (s *Source) matches(name string) bool {
 	return false
 }
 
-// Scan lists the selected host interfaces and the moved ones still in use.
-// A move recorded after the links were listed is newer than the list: the
-// interface it names is in use, not "back in the host namespace".
+// Scan lists the selected host interfaces, the moved ones still in use and,
+// Unhealthy, the deleted ones. A move recorded after the links were listed is
+// newer than the list: the interface it names is in use, not "back in the
+// host namespace".
 func (s *Source) Scan() ([]source.Device, error) {
 	s.mu.Lock()
 	start := s.seq
@@ -101,6 +103,13 @@ func (s *Source) Scan() ([]source.Device, error) {
 			delete(s.moved, name)
 		default:
 			out = append(out, m.dev)
+		}
+	}
+	for name, d := range s.gone {
+		if _, back := host[name]; back {
+			delete(s.gone, name)
+		} else if _, inUse := s.moved[name]; !inUse {
+			out = append(out, d)
 		}
 	}
 	for _, d := range host {
@@ -164,22 +173,40 @@ func (s *Source) linkGone(link netlink.Link, index int, movedTo int, wasMoved bo
 	a := link.Attrs()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	relevant := false
+	pairDied := false
 	for name, m := range s.moved {
 		if m.peerIndex == index {
 			s.log.Info("moved veth's host peer deleted: the pair was destroyed", "name", name, "peer", a.Name)
 			delete(s.moved, name)
-			relevant = true
+			pairDied = true
 		}
 	}
 	if !s.matches(a.Name) {
-		return relevant
+		return pairDied
 	}
-	if !wasMoved {
-		s.log.Info("interface deleted", "name", a.Name)
+	switch {
+	case wasMoved:
+		s.recordMove(link, movedTo)
+	case pairDied:
+		// Most likely its pod's namespace was destroyed, taking the pair
+		// with it: the pod is gone, and so is the device, for good.
+		s.log.Info("interface deleted with its moved veth peer", "name", a.Name)
+		delete(s.gone, a.Name)
+	default:
+		s.log.Info("interface deleted: unhealthy until it is back", "name", a.Name)
 		delete(s.moved, a.Name)
-		return true
+		dev, ok := s.last[a.Name]
+		if !ok {
+			dev = source.Device{Device: deviceplugin.Device{ID: a.Name, NUMANode: deviceplugin.NoNUMA}}
+		}
+		s.gone[a.Name] = source.Unhealthy(dev, "interface deleted")
 	}
+	return true
+}
+
+// recordMove records an interface moved into another namespace: in use.
+func (s *Source) recordMove(link netlink.Link, movedTo int) {
+	a := link.Attrs()
 	dev, ok := s.last[a.Name]
 	if !ok {
 		dev = source.Device{Device: deviceplugin.Device{ID: a.Name, Healthy: true, NUMANode: deviceplugin.NoNUMA}}
@@ -190,6 +217,6 @@ func (s *Source) linkGone(link netlink.Link, index int, movedTo int, wasMoved bo
 		m.peerIndex = a.ParentIndex
 	}
 	s.moved[a.Name] = m
+	delete(s.gone, a.Name)
 	s.log.Info("interface moved to another network namespace: in use", "name", a.Name, "netnsid", movedTo, "vethPeerIndex", m.peerIndex)
-	return true
 }

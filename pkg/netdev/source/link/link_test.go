@@ -131,7 +131,9 @@ func TestMovedBackIsListedFromHost(t *testing.T) {
 	})
 }
 
-func TestDeletedLeavesTheList(t *testing.T) {
+// TestDeletedTurnsUnhealthyUntilBack: a deleted interface stays listed,
+// Unhealthy, and is Healthy again when an interface of its name is back.
+func TestDeletedTurnsUnhealthyUntilBack(t *testing.T) {
 	prefix := testenv.VethPair(t, "ndp")
 	p, _ := New(Config{Names: []string{prefix + "a"}}, "", nil)
 	wait := watched(t, p)
@@ -140,12 +142,19 @@ func TestDeletedLeavesTheList(t *testing.T) {
 	if err := netlink.LinkDel(l); err != nil {
 		t.Fatal(err)
 	}
-	wait("deleted", func(d []source.Device) bool { return len(d) == 0 })
+	wait("deleted: unhealthy", func(d []source.Device) bool {
+		return len(d) == 1 && d[0].ID == prefix+"a" && !d[0].Healthy && d[0].Reason == "interface deleted"
+	})
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.moved) != 0 {
+	moved := len(p.moved)
+	p.mu.Unlock()
+	if moved != 0 {
 		t.Fatalf("deleted interface recorded as moved: %+v", p.moved)
 	}
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: prefix + "a"}, PeerName: prefix + "b"}); err != nil {
+		t.Fatal(err)
+	}
+	wait("back: healthy", func(d []source.Device) bool { return len(d) == 1 && has(d, prefix+"a") })
 }
 
 func TestBadConfig(t *testing.T) {

@@ -8,7 +8,10 @@
 // pod (only the netdev changes namespace), so in-use devices stay Healthy. A
 // device that leaves sysfs (hot unplug, VFs removed) becomes Unhealthy and
 // stays listed, so a pod holding it is not silently forgotten; it becomes
-// Healthy again if it returns.
+// Healthy again if it returns. A VF whose PF's link is down (the PF's netdev
+// has operstate "down" or "lowerlayerdown") is Unhealthy until the link is
+// up again: no traffic leaves the VF meanwhile. A PF device's own link state
+// does not count: an unused PF is often down until a pod sets it up.
 package pci
 
 import (
@@ -95,12 +98,12 @@ func (s *Source) Scan() ([]source.Device, error) {
 			return nil, fmt.Errorf("pci source: %w", err)
 		}
 		if s.selected(d) {
-			found[addr] = device(d)
+			found[addr] = s.withPFLink(device(d), d)
 		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := source.KeepVanished(s.known, found, func(addr string) bool { return !sysfs.Exists(s.root, addr) })
+	out := source.KeepVanished(s.known, found, "PCI function gone from sysfs", func(addr string) bool { return !sysfs.Exists(s.root, addr) })
 	s.known = found
 	return out, nil
 }
@@ -189,4 +192,22 @@ func VFIONodes(d *sysfs.Device) []source.DevNode {
 		{HostPath: "/dev/vfio/vfio", ContainerPath: "/dev/vfio/vfio", Permissions: "rw"},
 		{HostPath: group, ContainerPath: group, Permissions: "rw"},
 	}
+}
+
+// withPFLink marks a VF unhealthy while its PF's link is down. A PF whose
+// netdev the host does not see (moved into a pod, or none) says nothing.
+func (s *Source) withPFLink(dev source.Device, d *sysfs.Device) source.Device {
+	if d.PFAddress == "" {
+		return dev
+	}
+	pf, err := sysfs.Read(s.root, d.PFAddress)
+	if err != nil {
+		return dev
+	}
+	for _, n := range pf.NetDevs {
+		if state := sysfs.OperState(s.root, pf.Address, n); state == "down" || state == "lowerlayerdown" {
+			return source.Unhealthy(dev, fmt.Sprintf("PF %s link %s", n, state))
+		}
+	}
+	return dev
 }

@@ -86,7 +86,7 @@ func TestRemovedDeviceTurnsUnhealthyAndRecovers(t *testing.T) {
 	}
 	sysfstest.RemovePCI(t, root, "0000:01:01.0")
 	devs, err := p.Scan()
-	if err != nil || len(devs) != 1 || devs[0].Healthy {
+	if err != nil || len(devs) != 1 || devs[0].Healthy || devs[0].Reason != "PCI function gone from sysfs" {
 		t.Fatalf("after removal: %+v %v", devs, err)
 	}
 	sysfstest.AddPCI(t, root, sysfstest.E810VF("0000:01:01.0", "0000:01:00.0", 0))
@@ -126,5 +126,38 @@ func TestSelectorsRejectIDsThatNeverMatch(t *testing.T) {
 	}
 	if _, err := New("", Selectors{Vendors: []string{"8086"}, Devices: []string{"154c"}}); err != nil {
 		t.Errorf("valid selectors refused: %v", err)
+	}
+}
+
+// TestPFLinkDownMakesItsVFsUnhealthy: while the PF's link is down its VFs
+// are Unhealthy (with the reason), the PF and other NICs' devices are not.
+func TestPFLinkDownMakesItsVFsUnhealthy(t *testing.T) {
+	root := fakeNIC(t)
+	p := mustNew(t, root, Selectors{Vendors: []string{"8086", "15b3"}})
+	healthOf := func(devs []source.Device) map[string]string {
+		out := map[string]string{}
+		for _, d := range devs {
+			out[d.ID] = "healthy"
+			if !d.Healthy {
+				out[d.ID] = d.Reason
+			}
+		}
+		return out
+	}
+	all := func(vf string) map[string]string {
+		return map[string]string{"0000:01:01.0": vf, "0000:01:01.1": vf, "0000:02:00.0": "healthy"}
+	}
+	sysfstest.SetOperState(t, root, "0000:01:00.0", "ens1f0", "up")
+	sysfstest.SetOperState(t, root, "0000:02:00.0", "ens2", "down") // a PF device: its own link does not count
+	if devs, err := p.Scan(); err != nil || !reflect.DeepEqual(healthOf(devs), all("healthy")) {
+		t.Fatalf("link up: %v %v", healthOf(devs), err)
+	}
+	sysfstest.SetOperState(t, root, "0000:01:00.0", "ens1f0", "down")
+	if devs, err := p.Scan(); err != nil || !reflect.DeepEqual(healthOf(devs), all("PF ens1f0 link down")) {
+		t.Fatalf("link down: %v %v", healthOf(devs), err)
+	}
+	sysfstest.SetOperState(t, root, "0000:01:00.0", "ens1f0", "up")
+	if devs, err := p.Scan(); err != nil || !reflect.DeepEqual(healthOf(devs), all("healthy")) {
+		t.Fatalf("link up again: %v %v", healthOf(devs), err)
 	}
 }

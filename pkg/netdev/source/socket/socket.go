@@ -17,8 +17,10 @@
 // of the file would keep pointing at the old one).
 //
 // The device-info path is the socket's path, identical inside and outside the
-// container. A socket (or subdirectory) that is removed leaves the list. The
-// directory is watched with fsnotify.
+// container. A socket (or subdirectory) that is removed, also with its whole
+// directory (a vswitch restarting), stays listed as Unhealthy (a pod may hold
+// it) and is Healthy again when it is back. The directory is watched with
+// fsnotify.
 package socket
 
 import (
@@ -27,6 +29,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/fsnotify/fsnotify"
 
@@ -66,6 +69,9 @@ type Source struct {
 	mountDir    bool
 	socketName  string
 	info        func(path string) *devinfo.DeviceInfo
+
+	mu    sync.Mutex
+	known map[string]source.Device // devices seen, kept when removed
 }
 
 // NewVhostUser checks c and returns its source.
@@ -118,24 +124,43 @@ func newSource(kind, dir string, hostCreates bool, socketName string, info func(
 	if socketName != filepath.Base(socketName) || socketName == ".." {
 		return nil, fmt.Errorf("%s source: socketName %q must be a plain file name", kind, socketName)
 	}
-	return &Source{kind: kind, dir: filepath.Clean(dir), hostCreates: hostCreates, socketName: socketName, info: info}, nil
+	return &Source{kind: kind, dir: filepath.Clean(dir), hostCreates: hostCreates, socketName: socketName, info: info, known: map[string]source.Device{}}, nil
 }
 
 // Kind is "vhostuser" or "memif".
 func (s *Source) Kind() string { return s.kind }
 
-// Scan lists the sockets (host-created) or subdirectories (container-created).
+// Scan lists the sockets (host-created) or subdirectories (container-created),
+// and as unhealthy those seen before and removed since.
 func (s *Source) Scan() ([]source.Device, error) {
+	found, err := s.list()
+	if err != nil {
+		return nil, err
+	}
+	why := "socket removed"
+	if !s.hostCreates {
+		why = "socket directory removed"
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// Nothing deselects an entry that is still there: one not found is gone.
+	out := source.KeepVanished(s.known, found, why, func(string) bool { return true })
+	s.known = found
+	return out, nil
+}
+
+// list reads the directory's devices by ID.
+func (s *Source) list() (map[string]source.Device, error) {
+	found := map[string]source.Device{}
 	entries, err := os.ReadDir(s.dir)
 	if errors.Is(err, os.ErrNotExist) {
 		// The vswitch removed its socket dir (restarting): its sockets are
 		// gone with it; Watch notices when the dir is back.
-		return nil, nil
+		return found, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s source: %w", s.kind, err)
 	}
-	var out []source.Device
 	for _, e := range entries {
 		path := filepath.Join(s.dir, e.Name())
 		switch {
@@ -144,13 +169,12 @@ func (s *Source) Scan() ([]source.Device, error) {
 			if s.mountDir {
 				mount = s.dir
 			}
-			out = append(out, s.device(e.Name(), mount, path))
+			found[e.Name()] = s.device(e.Name(), mount, path)
 		case !s.hostCreates && e.IsDir():
-			out = append(out, s.device(e.Name(), path, filepath.Join(path, s.socketName)))
+			found[e.Name()] = s.device(e.Name(), path, filepath.Join(path, s.socketName))
 		}
 	}
-	source.Sort(out)
-	return out, nil
+	return found, nil
 }
 
 func (s *Source) device(id, mount, socket string) source.Device {

@@ -10,7 +10,18 @@ import (
 	"time"
 
 	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/netdev/source"
 )
+
+func healthy(devs []source.Device) int {
+	n := 0
+	for _, d := range devs {
+		if d.Healthy {
+			n++
+		}
+	}
+	return n
+}
 
 func listen(t *testing.T, path string) net.Listener {
 	t.Helper()
@@ -128,21 +139,30 @@ func TestWatchSeesRemoval(t *testing.T) {
 	for len(changed) > 0 {
 		<-changed
 	}
+	if devs, err := p.Scan(); err != nil || healthy(devs) != len(ls) {
+		t.Fatalf("before removal: %+v %v", devs, err)
+	}
 	ls[0].Close() // removes its socket file
 	select {
 	case <-changed:
 	case <-time.After(10 * time.Second):
 		t.Fatal("socket removal not reported")
 	}
+	// A pod may hold the removed socket: it stays listed, unhealthy.
 	devs, _ := p.Scan()
-	if len(devs) != len(ls)-1 {
+	if len(devs) != len(ls) || healthy(devs) != len(ls)-1 || devs[0].ID != "vhu0.sock" || devs[0].Healthy || devs[0].Reason != "socket removed" {
 		t.Fatalf("after removal: %+v", devs)
+	}
+	// The vswitch creates it again: healthy again.
+	listen(t, filepath.Join(dir, "vhu0.sock"))
+	if devs, _ := p.Scan(); healthy(devs) != len(ls) || devs[0].Reason != "" {
+		t.Fatalf("after the socket is back: %+v", devs)
 	}
 }
 
 // TestWatchFollowsRecreatedDir: a vswitch that removes its socket directory
 // and creates it again (a restart) must not leave the source deaf: the devices
-// leave with the directory, and sockets in the new directory are seen coming
+// turn unhealthy with the directory, and sockets in the new directory are seen coming
 // and going.
 func TestWatchFollowsRecreatedDir(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "socks")
@@ -163,7 +183,7 @@ func TestWatchFollowsRecreatedDir(t *testing.T) {
 			if err != nil {
 				t.Errorf("scan: %v", err)
 			}
-			scans <- len(devs)
+			scans <- healthy(devs)
 		})
 	}()
 	t.Cleanup(func() {
@@ -172,6 +192,7 @@ func TestWatchFollowsRecreatedDir(t *testing.T) {
 			t.Error(err)
 		}
 	})
+	// waitScan waits for a scan with n healthy devices.
 	waitScan := func(what string, n int) {
 		t.Helper()
 		for {
@@ -181,7 +202,7 @@ func TestWatchFollowsRecreatedDir(t *testing.T) {
 					return
 				}
 			case <-time.After(10 * time.Second):
-				t.Fatalf("%s: no notification leading to %d devices", what, n)
+				t.Fatalf("%s: no notification leading to %d healthy devices", what, n)
 			}
 		}
 	}

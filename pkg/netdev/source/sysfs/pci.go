@@ -159,6 +159,17 @@ func LinkType(root, addr, ifName string) string {
 	return strconv.Itoa(n)
 }
 
+// OperState is the operational state of one of the device's netdevs as the
+// kernel reports it (RFC 2863: "up", "down", "lowerlayerdown", "unknown",
+// ...), "" when it cannot be read.
+func OperState(root, addr, ifName string) string {
+	b, err := os.ReadFile(filepath.Join(netDir(filepath.Join(DevicesDir(root), addr)), ifName, "operstate"))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
 // NetDevPCIAddress returns the PCI address behind a host interface, or ""
 // when it is not a PCI device. root/class/net/<name>/device is the PCI
 // device itself, or a bus device on it (virtio-net: virtioN, whose parent

@@ -75,7 +75,7 @@ func (s *Source) Scan() ([]source.Device, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := source.KeepVanished(s.known, found, func(name string) bool {
+	out := source.KeepVanished(s.known, found, "vDPA device gone from sysfs", func(name string) bool {
 		_, err := os.Stat(filepath.Join(s.devicesDir(), name))
 		return err != nil
 	})

@@ -108,6 +108,14 @@ func link(t testing.TB, target, path string) {
 	}
 }
 
+// SetOperState writes the operstate of netdev ifName of PCI device addr
+// (which AddPCI made with that netdev), as the kernel shows a link going
+// down ("down") or up ("up").
+func SetOperState(t testing.TB, root, addr, ifName, state string) {
+	t.Helper()
+	write(t, filepath.Join(pciDir(root, addr), "net", ifName, "operstate"), state)
+}
+
 // AddNetDev makes root/class/net/<ifName>/device point at PCI device addr
 // (which AddPCI made), as sysfs does for a PCI NIC's interface.
 func AddNetDev(t testing.TB, root, ifName, addr string) {
