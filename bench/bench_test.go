@@ -161,7 +161,8 @@ func TestP6CountsRequestsPerPath(t *testing.T) {
 	}
 	// The API path's network-status starts from its pod read: no read of its own.
 	want := map[string]struct{ deviceReads, claimWrites, addTotal int }{
-		"device plugin": {0, 0, 2}, "DRA local": {0, 1, 3}, "DRA API, network-only claim": {3, 1, 5}, "DRA API, resourceClaim": {3, 1, 5}}
+		"device plugin": {0, 0, 2}, "DRA local": {0, 1, 3}, "DRA API, network-only claim": {3, 1, 5}, "DRA API, resourceClaim": {3, 1, 5},
+		"DRA ext. resource local": {0, 1, 3}, "DRA ext. resource API": {3, 1, 5}}
 	for _, v := range vs {
 		w, ok := want[v.short]
 		if !ok || len(v.addReq) != 1 || len(v.delReq) != 1 {

@@ -82,9 +82,12 @@ func applyCNIRBAC(t *testing.T) {
 	t.Helper()
 	objs, err := e2etest.Objects(filepath.Join(testenv.ModuleRoot(), "deployments", "rbac.yaml"))
 	e2etest.Must(t, err)
-	kinds := []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
-	if len(objs) != 3 || objs[0].GetKind() != kinds[0] || objs[1].GetKind() != kinds[1] || objs[2].GetKind() != kinds[2] {
-		t.Fatalf("rbac.yaml has %d documents, want ServiceAccount, ClusterRole, ClusterRoleBinding", len(objs))
+	// The fourth document, devplumb-metrics-auth, is the metrics container's (TokenReview,
+	// SubjectAccessReview), not the CNI's: go test ./deployments checks it.
+	kinds := []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding"}
+	if len(objs) != 4 || objs[0].GetKind() != kinds[0] || objs[1].GetKind() != kinds[1] || objs[2].GetKind() != kinds[2] ||
+		objs[3].GetName() != "devplumb-metrics-auth" {
+		t.Fatalf("rbac.yaml has %d documents, want ServiceAccount, ClusterRole, ClusterRoleBinding and devplumb-metrics-auth", len(objs))
 	}
 	m, err := e2etest.NewManifests(srv.Config)
 	e2etest.Must(t, err)
