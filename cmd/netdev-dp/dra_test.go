@@ -8,8 +8,8 @@ import (
 	"testing"
 )
 
-// TestDRAModeFlags: the mode is checked, DRA mode refuses what it does not serve
-// (metrics) and names what it lacks (the node name, a readable kubeconfig).
+// TestDRAModeFlags: the mode and the health grace are checked, and DRA mode names
+// what it lacks (the node name, a readable kubeconfig).
 func TestDRAModeFlags(t *testing.T) {
 	work := t.TempDir()
 	config := vhostUserSetup(t, t.TempDir(), work)
@@ -29,7 +29,7 @@ current-context: c
 		want string
 	}{
 		{[]string{"--mode", "plugin"}, 2, `--mode "plugin": want deviceplugin or dra`},
-		{[]string{"--mode", "dra", "--metrics-address", "127.0.0.1:0"}, 2, "not taken with --mode dra"},
+		{[]string{"--mode", "dra", "--health-grace", "-1s"}, 2, "--health-grace -1s: must not be negative"},
 		{[]string{"--mode", "dra", "--node-name", "", "--kubeconfig", kubeconfig}, 1, "DRA mode needs the node name"},
 		{[]string{"--mode", "dra", "--node-name", "n1", "--kubeconfig", filepath.Join(work, "none")}, 1, "kubeconfig " + filepath.Join(work, "none")},
 	} {

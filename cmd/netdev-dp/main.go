@@ -10,9 +10,10 @@
 //
 //	netdev-dp [--mode deviceplugin] --config FILE [--plugin-dir DIR] [--devinfo-dir DIR] [--cdi-dir DIR] [--sysfs-root DIR]
 //	          [--pod-resources-socket SOCKET]
-//	          [--metrics-address HOST:PORT] [--log-level LEVEL] [--log-format text|json] [--debug]
+//	          [--metrics-address HOST:PORT] [--health-grace DURATION] [--log-level LEVEL] [--log-format text|json] [--debug]
 //	netdev-dp --mode dra --config FILE [--node-name NODE] [--kubeconfig FILE] [--driver-name NAME]
-//	          [--kubelet-registrar-dir DIR] [--kubelet-plugins-dir DIR] [--devinfo-dir DIR] [--cdi-dir DIR] ...
+//	          [--kubelet-registrar-dir DIR] [--kubelet-plugins-dir DIR] [--device-metadata=false]
+//	          [--devinfo-dir DIR] [--cdi-dir DIR] [--metrics-address HOST:PORT] ...
 //	netdev-dp --version
 package main
 
@@ -26,6 +27,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
@@ -48,6 +50,7 @@ type options struct {
 	configPath, pluginDir, devinfoDir, cdiDir, sysfsRoot string
 	podResourcesSocket                                   string
 	metricsAddr, mode, kubeconfig                        string
+	healthGrace                                          time.Duration
 	dra                                                  dramode.Options
 	log                                                  *slog.Logger
 }
@@ -73,6 +76,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var m *metrics.Metrics // nil: no metrics
 	if o.metricsAddr != "" {
 		m = metrics.New("netdev_dp")
+		m.SetGrace(o.healthGrace)
+		if o.mode == "dra" {
+			o.dra.Observer = m.DRA(o.dra.DriverName, dramode.RegistrationSocket(o.dra))
+		}
 		stopMetrics, err := metricsserver.Start("--metrics-address", o.metricsAddr, m.Handler(), o.log)
 		if err != nil {
 			o.log.Error("netdev-dp: metrics", "err", err)
@@ -107,6 +114,8 @@ func parse(args []string, stdout, stderr io.Writer) (*options, int) {
 	logFlags := logging.Register(fs)
 	debug := fs.Bool("debug", false, "same as --log-level debug (kept for old command lines)")
 	fs.StringVar(&o.metricsAddr, "metrics-address", "", "serve /metrics, /healthz and /readyz on this address (host:port); empty: off")
+	fs.DurationVar(&o.healthGrace, "health-grace", metrics.DefaultGrace, "how long the kubelet registration may be missing, "+
+		"or published ResourceSlices missing from the API server (dra mode), before /healthz fails")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.StringVar(&o.mode, "mode", "deviceplugin", "deviceplugin or dra")
 	draFlags(fs, &o)
@@ -125,7 +134,10 @@ func parse(args []string, stdout, stderr io.Writer) (*options, int) {
 	}
 	var err error
 	if o.log, err = logFlags.New(stderr); err == nil {
-		err = checkMode(o.mode, o.metricsAddr)
+		err = checkMode(o.mode)
+	}
+	if err == nil && o.healthGrace < 0 {
+		err = fmt.Errorf("--health-grace %s: must not be negative", o.healthGrace)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "netdev-dp: %v\n", err)
@@ -147,16 +159,14 @@ func draFlags(fs *flag.FlagSet, opts *options) {
 	fs.StringVar(&o.RegistrarDir, "kubelet-registrar-dir", kubeletplugin.KubeletRegistryDir, "dra mode: the kubelet's plugin registration dir")
 	fs.StringVar(&o.PluginsDir, "kubelet-plugins-dir", kubeletplugin.KubeletPluginsDir, "dra mode: the kubelet's plugins dir (socket in <dir>/<driver>/dra.sock)")
 	fs.StringVar(&opts.kubeconfig, "kubeconfig", "", "dra mode: kubeconfig file (default: the pod's service account)")
+	fs.BoolVar(&o.Metadata, "device-metadata", true, "dra mode: write each prepared device's metadata (KEP-5304) for its containers, "+
+		"mounted through CDI at /var/run/kubernetes.io/dra-device-attributes/...")
 }
 
-// checkMode refuses an unknown mode, and metrics in DRA mode: they count what the
-// device plugins do.
-func checkMode(mode, metricsAddr string) error {
-	switch {
-	case mode != "deviceplugin" && mode != "dra":
+// checkMode refuses an unknown mode.
+func checkMode(mode string) error {
+	if mode != "deviceplugin" && mode != "dra" {
 		return fmt.Errorf("--mode %q: want deviceplugin or dra", mode)
-	case mode == "dra" && metricsAddr != "":
-		return errors.New("--metrics-address serves the device plugins' metrics and is not taken with --mode dra")
 	}
 	return nil
 }

@@ -8,11 +8,13 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
 // freeAddr is a loopback address nobody listens on right now.
@@ -89,11 +91,20 @@ func TestMetricsAndProbes(t *testing.T) {
 	}
 }
 
+// waitStatus polls url until it answers want; a refused connection (the daemon
+// not listening yet) is a wait too.
 func waitStatus(t *testing.T, url string, want int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		code, body := get(t, url)
+		code, body := 0, ""
+		if resp, err := http.Get(url); err != nil {
+			body = err.Error()
+		} else {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			code, body = resp.StatusCode, string(b)
+		}
 		if code == want {
 			return
 		}
@@ -119,5 +130,52 @@ func TestHelpAndVersionExitZero(t *testing.T) {
 	var errOut bytes.Buffer
 	if code := run([]string{"--config", "x", "--log-format", "xml"}, io.Discard, &errOut); code != 2 || !strings.Contains(errOut.String(), "--log-format") {
 		t.Errorf("bad --log-format: exit %d, %s", code, errOut.String())
+	}
+}
+
+// TestHealthzFollowsTheKubelet kills the kubelet process and removes its kubelet.sock
+// (the kubelet's side of the registration gone): with --health-grace=0, /healthz and
+// /readyz fail at once, naming the resource; a new kubelet on the same root makes
+// netdev-dp register again, and both recover; /metrics counts the restart.
+func TestHealthzFollowsTheKubelet(t *testing.T) {
+	bin := filepath.Join(testenv.Build(t, "./cmd/netdev-dp"), "netdev-dp")
+	root, sockDir, work := t.TempDir(), t.TempDir(), t.TempDir()
+	config := vhostUserSetup(t, sockDir, work, "a.sock")
+	kubelet, _ := startKubelet(t, root)
+	addr := freeAddr(t)
+	dp := exec.Command(bin, "--config", config, "--plugin-dir", kubeletsim.PluginDir(root),
+		"--devinfo-dir", filepath.Join(work, "devinfo"), "--cdi-dir", filepath.Join(work, "cdi"),
+		"--metrics-address", addr, "--health-grace=0")
+	dp.Stderr = os.Stderr
+	if err := dp.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dp.Process.Kill(); dp.Wait() })
+	base := "http://" + addr
+	waitStatus(t, base+"/readyz", http.StatusOK)
+	waitStatus(t, base+"/healthz", http.StatusOK)
+
+	kubelet.Process.Kill()
+	kubelet.Wait()
+	if err := os.Remove(filepath.Join(kubeletsim.PluginDir(root), "kubelet.sock")); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, base+"/healthz", http.StatusServiceUnavailable)
+	if _, body := get(t, base+"/healthz"); !strings.Contains(body, "example.com/vhu: not registered with the kubelet for") {
+		t.Errorf("/healthz says %q", body)
+	}
+	waitStatus(t, base+"/readyz", http.StatusServiceUnavailable)
+
+	startKubelet(t, root)
+	waitStatus(t, base+"/healthz", http.StatusOK)
+	waitStatus(t, base+"/readyz", http.StatusOK)
+	_, body := get(t, base+"/metrics")
+	for _, want := range []string{
+		`netdev_dp_plugin_events_total{event="registered",resource="example.com/vhu"} 2`,
+		`netdev_dp_plugin_events_total{event="kubelet_restart",resource="example.com/vhu"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s\n%s", want, body)
+		}
 	}
 }

@@ -127,15 +127,15 @@ func (n *driverNode) cleanupAPI() {
 	_ = srv.Client.CoreV1().Nodes().Delete(c, n.name, metav1.DeleteOptions{})
 }
 
-// start runs netdev-dp --mode dra as a process and waits until it answers the kubelet's
-// registration call.
-func (n *driverNode) start() {
+// start runs netdev-dp --mode dra (with extra flags) as a process and waits until it
+// answers the kubelet's registration call.
+func (n *driverNode) start(extra ...string) {
 	n.t.Helper()
 	n.runs++
-	p, err := kubeapi.Spawn(n.dir, fmt.Sprintf("netdev-dp-%d", n.runs), n.bin, "--mode=dra", "--config="+n.config,
-		"--node-name="+n.name, "--kubeconfig="+n.kubeconfig, "--sysfs-root="+n.sysfs,
-		"--devinfo-dir="+n.devinfoDir, "--cdi-dir="+n.cdiDir,
-		"--kubelet-registrar-dir="+n.registrar, "--kubelet-plugins-dir="+n.plugins, "--log-level=debug")
+	p, err := kubeapi.Spawn(n.dir, fmt.Sprintf("netdev-dp-%d", n.runs), n.bin, append([]string{"--mode=dra", "--config=" + n.config,
+		"--node-name=" + n.name, "--kubeconfig=" + n.kubeconfig, "--sysfs-root=" + n.sysfs,
+		"--devinfo-dir=" + n.devinfoDir, "--cdi-dir=" + n.cdiDir,
+		"--kubelet-registrar-dir=" + n.registrar, "--kubelet-plugins-dir=" + n.plugins, "--log-level=debug"}, extra...)...)
 	e2etest.Must(n.t, err)
 	n.proc = p
 	n.t.Cleanup(func() {

@@ -33,7 +33,7 @@ func TestDriverUnderNodesim(t *testing.T) {
 		t.Fatalf("pod add: claims %+v", alloc.Claims)
 	}
 	dev := alloc.Claims[0].Devices[0]
-	if dev.Driver != drvDriver || dev.Pool != n.name || len(dev.CDIDeviceIDs) != 1 || !strings.HasPrefix(dev.CDIDeviceIDs[0], drvResVF+"=0000:01:01.") {
+	if dev.Driver != drvDriver || dev.Pool != n.name || len(devicesCDI(dev.CDIDeviceIDs)) != 1 || !strings.HasPrefix(dev.CDIDeviceIDs[0], drvResVF+"=0000:01:01.") {
 		t.Fatalf("prepared device %+v", dev)
 	}
 	if id := n.deviceIDOf(dev.Device); dev.CDIDeviceIDs[0] != drvResVF+"="+id {

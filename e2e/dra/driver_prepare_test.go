@@ -103,7 +103,7 @@ func prepareReq(claims ...*resourceapi.ResourceClaim) *drapb.NodePrepareResource
 func cdiIDs(r *drapb.NodePrepareResourceResponse) []string {
 	var out []string
 	for _, d := range r.GetDevices() {
-		out = append(out, d.CdiDeviceIds...)
+		out = append(out, devicesCDI(d.CdiDeviceIds)...)
 	}
 	slices.Sort(out)
 	return out
@@ -222,7 +222,7 @@ func (n *driverNode) checkFiles(t *testing.T, cdiNames []string, prepared bool) 
 	if errs := cache.GetErrors(); len(errs) != 0 {
 		t.Fatalf("CDI spec errors: %v", errs)
 	}
-	listed := cache.ListDevices()
+	listed, cdiNames := devicesCDI(cache.ListDevices()), devicesCDI(cdiNames)
 	slices.Sort(listed)
 	if want := map[bool][]string{true: cdiNames, false: nil}[prepared]; !slices.Equal(listed, want) {
 		t.Errorf("CDI devices %v, want %v", listed, want)

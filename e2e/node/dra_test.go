@@ -346,7 +346,8 @@ func TestDRAClaimsOnTheRealKubelet(t *testing.T) {
 		t.Errorf("pod %s's container, which references no claim, got the claim's CDI device:\n%s", netOnly.Name, log)
 	}
 
-	want := fmt.Sprintf("c: default/%s %s/%s/%s [%s]", du.claim.Name, draDriver, du.pool, du.name, du.cdiName())
+	// The second CDI device mounts the request's device metadata (KEP-5304, metadata_test.go).
+	want := fmt.Sprintf("c: default/%s %s/%s/%s [%s %s/metadata=%s_dev]", du.claim.Name, draDriver, du.pool, du.name, du.cdiName(), draDriver, du.claim.UID)
 	get, list := podResources(t, used)
 	t.Logf("PodResources Get, pod %s: dynamic_resources %q", used.Name, dynamicResources(get))
 	for how, p := range map[string]*podresourcesv1.PodResources{"Get": get, "List": list} {

@@ -7,7 +7,7 @@ type Event string
 const (
 	EventRegistered     Event = "registered"      // the kubelet accepted a registration
 	EventRegisterFailed Event = "register_failed" // one registration attempt failed
-	EventKubeletRestart Event = "kubelet_restart" // a new kubelet.sock appeared
+	EventKubeletRestart Event = "kubelet_restart" // registered with a new kubelet.sock after another one
 	EventAllocated      Event = "allocated"       // one container's devices were allocated
 	EventAllocateFailed Event = "allocate_failed" // an Allocate call was refused or failed
 )

@@ -136,6 +136,10 @@ func hint(err error) string {
 
 func (s *Server) registered(kubelet sockID) {
 	s.reg = registration{kubelet: kubelet, gen: s.servedGen}
+	if s.lastKubelet.valid() && s.lastKubelet != kubelet {
+		s.observe(EventKubeletRestart) // whichever event (our socket removed, kubelet.sock created) led here
+	}
+	s.lastKubelet = kubelet
 	s.mu.Lock()
 	s.regs++
 	s.mu.Unlock()

@@ -139,7 +139,6 @@ func (l *loop) inDir(ctx context.Context, ev fsnotify.Event) error {
 			return nil
 		}
 		s.log.Info("kubelet.sock created: registering again")
-		s.observe(EventKubeletRestart)
 		return s.register(ctx)
 	case ev.Name == s.socketPath && ev.Has(fsnotify.Remove|fsnotify.Rename):
 		// Our own restart removes and re-creates the socket too; a socket that

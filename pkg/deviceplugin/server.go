@@ -69,10 +69,11 @@ type Server struct {
 
 	// Run's goroutine only: servedGen counts the gRPC servers Run started;
 	// reg is the registration the kubelet last accepted.
-	servedGen uint64
-	reg       registration
-	live      atomic.Bool // registered with the kubelet that is there now
-	running   atomic.Bool
+	servedGen   uint64
+	reg         registration
+	lastKubelet sockID      // of the last accepted registration, kept when reg is reset: a new one is a kubelet restart
+	live        atomic.Bool // registered with the kubelet that is there now
+	running     atomic.Bool
 }
 
 // New checks cfg and returns a server that is not yet serving.

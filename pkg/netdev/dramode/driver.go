@@ -45,6 +45,8 @@ type Options struct {
 	RegistrarDir string               // default kubeletplugin.KubeletRegistryDir
 	PluginsDir   string               // default kubeletplugin.KubeletPluginsDir; ours is <dir>/<driver>
 	Client       kubernetes.Interface // required
+	Observer     Observer             // optional: told what the driver does (metrics, probes; observe.go)
+	Metadata     bool                 // write KEP-5304 device metadata for the containers (metadata.go)
 }
 
 // res is one configured resource.
@@ -74,6 +76,7 @@ type Driver struct {
 	health    healthState
 	noTaints  bool          // the API server drops device taints: leave unhealthy devices out
 	kick      chan struct{} // asks the watch loop for a sync
+	confirm   confirmer     // checks that the API server holds the published slices (observe.go)
 
 	fatalMu sync.Mutex
 	fatal   error                   // set by HandleError: ends Run
@@ -164,6 +167,8 @@ func (d *Driver) Run(ctx context.Context) error {
 		kubeletplugin.DriverName(d.name),
 		kubeletplugin.NodeName(d.pool),
 		kubeletplugin.KubeClient(d.opts.Client),
+		kubeletplugin.GRPCInterceptor(d.observeGRPC),
+		kubeletplugin.EnableDeviceMetadata(d.opts.Metadata, metadataVersions), kubeletplugin.CDIDirectory(d.cdiDir()),
 		kubeletplugin.RegistrarDirectoryPath(d.opts.RegistrarDir),
 		kubeletplugin.PluginDataDirectoryPath(dataDir))
 	if err != nil {
@@ -171,7 +176,7 @@ func (d *Driver) Run(ctx context.Context) error {
 	}
 	defer helper.Stop()
 	d.log.Info("serving as a DRA driver", "node", d.pool, "socket", filepath.Join(dataDir, "dra.sock"), "registrar", d.opts.RegistrarDir)
-	d.watch(ctx, helper)
+	d.watch(ctx, d.observed(helper))
 	return d.fatalErr()
 }
 
@@ -181,6 +186,7 @@ func (d *Driver) HandleError(_ context.Context, err error, msg string) {
 	if errors.Is(err, kubeletplugin.ErrRecoverable) {
 		d.log.Error(msg, "err", err)
 		d.checkTaintsDropped(err)
+		d.observeSliceError(err)
 		return
 	}
 	d.fatalMu.Lock()

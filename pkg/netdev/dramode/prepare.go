@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -22,13 +23,15 @@ func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.
 	defer d.mu.Unlock()
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	for _, c := range claims {
+		start := time.Now()
 		rec, err := d.prepareClaim(c)
+		d.observeClaim("prepare", start, err)
 		if err != nil {
 			d.log.Error("prepare failed", "claim", c.Namespace+"/"+c.Name, "uid", c.UID, "err", err)
 			out[c.UID] = kubeletplugin.PrepareResult{Err: err}
 			continue
 		}
-		out[c.UID] = rec.result()
+		out[c.UID] = d.result(rec)
 	}
 	return out, nil
 }
@@ -102,11 +105,15 @@ func (d *Driver) holder(resource, id string) *record {
 	return nil
 }
 
-func (r *record) result() kubeletplugin.PrepareResult {
+// result is the kubelet's answer for a prepared claim: each device's CDI
+// name and, for kubeletplugin to write when Options.Metadata is on, its
+// metadata.
+func (d *Driver) result(r *record) kubeletplugin.PrepareResult {
 	res := kubeletplugin.PrepareResult{Devices: []kubeletplugin.Device{}}
 	for _, p := range r.Devices {
 		res.Devices = append(res.Devices, kubeletplugin.Device{
 			Requests: p.Requests, PoolName: p.Pool, DeviceName: p.Name, CDIDeviceIDs: []string{p.CDI},
+			Metadata: d.metadata(p),
 		})
 	}
 	return res
@@ -119,7 +126,9 @@ func (d *Driver) UnprepareResourceClaims(_ context.Context, claims []kubeletplug
 	defer d.mu.Unlock()
 	out := make(map[types.UID]error, len(claims))
 	for _, c := range claims {
+		start := time.Now()
 		out[c.UID] = d.unprepare(c.UID)
+		d.observeClaim("unprepare", start, out[c.UID])
 		if out[c.UID] != nil {
 			d.log.Error("unprepare failed", "claim", c.String(), "uid", c.UID, "err", out[c.UID])
 		}

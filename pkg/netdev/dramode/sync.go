@@ -39,6 +39,7 @@ func (d *Driver) sync() error {
 		conflicts = append(conflicts, c...)
 		scans = append(scans, scanned{res: r, devs: kept})
 	}
+	d.observeScan(scans)
 	devices, more := inventory(scans)
 	problems := append(slices.Clone(conflicts), more...)
 	d.mu.Lock()

@@ -1,12 +1,14 @@
-// Package metrics exposes a device plugin daemon's state to Prometheus and
-// its health to the kubelet's probes: devices per resource and health,
-// registrations, kubelet restarts seen, allocations and errors, on
-// /metrics, /healthz and /readyz.
+// Package metrics exposes netdev-dp's state to Prometheus and its health to
+// the kubelet's probes, in both modes: devices per resource and health,
+// registrations, kubelet restarts seen, allocations and errors (device-plugin
+// mode), slices published, claims prepared and unprepared with their latency
+// (DRA mode, dra.go), on /metrics, /healthz and /readyz (probes.go).
 package metrics
 
 import (
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -25,6 +27,7 @@ type Source interface {
 // Metrics collects for every resource Add was given. It is a
 // deviceplugin.Observer.
 type Metrics struct {
+	prefix  string
 	reg     *prometheus.Registry
 	events  *prometheus.CounterVec
 	errors  *prometheus.CounterVec
@@ -32,23 +35,27 @@ type Metrics struct {
 
 	mu      sync.Mutex
 	sources []Source
+	dra     *DRA // DRA mode only
+	probes  probes
 }
 
 // New makes the collectors, registered in a registry of their own (with the
 // process and Go runtime collectors), so tests and daemons never share state.
 func New(prefix string) *Metrics {
 	m := &Metrics{
-		reg: prometheus.NewRegistry(),
+		prefix: prefix,
+		probes: probes{grace: DefaultGrace, now: time.Now, since: map[string]time.Time{}},
+		reg:    prometheus.NewRegistry(),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: prefix + "_plugin_events_total",
-			Help: "Device plugin events per resource: registered, register_failed, kubelet_restart, allocated (one per container), allocate_failed.",
+			Help: "Kubelet plugin events per resource (DRA mode: per driver): registered, register_failed, kubelet_restart, allocated (one per container), allocate_failed.",
 		}, []string{"resource", "event"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: prefix + "_errors_total",
-			Help: "Errors per resource and operation (register, allocate, sync, watch).",
+			Help: "Errors per resource (DRA mode: per driver) and operation (register, allocate, sync, watch, publish, prepare, unprepare).",
 		}, []string{"resource", "op"}),
 		devices: prometheus.NewDesc(prefix+"_devices",
-			"Devices advertised to the kubelet, per resource and health.", []string{"resource", "health"}, nil),
+			"Devices per resource and health: advertised to the kubelet (device-plugin mode), as the last scan found them (DRA mode).", []string{"resource", "health"}, nil),
 	}
 	m.reg.MustRegister(m.events, m.errors, m, collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -102,9 +109,21 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 				unhealthy++
 			}
 		}
-		ch <- prometheus.MustNewConstMetric(m.devices, prometheus.GaugeValue, float64(healthy), s.ResourceName(), "healthy")
-		ch <- prometheus.MustNewConstMetric(m.devices, prometheus.GaugeValue, float64(unhealthy), s.ResourceName(), "unhealthy")
+		m.collectDevices(ch, s.ResourceName(), healthy, unhealthy)
 	}
+	m.mu.Lock()
+	dra := m.dra
+	m.mu.Unlock()
+	if dra != nil {
+		for res, n := range dra.devices() {
+			m.collectDevices(ch, res, n[0], n[1])
+		}
+	}
+}
+
+func (m *Metrics) collectDevices(ch chan<- prometheus.Metric, resource string, healthy, unhealthy int) {
+	ch <- prometheus.MustNewConstMetric(m.devices, prometheus.GaugeValue, float64(healthy), resource, "healthy")
+	ch <- prometheus.MustNewConstMetric(m.devices, prometheus.GaugeValue, float64(unhealthy), resource, "unhealthy")
 }
 
 func (m *Metrics) snapshot() []Source {
@@ -113,27 +132,11 @@ func (m *Metrics) snapshot() []Source {
 	return append([]Source(nil), m.sources...)
 }
 
-// Handler serves /metrics, /healthz (the process answers) and /readyz
-// (every resource is registered with the kubelet that runs now).
+// Handler serves /metrics, /healthz and /readyz (see probes.go).
 func (m *Metrics) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	mux.HandleFunc("/readyz", m.ready)
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { answer(w, m.live()) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { answer(w, m.ready()) })
 	return mux
-}
-
-func (m *Metrics) ready(w http.ResponseWriter, _ *http.Request) {
-	sources := m.snapshot()
-	if len(sources) == 0 {
-		http.Error(w, "no resource is served yet", http.StatusServiceUnavailable)
-		return
-	}
-	for _, s := range sources {
-		if !s.Registered() {
-			http.Error(w, s.ResourceName()+": not registered with the kubelet", http.StatusServiceUnavailable)
-			return
-		}
-	}
-	_, _ = w.Write([]byte("ok\n"))
 }
