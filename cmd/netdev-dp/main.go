@@ -32,6 +32,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/devplumb/devplumb/pkg/base/logging"
+	"github.com/devplumb/devplumb/pkg/base/metricsauth"
 	"github.com/devplumb/devplumb/pkg/base/metricsserver"
 	"github.com/devplumb/devplumb/pkg/base/version"
 	"github.com/devplumb/devplumb/pkg/netdev/dpmode"
@@ -51,6 +52,7 @@ type options struct {
 	podResourcesSocket                                   string
 	metricsAddr, mode, kubeconfig                        string
 	healthGrace                                          time.Duration
+	secure                                               metricsauth.Options
 	dra                                                  dramode.Options
 	log                                                  *slog.Logger
 }
@@ -80,7 +82,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if o.mode == "dra" {
 			o.dra.Observer = m.DRA(o.dra.DriverName, dramode.RegistrationSocket(o.dra))
 		}
-		stopMetrics, err := metricsserver.Start("--metrics-address", o.metricsAddr, m.Handler(), o.log)
+		guarded, tlsCfg, err := o.secure.Wrap(m.MetricsHandler())
+		if err != nil {
+			o.log.Error("netdev-dp: metrics", "err", err)
+			return 1
+		}
+		stopMetrics, err := metricsserver.StartTLS("--metrics-address", o.metricsAddr, m.HandlerWith(guarded), tlsCfg, o.log)
 		if err != nil {
 			o.log.Error("netdev-dp: metrics", "err", err)
 			return 1
@@ -116,6 +123,7 @@ func parse(args []string, stdout, stderr io.Writer) (*options, int) {
 	fs.StringVar(&o.metricsAddr, "metrics-address", "", "serve /metrics, /healthz and /readyz on this address (host:port); empty: off")
 	fs.DurationVar(&o.healthGrace, "health-grace", metrics.DefaultGrace, "how long the kubelet registration may be missing, "+
 		"or published ResourceSlices missing from the API server (dra mode), before /healthz fails")
+	o.secure.Register(fs)
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.StringVar(&o.mode, "mode", "deviceplugin", "deviceplugin or dra")
 	draFlags(fs, &o)

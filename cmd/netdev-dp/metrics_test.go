@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
@@ -176,6 +177,50 @@ func TestHealthzFollowsTheKubelet(t *testing.T) {
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s\n%s", want, body)
+		}
+	}
+}
+
+// With --secure-metrics netdev-dp serves HTTPS: /metrics only to a token the API server
+// accepts (none here: 401, without asking it), the probes to anyone. e2e/kubeapi's
+// TestSecureMetrics runs the same guard against a real API server.
+func TestSecureMetricsFlag(t *testing.T) {
+	b := newBinNode(t, "a.sock")
+	addr := freeAddr(t)
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kc, []byte("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\n"+
+		"contexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\nusers: [{name: u, user: {token: x}}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b.startWith("--metrics-address", addr, "--secure-metrics", "--metrics-kubeconfig", kc,
+		"--pod-resources-socket", b.node.PodResourcesSocket())
+	client := &http.Client{Timeout: 10 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed on purpose
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := client.Get("https://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no HTTPS answer on %s: %v", addr, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	resp, err := client.Get("https://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("/metrics without a token: %d, want 401", resp.StatusCode)
+	}
+	// Go's TLS server answers plain HTTP with 400, never with the metrics.
+	if resp, err := http.Get("http://" + addr + "/metrics"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("plain HTTP on the secure metrics address: %d, want 400", resp.StatusCode)
 		}
 	}
 }

@@ -133,9 +133,18 @@ func (m *Metrics) snapshot() []Source {
 }
 
 // Handler serves /metrics, /healthz and /readyz (see probes.go).
-func (m *Metrics) Handler() http.Handler {
+func (m *Metrics) Handler() http.Handler { return m.HandlerWith(m.MetricsHandler()) }
+
+// MetricsHandler serves the registry's metrics.
+func (m *Metrics) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// HandlerWith is Handler serving metrics at /metrics (MetricsHandler behind metricsauth's
+// guard, for --secure-metrics); the probes stay open: the kubelet calls them without a token.
+func (m *Metrics) HandlerWith(metrics http.Handler) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", metrics)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { answer(w, m.live()) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { answer(w, m.ready()) })
 	return mux
