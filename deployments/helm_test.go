@@ -115,7 +115,18 @@ func normalized(t *testing.T, obj runtime.Object) runtime.Object {
 // With its default values the chart renders exactly the objects of the plain
 // manifests, field by field.
 func TestHelmChartRendersThePlainManifests(t *testing.T) {
-	got, want := render(t, nil), plain(t)
+	sameObjects(t, render(t, nil), plain(t))
+}
+
+// With netdevDP.mode dra the chart renders deployments/ with deployments/dra/ in place of
+// the device plugin, field by field.
+func TestHelmChartRendersTheDRAManifests(t *testing.T) {
+	sameObjects(t, render(t, map[string]any{"netdevDP": map[string]any{"mode": "dra"}}), plainDRA(t))
+}
+
+// sameObjects: the chart rendered exactly want's objects.
+func sameObjects(t *testing.T, got, want map[string]runtime.Object) {
+	t.Helper()
 	if !slices.Equal(slices.Sorted(mapKeys(got)), slices.Sorted(mapKeys(want))) {
 		t.Fatalf("chart renders %v, plain manifests hold %v", slices.Sorted(mapKeys(got)), slices.Sorted(mapKeys(want)))
 	}
