@@ -1,7 +1,6 @@
 package kubeletsim_test
 
 import (
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -9,14 +8,12 @@ import (
 	"testing"
 
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
-	"github.com/devplumb/devplumb/podresources"
 )
 
 // A checkpoint with prepared claims (written by a node with DRA) is served
 // as the kubelet serves its DRA state: each claim in dynamic_resources of
 // the containers that reference it, a claim referenced by none nowhere.
 func TestCheckpointedClaimsInPodResources(t *testing.T) {
-	dir := root(t)
 	pod := kubeletsim.PodAllocation{Namespace: "ns", Name: "web", UID: "u1",
 		Containers: []kubeletsim.ContainerAllocation{{Name: "app", Claims: []string{"net"}}, {Name: "side"}},
 		Claims: []kubeletsim.PreparedClaim{
@@ -26,26 +23,7 @@ func TestCheckpointedClaimsInPodResources(t *testing.T) {
 			{PodClaim: "netonly", Namespace: "ns", Name: "shared", UID: "c2", Drivers: []string{"d.example.com"},
 				Devices: []kubeletsim.PreparedDevice{{Driver: "d.example.com", Pool: "node", Device: "dev1"}}},
 		}}
-	data, err := json.Marshal(map[string]any{"version": 1, "pods": []any{pod}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(kubeletsim.StateDir(dir), 0o750); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(kubeletsim.CheckpointPath(dir), data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	n := startNode(t, dir)
-	c, err := podresources.New(n.PodResourcesSocket())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	got, err := c.Get(t.Context(), "ns", "web")
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, got := servedPod(t, pod)
 	for _, ctr := range got.GetContainers() {
 		drs := ctr.GetDynamicResources()
 		switch ctr.GetName() {
@@ -66,7 +44,7 @@ func TestCheckpointedClaimsInPodResources(t *testing.T) {
 		}
 	}
 	// Without an API server the pod cannot be released: it stays.
-	err = n.DelPodContext(t.Context(), "ns", "web")
+	err := n.DelPodContext(t.Context(), "ns", "web")
 	if err == nil || !strings.Contains(err.Error(), "no API server") || len(n.Pods()) != 1 {
 		t.Errorf("DelPod without DRA = %v, pods %d", err, len(n.Pods()))
 	}

@@ -14,8 +14,8 @@ import (
 )
 
 // servedPod writes a checkpoint with one pod and answers the kubelet's Get
-// for it, through a node started on that checkpoint.
-func servedPod(t *testing.T, pod kubeletsim.PodAllocation) *v1.PodResources {
+// for it, through a node started on that checkpoint (returned too).
+func servedPod(t *testing.T, pod kubeletsim.PodAllocation) (*kubeletsim.Node, *v1.PodResources) {
 	t.Helper()
 	dir := root(t)
 	data, err := json.Marshal(map[string]any{"version": 1, "pods": []any{pod}})
@@ -38,7 +38,7 @@ func servedPod(t *testing.T, pod kubeletsim.PodAllocation) *v1.PodResources {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return got
+	return n, got
 }
 
 // report is the answer in a form to compare: per container,
@@ -95,7 +95,8 @@ func TestExtendedClaimInPodResources(t *testing.T) {
 		"app": {"web-extended-resources-x7k2p ens2f0 [example.com/hostdev=ens2f0]",
 			"web-extended-resources-x7k2p ens2f1 [example.com/hostdev=ens2f0 example.com/hostdev=ens2f1]"},
 	}
-	if got := report(servedPod(t, pod)); !reflect.DeepEqual(got, want) {
+	_, served := servedPod(t, pod)
+	if got := report(served); !reflect.DeepEqual(got, want) {
 		t.Errorf("PodResources\n got %q\nwant %q", got, want)
 	}
 }
