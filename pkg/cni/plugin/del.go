@@ -29,13 +29,19 @@ func (p *Plugin) Del(args *skel.CmdArgs) (retErr error) {
 		p.Log.Warn("DEL does nothing", "err", err)
 		return nil
 	}
-	if err := selfDelegatingConfig(args); err != nil {
-		// ADD refused this config before it set anything up or recorded anything: a
-		// DEL failing on it would keep the pod terminating for ever.
-		p.Log.Warn("DEL does nothing: ADD refuses this config", "err", err)
+	_, perr := config.Parse(args.StdinData)
+	if errors.Is(perr, config.ErrSelfDelegation) {
+		// ADD refused this config (a delegate of devplumb's own type; a link or copy under
+		// another name is caught when the delegate runs: selfCheck, tooDeep) before it set
+		// anything up or recorded anything: a DEL failing on it would keep the pod
+		// terminating for ever.
+		p.Log.Warn("DEL does nothing: ADD refuses this config", "err", perr)
 		return nil
 	}
-	c, cerr := p.newCall(p.withoutBadCNIFile(args), false)
+	if perr != nil {
+		args = p.withoutBadCNIFile(args)
+	}
+	c, cerr := p.newCall(args, false)
 	if cerr != nil {
 		return cerr
 	}
@@ -148,25 +154,13 @@ func (c *call) delegateDel(list *libcni.NetworkConfigList, rt *libcni.RuntimeCon
 	return c.delegates.Del(context.Background(), list, rt)
 }
 
-// selfDelegatingConfig is the config's error when it delegates to devplumb by devplumb's own
-// type name (a link or copy under another name is caught when the delegate runs: selfCheck,
-// tooDeep), else nil.
-func selfDelegatingConfig(args *skel.CmdArgs) error {
-	if _, err := config.Parse(args.StdinData); errors.Is(err, config.ErrSelfDelegation) {
-		return err
-	}
-	return nil
-}
-
 // withoutBadCNIFile drops a runtimeConfig.CNIDeviceInfoFile that ADD
 // refused (outside the device-info dirs, a NUL byte, a name too long): ADD
 // never wrote it, so DEL has nothing to remove there, and failing on it
 // would make DEL fail for ever. DEL then removes only the file of the
 // deterministic name, in devplumb's own directory.
+// Del calls it only for a config that does not parse.
 func (p *Plugin) withoutBadCNIFile(args *skel.CmdArgs) *skel.CmdArgs {
-	if _, err := config.Parse(args.StdinData); err == nil {
-		return args
-	}
 	var raw map[string]any
 	dec := json.NewDecoder(bytes.NewReader(args.StdinData))
 	dec.UseNumber() // numbers in the delegate config pass through as written
