@@ -165,12 +165,14 @@ func TestInstallScriptStopsOnTERMAsPID1(t *testing.T) {
 	cmd := exec.Command("unshare", append([]string{"--pid", "--fork", "--kill-child"}, inner.Args...)...)
 	cmd.Env = inner.Env
 	must(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	// One Wait, whose result the test reads; closed after, so the cleanup's
+	// receive returns whether or not the test read it.
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait(); close(done) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
 	in.waitKubeconfig(t, "tok-123", "CA-1")
 	pid1 := childOf(t, cmd.Process.Pid)
 	must(t, syscall.Kill(pid1, syscall.SIGTERM))
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
 		if err != nil {

@@ -94,14 +94,18 @@ KC
 # credentials is what the kubeconfig is made of and may change under us.
 credentials() { cat "$SA/token" "$SA/ca.crt"; }
 
-# run refreshes until SIGTERM. As a container's PID 1 the shell gets no default signal
-# action, so it traps TERM, and sleeps in the background so the trap runs at once rather
-# than after the sleep (the kubelet would otherwise wait out the grace period and kill).
-# $last must hold the credentials read before the kubeconfig was last written: read
-# after it, a rotation in between would look already done and never be written.
-run() {
+# stop_on_term: as a container's PID 1 the shell gets no default signal action, so it
+# traps TERM, before its first write (a TERM right after it would be ignored otherwise).
+stop_on_term() {
 	sleeper=
 	trap 'log "stopping"; [ -z "$sleeper" ] || kill "$sleeper" 2>/dev/null; exit 0' TERM INT
+}
+
+# run refreshes until SIGTERM. It sleeps in the background so the trap runs at once
+# rather than after the sleep (the kubelet would otherwise wait out the grace period and
+# kill). $last must hold the credentials read before the kubeconfig was last written:
+# read after it, a rotation in between would look already done and never be written.
+run() {
 	while :; do
 		sleep "$REFRESH_SECONDS" &
 		sleeper=$!
@@ -122,6 +126,7 @@ install)
 	write_kubeconfig
 	;;
 run)
+	stop_on_term
 	install_bin
 	last=$(credentials)
 	write_kubeconfig

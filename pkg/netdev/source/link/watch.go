@@ -23,10 +23,23 @@ func (s *Source) Watch(ctx context.Context, changed func()) error {
 	return s.watchOn(ctx, sock, changed)
 }
 
+// rcvbuf is the link-event socket's receive buffer, in bytes.
+const rcvbuf = 4 << 20
+
 func subscribe() (*nl.NetlinkSocket, error) {
 	s, err := nl.Subscribe(unix.NETLINK_ROUTE, unix.RTNLGRP_LINK)
 	if err != nil {
 		return nil, fmt.Errorf("netdevs source: subscribe to link events: %w", err)
+	}
+	// A busy node (pods starting, veths made and moved by the hundred)
+	// overflows the default buffer and loses events (ENOBUFS): a lost
+	// RTM_DELLINK makes a deleted interface leave the list instead of
+	// staying Unhealthy. Root may force a larger one, as ip monitor does.
+	if err := s.SetReceiveBufferSize(rcvbuf, true); err != nil {
+		if err := s.SetReceiveBufferSize(rcvbuf, false); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("netdevs source: netlink receive buffer: %w", err)
+		}
 	}
 	// Receive blocks; a timeout lets the loop notice that ctx ended.
 	if err := s.SetReceiveTimeout(&unix.Timeval{Usec: 200000}); err != nil {
