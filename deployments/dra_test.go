@@ -162,9 +162,10 @@ func TestDRADaemonSet(t *testing.T) {
 	}) {
 		t.Errorf("env %v: no NODE_NAME from spec.nodeName", c.Env)
 	}
-	sas := draObjects[*corev1.ServiceAccount](objs)
+	// netdev-dp-rbac.yaml's, shared with the device plugin's DaemonSet.
+	sas := draObjects[*corev1.ServiceAccount](decode(t)["netdev-dp-rbac.yaml"])
 	if len(sas) != 1 || spec.ServiceAccountName != sas[0].Name {
-		t.Errorf("service account %q, manifests have %v", spec.ServiceAccountName, sas)
+		t.Errorf("service account %q, netdev-dp-rbac.yaml has %v", spec.ServiceAccountName, sas)
 	}
 	want := map[string]string{"--devinfo-dir": "", "--cdi-dir": "", "--kubelet-registrar-dir": "", "--kubelet-plugins-dir": "/" + dramode.DefaultDriverName}
 	for _, a := range c.Args {

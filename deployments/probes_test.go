@@ -1,25 +1,34 @@
 package deployments
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 )
 
-// TestNetdevDPDaemonSetsAreProbed: both netdev-dp DaemonSets (device plugin, DRA) serve
-// metrics and probes, probe /healthz for liveness and /readyz for readiness on the port
-// --metrics-address names, and do not share that port (both may run on a node while it
-// moves from one mode to the other; netdev-dp runs on the host network).
-func TestNetdevDPDaemonSetsAreProbed(t *testing.T) {
+// netdevDPDaemonSets are the device plugin's DaemonSet and the DRA driver's.
+func netdevDPDaemonSets(t *testing.T) []*appsv1.DaemonSet {
+	t.Helper()
 	dra := draObjects[*appsv1.DaemonSet](decodeDRA(t))
 	if len(dra) != 1 {
 		t.Fatalf("%d DRA DaemonSets", len(dra))
 	}
+	return []*appsv1.DaemonSet{daemonSet(t, decode(t)["netdev-dp-daemonset.yaml"]), dra[0]}
+}
+
+// TestNetdevDPDaemonSetsAreProbed: both netdev-dp DaemonSets (device plugin, DRA) serve
+// metrics and probes, probe /healthz for liveness and /readyz for readiness on the port
+// --metrics-address names, over HTTPS (--secure-metrics serves TLS on it), and do not share
+// that port (both may run on a node while it moves from one mode to the other; netdev-dp
+// runs on the host network).
+func TestNetdevDPDaemonSetsAreProbed(t *testing.T) {
 	ports := map[int32]string{}
-	for _, ds := range []*appsv1.DaemonSet{daemonSet(t, decode(t)["netdev-dp-daemonset.yaml"]), dra[0]} {
+	for _, ds := range netdevDPDaemonSets(t) {
 		c := container(t, ds, "netdev-dp")
 		port := metricsPort(t, ds.Name, c)
 		if other, taken := ports[port]; taken {
@@ -35,9 +44,38 @@ func TestNetdevDPDaemonSetsAreProbed(t *testing.T) {
 				t.Errorf("%s: no %s probe", ds.Name, p.kind)
 				continue
 			}
-			if p.probe.HTTPGet.Path != p.path || containerPort(c, p.probe.HTTPGet.Port.String()) != port {
-				t.Errorf("%s: %s probe %s on %s, want %s on %d", ds.Name, p.kind, p.probe.HTTPGet.Path, p.probe.HTTPGet.Port.String(), p.path, port)
+			if g := p.probe.HTTPGet; g.Path != p.path || containerPort(c, g.Port.String()) != port || g.Scheme != corev1.URISchemeHTTPS {
+				t.Errorf("%s: %s probe %s %s on %s, want HTTPS %s on %d", ds.Name, p.kind, g.Scheme, g.Path, g.Port.String(), p.path, port)
 			}
+		}
+	}
+}
+
+// TestNetdevDPMetricsAreSecured: both netdev-dp DaemonSets serve /metrics only to callers
+// the API server authorizes (--secure-metrics), as the service account of
+// netdev-dp-rbac.yaml, which may ask it (system:auth-delegator: TokenReview,
+// SubjectAccessReview) and whose token is mounted.
+func TestNetdevDPMetricsAreSecured(t *testing.T) {
+	objs := decode(t)["netdev-dp-rbac.yaml"]
+	sas := draObjects[*corev1.ServiceAccount](objs)
+	bindings := draObjects[*rbacv1.ClusterRoleBinding](objs)
+	if len(sas) != 1 || len(bindings) != 1 || len(objs) != 2 {
+		t.Fatalf("netdev-dp-rbac.yaml: want one ServiceAccount and one ClusterRoleBinding, has %d objects", len(objs))
+	}
+	sa, b := sas[0], bindings[0]
+	if b.RoleRef.Name != "system:auth-delegator" || len(b.Subjects) != 1 || b.Subjects[0].Name != sa.Name || b.Subjects[0].Namespace != sa.Namespace {
+		t.Errorf("binding %+v does not bind system:auth-delegator to %s/%s", b, sa.Namespace, sa.Name)
+	}
+	for _, ds := range netdevDPDaemonSets(t) {
+		spec := ds.Spec.Template.Spec
+		if spec.ServiceAccountName != sa.Name || ds.Namespace != sa.Namespace {
+			t.Errorf("%s runs as %s/%q, want %s/%s", ds.Name, ds.Namespace, spec.ServiceAccountName, sa.Namespace, sa.Name)
+		}
+		if a := spec.AutomountServiceAccountToken; a != nil && !*a {
+			t.Errorf("%s: no service account token: --secure-metrics cannot ask the API server", ds.Name)
+		}
+		if c := container(t, ds, "netdev-dp"); !slices.Contains(c.Args, "--secure-metrics") {
+			t.Errorf("%s: args %v serve /metrics to anyone on the node's network: want --secure-metrics", ds.Name, c.Args)
 		}
 	}
 }

@@ -35,7 +35,7 @@ kubectl apply -f "$MULTUS_MANIFEST"
 kubectl -n kube-system rollout status ds/kube-multus-ds --timeout=5m
 
 say "1. deployments/ as shipped"
-kubectl apply -f "$REPO/deployments/rbac.yaml" -f "$REPO/deployments/devplumb-daemonset.yaml" -f "$REPO/deployments/netdev-dp-daemonset.yaml"
+kubectl apply -f "$REPO/deployments/rbac.yaml" -f "$REPO/deployments/netdev-dp-rbac.yaml" -f "$REPO/deployments/devplumb-daemonset.yaml" -f "$REPO/deployments/netdev-dp-daemonset.yaml"
 kubectl apply -f "$REPO/deployments/nads/"
 kubectl -n kube-system rollout status ds/devplumb --timeout=5m
 kubectl -n kube-system rollout status ds/netdev-dp --timeout=5m

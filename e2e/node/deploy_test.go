@@ -85,6 +85,7 @@ func deploy(t *testing.T) {
 	// node-policy.yaml too: devplumb's writes go through the admission policy that scopes
 	// them to its node, with the token the installer took from its DaemonSet pod.
 	files := []string{filepath.Join(dir, "rbac.yaml"), filepath.Join(dir, "node-policy.yaml"),
+		filepath.Join(dir, "metrics-rbac.yaml"), filepath.Join(dir, "netdev-dp-rbac.yaml"),
 		filepath.Join(dir, "devplumb-daemonset.yaml"), filepath.Join(dir, "netdev-dp-daemonset.yaml")}
 	e2etest.Must(t, nd.Apply(c, append(files, nads...)...))
 

@@ -321,6 +321,7 @@ func dynamicResources(p *podresourcesv1.PodResources) []string {
 // such a claim through the API server). Deleting the pods unprepares both claims.
 func TestDRAClaimsOnTheRealKubelet(t *testing.T) {
 	draMode(t)
+	newScrapers(t).check(t, draMetrics, "netdev_dp_") // as the device plugin's (metrics_test.go)
 	tmpl := claimTemplate(t, "hostdev", draClass)
 	used := createClaimPod(t, "dra-used", tmpl, true, nil)
 	netOnly := createClaimPod(t, "dra-netonly", tmpl, false, nil)
