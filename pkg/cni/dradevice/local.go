@@ -59,7 +59,8 @@ type Device struct {
 // may find it. The claim the scheduler made for an extended resource backed
 // by DRA (KEP-5004) is reported like any other claim, under the containers
 // that request the resource: netdev-dp's devices of it are found here when
-// the extended resource is named as their resource is.
+// the extended resource is named as their resource is. A driver's
+// device-metadata kind (see isMetadata) names no device of its claims.
 func Local(p *v1.PodResources, resourceName string) []Device {
 	var out []Device
 	seen := map[Claim]bool{}
@@ -69,7 +70,7 @@ func Local(p *v1.PodResources, resourceName string) []Device {
 				c := Claim{Namespace: dr.GetClaimNamespace(), Name: dr.GetClaimName(),
 					Driver: cr.GetDriverName(), Pool: cr.GetPoolName(), Device: cr.GetDeviceName()}
 				id, ok := cdiDeviceID(OwnCDIDevices(dr, i), resourceName)
-				if !ok || seen[c] {
+				if !ok || seen[c] || isMetadata(resourceName, cr) {
 					continue
 				}
 				seen[c] = true
@@ -131,6 +132,13 @@ func LocalAll(p *v1.PodResources, resourceName string) []Device {
 		out = append(out, Local(p, kind)...)
 	}
 	return out
+}
+
+// isMetadata: kind is the driver's KEP-5304 device-metadata CDI kind
+// (<driver>/metadata, one per request, added by kubeletplugin): it names a
+// file to mount, never a device, so its names are no device IDs.
+func isMetadata(kind string, cr *v1.ClaimResource) bool {
+	return kind == cr.GetDriverName()+"/metadata"
 }
 
 // CDIDeviceID is the device ID of an allocated device by the CDI rule: the

@@ -122,3 +122,27 @@ func get(t *testing.T, srv *podresourcestest.Server) *v1.PodResources {
 	}
 	return pod
 }
+
+// With device metadata on (KEP-5304), the kubelet reports each request's
+// metadata CDI device <driver>/metadata=<claim uid>_<request> beside the
+// device's own: LocalAll("") lists the device once, by its own CDI device,
+// so a metadata name never passes for an assigned device ID.
+func TestLocalAllLeavesOutDeviceMetadata(t *testing.T) {
+	srv := podresourcestest.NewServer(t)
+	srv.SetPod(&v1.PodResources{Namespace: "ns", Name: "p", Containers: []*v1.ContainerResources{
+		{Name: "a", DynamicResources: []*v1.DynamicResource{
+			podresourcestest.Claim("ns", "c", podresourcestest.Device(driver, "node1", "vf-1",
+				"example.com/vf=0000:3b:02.1", driver+"/metadata=5f2c_net")),
+			// Another driver's kind named like ours is that driver's business: kept.
+			podresourcestest.Claim("ns", "d", podresourcestest.Device("gpu.example.com", "node1", "g", driver+"/metadata=g")),
+		}},
+	}})
+	got := dradevice.LocalAll(get(t, srv), "")
+	want := []dradevice.Device{
+		{ResourceName: vf, ID: "0000:3b:02.1", Claim: dradevice.Claim{Namespace: "ns", Name: "c", Driver: driver, Pool: "node1", Device: "vf-1"}},
+		{ResourceName: driver + "/metadata", ID: "g", Claim: dradevice.Claim{Namespace: "ns", Name: "d", Driver: "gpu.example.com", Pool: "node1", Device: "g"}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("LocalAll = %+v\nwant %+v", got, want)
+	}
+}
