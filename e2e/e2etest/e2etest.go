@@ -1,7 +1,8 @@
 // Package e2etest holds what the end-to-end test packages share: a bounded test
 // context, Must, the TestMain body of a package run against one API server, a run
 // of the devplumb binary as a container runtime makes it, a pod's network-status,
-// and the one way manifests are read and sent to an API server.
+// the one way manifests are read and sent to an API server, and a scrape of a
+// daemon's secured metrics.
 //
 // It is the e2e layer's test-helper package, as pkg/testenv is the unit layer's.
 package e2etest

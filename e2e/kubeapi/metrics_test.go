@@ -2,9 +2,7 @@ package kubeapi_test
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -38,21 +36,21 @@ func TestSecureMetrics(t *testing.T) {
 	}
 	addr := startSecureMetrics(t)
 
-	if code, body := scrape(t, addr, "/healthz", ""); code != http.StatusOK {
+	if code, body := e2etest.Scrape(t, addr, "/healthz", ""); code != http.StatusOK {
 		t.Errorf("/healthz without a token: %d %s, want 200", code, body)
 	}
-	if code, body := scrape(t, addr, "/metrics", ""); code != http.StatusUnauthorized {
+	if code, body := e2etest.Scrape(t, addr, "/metrics", ""); code != http.StatusUnauthorized {
 		t.Errorf("/metrics without a token: %d %s, want 401", code, body)
 	}
-	if code, body := scrape(t, addr, "/metrics", "not-a-token"); code != http.StatusUnauthorized {
+	if code, body := e2etest.Scrape(t, addr, "/metrics", "not-a-token"); code != http.StatusUnauthorized {
 		t.Errorf("/metrics with a token the API server rejects: %d %s, want 401", code, body)
 	}
-	if code, body := scrape(t, addr, "/metrics", other); code != http.StatusForbidden || !strings.Contains(body, "system:serviceaccount:default:default") {
+	if code, body := e2etest.Scrape(t, addr, "/metrics", other); code != http.StatusForbidden || !strings.Contains(body, "system:serviceaccount:default:default") {
 		t.Errorf("/metrics as default/default: %d %s, want 403 naming the user", code, body)
 	}
 	// The authorizer sees the new binding through its informers: wait for the grant.
 	waitFor(t, "Prometheus's token to scrape /metrics", func() error {
-		code, body := scrape(t, addr, "/metrics", prom)
+		code, body := e2etest.Scrape(t, addr, "/metrics", prom)
 		if code != http.StatusOK || !strings.Contains(body, "devplumb_") {
 			return fmt.Errorf("%d %.200s", code, body)
 		}
@@ -77,32 +75,12 @@ func startSecureMetrics(t *testing.T) string {
 	e2etest.Must(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	waitFor(t, "devplumbctl metrics to answer over TLS", func() error {
-		if code, _ := scrape(t, addr, "/healthz", ""); code != http.StatusOK {
+		if code, _ := e2etest.Scrape(t, addr, "/healthz", ""); code != http.StatusOK {
 			return fmt.Errorf("/healthz: %d", code)
 		}
 		return nil
 	})
 	return addr
-}
-
-// scrape GETs https://addr/path with token as bearer (none when empty); the certificate is
-// self-signed, as a DaemonSet serves it without --tls-cert-file.
-func scrape(t *testing.T, addr, path, token string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, "https://"+addr+path, nil)
-	e2etest.Must(t, err)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	client := &http.Client{Timeout: 20 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed on purpose
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
 }
 
 // serviceAccountToken makes namespace/name (and the namespace) and returns a token of it.

@@ -2,13 +2,10 @@ package node_test
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -47,17 +44,17 @@ func newScrapers(t *testing.T) scrapers {
 
 func (s scrapers) check(t *testing.T, addr, family string) {
 	t.Helper()
-	if code, body := scrape(t, addr, "/healthz", ""); code != http.StatusOK {
+	if code, body := e2etest.Scrape(t, addr, "/healthz", ""); code != http.StatusOK {
 		t.Errorf("%s/healthz without a token: %d %s, want 200", addr, code, body)
 	}
-	if code, body := scrape(t, addr, "/metrics", ""); code != http.StatusUnauthorized {
+	if code, body := e2etest.Scrape(t, addr, "/metrics", ""); code != http.StatusUnauthorized {
 		t.Errorf("%s/metrics without a token: %d %.200s, want 401", addr, code, body)
 	}
-	if code, body := scrape(t, addr, "/metrics", s.other); code != http.StatusForbidden {
+	if code, body := e2etest.Scrape(t, addr, "/metrics", s.other); code != http.StatusForbidden {
 		t.Errorf("%s/metrics as monitoring/not-prometheus: %d %.200s, want 403", addr, code, body)
 	}
 	waitFor(t, "Prometheus's token to scrape "+addr, func(context.Context) error {
-		if code, body := scrape(t, addr, "/metrics", s.prom); code != http.StatusOK || !strings.Contains(body, family) {
+		if code, body := e2etest.Scrape(t, addr, "/metrics", s.prom); code != http.StatusOK || !strings.Contains(body, family) {
 			return fmt.Errorf("%d %.200s", code, body)
 		}
 		return nil
@@ -79,24 +76,4 @@ func saToken(t *testing.T, namespace, name string) string {
 	tr, err := nd.Client.CoreV1().ServiceAccounts(namespace).CreateToken(c, name, &authnv1.TokenRequest{}, metav1.CreateOptions{})
 	e2etest.Must(t, err)
 	return tr.Status.Token
-}
-
-// scrape GETs https://addr/path with token as bearer (none when empty); the DaemonSets
-// serve a self-signed certificate (no --tls-cert-file).
-func scrape(t *testing.T, addr, path, token string) (int, string) {
-	t.Helper()
-	client := &http.Client{Timeout: 10 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed on purpose
-	req, err := http.NewRequestWithContext(ctx(t), http.MethodGet, "https://"+addr+path, nil)
-	e2etest.Must(t, err)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatalf("GET https://%s%s: %v", addr, path, err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
 }
