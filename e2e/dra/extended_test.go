@@ -226,14 +226,21 @@ func extDeviceStatus(t *testing.T, claim *resourceapi.ResourceClaim, device stri
 	return deviceStatus(t, claim.Name, drvDriver, device)
 }
 
-// TestNodesimWipesDeregisteredDriverSlices: as the kubelet does, nodesim deletes a DRA
-// driver's ResourceSlices of the node once the driver has been gone (its registration
-// socket removed) for the wipe delay, and no other driver's.
+// TestNodesimWipesDeregisteredDriverSlices: as the kubelet does, nodesim deletes at its
+// start the node's ResourceSlices a driver left while it was down, and a DRA driver's
+// ResourceSlices of the node once the driver has been gone (its registration socket
+// removed) for the wipe delay, and no other driver's.
 func TestNodesimWipesDeregisteredDriverSlices(t *testing.T) {
 	node := "wipe-" + cniRandom()
 	root, err := os.MkdirTemp("", "ns") // short: unix socket paths are
 	e2etest.Must(t, err)
 	t.Cleanup(func() { os.RemoveAll(root) })
+	left := "left-" + cniRandom() + ".example.com"
+	_, err = srv.Client.ResourceV1().ResourceSlices().Create(e2etest.Ctx(t), &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: node + "-"},
+		Spec: resourceapi.ResourceSliceSpec{Driver: left, NodeName: &node, Pool: resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1},
+			Devices: []resourceapi.Device{{Name: "dev-0"}}}}, metav1.CreateOptions{})
+	e2etest.Must(t, err)
 	n, err := kubeletsim.StartWithOptions(e2etest.Ctx(t), root, simLogger(),
 		kubeletsim.Options{DRA: &kubeletsim.DRAOptions{Client: srv.Client, NodeName: node, WipeDelay: 100 * time.Millisecond}})
 	e2etest.Must(t, err)
@@ -243,6 +250,7 @@ func TestNodesimWipesDeregisteredDriverSlices(t *testing.T) {
 	stays := simStartDriver(t, root, node, "s-"+cniRandom()+".example.com", []string{"dev-0"})
 	e2etest.Must(t, n.WaitDRADriver(e2etest.Ctx(t), gone.name))
 	e2etest.Must(t, n.WaitDRADriver(e2etest.Ctx(t), stays.name))
+	simWaitSlice(t, node, left, 0)
 	gone.helper.Stop()
 	simWaitSlice(t, node, gone.name, 0)
 	simWaitSlice(t, node, stays.name, 1)

@@ -47,6 +47,13 @@ func (n *Node) startDRA(opts *DRAOptions) error {
 	if err := n.cluster.RegisterNode(ctx); err != nil {
 		return fmt.Errorf("kubeletsim: %w", err)
 	}
+	// The kubelet wipes its node's slices when it starts (DRAPluginManager in
+	// pkg/kubelet/cm/dra/plugin): those of a driver that left while it was
+	// down must not draw pods to a node where nothing prepares their claims.
+	// A running driver's ResourceSlice controller publishes them again.
+	if err := n.cluster.DeleteSlices(ctx, ""); err != nil {
+		return fmt.Errorf("kubeletsim: at start: %w", err)
+	}
 	// The kubelet creates both directories at its start.
 	if err := os.MkdirAll(PluginsDir(n.root), 0o750); err != nil {
 		return fmt.Errorf("create DRA plugins directory: %w", err)

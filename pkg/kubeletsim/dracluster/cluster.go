@@ -202,12 +202,16 @@ func wrap(err error, format string, args ...any) error {
 }
 
 // DeleteSlices deletes the driver's ResourceSlices of this node, as the
-// kubelet does after the driver deregistered.
+// kubelet does after the driver deregistered; driver "" deletes those of
+// every driver, as the kubelet does when it starts.
 func (c *Cluster) DeleteSlices(ctx context.Context, driver string) error {
-	sel := fields.Set{resourceapi.ResourceSliceSelectorNodeName: c.node, resourceapi.ResourceSliceSelectorDriver: driver}
+	sel, of := fields.Set{resourceapi.ResourceSliceSelectorNodeName: c.node}, "every driver"
+	if driver != "" {
+		sel[resourceapi.ResourceSliceSelectorDriver], of = driver, "driver "+driver
+	}
 	err := c.client.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: sel.String()})
 	if err != nil {
-		return wrap(err, "delete ResourceSlices of driver %s on node %s", driver, c.node)
+		return wrap(err, "delete ResourceSlices of %s on node %s", of, c.node)
 	}
 	return nil
 }
