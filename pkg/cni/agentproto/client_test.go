@@ -2,9 +2,11 @@ package agentproto
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"path/filepath"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 
@@ -150,4 +152,31 @@ func TestCallLost(t *testing.T) {
 			wantUnavailable(t, err, tc.says)
 		})
 	}
+}
+
+// Calls on many connections at once each get their own answers.
+func TestConcurrentCalls(t *testing.T) {
+	s := serve(t, t.TempDir(), Server{})
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() {
+			c, err := Dial(s.path, 5*time.Second, "entry-test")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer c.Close()
+			id := fmt.Sprintf("c%d", i)
+			a, err := c.Prepare(context.Background(), &Prepare{Command: CmdAdd, ContainerID: id, IfName: "net1"})
+			if err != nil || a.Attachment != "att-"+id {
+				t.Errorf("%s: prepare answer %+v, %v", id, a, err)
+				return
+			}
+			got, err := c.Commit(context.Background(), &Commit{Attachment: a.Attachment, Result: []byte(id)})
+			if err != nil || string(got.Result) != "committed:"+id {
+				t.Errorf("%s: commit answer %+v, %v", id, got, err)
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -36,3 +36,22 @@ func TestFrameRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// Whatever arrives, readFrame returns a message or an error, never panics,
+// and never reads past the frame its prefix announces.
+func FuzzReadFrame(f *testing.F) {
+	f.Add(frame(helloFrame))
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
+	f.Add(append([]byte{0, 0, 0, 100}, "0123456789"...))
+	f.Add(frame(`{"prepare":{"stdinData":"not base64"}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r := bytes.NewReader(b)
+		var req request
+		if err := readFrame(r, &req); err == nil {
+			if read := len(b) - r.Len(); read > 4+MaxFrame {
+				t.Errorf("read %d bytes", read)
+			}
+			_, _ = req.kind()
+		}
+	})
+}
