@@ -1,0 +1,172 @@
+package agentproto
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"syscall"
+	"time"
+)
+
+// ErrUnavailable is every client error: the agent cannot serve this call, so
+// the entry point does it itself (devplumb-direct). The wrapped message says
+// which case it was.
+var ErrUnavailable = errors.New("devplumb agent unavailable")
+
+// DefaultCallTimeout bounds a Prepare or Commit whose context has no deadline.
+const DefaultCallTimeout = 2 * time.Minute
+
+// Client is one CNI call's connection to the agent. It is not safe for
+// concurrent use: a call is hello, prepare, commit in order.
+type Client struct {
+	conn  net.Conn
+	path  string
+	Agent Hello // what the agent answered to hello
+}
+
+func unavailable(format string, args ...any) error {
+	return fmt.Errorf("%w: %w", ErrUnavailable, fmt.Errorf(format, args...))
+}
+
+// Dial connects to the agent at path and exchanges hello within bound (the
+// design's 100 ms), telling the agent this entry point's build.
+func Dial(path string, bound time.Duration, build string) (*Client, error) {
+	deadline := time.Now().Add(bound)
+	d := net.Dialer{Deadline: deadline}
+	conn, err := d.Dial("unix", path)
+	if err != nil {
+		return nil, dialError(path, bound, err)
+	}
+	c := &Client{conn: conn, path: path}
+	if err := conn.SetDeadline(deadline); err != nil {
+		conn.Close()
+		return nil, unavailable("hello: %w", err)
+	}
+	if err := c.hello(build); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// dialError names why the socket could not be reached.
+func dialError(path string, bound time.Duration, err error) error {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return unavailable("no agent socket at %s: %w", path, err)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return unavailable("nobody listening on %s (a dead agent's socket): %w", path, err)
+	case errors.Is(err, fs.ErrPermission):
+		return unavailable("not allowed to connect to %s: %w", path, err)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return unavailable("no connection to %s within %v: %w", path, bound, err)
+	}
+	return unavailable("connect to %s: %w", path, err)
+}
+
+func (c *Client) hello(build string) error {
+	mine := Hello{Protocol: ProtocolVersion, Build: build}
+	resp, err := c.roundTrip(&request{Hello: &mine}, "hello")
+	if err != nil {
+		return err
+	}
+	if resp.Hello == nil {
+		return unavailable("agent on %s refused the connection: %s", c.path, resp.Error)
+	}
+	c.Agent = *resp.Hello
+	if resp.Hello.Protocol != ProtocolVersion {
+		return unavailable("protocol version skew: entry point (build %s) speaks %d, agent (build %s) speaks %d",
+			build, ProtocolVersion, resp.Hello.Build, resp.Hello.Protocol)
+	}
+	if resp.Error != "" {
+		return unavailable("agent on %s refused hello: %s", c.path, resp.Error)
+	}
+	return nil
+}
+
+// Close ends the connection; the agent forgets nothing by it (records hold
+// the state), so an entry point that dies mid-call leaves no harm behind.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Prepare sends the call's CNI command and arguments and returns the agent's
+// answer, checked. ctx bounds the round trip (DefaultCallTimeout without a
+// deadline).
+func (c *Client) Prepare(ctx context.Context, p *Prepare) (*PrepareAnswer, error) {
+	resp, err := c.call(ctx, &request{Prepare: p}, "prepare")
+	if err != nil {
+		return nil, err
+	}
+	return answer(resp.Prepare, "prepare")
+}
+
+// Commit reports the delegate's outcome and returns what to print.
+func (c *Client) Commit(ctx context.Context, cm *Commit) (*CommitAnswer, error) {
+	resp, err := c.call(ctx, &request{Commit: cm}, "commit")
+	if err != nil {
+		return nil, err
+	}
+	return answer(resp.Commit, "commit")
+}
+
+// answer refuses an agent's missing or self-contradicting answer: the
+// entry point falls back rather than guess.
+func answer[A any, PA interface {
+	*A
+	check() error
+}](a PA, kind string) (PA, error) {
+	if _, err := checked(a, nil); err != nil {
+		return nil, unavailable("%s answer: %w", kind, err)
+	}
+	return a, nil
+}
+
+// call is one round trip under ctx: its deadline, and its cancellation
+// cutting the wait short.
+func (c *Client) call(ctx context.Context, req *request, kind string) (*response, error) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(DefaultCallTimeout)
+	}
+	// Set before the AfterFunc, so a cancellation's deadline is the last.
+	if err := c.conn.SetDeadline(deadline); err != nil {
+		return nil, unavailable("%s: %w", kind, err)
+	}
+	stop := context.AfterFunc(ctx, func() { c.conn.SetDeadline(time.Now()) })
+	defer stop()
+	resp, err := c.roundTrip(req, kind)
+	if err != nil && ctx.Err() != nil {
+		return nil, fmt.Errorf("%w (%w)", err, ctx.Err())
+	}
+	if err == nil && resp.Error != "" {
+		return nil, unavailable("agent failed %s: %s", kind, resp.Error)
+	}
+	return resp, err
+}
+
+// roundTrip sends req and reads its answer by the connection's deadline.
+func (c *Client) roundTrip(req *request, kind string) (*response, error) {
+	if err := writeFrame(c.conn, req); err != nil {
+		// A refused peer is answered and closed before it is read: the
+		// refusal says more than the broken pipe.
+		var resp response
+		if readFrame(c.conn, &resp) == nil && resp.Error != "" {
+			return &resp, nil
+		}
+		return nil, unavailable("%s to %s: %w", kind, c.path, err)
+	}
+	var resp response
+	if err := readFrame(c.conn, &resp); err != nil {
+		if err == io.EOF {
+			return nil, unavailable("agent on %s closed the connection without a %s answer", c.path, kind)
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, unavailable("no %s answer from %s in time: %w", kind, c.path, err)
+		}
+		return nil, unavailable("%s answer from %s: %w", kind, c.path, err)
+	}
+	return &resp, nil
+}

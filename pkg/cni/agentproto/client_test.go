@@ -1,0 +1,182 @@
+package agentproto
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+)
+
+// One connection per CNI call: hello, prepare, then commit when there is a
+// delegate to run; the handler sees exactly what the entry point sent.
+func TestRoundTrip(t *testing.T) {
+	s := serve(t, t.TempDir(), Server{})
+	for _, cmd := range []string{CmdAdd, CmdDel, CmdCheck} {
+		t.Run(cmd, func(t *testing.T) {
+			c := dial(t, s.path)
+			if c.Agent != (Hello{Protocol: ProtocolVersion, Build: "agent-test"}) {
+				t.Errorf("agent hello %+v", c.Agent)
+			}
+			p := Prepare{Command: cmd, ContainerID: "c-" + cmd, Netns: "/var/run/netns/x", IfName: "net1",
+				Args: "K8S_POD_NAME=p;IgnoreUnknown=1", Path: "/opt/cni/bin", StdinData: []byte("not json \x00")}
+			a, err := c.Prepare(context.Background(), &p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if prepared, _ := s.h.calls(); !reflect.DeepEqual(prepared[len(prepared)-1], p) {
+				t.Errorf("handler got %+v, sent %+v", prepared[len(prepared)-1], p)
+			}
+			checkAnswer(t, c, cmd, a)
+		})
+	}
+}
+
+// checkAnswer checks the testHandler's answer to cmd and commits an ADD.
+func checkAnswer(t *testing.T, c *Client, cmd string, a *PrepareAnswer) {
+	t.Helper()
+	switch cmd {
+	case CmdAdd:
+		if a.Delegate == nil || a.Delegate.CapabilityArgs["deviceID"] != "0000:01:00.1" || a.Attachment == "" {
+			t.Fatalf("ADD answer %+v", a)
+		}
+		got, err := c.Commit(context.Background(), &Commit{Attachment: a.Attachment, Result: []byte(`{"cniVersion":"1.0.0"}`)})
+		if err != nil || string(got.Result) != `committed:{"cniVersion":"1.0.0"}` || got.Error != nil {
+			t.Errorf("commit answer %+v, %v", got, err)
+		}
+		failed, err := c.Commit(context.Background(), &Commit{Attachment: a.Attachment, Error: types.NewError(7, "delegate failed", "")})
+		if err != nil || failed.Error == nil || failed.Error.Msg != "delegate failed" {
+			t.Errorf("failed delegate's commit answer %+v, %v", failed, err)
+		}
+	case CmdDel:
+		if *a != (PrepareAnswer{}) {
+			t.Errorf("DEL answer %+v, want nothing to run", a)
+		}
+	case CmdCheck:
+		if a.Error == nil || a.Error.Code != types.ErrInvalidNetworkConfig || a.Delegate != nil {
+			t.Errorf("CHECK answer %+v, want the CNI error", a)
+		}
+	}
+}
+
+// An agent of another protocol version is unavailable, and the error names
+// both versions and builds.
+func TestVersionSkew(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.sock")
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		var req request
+		if readFrame(c, &req) == nil {
+			writeFrame(c, &response{Hello: &Hello{Protocol: ProtocolVersion + 1, Build: "agent-v9"}, Error: "not served"})
+		}
+	}()
+	_, err = Dial(path, 5*time.Second, "entry-v1")
+	wantUnavailable(t, err, "protocol version skew", "entry-v1", "agent-v9", "speaks 1", "speaks 2")
+}
+
+// Each way of the agent not being there is ErrUnavailable within the bound,
+// saying which way it was.
+func TestDialUnavailable(t *testing.T) {
+	dir := t.TempDir()
+	stale := filepath.Join(dir, "stale.sock")
+	staleSocket(t, stale)
+	silent := filepath.Join(dir, "silent.sock")
+	sl, err := net.Listen("unix", silent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sl.Close()
+	go func() { // accepts and never answers
+		for {
+			c, err := sl.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	for _, tc := range []struct{ name, path, says string }{
+		{"no socket", filepath.Join(dir, "none.sock"), "no agent socket"},
+		{"nobody listening", stale, "nobody listening"},
+		{"never answers", silent, "no hello answer"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Dial(tc.path, 100*time.Millisecond, "entry-test")
+			wantUnavailable(t, err, tc.says, tc.path)
+		})
+	}
+}
+
+// A call the agent does not answer in time, and an agent stopping mid-call
+// (a restart mid-ADD), are ErrUnavailable.
+func TestCallLost(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lose func(s *served, cancel context.CancelFunc)
+		says string
+	}{
+		{"deadline", func(*served, context.CancelFunc) {}, "no prepare answer"},
+		{"cancelled", func(_ *served, cancel context.CancelFunc) { cancel() }, "context canceled"},
+		{"agent stops", func(s *served, _ context.CancelFunc) { go s.stop() }, "closed the connection"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &testHandler{block: make(chan struct{}), entered: make(chan struct{}, 1)}
+			s := serve(t, t.TempDir(), Server{Handler: h})
+			t.Cleanup(func() { close(h.block) }) // before the server stops: it waits for its calls
+			c := dial(t, s.path)
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			if tc.name != "deadline" {
+				ctx, cancel = context.WithCancel(context.Background())
+				defer cancel()
+			}
+			go func() {
+				<-h.entered
+				tc.lose(s, cancel)
+			}()
+			_, err := c.Prepare(ctx, &Prepare{Command: CmdAdd, ContainerID: "c", IfName: "net1"})
+			wantUnavailable(t, err, tc.says)
+		})
+	}
+}
+
+// Calls on many connections at once each get their own answers.
+func TestConcurrentCalls(t *testing.T) {
+	s := serve(t, t.TempDir(), Server{})
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() {
+			c, err := Dial(s.path, 5*time.Second, "entry-test")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer c.Close()
+			id := fmt.Sprintf("c%d", i)
+			a, err := c.Prepare(context.Background(), &Prepare{Command: CmdAdd, ContainerID: id, IfName: "net1"})
+			if err != nil || a.Attachment != "att-"+id {
+				t.Errorf("%s: prepare answer %+v, %v", id, a, err)
+				return
+			}
+			got, err := c.Commit(context.Background(), &Commit{Attachment: a.Attachment, Result: []byte(id)})
+			if err != nil || string(got.Result) != "committed:"+id {
+				t.Errorf("%s: commit answer %+v, %v", id, got, err)
+			}
+		})
+	}
+	wg.Wait()
+}
