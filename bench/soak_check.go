@@ -43,13 +43,17 @@ func startDaemon(logDir, bin string, args ...string) (*daemon, error) {
 }
 
 // stop sends SIGTERM and, after 5 s, SIGKILL.
-func (d *daemon) stop() {
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+func (d *daemon) stop() { terminate(d.cmd.Process, d.done, 5*time.Second) }
+
+// terminate sends p SIGTERM and, if it has not exited (exited closed) within
+// grace, SIGKILL, and waits for it.
+func terminate(p *os.Process, exited <-chan struct{}, grace time.Duration) {
+	_ = p.Signal(syscall.SIGTERM)
 	select {
-	case <-d.done:
-	case <-time.After(5 * time.Second):
-		_ = d.cmd.Process.Kill()
-		<-d.done
+	case <-exited:
+	case <-time.After(grace):
+		_ = p.Kill()
+		<-exited
 	}
 }
 

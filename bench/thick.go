@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -182,13 +181,7 @@ func (t *thickDaemon) stop() {
 	if t == nil || t.cmd == nil {
 		return
 	}
-	_ = t.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-t.exited:
-	case <-time.After(10 * time.Second):
-		_ = t.cmd.Process.Kill()
-		<-t.exited
-	}
+	terminate(t.cmd.Process, t.exited, 10*time.Second)
 }
 
 // tailFile is the last n lines of path, for errors.
