@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/version"
@@ -66,17 +65,13 @@ func serverAtLeast(t *testing.T, major, minor uint) bool {
 func TestCNIClaimStatusNeedsDriverRule(t *testing.T) {
 	bindCNIRole(t, "cni-no-driver-rule", shippedRules(t, "resourceclaims/driver"))
 	n := newCNINode(t)
-	kc := n.devplumbKubeconfig()
-	dev, pod, claimName := n.oneDevicePod(false)
-	conf := n.conf(map[string]any{"resourceClaim": "net", "kubeconfig": kc})
-	netns := testenv.NetNS(t).Path()
-
-	res := n.run("ADD", conf, netns, pod, "net1")
+	a := n.claimADD(n.devplumbKubeconfig())
+	res := a.res
 	if !granularClaimStatus(t) {
-		n.acceptedThenDeleted(res, conf, netns, pod, claimName)
+		n.acceptedThenDeleted(a)
 		return
 	}
-	for _, s := range []string{"writing the status of ResourceClaim default/" + claimName,
+	for _, s := range []string{"writing the status of ResourceClaim default/" + a.claim,
 		`verb "associated-node:patch" on resource "resourceclaims/driver"`, `name "` + n.driver + `"`, `in namespace "default"`} {
 		if res.Code != 106 || !strings.Contains(res.Msg, s) {
 			t.Fatalf("ADD without the driver rule: %q not in %+v", s, res)
@@ -85,7 +80,7 @@ func TestCNIClaimStatusNeedsDriverRule(t *testing.T) {
 	if strings.Contains(res.Msg, "arbitrary-node") || !strings.Contains(res.Details, "status.devices") {
 		t.Errorf("the credential is on the claim's node, the rule alone is missing: %+v", res)
 	}
-	n.nothingWritten(pod, claimName, dev)
+	n.nothingWritten(a.pod, a.claim, a.dev)
 }
 
 // With the shipped RBAC, a token bound to a pod on another node than the claim's is
@@ -95,29 +90,27 @@ func TestCNIClaimStatusOtherNodesToken(t *testing.T) {
 	applyCNIRBAC(t)
 	n := newCNINode(t)
 	kc := writeKubeconfig(t, filepath.Join(n.dir, "other.kubeconfig"), podBoundToken(t, "devplumb-daemonset.yaml", "other-"+n.name))
-	dev, pod, claimName := n.oneDevicePod(false)
-	conf := n.conf(map[string]any{"resourceClaim": "net", "kubeconfig": kc})
-	netns := testenv.NetNS(t).Path()
-	res := n.run("ADD", conf, netns, pod, "net1")
+	a := n.claimADD(kc)
+	res := a.res
 	if !granularClaimStatus(t) {
-		n.acceptedThenDeleted(res, conf, netns, pod, claimName)
+		n.acceptedThenDeleted(a)
 		return
 	}
 	if res.Code != 106 || !strings.Contains(res.Msg, `resource "resourceclaims/driver"`) ||
 		!strings.Contains(res.Msg, `tried only "arbitrary-node:patch"`) {
 		t.Fatalf("ADD with another node's token: %+v", res)
 	}
-	n.nothingWritten(pod, claimName, dev)
+	n.nothingWritten(a.pod, a.claim, a.dev)
 }
 
-// acceptedThenDeleted checks, for an API server before 1.36, that ADD (res) wrote the
+// acceptedThenDeleted checks, for an API server before 1.36, that the ADD wrote the
 // claim's status and DEL removes it.
-func (n *cniNode) acceptedThenDeleted(res e2etest.CNIResult, conf map[string]any, netns string, pod *corev1.Pod, claim string) {
+func (n *cniNode) acceptedThenDeleted(a *claimAttempt) {
 	n.t.Helper()
-	if res.Code != 0 || deviceStatus(n.t, claim, n.driver, "dev-0") == nil {
-		n.t.Fatalf("ADD before 1.36, where resourceclaims/status is enough: %+v", res)
+	if a.res.Code != 0 || deviceStatus(n.t, a.claim, n.driver, "dev-0") == nil {
+		n.t.Fatalf("ADD before 1.36, where resourceclaims/status is enough: %+v", a.res)
 	}
-	if res := n.run("DEL", conf, netns, pod, "net1"); res.Code != 0 || deviceStatus(n.t, claim, n.driver, "dev-0") != nil {
+	if res := n.run("DEL", a.conf, a.netns, a.pod, "net1"); res.Code != 0 || deviceStatus(n.t, a.claim, n.driver, "dev-0") != nil {
 		n.t.Fatalf("DEL before 1.36: %+v", res)
 	}
 }

@@ -80,6 +80,25 @@ func (n *cniNode) veth() string {
 	return name
 }
 
+// claimAttempt is an ADD of net1 for a one-device pod's claim "net" (dev its
+// device), as the claim-status permission tests make it.
+type claimAttempt struct {
+	dev, claim, netns string
+	pod               *corev1.Pod
+	conf              map[string]any
+	res               e2etest.CNIResult
+}
+
+// claimADD runs that ADD with the kubeconfig kc, in a new netns.
+func (n *cniNode) claimADD(kc string) *claimAttempt {
+	n.t.Helper()
+	a := &claimAttempt{netns: testenv.NetNS(n.t).Path()}
+	a.dev, a.pod, a.claim = n.oneDevicePod(false)
+	a.conf = n.conf(map[string]any{"resourceClaim": "net", "kubeconfig": kc})
+	a.res = n.run("ADD", a.conf, a.netns, a.pod, "net1")
+	return a
+}
+
 // oneDevicePod publishes a veth as the slice's one device, dev-0, and makes a pod whose
 // claim "net" (from a template, owned by the pod, when template) is allocated dev-0 and
 // reserved for the pod. It returns the veth, the pod and the claim's name.

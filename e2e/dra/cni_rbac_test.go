@@ -147,13 +147,9 @@ func TestCNIClaimStatusRequiredOrBestEffort(t *testing.T) {
 	}
 	bindCNIRole(t, "cni-no-claim-status", rules)
 	n := newCNINode(t)
-	kc := n.devplumbKubeconfig()
-	dev, pod, claimName := n.oneDevicePod(false)
-	conf := n.conf(map[string]any{"resourceClaim": "net", "kubeconfig": kc})
-	netns := testenv.NetNS(t).Path()
-
-	res := n.run("ADD", conf, netns, pod, "net1")
-	if res.Code != 106 || !strings.Contains(res.Msg, "writing the status of ResourceClaim default/"+claimName) ||
+	a := n.claimADD(n.devplumbKubeconfig())
+	dev, pod, claimName, conf, netns := a.dev, a.pod, a.claim, a.conf, a.netns
+	if res := a.res; res.Code != 106 || !strings.Contains(res.Msg, "writing the status of ResourceClaim default/"+claimName) ||
 		!strings.Contains(res.Details, "forbidden") {
 		t.Fatalf("required ADD without claim status rights: %+v", res)
 	}
