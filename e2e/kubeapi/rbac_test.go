@@ -43,17 +43,10 @@ func TestShippedRBACIsEnoughAndNoMore(t *testing.T) {
 
 	applyRBAC(t)
 	// The RBAC authorizer sees new bindings through its informers: wait for the grant.
-	deadline := time.Now().Add(time.Minute)
-	for {
-		_, err = c.NADResourceName(e2etest.Ctx(t), "default", "rbac-net")
-		if err == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatalf("NAD get with the shipped RBAC: %v", err)
-	}
+	waitFor(t, "NAD get with the shipped RBAC", func() error {
+		_, err := c.NADResourceName(e2etest.Ctx(t), "default", "rbac-net")
+		return err
+	})
 	e2etest.Must(t, c.SetNetworkStatus(e2etest.Ctx(t), "default", pod.Name, string(pod.UID), entry))
 	wantStatus(t, e2etest.NetworkStatus(t, srv.Client, "default", pod.Name), otherEntry, entry)
 	e2etest.Must(t, c.RemoveNetworkStatus(e2etest.Ctx(t), "default", pod.Name, string(pod.UID), entry.Name, entry.Interface))
@@ -157,12 +150,11 @@ func applyRBAC(t *testing.T) {
 				t.Error(err)
 			}
 		}
-		deadline := time.Now().Add(time.Minute)
-		for allowed(t, "default", "get", "", "pods", "") {
-			if time.Now().After(deadline) {
-				t.Fatal("the authorizer still grants devplumb pods/get a minute after the RBAC was deleted")
+		waitFor(t, "the authorizer to stop granting devplumb pods/get once the RBAC is deleted", func() error {
+			if allowed(t, "default", "get", "", "pods", "") {
+				return errors.New("still granted")
 			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return nil
+		})
 	})
 }
