@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,62 +20,28 @@ import (
 
 // Add is CNI ADD, the six steps of DESIGN.md's data path: (1) pod identity
 // from CNI_ARGS, (2) resourceName -> device IDs, (3) take one free device,
-// (4) copy its device-info, (5) delegate ADD, (6) network-status.
-func (p *Plugin) Add(args *skel.CmdArgs) (err error) {
-	if err := tooDeep(); err != nil {
-		return cniError(types.ErrInvalidNetworkConfig, err.Error(), nil)
+// (4) copy its device-info, (5) delegate ADD, (6) network-status. It is
+// PrepareAdd (1-4), the delegates' run here and CommitAdd (6): the node agent
+// runs the same two steps with the run in the CNI entry point.
+func (p *Plugin) Add(args *skel.CmdArgs) error {
+	a, err := p.PrepareAdd(args)
+	if err != nil {
+		return err
 	}
-	// 1. The pod comes from CNI_ARGS (newCall reads it: c.pod).
-	c, cerr := p.newCall(args, true)
-	if cerr != nil {
-		return cerr
+	if a.Delegate == nil {
+		return types.PrintResult(a.replay, a.c.conf.CNIVersion)
 	}
-	defer c.close()
-	defer func() { c.endTiming("ADD", err) }()
-	// rec is the device taken, once there is one: the Event names it.
-	var rec *attachment.Record
-	defer func() { c.recordAddEvent(rec, err) }()
-	prev, cerr := c.checkAdd()
-	if cerr != nil {
-		return cerr
+	// 5. The delegates' ADD, with the device ID and the CNI file injected.
+	result, derr := a.runLocal()
+	out, err := a.CommitAdd(result, derr)
+	if a.UndoPending() {
+		a.undoLocal()
+		a.Rollback()
 	}
-	// 2. resourceName -> the device IDs this attachment may take.
-	want, cerr := c.devices.find()
-	if cerr != nil {
-		return cerr
+	if err != nil {
+		return err
 	}
-	c.timing.mark(phasePodResources)
-	// 3. One of them no other attachment holds, recorded under the lock.
-	rec, cerr = c.take(want)
-	if cerr != nil {
-		return cerr
-	}
-	failpoint.Hit("add-claimed")
-	if result, replayed := c.replay(rec); replayed {
-		return c.answerReplay(rec, result)
-	}
-	c.cleanEarlierAdd(rec)
-	// 4-6. Device-info, delegate ADD, network-status (attach), or rollback.
-	result, cerr := c.attach(rec, prev)
-	if cerr != nil {
-		return cerr
-	}
-	return types.PrintResult(result, c.conf.CNIVersion)
-}
-
-// answerReplay answers a repeated ADD with the result it had. A
-// best-effort status write may have failed the first time; replacing
-// devplumb's own entries again is harmless.
-func (c *call) answerReplay(rec *attachment.Record, result types.Result) error {
-	if rec.NetworkStatus != nil {
-		if cerr := c.status.setClaim(rec, rec.NetworkStatus, recordedResult(rec)); cerr != nil {
-			return cerr
-		}
-		if cerr := c.status.setPod(rec.NetworkStatus); cerr != nil {
-			return cerr
-		}
-	}
-	return types.PrintResult(result, c.conf.CNIVersion)
+	return types.PrintResult(out, a.c.conf.CNIVersion)
 }
 
 // checkAdd refuses, before anything is taken, an ADD that cannot succeed:
@@ -237,47 +202,34 @@ func (c *call) dropOlderSandboxes(dropped []*attachment.Record) {
 	}
 }
 
-// attach runs steps 4-6 for the device taken; any failure rolls back. The
-// record names the CNI file and the delegate config before either is used,
-// so a DEL or GC after a crash at any point finds what to undo.
-func (c *call) attach(rec *attachment.Record, prev *current.Result) (types.Result, *types.Error) {
-	list, rt, cerr := c.prepare(rec)
+// startRun records the delegates' run to come and copies the device-info
+// (step 4); a failure frees the device. The record names the CNI file and the
+// delegate config before either is used, so a DEL or GC after a crash at any
+// point finds what to undo.
+func (c *call) startRun(rec *attachment.Record) (*libcni.NetworkConfigList, *libcni.RuntimeConf, *types.Error) {
+	list, rt, cerr := c.recordRun(rec)
 	if cerr != nil {
 		c.release(rec)
-		return nil, cerr
+		return nil, nil, cerr
 	}
 	if err := c.records.Update(rec); err != nil {
 		c.release(rec)
-		return nil, stateError(c.conf.StateDir, err)
+		return nil, nil, stateError(c.conf.StateDir, err)
 	}
 	c.timing.mark(phaseTake)
 	failpoint.Hit("add-recorded")
 	// 4. The device plugin's device-info, copied to the attachment's CNI file.
 	if cerr := c.copyDeviceInfo(rec); cerr != nil {
 		c.rollbackFiles(rec)
-		return nil, cerr
+		return nil, nil, cerr
 	}
 	c.timing.mark(phaseDeviceInfo)
 	failpoint.Hit("add-devinfo-copied")
-	// 5. The delegates' ADD, with the device ID and the CNI file injected.
-	result, err := c.delegates.Add(context.Background(), list, rt)
-	c.timing.mark(phaseDelegate)
-	if err != nil {
-		c.rollback(list, rt, rec)
-		return nil, delegateError(fmt.Sprintf("delegate ADD failed for device %s", rec.DeviceID), err)
-	}
-	failpoint.Hit("add-delegated")
-	// 6. The network-status entry, recorded and written to the pod (and claim).
-	out, cerr := c.finish(rec, prev, result)
-	if cerr != nil {
-		c.rollback(list, rt, rec)
-		return nil, cerr
-	}
-	return out, nil
+	return list, rt, nil
 }
 
-// prepare fills rec with the CNI file and the delegate run, not yet done.
-func (c *call) prepare(rec *attachment.Record) (*libcni.NetworkConfigList, *libcni.RuntimeConf, *types.Error) {
+// recordRun fills rec with the CNI file and the delegate run, not yet done.
+func (c *call) recordRun(rec *attachment.Record) (*libcni.NetworkConfigList, *libcni.RuntimeConf, *types.Error) {
 	cniFile, err := c.names.cniFile()
 	if err != nil {
 		return nil, nil, cniError(types.ErrInvalidNetworkConfig, "cannot name the CNI device-info file", err)
@@ -395,14 +347,8 @@ func (c *call) output(prev *current.Result, result types.Result) (types.Result, 
 	return out, raw, nil
 }
 
-// rollback undoes a started delegate ADD, then the files and the record.
-func (c *call) rollback(list *libcni.NetworkConfigList, rt *libcni.RuntimeConf, rec *attachment.Record) {
-	if err := c.delegates.Del(context.Background(), list, rt); err != nil {
-		c.log.Error("rollback: delegate DEL failed", "err", err)
-	}
-	c.rollbackFiles(rec)
-}
-
+// rollbackFiles undoes an ADD after its delegates' DEL: the CNI file, then
+// the record, freeing the device.
 func (c *call) rollbackFiles(rec *attachment.Record) {
 	if rec.CNIFile != "" {
 		if err := devinfo.RemoveFile(rec.CNIFile); err != nil {

@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 
@@ -11,7 +10,6 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/devplumb/devplumb/devinfo"
-	"github.com/devplumb/devplumb/pkg/base/failpoint"
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
 	"github.com/devplumb/devplumb/pkg/cni/config"
 	"github.com/devplumb/devplumb/pkg/cni/delegate"
@@ -22,67 +20,15 @@ import (
 // file, the device's record, the API server's entries). With state it
 // undoes exactly what ADD did; without state it runs the delegate DEL from
 // the stdin config and removes the deterministic CNI file. Something
-// already gone is never an error.
-func (p *Plugin) Del(args *skel.CmdArgs) (retErr error) {
-	if err := tooDeep(); err != nil {
-		// Under devplumb, ADD refused everything: there is nothing to undo.
-		p.Log.Warn("DEL does nothing", "err", err)
-		return nil
+// already gone is never an error. It is PrepareDel, the delegates' DEL here
+// and CommitDel, as the node agent runs them with the DEL in the entry point.
+func (p *Plugin) Del(args *skel.CmdArgs) error {
+	d, err := p.PrepareDel(args)
+	if d == nil || err != nil {
+		return err
 	}
-	_, perr := config.Parse(args.StdinData)
-	if errors.Is(perr, config.ErrSelfDelegation) {
-		// ADD refused this config (a delegate of devplumb's own type; a link or copy under
-		// another name is caught when the delegate runs: selfCheck, tooDeep) before it set
-		// anything up or recorded anything: a DEL failing on it would keep the pod
-		// terminating for ever.
-		p.Log.Warn("DEL does nothing: ADD refuses this config", "err", perr)
-		return nil
-	}
-	if perr != nil {
-		args = p.withoutBadCNIFile(args)
-	}
-	c, cerr := p.newCall(args, false)
-	if cerr != nil {
-		return cerr
-	}
-	defer c.close()
-	defer func() { c.endTiming("DEL", retErr) }()
-	c.forgetGoneNetns()
-	rec, newer := c.recordForDel()
-	if newer != nil {
-		// DEL never fails, and what a newer devplumb set up is not this one's to
-		// undo (its delegates, files and record may mean more than it knows):
-		// the record stays for that devplumb, or for gc after an upgrade.
-		c.log.Warn("DEL leaves the attachment alone", "err", newer)
-		return nil
-	}
-	list, rt, cniFile, cerr := c.delInputs(rec)
-	if cerr != nil {
-		return cerr
-	}
-	c.timing.mark(phaseState)
 	// 5. The delegates' DEL.
-	if cerr := c.undoDelegates(rec, list, rt); cerr != nil {
-		return cerr
-	}
-	failpoint.Hit("del-delegated")
-	// 4. The CNI device-info file.
-	if cerr := c.removeCNIFiles(rec, cniFile); cerr != nil {
-		return cerr
-	}
-	c.timing.mark(phaseDeviceInfo)
-	failpoint.Hit("del-file-removed")
-	// 3. The device's record.
-	if err := c.records.Release(c.key); err != nil {
-		return cniError(ErrState, "cannot release the device record in \"stateDir\" "+c.conf.StateDir, err)
-	}
-	c.timing.mark(phaseTake)
-	// 6. Last: with the API server down this waits out its bound, and the
-	// device must not wait for that.
-	c.status.removePod(rec, c.statusNames(rec))
-	c.status.removeClaim(rec)
-	c.timing.mark(phaseKube)
-	return nil
+	return d.CommitDel(d.runLocal())
 }
 
 // recordForDel is the attachment's record, or nil: a corrupt record cannot
@@ -100,10 +46,9 @@ func (c *call) recordForDel() (rec *attachment.Record, newer error) {
 	return rec, rec.Newer()
 }
 
-// undoDelegates runs the delegates' DEL and records that they are undone.
-func (c *call) undoDelegates(rec *attachment.Record, list *libcni.NetworkConfigList, rt *libcni.RuntimeConf) *types.Error {
-	err := c.delegateDel(list, rt)
-	c.timing.mark(phaseDelegate)
+// delegatesUndone judges the delegates' DEL (err its error) and records
+// that they are undone.
+func (c *call) delegatesUndone(rec *attachment.Record, err error) *types.Error {
 	if err != nil {
 		if rec != nil && rec.Complete {
 			return delegateError("delegate DEL failed (state kept, DEL can be retried)", err)
@@ -142,16 +87,6 @@ func (c *call) markUndone(rec *attachment.Record) {
 	if err := c.records.Update(rec); err != nil {
 		c.log.Warn("cannot record that the delegates are undone", "err", err)
 	}
-}
-
-// delegateDel runs the delegate DEL, unless a delegate is devplumb itself:
-// that DEL would recurse, and ADD never let such a delegate run.
-func (c *call) delegateDel(list *libcni.NetworkConfigList, rt *libcni.RuntimeConf) error {
-	if err := c.delegatesSafe(list); err != nil {
-		c.log.Warn("not running the delegate DEL", "err", err)
-		return nil
-	}
-	return c.delegates.Del(context.Background(), list, rt)
 }
 
 // withoutBadCNIFile drops a runtimeConfig.CNIDeviceInfoFile that ADD

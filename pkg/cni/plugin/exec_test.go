@@ -120,18 +120,28 @@ func newExecEnv(t *testing.T, devices ...string) *execEnv {
 }
 
 func (e *execEnv) args(ifName string) *skel.CmdArgs {
-	data, err := json.Marshal(e.conf)
+	return podCall(e.t, e.conf, "/var/run/netns/p1", ifName, "/fake")
+}
+
+func (e *execEnv) state() []*attachment.Record { return stateRecords(e.t, e.root) }
+
+// podCall is a CNI call of pod default/p1 (container c1) with conf as stdin.
+func podCall(t *testing.T, conf map[string]any, netns, ifName, cniPath string) *skel.CmdArgs {
+	t.Helper()
+	data, err := json.Marshal(conf)
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
-	return &skel.CmdArgs{ContainerID: "c1", Netns: "/var/run/netns/p1", IfName: ifName, Path: "/fake",
+	return &skel.CmdArgs{ContainerID: "c1", Netns: netns, IfName: ifName, Path: cniPath,
 		Args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=p1;K8S_POD_UID=u1", StdinData: data}
 }
 
-func (e *execEnv) state() []*attachment.Record {
-	all, err := attachment.New(filepath.Join(e.root, "state")).List()
+// stateRecords are the attachment records under root/state.
+func stateRecords(t *testing.T, root string) []*attachment.Record {
+	t.Helper()
+	all, err := attachment.New(filepath.Join(root, "state")).List()
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	return all
 }

@@ -147,13 +147,7 @@ func (k *kubeEnv) args() *skel.CmdArgs {
 		Args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=p1;K8S_POD_UID=u1", StdinData: data}
 }
 
-func (k *kubeEnv) records() []*attachment.Record {
-	all, err := attachment.New(filepath.Join(k.root, "state")).List()
-	if err != nil {
-		k.t.Fatal(err)
-	}
-	return all
-}
+func (k *kubeEnv) records() []*attachment.Record { return stateRecords(k.t, k.root) }
 
 // ADD reads resourceName from the NAD named by the network, writes the
 // network-status entry under the NAD's name, as Multus names it ("<namespace>/<NAD>",

@@ -1,0 +1,412 @@
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/cni/attachment"
+	"github.com/devplumb/devplumb/pkg/testenv"
+	"github.com/devplumb/devplumb/podresources/podresourcestest"
+)
+
+// splitEnv is a node whose pod p1 holds veth ends as devices of example.com/vf,
+// attached by the real host-device plugin (which moves the device into the pod's
+// real netns) with static IPAM, and devplumb in-process with a stand-in API server.
+type splitEnv struct {
+	t       *testing.T
+	p       *Plugin
+	kube    *fakeKube
+	cniPath string
+	root    string
+	pod     ns.NetNS
+	devs    []string
+	conf    map[string]any
+}
+
+func newSplitEnv(t *testing.T, devices int) *splitEnv {
+	e := &splitEnv{t: t, cniPath: testenv.CNIPlugins(t), root: t.TempDir(), pod: testenv.NetNS(t), kube: &fakeKube{}}
+	store := devinfo.NewStore(filepath.Join(e.root, "devinfo"))
+	for i := range devices {
+		dev := testenv.VethPair(t, "dps") + "a"
+		info := &devinfo.DeviceInfo{Type: devinfo.TypePCI, Version: devinfo.Version,
+			Pci: &devinfo.PciDevice{PciAddress: fmt.Sprintf("0000:01:00.%d", i)}}
+		if err := store.WriteDP("example.com/vf", dev, info); err != nil {
+			t.Fatal(err)
+		}
+		e.devs = append(e.devs, dev)
+	}
+	pr := podresourcestest.NewServer(t)
+	pr.SetPod(&v1.PodResources{Namespace: "default", Name: "p1", Containers: []*v1.ContainerResources{{
+		Name: "app", Devices: []*v1.ContainerDevices{{ResourceName: "example.com/vf", DeviceIds: e.devs}},
+	}}})
+	e.p = e.plugin()
+	e.conf = map[string]any{"cniVersion": "1.0.0", "name": "fast-net", "type": "devplumb", "resourceName": "example.com/vf",
+		"podResourcesSocket": pr.Socket, "deviceInfoDir": store.Dir, "stateDir": filepath.Join(e.root, "state"),
+		"kubeconfig": "/etc/cni/kc", "events": "all", "injectDeviceID": []string{"device"},
+		"delegate": map[string]any{"type": "host-device",
+			"ipam": map[string]any{"type": "static", "addresses": []any{map[string]string{"address": "192.0.2.10/24"}}}}}
+	return e
+}
+
+// plugin is a devplumb as one process runs it: the agent, or devplumb-direct.
+func (e *splitEnv) plugin() *Plugin {
+	return &Plugin{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Timeout: 5 * time.Second,
+		NewKube: func(string, time.Duration, *slog.Logger) (Kube, error) { return e.kube, nil }}
+}
+
+func (e *splitEnv) args(ifName string) *skel.CmdArgs {
+	return podCall(e.t, e.conf, e.pod.Path(), ifName, e.cniPath)
+}
+
+func (e *splitEnv) records() []*attachment.Record { return stateRecords(e.t, e.root) }
+
+// run is the entry point's part: the prepared delegates' ADD or DEL through
+// libcni, in this process, outside any devplumb call.
+func (e *splitEnv) run(d *Delegate, add bool) (types.Result, error) {
+	e.t.Helper()
+	list, rt, err := d.Conf()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cni := libcni.NewCNIConfigWithCacheDir(filepath.SplitList(e.cniPath), d.CacheDir, nil)
+	if add {
+		return cni.AddNetworkList(context.Background(), list, rt)
+	}
+	return nil, cni.DelNetworkList(context.Background(), list, rt)
+}
+
+// inPod reports whether the pod's netns has a link named ifName.
+func (e *splitEnv) inPod(ifName string) bool {
+	e.t.Helper()
+	found := false
+	if err := e.pod.Do(func(ns.NetNS) error {
+		_, err := netlink.LinkByName(ifName)
+		found = err == nil
+		return nil
+	}); err != nil {
+		e.t.Fatal(err)
+	}
+	return found
+}
+
+func onHost(dev string) bool {
+	_, err := netlink.LinkByName(dev)
+	return err == nil
+}
+
+// viaJSON is what an agent keeping v between the two steps may do: encode it
+// and decode it again.
+func viaJSON[T any](t *testing.T, v *T) *T {
+	t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out T
+	if err := json.Unmarshal(data, &out); err != nil {
+		t.Fatal(err)
+	}
+	return &out
+}
+
+// attachmentView is what an ADD leaves that must not depend on how it ran:
+// the record without its timings, and the CNI device-info file.
+func (e *splitEnv) attachmentView() (attachment.Record, string) {
+	e.t.Helper()
+	recs := e.records()
+	if len(recs) != 1 {
+		e.t.Fatalf("records %+v, want one", recs)
+	}
+	rec := *recs[0]
+	rec.Phases = nil
+	data, err := os.ReadFile(rec.CNIFile)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return rec, string(data)
+}
+
+// An ADD prepared, run by another party, encoded and decoded (as an agent may keep
+// it), resumed by another devplumb and committed gives what Add gives: the same
+// result, record, CNI device-info file, network-status entry and Event; a DEL in
+// two steps likewise undoes it all.
+func TestPrepareRunCommitIsAdd(t *testing.T) {
+	e := newSplitEnv(t, 1)
+	whole, err := captureStdout(t, func() error { return e.p.Add(e.args("net1")) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRec, wantFile := e.attachmentView()
+	if err := e.p.Del(e.args("net1")); err != nil {
+		t.Fatal(err)
+	}
+	if !onHost(e.devs[0]) || len(e.records()) != 0 {
+		t.Fatalf("after DEL: device on host %v, records %+v", onHost(e.devs[0]), e.records())
+	}
+
+	prep, err := e.p.PrepareAdd(e.args("net1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prep.Delegate == nil || prep.DeviceID != e.devs[0] || !strings.Contains(string(prep.Delegate.ConfList), e.devs[0]) {
+		t.Fatalf("prepared %+v: want the delegate run with device %s injected", prep, e.devs[0])
+	}
+	if recs := e.records(); len(recs) != 1 || recs[0].Complete || len(recs[0].Delegate) == 0 {
+		t.Fatalf("records after prepare %+v, want one in progress naming its delegates", recs)
+	}
+	prep.Close() // this process is done with it: another commits
+	kept := viaJSON(t, prep)
+	result, derr := e.run(kept.Delegate, true)
+	if derr != nil {
+		t.Fatal(derr)
+	}
+	if err := e.plugin().ResumeAdd(kept); err != nil {
+		t.Fatal(err)
+	}
+	out, err := kept.CommitAdd(result, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	split, err := captureStdout(t, func() error { return types.PrintResult(out, "1.0.0") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if split != whole || !strings.Contains(split, "192.0.2.10/24") {
+		t.Errorf("result of the two steps %s, of Add %s", split, whole)
+	}
+	gotRec, gotFile := e.attachmentView()
+	if !reflect.DeepEqual(gotRec, wantRec) || gotFile != wantFile {
+		t.Errorf("record and CNI file of the two steps:\n%+v\n%s\nof Add:\n%+v\n%s", gotRec, gotFile, wantRec, wantFile)
+	}
+	e.checkAPIWrites()
+	e.delInTwoSteps()
+}
+
+// checkAPIWrites: Add and the two steps wrote one and the same network-status
+// entry and Event each.
+func (e *splitEnv) checkAPIWrites() {
+	e.t.Helper()
+	events, _ := e.kube.recorded()
+	e.kube.mu.Lock()
+	set := append([]any(nil), e.kube.set[0], e.kube.set[len(e.kube.set)-1])
+	n := len(e.kube.set)
+	e.kube.mu.Unlock()
+	if n != 2 || !reflect.DeepEqual(set[0], set[1]) {
+		e.t.Errorf("network-status entries written %d, first %+v, last %+v: want two alike", n, set[0], set[1])
+	}
+	if len(events) != 2 || events[0] != events[1] || !strings.Contains(events[1].Note, "192.0.2.10") {
+		e.t.Errorf("events %+v: want two alike AddedInterface", events)
+	}
+}
+
+// delInTwoSteps runs DEL as the agent would: prepare, the delegates' DEL elsewhere, commit.
+func (e *splitEnv) delInTwoSteps() {
+	e.t.Helper()
+	prep, err := e.p.PrepareDel(e.args("net1"))
+	if err != nil || prep == nil || prep.Delegate == nil || prep.Record == nil {
+		e.t.Fatalf("PrepareDel: %+v, %v: want the delegates' DEL from the record", prep, err)
+	}
+	prep.Close()
+	kept := viaJSON(e.t, prep)
+	if _, err := e.run(kept.Delegate, false); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.plugin().ResumeDel(kept); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := kept.CommitDel(nil); err != nil {
+		e.t.Fatal(err)
+	}
+	if !onHost(e.devs[0]) || e.inPod("net1") || len(e.records()) != 0 {
+		e.t.Errorf("after DEL in two steps: device on host %v, in pod %v, records %+v", onHost(e.devs[0]), e.inPod("net1"), e.records())
+	}
+	if _, err := os.Stat(filepath.Join(e.root, "devinfo", "cni", "fast-net-c1_net1")); !errors.Is(err, os.ErrNotExist) {
+		e.t.Errorf("CNI device-info file after DEL: %v", err)
+	}
+	e.kube.mu.Lock()
+	defer e.kube.mu.Unlock()
+	if len(e.kube.removed) != 2 {
+		e.t.Errorf("network-status removals %v: want one per DEL", e.kube.removed)
+	}
+}
+
+// A prepared ADD whose commit never comes (the agent or entry point died after the
+// delegates ran) is undone by the next ADD of the attachment, which then attaches
+// the device afresh; and by DEL, which frees the device.
+func TestPreparedAddNeverCommitted(t *testing.T) {
+	e := newSplitEnv(t, 2)
+	for _, ifName := range []string{"net1", "net2"} {
+		prep, err := e.p.PrepareAdd(e.args(ifName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.run(prep.Delegate, true); err != nil {
+			t.Fatal(err)
+		}
+		prep.Close()
+	}
+	if !e.inPod("net1") || !e.inPod("net2") {
+		t.Fatal("the delegates' ADD did not move the devices into the pod")
+	}
+	// host-device's ADD of a device already in the pod fails: this passes only
+	// because the earlier delegates are undone first.
+	if _, err := captureStdout(t, func() error { return e.p.Add(e.args("net1")) }); err != nil {
+		t.Fatalf("ADD after a prepared ADD never committed: %v", err)
+	}
+	if !e.inPod("net1") {
+		t.Error("net1 not in the pod after the new ADD")
+	}
+	if err := e.p.Del(e.args("net2")); err != nil {
+		t.Fatalf("DEL of a prepared ADD never committed: %v", err)
+	}
+	recs := e.records()
+	if len(recs) != 1 || recs[0].IfName != "net1" || !recs[0].Complete || e.inPod("net2") {
+		t.Fatalf("records %+v, net2 in pod %v: want net1's complete record alone", recs, e.inPod("net2"))
+	}
+	dev2 := e.devs[0]
+	if recs[0].DeviceID == dev2 {
+		dev2 = e.devs[1]
+	}
+	if !onHost(dev2) {
+		t.Errorf("device %s of the DEL not back on the host", dev2)
+	}
+}
+
+// A delegate ADD that fails in the entry point (host-device moved the device into
+// the pod, then its IPAM failed) is undone there (its DEL), and the commit of the
+// error rolls back: the record and the CNI file go, the device is free for the
+// next attachment, and the delegate's error is what the runtime sees.
+func TestCommitOfDelegateErrorRollsBack(t *testing.T) {
+	e := newSplitEnv(t, 1)
+	good := e.conf["delegate"]
+	e.conf["delegate"] = map[string]any{"type": "host-device",
+		"ipam": map[string]any{"type": "static", "addresses": []any{map[string]string{"address": "not-an-address"}}}}
+	prep, err := e.p.PrepareAdd(e.args("net1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, derr := e.run(prep.Delegate, true)
+	if derr == nil {
+		t.Fatal("the delegate ADD with a bad static address succeeded")
+	}
+	if onHost(e.devs[0]) {
+		t.Fatal("host-device failed before it moved the device: the test undoes nothing")
+	}
+	if _, err := e.run(prep.Delegate, false); err != nil { // the runner undoes its failed ADD
+		t.Fatal(err)
+	}
+	_, err = prep.CommitAdd(nil, derr)
+	te := wantCode(t, "commit of a delegate error", err, ErrDelegate)
+	if !strings.Contains(te.Msg, "delegate ADD failed for device "+e.devs[0]) || prep.UndoPending() {
+		t.Errorf("error %q (undo pending %v): want the delegate's failure named, nothing left to undo", te.Msg, prep.UndoPending())
+	}
+	if recs := e.records(); len(recs) != 0 || !onHost(e.devs[0]) {
+		t.Fatalf("after the rollback: records %+v, device on host %v", recs, onHost(e.devs[0]))
+	}
+	if _, err := os.Stat(filepath.Join(e.root, "devinfo", "cni", "fast-net-c1_net1")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("CNI device-info file after the rollback: %v", err)
+	}
+	if events, _ := e.kube.recorded(); len(events) != 1 || !events[0].Warning {
+		t.Errorf("events %+v: want one warning", events)
+	}
+	e.conf["delegate"] = good
+	if _, err := captureStdout(t, func() error { return e.p.Add(e.args("net2")) }); err != nil {
+		t.Fatalf("next attachment: %v", err)
+	}
+	if !e.inPod("net2") {
+		t.Error("the next attachment did not get the device")
+	}
+}
+
+// A commit that fails after the delegates' ADD succeeded (network-status required,
+// the API server refusing) leaves the undo to the runner: UndoPending, the device
+// still held until its DEL ran and Rollback freed it.
+func TestCommitFailureAfterDelegateWaitsForTheUndo(t *testing.T) {
+	e := newSplitEnv(t, 1)
+	e.kube.setErr = errors.New("forbidden")
+	prep, err := e.p.PrepareAdd(e.args("net1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	result, err := e.run(prep.Delegate, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = prep.CommitAdd(result, nil)
+	wantCode(t, "commit with network-status refused", err, ErrKube)
+	if !prep.UndoPending() || len(e.records()) != 1 {
+		t.Fatalf("undo pending %v, records %+v: want the device held until the delegates' DEL", prep.UndoPending(), e.records())
+	}
+	if _, err := e.run(prep.Delegate, false); err != nil {
+		t.Fatal(err)
+	}
+	prep.Rollback()
+	if recs := e.records(); len(recs) != 0 || !onHost(e.devs[0]) || prep.UndoPending() {
+		t.Fatalf("after Rollback: records %+v, device on host %v", recs, onHost(e.devs[0]))
+	}
+	if _, err := prep.CommitAdd(result, nil); err == nil {
+		t.Error("a second commit of a rolled back ADD succeeded")
+	}
+}
+
+// Two attachments prepared at once each take a different device (host-device
+// could not move one device twice), and the state lock is not held between the
+// steps: held until a commit, it would keep the other prepare waiting for ever.
+func TestConcurrentPreparesTakeDifferentDevices(t *testing.T) {
+	e := newSplitEnv(t, 2)
+	ifNames := []string{"net1", "net2"}
+	preps := make([]*PreparedAdd, len(ifNames))
+	errs := make([]error, len(ifNames))
+	var wg sync.WaitGroup
+	for i, ifName := range ifNames {
+		args := e.args(ifName)
+		wg.Go(func() { preps[i], errs[i] = e.p.PrepareAdd(args) })
+	}
+	wg.Wait()
+	for i := range preps {
+		if errs[i] != nil {
+			t.Fatalf("prepare %s: %v", ifNames[i], errs[i])
+		}
+	}
+	if preps[0].DeviceID == preps[1].DeviceID {
+		t.Fatalf("both attachments prepared with device %s", preps[0].DeviceID)
+	}
+	for i, prep := range preps {
+		wg.Go(func() {
+			result, derr := e.run(prep.Delegate, true)
+			if derr != nil {
+				errs[i] = derr
+				return
+			}
+			_, errs[i] = prep.CommitAdd(result, nil)
+		})
+	}
+	wg.Wait()
+	for i, ifName := range ifNames {
+		if errs[i] != nil || !e.inPod(ifName) {
+			t.Errorf("%s: commit %v, in pod %v", ifName, errs[i], e.inPod(ifName))
+		}
+	}
+	if recs := e.records(); len(recs) != 2 || !recs[0].Complete || !recs[1].Complete {
+		t.Errorf("records %+v: want two complete", recs)
+	}
+}
