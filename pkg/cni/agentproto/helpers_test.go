@@ -39,12 +39,12 @@ func TestMain(m *testing.M) {
 // set, Prepare waits for it to close, whatever its context says, as a stuck
 // agent would.
 type testHandler struct {
-	mu        sync.Mutex
+	mu         sync.Mutex
 	prepared   []Prepare
 	committed  []Commit
 	rolledBack []Rollback
-	block     chan struct{}
-	entered   chan struct{} // told when Prepare starts waiting for block
+	block      chan struct{}
+	entered    chan struct{} // told when Prepare starts waiting for block
 }
 
 func (h *testHandler) Build() string { return "agent-test" }
