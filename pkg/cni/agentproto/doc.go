@@ -41,8 +41,9 @@
 //     exit non-zero.
 //   - CommitAnswer with Undo: the ADD failed after its delegates succeeded.
 //     Run the delegates' DEL (same Delegate, same runtime and cache), send
-//     Rollback with that DEL's error if it failed, then print the commit's
-//     Error and exit non-zero whatever Rollback answers.
+//     Rollback with that DEL's error if it failed (the agent frees the
+//     device either way, as devplumb-direct does after its own undo), then
+//     print the commit's Error and exit non-zero whatever Rollback answers.
 //
 // The delegate runs between prepare and commit in the entry point, so it keeps
 // the runtime's environment, netns and timeout. Any failure after hello is

@@ -90,7 +90,7 @@ func (h *testHandler) Rollback(_ context.Context, r *Rollback) (*RollbackAnswer,
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.rolledBack = append(h.rolledBack, *r)
-	return &RollbackAnswer{Released: r.Error == nil}, nil
+	return &RollbackAnswer{}, nil
 }
 
 func (h *testHandler) calls() ([]Prepare, []Commit) {

@@ -106,26 +106,25 @@ type CommitAnswer struct {
 	// neither freed nor given to another attachment: the rule is that
 	// whoever runs a delegate ADD runs the DEL undoing it before the device
 	// is freed. An entry point that cannot (it dies, the agent is gone)
-	// leaves the record in progress: the runtime's DEL after the failed ADD,
-	// the next ADD of the attachment or gc undoes it as a crash.
+	// leaves the record holding the device until the runtime's DEL after the
+	// failed ADD (or gc) runs the delegates' DEL and frees it; an agent
+	// waiting for a Rollback that never comes gives the call up after its
+	// pending time.
 	Undo bool `json:"undo,omitempty"`
 }
 
 // Rollback follows a CommitAnswer with Undo, once the entry point ran the
-// delegates' DEL: Error is that DEL's error (nil when it succeeded).
+// delegates' DEL: Error is that DEL's error (nil when it succeeded). The
+// agent frees the device either way, as devplumb-direct does after its own
+// undo: a DEL that failed is logged, not retried.
 type Rollback struct {
 	Attachment string       `json:"attachment"`
 	Error      *types.Error `json:"error,omitempty"`
 }
 
-// RollbackAnswer says what became of the device. Released: the CNI
-// device-info file is gone and the device free. Not released (the delegates'
-// DEL failed): the record stays in progress for the runtime's DEL, the next
-// ADD of the attachment or gc, which run the delegates' DEL again. Either
-// way the entry point prints the commit's Error.
-type RollbackAnswer struct {
-	Released bool `json:"released"`
-}
+// RollbackAnswer acknowledges a Rollback: the CNI device-info file is gone
+// and the device free. The entry point prints the commit's Error.
+type RollbackAnswer struct{}
 
 // check rejects a Prepare the agent cannot act on before the handler sees it.
 func (p *Prepare) check() error {

@@ -21,8 +21,7 @@ func TestUndoThenRollback(t *testing.T) {
 		if err != nil || !got.Undo || got.Error == nil || got.Error.Code != 106 {
 			t.Fatalf("commit answer %+v, %v: want the error and an undo", got, err)
 		}
-		rb, err := c.Rollback(context.Background(), &Rollback{Attachment: a.Attachment, Error: delErr})
-		if err != nil || rb.Released != (delErr == nil) {
+		if rb, err := c.Rollback(context.Background(), &Rollback{Attachment: a.Attachment, Error: delErr}); err != nil || rb == nil {
 			t.Errorf("rollback answer %+v, %v (DEL error %v)", rb, err, delErr)
 		}
 	}
