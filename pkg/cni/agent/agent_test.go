@@ -3,7 +3,6 @@ package agent
 import (
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -16,43 +15,10 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/devplumb/devplumb/pkg/cni/agentproto"
-	"github.com/devplumb/devplumb/pkg/cni/attachment"
 	"github.com/devplumb/devplumb/pkg/cni/kube"
 	"github.com/devplumb/devplumb/pkg/cni/plugin"
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
-
-// stdoutOf runs f with os.Stdout going to a pipe and returns what it printed.
-func stdoutOf(t *testing.T, f func() error) (string, error) {
-	t.Helper()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	saved := os.Stdout
-	os.Stdout = w
-	ferr := f()
-	os.Stdout = saved
-	w.Close()
-	out, _ := io.ReadAll(r)
-	return string(out), ferr
-}
-
-// view is what an ADD leaves that must not depend on the path it took: the
-// record without its timings, and the CNI device-info file.
-func (e *agentEnv) view() (attachment.Record, string) {
-	e.t.Helper()
-	recs := e.records()
-	if len(recs) != 1 {
-		e.t.Fatalf("records %+v, want one", recs)
-	}
-	rec := *recs[0]
-	rec.Phases = nil
-	data, err := os.ReadFile(rec.CNIFile)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return rec, string(data)
-}
 
 func wantCode(t *testing.T, what string, e *types.Error, code uint) {
 	t.Helper()
@@ -67,17 +33,17 @@ func wantCode(t *testing.T, what string, e *types.Error, code uint) {
 // all and frees the device.
 func TestAgentAddIsDirectAdd(t *testing.T) {
 	e := newAgentEnv(t, 1, Config{})
-	direct, err := stdoutOf(t, func() error { return e.direct().Add(e.args("net1")) })
+	direct, err := testenv.Stdout(t, func() error { return e.direct().Add(e.args("net1")) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantRec, wantFile := e.view()
+	wantRec, wantFile := e.View()
 	// host-local hands out the next address to the next ADD: the agent's
 	// ADD gets the same one only with the lease of the first gone.
 	if err := e.direct().Del(e.args("net1")); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.RemoveAll(filepath.Join(e.root, "ipam")); err != nil {
+	if err := os.RemoveAll(filepath.Join(e.Root, "ipam")); err != nil {
 		t.Fatal(err)
 	}
 
@@ -88,7 +54,7 @@ func TestAgentAddIsDirectAdd(t *testing.T) {
 	if got := string(o.committed.Result); got != direct || !strings.Contains(got, "192.0.2.2/24") {
 		t.Errorf("agent's result %s, devplumb-direct's %s", got, direct)
 	}
-	gotRec, gotFile := e.view()
+	gotRec, gotFile := e.View()
 	if !reflect.DeepEqual(gotRec, wantRec) || gotFile != wantFile {
 		t.Errorf("record and CNI file through the agent:\n%+v\n%s\ndirect:\n%+v\n%s", gotRec, gotFile, wantRec, wantFile)
 	}
@@ -96,7 +62,7 @@ func TestAgentAddIsDirectAdd(t *testing.T) {
 	if len(set) != 2 || !reflect.DeepEqual(set[0], set[1]) {
 		t.Errorf("network-status entries written %+v: want two alike", set)
 	}
-	if !e.inPod("net1") || onHost(e.devs[0]) {
+	if !e.InPod("net1") || e.onHost(0) {
 		t.Fatal("the device is not in the pod")
 	}
 
@@ -104,8 +70,8 @@ func TestAgentAddIsDirectAdd(t *testing.T) {
 	if o.err != nil || o.committed == nil || o.committed.Error != nil || len(o.committed.Result) != 0 {
 		t.Fatalf("DEL through the agent: %+v, %+v, %v", o.prepared, o.committed, o.err)
 	}
-	if !onHost(e.devs[0]) || e.inPod("net1") || len(e.records()) != 0 {
-		t.Errorf("after DEL: device on host %v, in pod %v, records %+v", onHost(e.devs[0]), e.inPod("net1"), e.records())
+	if !e.onHost(0) || e.InPod("net1") || len(e.Records()) != 0 {
+		t.Errorf("after DEL: device on host %v, in pod %v, records %+v", e.onHost(0), e.InPod("net1"), e.Records())
 	}
 	if _, err := os.Stat(wantRec.CNIFile); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("CNI device-info file after DEL: %v", err)
@@ -140,34 +106,20 @@ func TestRepeatedAddAnsweredAtPrepare(t *testing.T) {
 // pod, undoes the delegates and attaches it afresh.
 func TestUnknownCommitFallsBackToDirect(t *testing.T) {
 	e := newAgentEnv(t, 1, Config{})
-	c, err := agentproto.Dial(e.socket, 5*time.Second, "entry-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	p := e.prepare(agentproto.CmdAdd, "net1")
-	a, err := c.Prepare(t.Context(), &p)
-	if err != nil || a.Delegate == nil {
-		t.Fatalf("prepare: %+v, %v", a, err)
-	}
-	result, err := e.run(a.Delegate, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, a, raw := e.prepareAndRun("net1")
 	e.agent.pending.closeAll() // as an agent restart forgets it
-	raw, _ := e.report(result, nil)
-	_, err = c.Commit(t.Context(), &agentproto.Commit{Attachment: a.Attachment, Result: raw})
+	_, err := c.Commit(t.Context(), &agentproto.Commit{Attachment: a.Attachment, Result: raw})
 	if !errors.Is(err, agentproto.ErrUnavailable) || !strings.Contains(err.Error(), "no prepared call") {
 		t.Fatalf("commit of a forgotten call: %v, want ErrUnavailable saying so", err)
 	}
-	if recs := e.records(); len(recs) != 1 || recs[0].Complete {
+	if recs := e.Records(); len(recs) != 1 || recs[0].Complete {
 		t.Fatalf("records %+v: want one in progress", recs)
 	}
-	if _, err := stdoutOf(t, func() error { return e.direct().Add(e.args("net1")) }); err != nil {
+	if _, err := testenv.Stdout(t, func() error { return e.direct().Add(e.args("net1")) }); err != nil {
 		t.Fatalf("devplumb-direct's ADD after the lost commit: %v", err)
 	}
-	if recs := e.records(); len(recs) != 1 || !recs[0].Complete || !e.inPod("net1") {
-		t.Errorf("after the fallback: records %+v, in pod %v", recs, e.inPod("net1"))
+	if recs := e.Records(); len(recs) != 1 || !recs[0].Complete || !e.InPod("net1") {
+		t.Errorf("after the fallback: records %+v, in pod %v", recs, e.InPod("net1"))
 	}
 }
 
@@ -183,11 +135,11 @@ func TestDelegateErrorRollsBack(t *testing.T) {
 		t.Fatalf("ADD: %+v, %v", o.committed, o.err)
 	}
 	wantCode(t, "ADD with a failing delegate", o.committed.Error, plugin.ErrDelegate)
-	if o.committed.Undo || !strings.Contains(o.committed.Error.Msg, "delegate ADD failed for device "+e.devs[0]) {
+	if o.committed.Undo || !strings.Contains(o.committed.Error.Msg, "delegate ADD failed for device "+e.Devs[0]) {
 		t.Errorf("commit answer %+v: want the delegate's failure named, nothing to undo", o.committed)
 	}
-	if recs := e.records(); len(recs) != 0 || !onHost(e.devs[0]) {
-		t.Errorf("after the rollback: records %+v, device on host %v", recs, onHost(e.devs[0]))
+	if recs := e.Records(); len(recs) != 0 || !e.onHost(0) {
+		t.Errorf("after the rollback: records %+v, device on host %v", recs, e.onHost(0))
 	}
 }
 
@@ -200,21 +152,7 @@ func TestUndoAfterCommitFailure(t *testing.T) {
 	if err := os.WriteFile(e.conf["kubeconfig"].(string), []byte(unreachableKubeconfig), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c, err := agentproto.Dial(e.socket, 5*time.Second, "entry-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	p := e.prepare(agentproto.CmdAdd, "net1")
-	a, err := c.Prepare(t.Context(), &p)
-	if err != nil || a.Delegate == nil {
-		t.Fatalf("prepare: %+v, %v", a, err)
-	}
-	result, err := e.run(a.Delegate, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := e.report(result, nil)
+	c, a, raw := e.prepareAndRun("net1")
 	got, err := c.Commit(t.Context(), &agentproto.Commit{Attachment: a.Attachment, Result: raw})
 	if err != nil {
 		t.Fatal(err)
@@ -223,7 +161,7 @@ func TestUndoAfterCommitFailure(t *testing.T) {
 	if !got.Undo {
 		t.Fatalf("commit answer %+v: want an undo", got)
 	}
-	if recs := e.records(); len(recs) != 1 || recs[0].DeviceID != e.devs[0] {
+	if recs := e.Records(); len(recs) != 1 || recs[0].DeviceID != e.Devs[0] {
 		t.Fatalf("records while the undo is due %+v: want the device held", recs)
 	}
 	if _, err := e.run(a.Delegate, false); err != nil {
@@ -233,8 +171,8 @@ func TestUndoAfterCommitFailure(t *testing.T) {
 	if err != nil || rb == nil {
 		t.Fatalf("rollback: %+v, %v", rb, err)
 	}
-	if recs := e.records(); len(recs) != 0 || !onHost(e.devs[0]) || e.agent.pending.len() != 0 {
-		t.Errorf("after the rollback: records %+v, device on host %v, pending %d", recs, onHost(e.devs[0]), e.agent.pending.len())
+	if recs := e.Records(); len(recs) != 0 || !e.onHost(0) || e.agent.pending.len() != 0 {
+		t.Errorf("after the rollback: records %+v, device on host %v, pending %d", recs, e.onHost(0), e.agent.pending.len())
 	}
 }
 
@@ -271,7 +209,7 @@ func TestConcurrentAddsTakeDifferentDevices(t *testing.T) {
 		}
 	}
 	devices := map[string]bool{}
-	for _, rec := range e.records() {
+	for _, rec := range e.Records() {
 		if !rec.Complete {
 			t.Errorf("record %+v in progress", rec)
 		}
@@ -327,8 +265,8 @@ func TestAgentRefusals(t *testing.T) {
 	if !errors.Is(o.err, agentproto.ErrUnavailable) || !strings.Contains(o.err.Error(), "the most the agent keeps") {
 		t.Fatalf("ADD with the table full: %v, want an agent error saying so", o.err)
 	}
-	if _, err := stdoutOf(t, func() error { return e.direct().Add(e.args("net2")) }); err != nil || !e.inPod("net2") {
-		t.Errorf("devplumb-direct's ADD after the refused prepare: %v, in pod %v", err, e.inPod("net2"))
+	if _, err := testenv.Stdout(t, func() error { return e.direct().Add(e.args("net2")) }); err != nil || !e.InPod("net2") {
+		t.Errorf("devplumb-direct's ADD after the refused prepare: %v, in pod %v", err, e.InPod("net2"))
 	}
 }
 
@@ -345,7 +283,7 @@ func TestRefusedConfigAnsweredAtPrepare(t *testing.T) {
 	if o.err != nil || o.prepared.Error != nil || o.prepared.Delegate != nil || o.committed != nil {
 		t.Errorf("DEL: %+v, %v: want nothing to run", o.prepared, o.err)
 	}
-	if len(e.records()) != 0 || !onHost(e.devs[0]) {
+	if len(e.Records()) != 0 || !e.onHost(0) {
 		t.Error("a refused config took the device")
 	}
 }

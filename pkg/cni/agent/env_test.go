@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -18,18 +17,12 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
-	"github.com/containernetworking/plugins/pkg/ns"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
-	"github.com/vishvananda/netlink"
-	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/cni/agentproto"
-	"github.com/devplumb/devplumb/pkg/cni/attachment"
 	"github.com/devplumb/devplumb/pkg/cni/plugin"
-	"github.com/devplumb/devplumb/pkg/testenv"
+	"github.com/devplumb/devplumb/pkg/cni/plugin/plugintest"
 	"github.com/devplumb/devplumb/podresources"
-	"github.com/devplumb/devplumb/podresources/podresourcestest"
 )
 
 // agentEnv is a node whose pod p1 holds veth ends as devices of example.com/vf
@@ -38,44 +31,25 @@ import (
 // delegate, which moves each device into the pod's real netns. The API server
 // is a stand-in recording network-status writes.
 type agentEnv struct {
-	t       *testing.T
-	agent   *Agent
-	socket  string
-	cniPath string
-	root    string
-	pod     ns.NetNS
-	devs    []string
-	conf    map[string]any
-	kube    *statusKube
-	builds  atomic.Int32 // Kubernetes clients built
-	dials   atomic.Int32 // PodResources clients made
+	*plugintest.Node
+	t      *testing.T
+	agent  *Agent
+	socket string
+	conf   map[string]any
+	kube   *statusKube
+	builds atomic.Int32 // Kubernetes clients built
+	dials  atomic.Int32 // PodResources clients made
 }
 
 func newAgentEnv(t *testing.T, devices int, cfg Config) *agentEnv {
-	e := &agentEnv{t: t, cniPath: testenv.CNIPlugins(t), root: t.TempDir(), pod: testenv.NetNS(t), kube: &statusKube{}}
-	store := devinfo.NewStore(filepath.Join(e.root, "devinfo"))
-	for i := range devices {
-		dev := testenv.VethPair(t, "dpa") + "a"
-		info := &devinfo.DeviceInfo{Type: devinfo.TypePCI, Version: devinfo.Version,
-			Pci: &devinfo.PciDevice{PciAddress: fmt.Sprintf("0000:01:%02x.0", i)}}
-		if err := store.WriteDP("example.com/vf", dev, info); err != nil {
-			t.Fatal(err)
-		}
-		e.devs = append(e.devs, dev)
-	}
-	pr := podresourcestest.NewServer(t)
-	pr.SetPod(&v1.PodResources{Namespace: "default", Name: "p1", Containers: []*v1.ContainerResources{{
-		Name: "app", Devices: []*v1.ContainerDevices{{ResourceName: "example.com/vf", DeviceIds: e.devs}},
-	}}})
-	kubeconfig := filepath.Join(e.root, "kubeconfig")
+	e := &agentEnv{Node: plugintest.NewNode(t, devices), t: t, kube: &statusKube{}}
+	kubeconfig := filepath.Join(e.Root, "kubeconfig")
 	if err := os.WriteFile(kubeconfig, []byte("stand-in\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e.conf = map[string]any{"cniVersion": "1.0.0", "name": "fast-net", "type": "devplumb", "resourceName": "example.com/vf",
-		"podResourcesSocket": pr.Socket, "deviceInfoDir": store.Dir, "stateDir": filepath.Join(e.root, "state"),
-		"kubeconfig": kubeconfig, "events": "none", "injectDeviceID": []string{"device"},
-		"delegate": map[string]any{"type": "host-device", "ipam": map[string]any{"type": "host-local",
-			"ranges": [][]map[string]string{{{"subnet": "192.0.2.0/24"}}}, "dataDir": filepath.Join(e.root, "ipam")}}}
+	e.conf = e.Conf(map[string]any{"type": "host-device", "ipam": map[string]any{"type": "host-local",
+		"ranges": [][]map[string]string{{{"subnet": "192.0.2.0/24"}}}, "dataDir": filepath.Join(e.Root, "ipam")}})
+	e.conf["kubeconfig"], e.conf["events"] = kubeconfig, "none"
 	e.start(cfg)
 	return e
 }
@@ -135,7 +109,7 @@ func (e *agentEnv) args(ifName string) *skel.CmdArgs {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return &skel.CmdArgs{ContainerID: "c1", Netns: e.pod.Path(), IfName: ifName, Path: e.cniPath,
+	return &skel.CmdArgs{ContainerID: "c1", Netns: e.Pod.Path(), IfName: ifName, Path: e.CNIPath,
 		Args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=p1;K8S_POD_UID=u1", StdinData: data}
 }
 
@@ -188,6 +162,28 @@ func (e *agentEnv) call(cmd, ifName string) outcome {
 	return o
 }
 
+// prepareAndRun is an ADD as the entry point begins it, up to the commit: the
+// connection, the agent's answer and the delegates' result to commit.
+func (e *agentEnv) prepareAndRun(ifName string) (*agentproto.Client, *agentproto.PrepareAnswer, []byte) {
+	t := e.t
+	c, err := agentproto.Dial(e.socket, 5*time.Second, "entry-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	p := e.prepare(agentproto.CmdAdd, ifName)
+	a, err := c.Prepare(t.Context(), &p)
+	if err != nil || a.Delegate == nil {
+		t.Fatalf("prepare: %+v, %v", a, err)
+	}
+	result, err := e.run(a.Delegate, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := e.report(result, nil)
+	return c, a, raw
+}
+
 // report is the delegates' outcome as Commit carries it.
 func (e *agentEnv) report(result types.Result, err error) ([]byte, *types.Error) {
 	if err != nil {
@@ -220,40 +216,15 @@ func (e *agentEnv) run(d *agentproto.Delegate, add bool) (types.Result, error) {
 	}
 	rt := &libcni.RuntimeConf{ContainerID: d.Runtime.ContainerID, NetNS: d.Runtime.NetNS, IfName: d.Runtime.IfName,
 		Args: d.Runtime.Args, CapabilityArgs: d.CapabilityArgs, CacheDir: d.CacheDir}
-	cni := libcni.NewCNIConfig(filepath.SplitList(e.cniPath), nil)
+	cni := libcni.NewCNIConfig(filepath.SplitList(e.CNIPath), nil)
 	if add {
 		return cni.AddNetworkList(context.Background(), list, rt)
 	}
 	return nil, cni.DelNetworkList(context.Background(), list, rt)
 }
 
-func (e *agentEnv) records() []*attachment.Record {
-	e.t.Helper()
-	all, err := attachment.New(filepath.Join(e.root, "state")).List()
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return all
-}
-
-// inPod reports whether the pod's netns has a link named ifName.
-func (e *agentEnv) inPod(ifName string) bool {
-	e.t.Helper()
-	found := false
-	if err := e.pod.Do(func(ns.NetNS) error {
-		_, err := netlink.LinkByName(ifName)
-		found = err == nil
-		return nil
-	}); err != nil {
-		e.t.Fatal(err)
-	}
-	return found
-}
-
-func onHost(dev string) bool {
-	_, err := netlink.LinkByName(dev)
-	return err == nil
-}
+// onHost reports whether device i is in the host's netns.
+func (e *agentEnv) onHost(i int) bool { return e.OnHost(e.Devs[i]) }
 
 // statusKube is the stand-in API server: it records network-status writes.
 type statusKube struct {
