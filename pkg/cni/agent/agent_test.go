@@ -18,6 +18,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/cni/kube"
 	"github.com/devplumb/devplumb/pkg/cni/plugin"
 	"github.com/devplumb/devplumb/pkg/testenv"
+	"github.com/devplumb/devplumb/podresources/podresourcestest"
 )
 
 func wantCode(t *testing.T, what string, e *types.Error, code uint) {
@@ -285,5 +286,45 @@ func TestRefusedConfigAnsweredAtPrepare(t *testing.T) {
 	}
 	if len(e.Records()) != 0 || !e.onHost(0) {
 		t.Error("a refused config took the device")
+	}
+}
+
+// A prepared call whose commit does not come within the pending time is given
+// up (closed as a crash): its commit is then an agent error, and
+// devplumb-direct's ADD repairs the attachment.
+func TestPendingCallExpires(t *testing.T) {
+	e := newAgentEnv(t, 1, Config{PendingTTL: time.Millisecond})
+	c, a, raw := e.prepareAndRun("net1")
+	for e.agent.pending.len() != 0 { // the expiry runs on its own timer
+		time.Sleep(time.Millisecond)
+	}
+	_, err := c.Commit(t.Context(), &agentproto.Commit{Attachment: a.Attachment, Result: raw})
+	if !errors.Is(err, agentproto.ErrUnavailable) {
+		t.Fatalf("commit after the expiry: %v, want an agent error", err)
+	}
+	if _, err := testenv.Stdout(t, func() error { return e.direct().Add(e.args("net1")) }); err != nil || !e.InPod("net1") {
+		t.Errorf("devplumb-direct's ADD after the expiry: %v, in pod %v", err, e.InPod("net1"))
+	}
+}
+
+// A kubelet socket replaced (the kubelet restarted) gets a new PodResources
+// client: the old one would wait out gRPC's reconnect backoff.
+func TestKubeletSocketReplacedGetsANewClient(t *testing.T) {
+	e := newAgentEnv(t, 2, Config{})
+	if o := e.call(agentproto.CmdAdd, "net1"); o.err != nil || o.committed.Error != nil {
+		t.Fatalf("ADD net1: %+v, %v", o.committed, o.err)
+	}
+	restarted := podresourcestest.NewServer(t)
+	pod, _ := e.PodResources.GetPod("default", "p1")
+	restarted.SetPod(pod)
+	if err := os.Rename(restarted.Socket, e.PodResources.Socket); err != nil {
+		t.Fatal(err)
+	}
+	if o := e.call(agentproto.CmdAdd, "net2"); o.err != nil || o.committed.Error != nil {
+		t.Fatalf("ADD net2 after the kubelet restart: %+v, %v", o.committed, o.err)
+	}
+	if dials := e.dials.Load(); dials != 2 || restarted.Calls("Get")+restarted.Calls("List") == 0 {
+		t.Errorf("PodResources clients made %d, calls to the new kubelet %d: want a second client, used",
+			dials, restarted.Calls("Get")+restarted.Calls("List"))
 	}
 }
