@@ -14,9 +14,8 @@ import (
 // entry is one prepared call waiting for its commit (or, for an ADD whose
 // commit asked for an undo, its rollback): exactly one of add and del.
 type entry struct {
-	add   *plugin.PreparedAdd
-	del   *plugin.PreparedDel
-	timer *time.Timer
+	add *plugin.PreparedAdd
+	del *plugin.PreparedDel
 }
 
 // close gives the call up as a crash would.
@@ -37,12 +36,20 @@ type pendingTable struct {
 	log *slog.Logger
 
 	mu      sync.Mutex
-	entries map[string]*entry
+	entries map[string]*slot
 	closed  bool
 }
 
+// slot is one stay of an entry in the table: an entry put back (to wait for
+// its rollback) gets a new one, so a timer of its first stay that fired
+// just as it was taken cannot expire it.
+type slot struct {
+	e     *entry
+	timer *time.Timer
+}
+
 func newPendingTable(ttl time.Duration, max int, log *slog.Logger) *pendingTable {
-	return &pendingTable{ttl: ttl, max: max, log: log, entries: map[string]*entry{}}
+	return &pendingTable{ttl: ttl, max: max, log: log, entries: map[string]*slot{}}
 }
 
 // put keeps e under a fresh id. A full table refuses it: the caller gives
@@ -64,8 +71,9 @@ func (t *pendingTable) putBack(id string, e *entry) error {
 	case len(t.entries) >= t.max:
 		return fmt.Errorf("%d prepared calls wait for their commit already, the most the agent keeps", len(t.entries))
 	}
-	t.entries[id] = e
-	e.timer = time.AfterFunc(t.ttl, func() { t.expire(id, e) })
+	sl := &slot{e: e}
+	sl.timer = time.AfterFunc(t.ttl, func() { t.expire(id, sl) })
+	t.entries[id] = sl
 	return nil
 }
 
@@ -73,20 +81,20 @@ func (t *pendingTable) putBack(id string, e *entry) error {
 func (t *pendingTable) take(id string) (*entry, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	e := t.entries[id]
-	if e == nil {
+	sl := t.entries[id]
+	if sl == nil {
 		return nil, fmt.Errorf("attachment %q: %w", id, errUnknown)
 	}
 	delete(t.entries, id)
-	e.timer.Stop()
-	return e, nil
+	sl.timer.Stop()
+	return sl.e, nil
 }
 
-// expire closes e if it still waits under id (a commit may have taken it
-// just before the timer fired).
-func (t *pendingTable) expire(id string, e *entry) {
+// expire closes sl's entry if it still waits in sl under id (a commit may
+// have taken it just before the timer fired).
+func (t *pendingTable) expire(id string, sl *slot) {
 	t.mu.Lock()
-	if t.entries[id] != e {
+	if t.entries[id] != sl {
 		t.mu.Unlock()
 		return
 	}
@@ -94,18 +102,18 @@ func (t *pendingTable) expire(id string, e *entry) {
 	t.mu.Unlock()
 	t.log.Warn("a prepared call was never committed: giving it up for the next ADD, DEL or gc to undo",
 		"attachment", id, "after", t.ttl)
-	e.close()
+	sl.e.close()
 }
 
 // closeAll gives up every pending call and refuses new ones.
 func (t *pendingTable) closeAll() {
 	t.mu.Lock()
 	all := t.entries
-	t.entries, t.closed = map[string]*entry{}, true
+	t.entries, t.closed = map[string]*slot{}, true
 	t.mu.Unlock()
-	for _, e := range all {
-		e.timer.Stop()
-		e.close()
+	for _, sl := range all {
+		sl.timer.Stop()
+		sl.e.close()
 	}
 }
 

@@ -21,6 +21,9 @@
 //
 // What the entry point must do with each answer:
 //
+//   - Any client error (ErrUnavailable) before the delegates ran: exec
+//     devplumb-direct with the same arguments, environment and stdin. The
+//     agent of pkg/cni/agent answers CHECK so, as it runs CHECK not at all.
 //   - PrepareAnswer with Error: print it, exit non-zero. With Result: print
 //     it, exit 0 (a repeated ADD). With none of Delegate, Error, Result:
 //     print nothing, exit 0.
