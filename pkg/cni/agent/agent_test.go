@@ -14,6 +14,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/devplumb/devplumb/pkg/cni/agent/agenttest"
 	"github.com/devplumb/devplumb/pkg/cni/agentproto"
 	"github.com/devplumb/devplumb/pkg/cni/kube"
 	"github.com/devplumb/devplumb/pkg/cni/plugin"
@@ -49,10 +50,10 @@ func TestAgentAddIsDirectAdd(t *testing.T) {
 	}
 
 	o := e.call(agentproto.CmdAdd, "net1")
-	if o.err != nil || o.committed == nil || o.committed.Error != nil {
-		t.Fatalf("ADD through the agent: %+v, %v", o.committed, o.err)
+	if o.Err != nil || o.Committed == nil || o.Committed.Error != nil {
+		t.Fatalf("ADD through the agent: %+v, %v", o.Committed, o.Err)
 	}
-	if got := string(o.committed.Result); got != direct || !strings.Contains(got, "192.0.2.2/24") {
+	if got := string(o.Committed.Result); got != direct || !strings.Contains(got, "192.0.2.2/24") {
 		t.Errorf("agent's result %s, devplumb-direct's %s", got, direct)
 	}
 	gotRec, gotFile := e.View()
@@ -68,8 +69,8 @@ func TestAgentAddIsDirectAdd(t *testing.T) {
 	}
 
 	o = e.call(agentproto.CmdDel, "net1")
-	if o.err != nil || o.committed == nil || o.committed.Error != nil || len(o.committed.Result) != 0 {
-		t.Fatalf("DEL through the agent: %+v, %+v, %v", o.prepared, o.committed, o.err)
+	if o.Err != nil || o.Committed == nil || o.Committed.Error != nil || len(o.Committed.Result) != 0 {
+		t.Fatalf("DEL through the agent: %+v, %+v, %v", o.Prepared, o.Committed, o.Err)
 	}
 	if !e.onHost(0) || e.InPod("net1") || len(e.Records()) != 0 {
 		t.Errorf("after DEL: device on host %v, in pod %v, records %+v", e.onHost(0), e.InPod("net1"), e.Records())
@@ -81,8 +82,8 @@ func TestAgentAddIsDirectAdd(t *testing.T) {
 		t.Errorf("network-status removals %v: want one per DEL", removed)
 	}
 	// DEL is idempotent: with no record the delegates' DEL from the config.
-	if o := e.call(agentproto.CmdDel, "net1"); o.err != nil || o.committed == nil || o.committed.Error != nil {
-		t.Errorf("second DEL: %+v, %+v, %v", o.prepared, o.committed, o.err)
+	if o := e.call(agentproto.CmdDel, "net1"); o.Err != nil || o.Committed == nil || o.Committed.Error != nil {
+		t.Errorf("second DEL: %+v, %+v, %v", o.Prepared, o.Committed, o.Err)
 	}
 }
 
@@ -91,13 +92,13 @@ func TestAgentAddIsDirectAdd(t *testing.T) {
 func TestRepeatedAddAnsweredAtPrepare(t *testing.T) {
 	e := newAgentEnv(t, 1, Config{})
 	first := e.call(agentproto.CmdAdd, "net1")
-	if first.err != nil || first.committed.Error != nil {
-		t.Fatalf("ADD: %+v, %v", first.committed, first.err)
+	if first.Err != nil || first.Committed.Error != nil {
+		t.Fatalf("ADD: %+v, %v", first.Committed, first.Err)
 	}
 	again := e.call(agentproto.CmdAdd, "net1")
-	if again.err != nil || again.prepared.Delegate != nil || again.committed != nil ||
-		string(again.prepared.Result) != string(first.committed.Result) {
-		t.Errorf("repeated ADD: %+v, %v; want the first result %s at prepare", again.prepared, again.err, first.committed.Result)
+	if again.Err != nil || again.Prepared.Delegate != nil || again.Committed != nil ||
+		string(again.Prepared.Result) != string(first.Committed.Result) {
+		t.Errorf("repeated ADD: %+v, %v; want the first result %s at prepare", again.Prepared, again.Err, first.Committed.Result)
 	}
 }
 
@@ -132,12 +133,12 @@ func TestDelegateErrorRollsBack(t *testing.T) {
 	e.conf["delegate"] = map[string]any{"type": "host-device",
 		"ipam": map[string]any{"type": "static", "addresses": []any{map[string]string{"address": "not-an-address"}}}}
 	o := e.call(agentproto.CmdAdd, "net1")
-	if o.err != nil || o.committed == nil {
-		t.Fatalf("ADD: %+v, %v", o.committed, o.err)
+	if o.Err != nil || o.Committed == nil {
+		t.Fatalf("ADD: %+v, %v", o.Committed, o.Err)
 	}
-	wantCode(t, "ADD with a failing delegate", o.committed.Error, plugin.ErrDelegate)
-	if o.committed.Undo || !strings.Contains(o.committed.Error.Msg, "delegate ADD failed for device "+e.Devs[0]) {
-		t.Errorf("commit answer %+v: want the delegate's failure named, nothing to undo", o.committed)
+	wantCode(t, "ADD with a failing delegate", o.Committed.Error, plugin.ErrDelegate)
+	if o.Committed.Undo || !strings.Contains(o.Committed.Error.Msg, "delegate ADD failed for device "+e.Devs[0]) {
+		t.Errorf("commit answer %+v: want the delegate's failure named, nothing to undo", o.Committed)
 	}
 	if recs := e.Records(); len(recs) != 0 || !e.onHost(0) {
 		t.Errorf("after the rollback: records %+v, device on host %v", recs, e.onHost(0))
@@ -199,14 +200,14 @@ func TestConcurrentAddsTakeDifferentDevices(t *testing.T) {
 	const n = 10
 	e := newAgentEnv(t, n, Config{})
 	var wg sync.WaitGroup
-	outcomes := make([]outcome, n)
+	outcomes := make([]agenttest.Outcome, n)
 	for i := range n {
 		wg.Go(func() { outcomes[i] = e.call(agentproto.CmdAdd, fmt.Sprintf("net%d", i)) })
 	}
 	wg.Wait()
 	for i, o := range outcomes {
-		if o.err != nil || o.committed == nil || o.committed.Error != nil {
-			t.Errorf("ADD net%d: %+v, %v", i, o.committed, o.err)
+		if o.Err != nil || o.Committed == nil || o.Committed.Error != nil {
+			t.Errorf("ADD net%d: %+v, %v", i, o.Committed, o.Err)
 		}
 	}
 	devices := map[string]bool{}
@@ -227,8 +228,8 @@ func TestConcurrentAddsTakeDifferentDevices(t *testing.T) {
 func TestClientsShared(t *testing.T) {
 	e := newAgentEnv(t, 3, Config{})
 	for _, ifName := range []string{"net1", "net2"} {
-		if o := e.call(agentproto.CmdAdd, ifName); o.err != nil || o.committed.Error != nil {
-			t.Fatalf("ADD %s: %+v, %v", ifName, o.committed, o.err)
+		if o := e.call(agentproto.CmdAdd, ifName); o.Err != nil || o.Committed.Error != nil {
+			t.Fatalf("ADD %s: %+v, %v", ifName, o.Committed, o.Err)
 		}
 	}
 	if dials, builds := e.dials.Load(), e.builds.Load(); dials != 1 || builds != 1 {
@@ -237,8 +238,8 @@ func TestClientsShared(t *testing.T) {
 	if err := os.WriteFile(e.conf["kubeconfig"].(string), []byte("rotated\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if o := e.call(agentproto.CmdAdd, "net3"); o.err != nil || o.committed.Error != nil {
-		t.Fatalf("ADD net3: %+v, %v", o.committed, o.err)
+	if o := e.call(agentproto.CmdAdd, "net3"); o.Err != nil || o.Committed.Error != nil {
+		t.Fatalf("ADD net3: %+v, %v", o.Committed, o.Err)
 	}
 	if dials, builds := e.dials.Load(), e.builds.Load(); dials != 1 || builds != 2 {
 		t.Errorf("after the kubeconfig changed: %d PodResources clients, %d Kubernetes clients; want 1 and 2", dials, builds)
@@ -250,8 +251,8 @@ func TestClientsShared(t *testing.T) {
 // what the refused prepare took.
 func TestAgentRefusals(t *testing.T) {
 	e := newAgentEnv(t, 2, Config{MaxPending: 1})
-	if o := e.call(agentproto.CmdCheck, "net1"); !errors.Is(o.err, agentproto.ErrUnavailable) {
-		t.Errorf("CHECK: %+v, %v: want an agent error", o.prepared, o.err)
+	if o := e.call(agentproto.CmdCheck, "net1"); !errors.Is(o.Err, agentproto.ErrUnavailable) {
+		t.Errorf("CHECK: %+v, %v: want an agent error", o.Prepared, o.Err)
 	}
 	c, err := agentproto.Dial(e.socket, 5*time.Second, "entry-test")
 	if err != nil {
@@ -263,8 +264,8 @@ func TestAgentRefusals(t *testing.T) {
 		t.Fatalf("prepare: %+v, %v", a, err)
 	}
 	o := e.call(agentproto.CmdAdd, "net2")
-	if !errors.Is(o.err, agentproto.ErrUnavailable) || !strings.Contains(o.err.Error(), "the most the agent keeps") {
-		t.Fatalf("ADD with the table full: %v, want an agent error saying so", o.err)
+	if !errors.Is(o.Err, agentproto.ErrUnavailable) || !strings.Contains(o.Err.Error(), "the most the agent keeps") {
+		t.Fatalf("ADD with the table full: %v, want an agent error saying so", o.Err)
 	}
 	if _, err := testenv.Stdout(t, func() error { return e.direct().Add(e.args("net2")) }); err != nil || !e.InPod("net2") {
 		t.Errorf("devplumb-direct's ADD after the refused prepare: %v, in pod %v", err, e.InPod("net2"))
@@ -277,12 +278,12 @@ func TestRefusedConfigAnsweredAtPrepare(t *testing.T) {
 	e := newAgentEnv(t, 1, Config{})
 	e.conf["delegate"] = map[string]any{"type": "devplumb"}
 	o := e.call(agentproto.CmdAdd, "net1")
-	if o.err != nil || o.prepared.Error == nil || o.prepared.Error.Code != types.ErrInvalidNetworkConfig || o.committed != nil {
-		t.Errorf("ADD: %+v, %v: want the CNI error at prepare", o.prepared, o.err)
+	if o.Err != nil || o.Prepared.Error == nil || o.Prepared.Error.Code != types.ErrInvalidNetworkConfig || o.Committed != nil {
+		t.Errorf("ADD: %+v, %v: want the CNI error at prepare", o.Prepared, o.Err)
 	}
 	o = e.call(agentproto.CmdDel, "net1")
-	if o.err != nil || o.prepared.Error != nil || o.prepared.Delegate != nil || o.committed != nil {
-		t.Errorf("DEL: %+v, %v: want nothing to run", o.prepared, o.err)
+	if o.Err != nil || o.Prepared.Error != nil || o.Prepared.Delegate != nil || o.Committed != nil {
+		t.Errorf("DEL: %+v, %v: want nothing to run", o.Prepared, o.Err)
 	}
 	if len(e.Records()) != 0 || !e.onHost(0) {
 		t.Error("a refused config took the device")
@@ -311,8 +312,8 @@ func TestPendingCallExpires(t *testing.T) {
 // client: the old one would wait out gRPC's reconnect backoff.
 func TestKubeletSocketReplacedGetsANewClient(t *testing.T) {
 	e := newAgentEnv(t, 2, Config{})
-	if o := e.call(agentproto.CmdAdd, "net1"); o.err != nil || o.committed.Error != nil {
-		t.Fatalf("ADD net1: %+v, %v", o.committed, o.err)
+	if o := e.call(agentproto.CmdAdd, "net1"); o.Err != nil || o.Committed.Error != nil {
+		t.Fatalf("ADD net1: %+v, %v", o.Committed, o.Err)
 	}
 	restarted := podresourcestest.NewServer(t)
 	pod, _ := e.PodResources.GetPod("default", "p1")
@@ -320,8 +321,8 @@ func TestKubeletSocketReplacedGetsANewClient(t *testing.T) {
 	if err := os.Rename(restarted.Socket, e.PodResources.Socket); err != nil {
 		t.Fatal(err)
 	}
-	if o := e.call(agentproto.CmdAdd, "net2"); o.err != nil || o.committed.Error != nil {
-		t.Fatalf("ADD net2 after the kubelet restart: %+v, %v", o.committed, o.err)
+	if o := e.call(agentproto.CmdAdd, "net2"); o.Err != nil || o.Committed.Error != nil {
+		t.Fatalf("ADD net2 after the kubelet restart: %+v, %v", o.Committed, o.Err)
 	}
 	if dials := e.dials.Load(); dials != 2 || restarted.Calls("Get")+restarted.Calls("List") == 0 {
 		t.Errorf("PodResources clients made %d, calls to the new kubelet %d: want a second client, used",

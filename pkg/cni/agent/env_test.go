@@ -14,11 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 
+	"github.com/devplumb/devplumb/pkg/cni/agent/agenttest"
 	"github.com/devplumb/devplumb/pkg/cni/agentproto"
 	"github.com/devplumb/devplumb/pkg/cni/plugin"
 	"github.com/devplumb/devplumb/pkg/cni/plugin/plugintest"
@@ -119,47 +119,10 @@ func (e *agentEnv) prepare(cmd, ifName string) agentproto.Prepare {
 		Args: a.Args, Path: a.Path, StdinData: a.StdinData}
 }
 
-// outcome is what one call through the agent came to.
-type outcome struct {
-	prepared   *agentproto.PrepareAnswer
-	committed  *agentproto.CommitAnswer
-	rolledBack *agentproto.RollbackAnswer
-	err        error // an agent error: the entry point would exec devplumb-direct
-}
-
-// call is one CNI call as the entry point makes it: hello, prepare, the
-// delegates run here with libcni (a failed ADD undone at once), commit, and
-// the undo and rollback when the commit asks for them.
-func (e *agentEnv) call(cmd, ifName string) outcome {
-	c, err := agentproto.Dial(e.socket, 5*time.Second, "entry-test")
-	if err != nil {
-		return outcome{err: err}
-	}
-	defer c.Close()
-	ctx := context.Background()
+// call is one CNI call through the agent, as the entry point makes it.
+func (e *agentEnv) call(cmd, ifName string) agenttest.Outcome {
 	p := e.prepare(cmd, ifName)
-	var o outcome
-	if o.prepared, o.err = c.Prepare(ctx, &p); o.err != nil || o.prepared.Delegate == nil {
-		return o
-	}
-	d := o.prepared.Delegate
-	cm := &agentproto.Commit{Attachment: o.prepared.Attachment}
-	result, derr := e.run(d, cmd == agentproto.CmdAdd)
-	if derr != nil && cmd == agentproto.CmdAdd {
-		if _, err := e.run(d, false); err != nil {
-			e.t.Errorf("undo of the failed delegate ADD: %v", err)
-		}
-	}
-	cm.Result, cm.Error = e.report(result, derr)
-	if o.committed, o.err = c.Commit(ctx, cm); o.err != nil || !o.committed.Undo {
-		return o
-	}
-	rb := &agentproto.Rollback{Attachment: o.prepared.Attachment}
-	if _, err := e.run(d, false); err != nil {
-		rb.Error = asCNIError(err)
-	}
-	o.rolledBack, o.err = c.Rollback(ctx, rb)
-	return o
+	return agenttest.Call(e.t, e.socket, &p)
 }
 
 // prepareAndRun is an ADD as the entry point begins it, up to the commit: the
@@ -180,47 +143,13 @@ func (e *agentEnv) prepareAndRun(ifName string) (*agentproto.Client, *agentproto
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, _ := e.report(result, nil)
+	raw, _ := agenttest.Report(t, result, nil)
 	return c, a, raw
 }
 
-// report is the delegates' outcome as Commit carries it.
-func (e *agentEnv) report(result types.Result, err error) ([]byte, *types.Error) {
-	if err != nil {
-		return nil, asCNIError(err)
-	}
-	if result == nil {
-		return nil, nil
-	}
-	raw, err := json.Marshal(result)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return raw, nil
-}
-
-func asCNIError(err error) *types.Error {
-	var te *types.Error
-	if errors.As(err, &te) {
-		return te
-	}
-	return types.NewError(types.ErrInternal, err.Error(), "")
-}
-
-// run is the entry point's part: the delegates' ADD or DEL through libcni,
-// as the agent describes the run.
+// run is the entry point's delegates' run, here.
 func (e *agentEnv) run(d *agentproto.Delegate, add bool) (types.Result, error) {
-	list, err := libcni.NetworkConfFromBytes(d.ConfList)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	rt := &libcni.RuntimeConf{ContainerID: d.Runtime.ContainerID, NetNS: d.Runtime.NetNS, IfName: d.Runtime.IfName,
-		Args: d.Runtime.Args, CapabilityArgs: d.CapabilityArgs, CacheDir: d.CacheDir}
-	cni := libcni.NewCNIConfig(filepath.SplitList(e.CNIPath), nil)
-	if add {
-		return cni.AddNetworkList(context.Background(), list, rt)
-	}
-	return nil, cni.DelNetworkList(context.Background(), list, rt)
+	return agenttest.Run(d, e.CNIPath, add)
 }
 
 // onHost reports whether device i is in the host's netns.
