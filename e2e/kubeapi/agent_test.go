@@ -75,6 +75,10 @@ func TestAgentNetworkStatus(t *testing.T) {
 // ends; it returns the socket and the count of clients built.
 func startAgent(t *testing.T) (string, *atomic.Int32) {
 	t.Helper()
+	// Each call marks the process's delegates one devplumb deeper
+	// (plugin.DepthEnv): restored at the end, so that the devplumb binaries
+	// later tests run are not refused as devplumb's own delegates.
+	t.Setenv(plugin.DepthEnv, "")
 	builds := &atomic.Int32{}
 	a := agent.New(agent.Config{Build: "e2e", Log: slog.New(slog.NewTextHandler(os.Stderr, nil)), Timeout: 10 * time.Second,
 		NewKube: func(kubeconfig string, timeout time.Duration, log *slog.Logger) (plugin.Kube, error) {
