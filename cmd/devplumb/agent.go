@@ -23,11 +23,8 @@ type entry struct {
 // here, commit. Every agent failure ends in devplumb-direct, which does the
 // whole call from the records: no call fails because of the agent.
 func (e *entry) call(cmd string, args *skel.CmdArgs) error {
-	if d := depth(); d > 0 {
-		// A devplumb run started this one (a delegate, or a delegate's
-		// IPAM, is devplumb): the agent cannot see this environment, so
-		// devplumb-direct refuses it, as it always has.
-		return execDirect(args, fmt.Errorf("run %d deep (%s=%d)", d, depthEnv, d))
+	if depth() > 0 {
+		return refuseDepth(cmd, args)
 	}
 	c, err := agentproto.Dial(e.socket, dialBound, e.build)
 	if err != nil {
@@ -110,6 +107,24 @@ func cniError(err error) *types.Error {
 // devplumb, so a run with a depth is refused (by devplumb-direct), and the
 // delegates this entry point runs get depth 1.
 const depthEnv = "DEVPLUMB_DEPTH"
+
+// refuseDepth answers a run another devplumb started (a delegate, or a
+// delegate's IPAM plugin, is devplumb, maybe under another name or as a copy
+// without devplumb-direct beside it) as devplumb-direct does, here: the agent
+// cannot see this environment, and a recursion must end at once. ADD is
+// refused (code 7); DEL has nothing to undo and succeeds; CHECK is
+// devplumb-direct's to judge.
+func refuseDepth(cmd string, args *skel.CmdArgs) error {
+	switch cmd {
+	case agentproto.CmdDel:
+		return nil
+	case agentproto.CmdCheck:
+		return execDirect(args, nil)
+	}
+	d := depth()
+	return &types.Error{Code: types.ErrInvalidNetworkConfig, Msg: fmt.Sprintf("devplumb cannot delegate to itself: "+
+		"a devplumb run started this one (%s=%d): a delegate, or a delegate's IPAM plugin, is devplumb", depthEnv, d)}
+}
 
 // depth is the depth the runtime's environment gives: 0 when unset or bad.
 func depth() int {

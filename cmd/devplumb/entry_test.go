@@ -136,15 +136,8 @@ func TestAgentDelegateRunsHere(t *testing.T) {
 // VERSION needs neither an agent nor devplumb-direct.
 func TestVersionAlone(t *testing.T) {
 	n := newNode(t)
-	dir := t.TempDir()
-	data, err := os.ReadFile(filepath.Join(n.bin, "devplumb"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "devplumb"), data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(filepath.Join(dir, "devplumb"))
+	lone := loneEntry(t, n)
+	cmd := exec.Command(lone)
 	cmd.Env = []string{"CNI_COMMAND=VERSION", socketEnv + "=" + n.socket}
 	out, err := cmd.Output()
 	if err != nil {
@@ -157,14 +150,48 @@ func TestVersionAlone(t *testing.T) {
 		t.Errorf("VERSION printed %s (%v), want %v", out, err, supportedVersions)
 	}
 	// Any other command needs devplumb-direct: a CNI error naming it.
-	cmd = exec.Command(filepath.Join(dir, "devplumb"))
-	cmd.Env = []string{"CNI_COMMAND=ADD", "CNI_CONTAINERID=c1", "CNI_NETNS=" + n.pod.Path(), "CNI_IFNAME=eth1",
-		"CNI_PATH=" + n.bin, socketEnv + "=" + n.socket}
-	cmd.Stdin = bytes.NewReader(n.stdin())
-	out, err = cmd.Output()
-	if err == nil || !strings.Contains(string(out), filepath.Join(dir, directName)) || !strings.Contains(string(out), n.socket) {
+	out, err = n.loneRun(lone, "ADD", nil)
+	if err == nil || !strings.Contains(string(out), filepath.Join(filepath.Dir(lone), directName)) || !strings.Contains(string(out), n.socket) {
 		t.Errorf("ADD without devplumb-direct: %v %s, want a CNI error naming %s and the agent socket", err, out, directName)
 	}
+}
+
+// Run by another devplumb (a delegate that is devplumb, even a copy without
+// devplumb-direct), the entry point refuses ADD and lets DEL succeed, as
+// devplumb-direct does: a recursion ends at once.
+func TestUnderDevplumbRefused(t *testing.T) {
+	n := newNode(t)
+	lone := loneEntry(t, n)
+	out, err := n.loneRun(lone, "ADD", []string{depthEnv + "=1"})
+	if err == nil || !strings.Contains(string(out), `"code": 7`) || !strings.Contains(string(out), "itself") {
+		t.Errorf("ADD under devplumb: %v %s, want code 7 saying devplumb cannot delegate to itself", err, out)
+	}
+	if out, err := n.loneRun(lone, "DEL", []string{depthEnv + "=1"}); err != nil {
+		t.Errorf("DEL under devplumb: %v %s, want success doing nothing", err, out)
+	}
+}
+
+// loneEntry is a copy of the entry point in a directory of its own.
+func loneEntry(t *testing.T, n *node) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(n.bin, "devplumb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lone := filepath.Join(t.TempDir(), "devplumb")
+	if err := os.WriteFile(lone, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return lone
+}
+
+// loneRun runs binary for the node's pod with only the CNI variables and env.
+func (n *node) loneRun(binary, cmd string, env []string) ([]byte, error) {
+	c := exec.Command(binary)
+	c.Env = append([]string{"CNI_COMMAND=" + cmd, "CNI_CONTAINERID=c1", "CNI_NETNS=" + n.pod.Path(), "CNI_IFNAME=eth1",
+		"CNI_PATH=" + n.bin, socketEnv + "=" + n.socket}, env...)
+	c.Stdin = bytes.NewReader(n.stdin())
+	return c.Output()
 }
 
 // testAgent is a Handler of canned answers that keeps the commits it got.

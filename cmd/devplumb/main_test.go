@@ -12,8 +12,8 @@ import (
 	"github.com/devplumb/devplumb/pkg/cni/plugin"
 )
 
-// The entry point answers VERSION and finds the delegates' cache without
-// linking pkg/cni/config: its copies must be config's.
+// The entry point answers VERSION, guards depth and runs delegates without
+// linking pkg/cni/{config,delegate,plugin}: its copies must be theirs.
 func TestCopiesAreConfigs(t *testing.T) {
 	if !slices.Equal(supportedVersions, config.SupportedVersions) {
 		t.Errorf("the entry point supports CNI %v, devplumb-direct %v", supportedVersions, config.SupportedVersions)
@@ -30,6 +30,11 @@ func TestCopiesAreConfigs(t *testing.T) {
 	} {
 		if got, err := libcniCacheDir([]byte(conf)); err != nil || got != want {
 			t.Errorf("cache dir of %s: %q, %v; want %q", conf, got, err, want)
+		}
+	}
+	for _, args := range []string{"", "IgnoreUnknown=1;K8S_POD_NAME=p1", "A=;B", ";;A=b=c;"} {
+		if got, want := parseArgs(args), delegate.ParseArgs(args); !slices.Equal(got, want) {
+			t.Errorf("CNI_ARGS %q: %v, the plugin's delegates get %v", args, got, want)
 		}
 	}
 	if _, err := libcniCacheDir([]byte(`{"stateDir":"/tmp/s"}`)); err == nil || !strings.Contains(err.Error(), "network name") {
