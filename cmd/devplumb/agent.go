@@ -76,6 +76,11 @@ func (e *entry) commit(ctx context.Context, c *agentproto.Client, cmd string, ar
 		return execDirect(args, err)
 	}
 	if out.Error != nil {
+		// A commit failing after the delegates' ADD succeeded (say,
+		// network-status required and refused) leaves the record in
+		// progress: the runtime's DEL after the failed ADD undoes it, as
+		// after a crash. The protocol has no message for this entry point
+		// to undo it at once yet.
 		return out.Error
 	}
 	if _, err := os.Stdout.Write(out.Result); err != nil {
