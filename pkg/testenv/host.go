@@ -107,3 +107,22 @@ func Files(t testing.TB, dir string) []string {
 	}
 	return out
 }
+
+// HasLink reports whether a link named name is in n, or in the host's
+// namespace when n is nil: where a delegate moved a device, or left it.
+func HasLink(t testing.TB, n ns.NetNS, name string) bool {
+	t.Helper()
+	if n == nil {
+		_, err := netlink.LinkByName(name)
+		return err == nil
+	}
+	found := false
+	if err := n.Do(func(ns.NetNS) error {
+		_, err := netlink.LinkByName(name)
+		found = err == nil
+		return nil
+	}); err != nil {
+		t.Fatalf("look for link %s in netns %s: %v", name, n.Path(), err)
+	}
+	return found
+}

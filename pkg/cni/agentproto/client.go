@@ -112,6 +112,16 @@ func (c *Client) Commit(ctx context.Context, cm *Commit) (*CommitAnswer, error) 
 	return answer(resp.Commit, "commit")
 }
 
+// Rollback reports the delegates' DEL run after a CommitAnswer with Undo
+// and returns whether the agent freed the device.
+func (c *Client) Rollback(ctx context.Context, r *Rollback) (*RollbackAnswer, error) {
+	resp, err := c.call(ctx, &request{Rollback: r}, "rollback")
+	if err != nil {
+		return nil, err
+	}
+	return answer(resp.Rollback, "rollback")
+}
+
 // answer refuses an agent's missing or self-contradicting answer: the
 // entry point falls back rather than guess.
 func answer[A any, PA interface {

@@ -54,7 +54,7 @@ func checkAnswer(t *testing.T, c *Client, cmd string, a *PrepareAnswer) {
 			t.Errorf("failed delegate's commit answer %+v, %v", failed, err)
 		}
 	case CmdDel:
-		if *a != (PrepareAnswer{}) {
+		if !reflect.DeepEqual(*a, PrepareAnswer{}) {
 			t.Errorf("DEL answer %+v, want nothing to run", a)
 		}
 	case CmdCheck:

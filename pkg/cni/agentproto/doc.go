@@ -5,7 +5,8 @@
 // golang.org/x/sys/unix and the CNI library's types (imports_test.go).
 //
 // One CNI call is one connection on a root-only unix socket carrying three
-// round trips, each one length-prefixed JSON request and one response:
+// round trips (four after a failed commit), each one length-prefixed JSON
+// request and one response:
 //
 //	hello   both sides' protocol version and build; another version, no
 //	        answer within the entry point's bound, or no socket at all is
@@ -16,6 +17,36 @@
 //	commit  the delegate's result or error; the agent finishes the call
 //	        (records, network-status, claim status, Event) and answers what
 //	        the entry point prints
+//	rollback only after a commit answered with Undo: the delegates' DEL ran
+//
+// What the entry point must do with each answer:
+//
+//   - Any client error (ErrUnavailable) before the delegates ran: exec
+//     devplumb-direct with the same arguments, environment and stdin. The
+//     agent of pkg/cni/agent answers CHECK so, as it runs CHECK not at all.
+//   - PrepareAnswer with Error: print it, exit non-zero. With Result: print
+//     it, exit 0 (a repeated ADD). With none of Delegate, Error, Result:
+//     print nothing, exit 0.
+//   - PrepareAnswer with Delegate: run the command (ADD or DEL) on the
+//     delegates with libcni: Delegate.ConfList, a RuntimeConf of
+//     Delegate.Runtime (or, unset, its own CNI_* arguments) and
+//     Delegate.CapabilityArgs, CacheDir Delegate.CacheDir when set, the
+//     plugins found on its CNI_PATH, its own environment with
+//     DEVPLUMB_DEPTH one higher than it inherited (an entry point started
+//     with DEVPLUMB_DEPTH >= 1 is devplumb's own delegate and must not ask
+//     the agent: it execs devplumb-direct, which refuses the call). A failed
+//     delegate ADD is undone by the entry point at once (libcni's DEL of the
+//     same list and runtime), before the Commit carrying its error: the
+//     agent frees the device on that Commit.
+//   - Then Commit with the delegates' result (ADD: its JSON, as libcni
+//     returns it) or error (a *types.Error; any other error as code 999
+//     with its text), and print the answer: Result and exit 0, or Error and
+//     exit non-zero.
+//   - CommitAnswer with Undo: the ADD failed after its delegates succeeded.
+//     Run the delegates' DEL (same Delegate, same runtime and cache), send
+//     Rollback with that DEL's error if it failed (the agent frees the
+//     device either way, as devplumb-direct does after its own undo), then
+//     print the commit's Error and exit non-zero whatever Rollback answers.
 //
 // The delegate runs between prepare and commit in the entry point, so it keeps
 // the runtime's environment, netns and timeout. Any failure after hello is

@@ -16,9 +16,10 @@ const MaxFrame = 4 << 20
 
 // request is one message from the entry point: exactly one field set.
 type request struct {
-	Hello   *Hello   `json:"hello,omitempty"`
-	Prepare *Prepare `json:"prepare,omitempty"`
-	Commit  *Commit  `json:"commit,omitempty"`
+	Hello    *Hello    `json:"hello,omitempty"`
+	Prepare  *Prepare  `json:"prepare,omitempty"`
+	Commit   *Commit   `json:"commit,omitempty"`
+	Rollback *Rollback `json:"rollback,omitempty"`
 }
 
 // response answers a request with the matching field, or with Error when the
@@ -26,10 +27,11 @@ type request struct {
 // A version mismatch answers both Hello and Error, so the entry point can name
 // the agent's version.
 type response struct {
-	Hello   *Hello         `json:"hello,omitempty"`
-	Prepare *PrepareAnswer `json:"prepare,omitempty"`
-	Commit  *CommitAnswer  `json:"commit,omitempty"`
-	Error   string         `json:"error,omitempty"`
+	Hello    *Hello          `json:"hello,omitempty"`
+	Prepare  *PrepareAnswer  `json:"prepare,omitempty"`
+	Commit   *CommitAnswer   `json:"commit,omitempty"`
+	Rollback *RollbackAnswer `json:"rollback,omitempty"`
+	Error    string          `json:"error,omitempty"`
 }
 
 // kind names the one message a request holds.
@@ -44,8 +46,11 @@ func (r *request) kind() (string, error) {
 	if r.Commit != nil {
 		kinds = append(kinds, "commit")
 	}
+	if r.Rollback != nil {
+		kinds = append(kinds, "rollback")
+	}
 	if len(kinds) != 1 {
-		return "", fmt.Errorf("request holds %d messages [%s], want exactly one of hello, prepare, commit",
+		return "", fmt.Errorf("request holds %d messages [%s], want exactly one of hello, prepare, commit, rollback",
 			len(kinds), strings.Join(kinds, " "))
 	}
 	return kinds[0], nil

@@ -39,11 +39,12 @@ func TestMain(m *testing.M) {
 // set, Prepare waits for it to close, whatever its context says, as a stuck
 // agent would.
 type testHandler struct {
-	mu        sync.Mutex
-	prepared  []Prepare
-	committed []Commit
-	block     chan struct{}
-	entered   chan struct{} // told when Prepare starts waiting for block
+	mu         sync.Mutex
+	prepared   []Prepare
+	committed  []Commit
+	rolledBack []Rollback
+	block      chan struct{}
+	entered    chan struct{} // told when Prepare starts waiting for block
 }
 
 func (h *testHandler) Build() string { return "agent-test" }
@@ -76,7 +77,20 @@ func (h *testHandler) Commit(_ context.Context, c *Commit) (*CommitAnswer, error
 	if c.Error != nil {
 		return &CommitAnswer{Error: c.Error}, nil
 	}
+	if string(c.Result) == "undo" { // as a commit failing after the delegates ran
+		return &CommitAnswer{Error: types.NewError(106, "network-status refused", ""), Undo: true}, nil
+	}
+	if string(c.Result) == "bad undo" {
+		return &CommitAnswer{Undo: true}, nil
+	}
 	return &CommitAnswer{Result: append([]byte("committed:"), c.Result...)}, nil
+}
+
+func (h *testHandler) Rollback(_ context.Context, r *Rollback) (*RollbackAnswer, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.rolledBack = append(h.rolledBack, *r)
+	return &RollbackAnswer{}, nil
 }
 
 func (h *testHandler) calls() ([]Prepare, []Commit) {
@@ -123,7 +137,7 @@ type served struct {
 	stop func() // stops the server and waits for Serve to return
 }
 
-// serve starts srv (its Handler and Log filled in) on dir/run/agent.sock and
+// serve starts srv (its Log, and a testHandler when it has none, filled in) on dir/run/agent.sock and
 // stops it at the end of the test.
 func serve(t *testing.T, dir string, srv Server) *served {
 	t.Helper()
@@ -131,7 +145,10 @@ func serve(t *testing.T, dir string, srv Server) *served {
 	if h, ok := srv.Handler.(*testHandler); ok {
 		s.h = h
 	}
-	srv.Handler, srv.Log = s.h, slog.New(slog.NewTextHandler(s.log, nil))
+	if srv.Handler == nil {
+		srv.Handler = s.h
+	}
+	srv.Log = slog.New(slog.NewTextHandler(s.log, nil))
 	l, err := Listen(s.path)
 	if err != nil {
 		t.Fatal(err)

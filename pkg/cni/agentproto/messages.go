@@ -42,15 +42,17 @@ type Prepare struct {
 	StdinData []byte `json:"stdinData"`
 }
 
-// PrepareAnswer holds at most one of Delegate and Error; with neither the
-// call is complete (nothing to run, nothing to commit, print nothing, exit 0:
-// a DEL with nothing left to undo).
+// PrepareAnswer holds at most one of Delegate, Error and Result; with none
+// the call is complete (nothing to run, nothing to commit, print nothing,
+// exit 0: a DEL with nothing left to undo).
 type PrepareAnswer struct {
-	// Attachment names the call's record; Commit sends it back so the agent
-	// needs no state of its own between the two steps.
+	// Attachment names the prepared call; Commit (and Rollback) send it back.
 	Attachment string       `json:"attachment,omitempty"`
 	Delegate   *Delegate    `json:"delegate,omitempty"`
 	Error      *types.Error `json:"error,omitempty"` // print it and exit non-zero; no commit
+	// Result is a complete call's output (a repeated ADD answered with the
+	// result it had): print it and exit 0; nothing to run, no commit.
+	Result []byte `json:"result,omitempty"`
 }
 
 // Delegate is what the entry point runs (libcni) with the command and the
@@ -62,6 +64,24 @@ type Delegate struct {
 	// deviceID and CNIDeviceInfoFile, plus every runtimeConfig key devplumb
 	// received. libcni passes each only to plugins declaring it.
 	CapabilityArgs map[string]any `json:"capabilityArgs,omitempty"`
+	// Runtime, when set, is the rest of libcni's RuntimeConf to run the
+	// delegates with instead of the entry point's own CNI_* arguments: a
+	// DEL of a netns already gone runs with none, and DEL of an ADD runs
+	// with what the ADD recorded. Unset (an agent before it): the entry
+	// point's own.
+	Runtime *Runtime `json:"runtime,omitempty"`
+	// CacheDir, when set, is libcni's result cache for the delegates
+	// (RuntimeConf.CacheDir): the network's own, where DEL, CHECK and GC of
+	// devplumb-direct look for what this run leaves.
+	CacheDir string `json:"cacheDir,omitempty"`
+}
+
+// Runtime is libcni's RuntimeConf without what Delegate carries already.
+type Runtime struct {
+	ContainerID string      `json:"containerID"`
+	NetNS       string      `json:"netns,omitempty"`
+	IfName      string      `json:"ifName"`
+	Args        [][2]string `json:"args,omitempty"` // CNI_ARGS as key-value pairs
 }
 
 // Commit reports the delegate's outcome: Result on success (empty for DEL
@@ -77,7 +97,34 @@ type Commit struct {
 type CommitAnswer struct {
 	Result []byte       `json:"result,omitempty"`
 	Error  *types.Error `json:"error,omitempty"`
+	// Undo (ADD only, always with Error) says the agent could not finish an
+	// ADD whose delegates succeeded (network-status required and refused,
+	// say) and still holds the device for them. The entry point must run the
+	// delegates' DEL of the same Delegate (same config list, runtime and
+	// cache), then send Rollback with that DEL's error, if any, and in any
+	// case print Error and exit non-zero. Until Rollback the device is
+	// neither freed nor given to another attachment: the rule is that
+	// whoever runs a delegate ADD runs the DEL undoing it before the device
+	// is freed. An entry point that cannot (it dies, the agent is gone)
+	// leaves the record holding the device until the runtime's DEL after the
+	// failed ADD (or gc) runs the delegates' DEL and frees it; an agent
+	// waiting for a Rollback that never comes gives the call up after its
+	// pending time.
+	Undo bool `json:"undo,omitempty"`
 }
+
+// Rollback follows a CommitAnswer with Undo, once the entry point ran the
+// delegates' DEL: Error is that DEL's error (nil when it succeeded). The
+// agent frees the device either way, as devplumb-direct does after its own
+// undo: a DEL that failed is logged, not retried.
+type Rollback struct {
+	Attachment string       `json:"attachment"`
+	Error      *types.Error `json:"error,omitempty"`
+}
+
+// RollbackAnswer acknowledges a Rollback: the CNI device-info file is gone
+// and the device free. The entry point prints the commit's Error.
+type RollbackAnswer struct{}
 
 // check rejects a Prepare the agent cannot act on before the handler sees it.
 func (p *Prepare) check() error {
@@ -101,6 +148,8 @@ func (a *PrepareAnswer) check() error {
 		return errors.New("prepare answer holds a delegate but no attachment to commit")
 	case a.Delegate != nil && len(a.Delegate.ConfList) == 0:
 		return errors.New("prepare answer holds a delegate with no config list")
+	case len(a.Result) > 0 && (a.Delegate != nil || a.Error != nil):
+		return errors.New("prepare answer holds a result to print and a delegate or an error")
 	}
 	return nil
 }
@@ -119,5 +168,17 @@ func (a *CommitAnswer) check() error {
 	if len(a.Result) > 0 && a.Error != nil {
 		return errors.New("commit answer holds both a result and an error")
 	}
+	if a.Undo && a.Error == nil {
+		return errors.New("commit answer asks for an undo but holds no error")
+	}
 	return nil
 }
+
+func (r *Rollback) check() error {
+	if r.Attachment == "" {
+		return errors.New("rollback: attachment is required")
+	}
+	return nil
+}
+
+func (a *RollbackAnswer) check() error { return nil }

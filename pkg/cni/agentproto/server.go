@@ -21,6 +21,14 @@ type Handler interface {
 	Commit(ctx context.Context, c *Commit) (*CommitAnswer, error)
 }
 
+// RollbackHandler is a Handler that may answer a commit with Undo: it must
+// then serve the Rollback that follows. Apart from Handler so that handlers
+// that never ask for an undo need not implement it.
+type RollbackHandler interface {
+	Handler
+	Rollback(ctx context.Context, r *Rollback) (*RollbackAnswer, error)
+}
+
 // Defaults of Server's waits.
 const (
 	DefaultHelloWait  = time.Second

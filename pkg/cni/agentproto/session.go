@@ -27,6 +27,8 @@ func (s *session) handle(ctx context.Context, req *request) (*response, error) {
 		return s.hello(req.Hello)
 	case "prepare":
 		return s.prepare(ctx, req.Prepare)
+	case "rollback":
+		return s.rollback(ctx, req.Rollback)
 	default:
 		return s.commit(ctx, req.Commit)
 	}
@@ -66,6 +68,21 @@ func (s *session) commit(ctx context.Context, c *Commit) (*response, error) {
 		return nil, fmt.Errorf("commit %s: %w", c.Attachment, err)
 	}
 	return &response{Commit: a}, nil
+}
+
+func (s *session) rollback(ctx context.Context, r *Rollback) (*response, error) {
+	if err := r.check(); err != nil {
+		return nil, err
+	}
+	rh, ok := s.h.(RollbackHandler)
+	if !ok {
+		return nil, fmt.Errorf("rollback %s: this agent never asks for an undo", r.Attachment)
+	}
+	a, err := checked(rh.Rollback(ctx, r))
+	if err != nil {
+		return nil, fmt.Errorf("rollback %s: %w", r.Attachment, err)
+	}
+	return &response{Rollback: a}, nil
 }
 
 // checked refuses a handler's missing or self-contradicting answer here, so

@@ -49,6 +49,9 @@ type kubeletClient struct {
 	timeout time.Duration
 	log     *slog.Logger
 	client  *podresources.Client
+	// shared is Plugin.PodResources; release gives its client back.
+	shared  func(socket string, timeout time.Duration, log *slog.Logger) (*podresources.Client, func(), error)
+	release func()
 }
 
 // open returns the client, opening it on first use; close releases it.
@@ -61,7 +64,7 @@ func (k *kubeletClient) open() (*podresources.Client, *types.Error) {
 	if err := safefile.CheckOwnedFile(k.socket); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, cniError(ErrPodResources, "refusing \"podResourcesSocket\": it must be the kubelet's", err)
 	}
-	pr, err := podresources.New(k.socket, podresources.WithTimeout(k.timeout), podresources.WithLogger(k.log))
+	pr, err := k.dial()
 	if err != nil {
 		return nil, cniError(ErrPodResources, "cannot reach the kubelet PodResources API: check \"podResourcesSocket\"", err)
 	}
@@ -69,12 +72,25 @@ func (k *kubeletClient) open() (*podresources.Client, *types.Error) {
 	return pr, nil
 }
 
+func (k *kubeletClient) dial() (*podresources.Client, error) {
+	if k.shared != nil {
+		pr, release, err := k.shared(k.socket, k.timeout, k.log)
+		k.release = release
+		return pr, err
+	}
+	return podresources.New(k.socket, podresources.WithTimeout(k.timeout), podresources.WithLogger(k.log))
+}
+
 // asked reports whether this call asked the kubelet already.
 func (k *kubeletClient) asked() bool { return k.client != nil }
 
 func (k *kubeletClient) close() {
-	if k.client != nil {
+	switch {
+	case k.release != nil:
+		k.release()
+		k.release = nil
+	case k.client != nil:
 		_ = k.client.Close()
-		k.client = nil
 	}
+	k.client = nil
 }

@@ -23,6 +23,8 @@ import (
 
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
+	"github.com/devplumb/devplumb/pkg/cni/plugin/plugintest"
+	"github.com/devplumb/devplumb/pkg/testenv"
 	"github.com/devplumb/devplumb/podresources/podresourcestest"
 )
 
@@ -139,28 +141,13 @@ func podCall(t *testing.T, conf map[string]any, netns, ifName, cniPath string) *
 // stateRecords are the attachment records under root/state.
 func stateRecords(t *testing.T, root string) []*attachment.Record {
 	t.Helper()
-	all, err := attachment.New(filepath.Join(root, "state")).List()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return all
+	return plugintest.Records(t, filepath.Join(root, "state"))
 }
 
-// captureStdout runs f with os.Stdout going to a pipe and returns what it printed (the
-// CNI result ADD prints).
+// captureStdout is what f printed (the CNI result ADD prints).
 func captureStdout(t *testing.T, f func() error) (string, error) {
 	t.Helper()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	saved := os.Stdout
-	os.Stdout = w
-	ferr := f()
-	os.Stdout = saved
-	w.Close()
-	out, _ := io.ReadAll(r)
-	return string(out), ferr
+	return testenv.Stdout(t, f)
 }
 
 func wantCode(t *testing.T, what string, err error, code uint) *types.Error {

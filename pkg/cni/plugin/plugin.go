@@ -61,6 +61,10 @@ type Plugin struct {
 	// EventTimeout bounds the Event an ADD records on the pod (config
 	// "events"); 0 is DefaultEventTimeout.
 	EventTimeout time.Duration
+	// PodResources, when set, gives a call its PodResources client for the
+	// socket and release, called when the call is done with it: the node
+	// agent shares one connection per socket. Unset, each call dials its own.
+	PodResources func(socket string, timeout time.Duration, log *slog.Logger) (*podresources.Client, func(), error)
 	// Exec runs the delegates (libcni's invoke.Exec); nil runs the plugin binaries found
 	// on CNI_PATH. Tests stand in for a delegate with it.
 	Exec invoke.Exec
@@ -156,7 +160,7 @@ func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Err
 	deviceInfo := devinfo.NewStore(conf.DeviceInfoDir)
 	key := attachment.Key{Network: conf.Name, ContainerID: args.ContainerID, IfName: args.IfName}
 	records := attachment.New(conf.StateDir)
-	kubelet := &kubeletClient{socket: conf.PodResourcesSocket, timeout: p.Timeout, log: p.Log}
+	kubelet := &kubeletClient{socket: conf.PodResourcesSocket, timeout: p.Timeout, log: p.Log, shared: p.PodResources}
 	api := &apiClient{make: func() (Kube, error) { return p.newKube(conf) }}
 	return &call{
 		plugin: p, log: p.Log, args: &own, closeLog: closeLog, conf: conf, pod: pod,

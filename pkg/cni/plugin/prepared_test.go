@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -18,52 +17,26 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
-	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/vishvananda/netlink"
-	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
-
-	"github.com/devplumb/devplumb/devinfo"
-	"github.com/devplumb/devplumb/pkg/cni/attachment"
-	"github.com/devplumb/devplumb/pkg/testenv"
-	"github.com/devplumb/devplumb/podresources/podresourcestest"
+	"github.com/devplumb/devplumb/pkg/cni/plugin/plugintest"
 )
 
 // splitEnv is a node whose pod p1 holds veth ends as devices of example.com/vf,
 // attached by the real host-device plugin (which moves the device into the pod's
 // real netns) with static IPAM, and devplumb in-process with a stand-in API server.
 type splitEnv struct {
-	t       *testing.T
-	p       *Plugin
-	kube    *fakeKube
-	cniPath string
-	root    string
-	pod     ns.NetNS
-	devs    []string
-	conf    map[string]any
+	*plugintest.Node
+	t    *testing.T
+	p    *Plugin
+	kube *fakeKube
+	conf map[string]any
 }
 
 func newSplitEnv(t *testing.T, devices int) *splitEnv {
-	e := &splitEnv{t: t, cniPath: testenv.CNIPlugins(t), root: t.TempDir(), pod: testenv.NetNS(t), kube: &fakeKube{}}
-	store := devinfo.NewStore(filepath.Join(e.root, "devinfo"))
-	for i := range devices {
-		dev := testenv.VethPair(t, "dps") + "a"
-		info := &devinfo.DeviceInfo{Type: devinfo.TypePCI, Version: devinfo.Version,
-			Pci: &devinfo.PciDevice{PciAddress: fmt.Sprintf("0000:01:00.%d", i)}}
-		if err := store.WriteDP("example.com/vf", dev, info); err != nil {
-			t.Fatal(err)
-		}
-		e.devs = append(e.devs, dev)
-	}
-	pr := podresourcestest.NewServer(t)
-	pr.SetPod(&v1.PodResources{Namespace: "default", Name: "p1", Containers: []*v1.ContainerResources{{
-		Name: "app", Devices: []*v1.ContainerDevices{{ResourceName: "example.com/vf", DeviceIds: e.devs}},
-	}}})
+	e := &splitEnv{Node: plugintest.NewNode(t, devices), t: t, kube: &fakeKube{}}
 	e.p = e.plugin()
-	e.conf = map[string]any{"cniVersion": "1.0.0", "name": "fast-net", "type": "devplumb", "resourceName": "example.com/vf",
-		"podResourcesSocket": pr.Socket, "deviceInfoDir": store.Dir, "stateDir": filepath.Join(e.root, "state"),
-		"kubeconfig": "/etc/cni/kc", "events": "all", "injectDeviceID": []string{"device"},
-		"delegate": map[string]any{"type": "host-device",
-			"ipam": map[string]any{"type": "static", "addresses": []any{map[string]string{"address": "192.0.2.10/24"}}}}}
+	e.conf = e.Conf(map[string]any{"type": "host-device",
+		"ipam": map[string]any{"type": "static", "addresses": []any{map[string]string{"address": "192.0.2.10/24"}}}})
+	e.conf["kubeconfig"], e.conf["events"] = "/etc/cni/kc", "all"
 	return e
 }
 
@@ -74,10 +47,8 @@ func (e *splitEnv) plugin() *Plugin {
 }
 
 func (e *splitEnv) args(ifName string) *skel.CmdArgs {
-	return podCall(e.t, e.conf, e.pod.Path(), ifName, e.cniPath)
+	return podCall(e.t, e.conf, e.Pod.Path(), ifName, e.CNIPath)
 }
-
-func (e *splitEnv) records() []*attachment.Record { return stateRecords(e.t, e.root) }
 
 // run is the entry point's part: the prepared delegates' ADD or DEL through
 // libcni, in this process, outside any devplumb call.
@@ -87,30 +58,11 @@ func (e *splitEnv) run(d *Delegate, add bool) (types.Result, error) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	cni := libcni.NewCNIConfigWithCacheDir(filepath.SplitList(e.cniPath), d.CacheDir, nil)
+	cni := libcni.NewCNIConfigWithCacheDir(filepath.SplitList(e.CNIPath), d.CacheDir, nil)
 	if add {
 		return cni.AddNetworkList(context.Background(), list, rt)
 	}
 	return nil, cni.DelNetworkList(context.Background(), list, rt)
-}
-
-// inPod reports whether the pod's netns has a link named ifName.
-func (e *splitEnv) inPod(ifName string) bool {
-	e.t.Helper()
-	found := false
-	if err := e.pod.Do(func(ns.NetNS) error {
-		_, err := netlink.LinkByName(ifName)
-		found = err == nil
-		return nil
-	}); err != nil {
-		e.t.Fatal(err)
-	}
-	return found
-}
-
-func onHost(dev string) bool {
-	_, err := netlink.LinkByName(dev)
-	return err == nil
 }
 
 // viaJSON is what an agent keeping v between the two steps may do: encode it
@@ -128,23 +80,6 @@ func viaJSON[T any](t *testing.T, v *T) *T {
 	return &out
 }
 
-// attachmentView is what an ADD leaves that must not depend on how it ran:
-// the record without its timings, and the CNI device-info file.
-func (e *splitEnv) attachmentView() (attachment.Record, string) {
-	e.t.Helper()
-	recs := e.records()
-	if len(recs) != 1 {
-		e.t.Fatalf("records %+v, want one", recs)
-	}
-	rec := *recs[0]
-	rec.Phases = nil
-	data, err := os.ReadFile(rec.CNIFile)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return rec, string(data)
-}
-
 // An ADD prepared, run by another party, encoded and decoded (as an agent may keep
 // it), resumed by another devplumb and committed gives what Add gives: the same
 // result, record, CNI device-info file, network-status entry and Event; a DEL in
@@ -155,22 +90,22 @@ func TestPrepareRunCommitIsAdd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantRec, wantFile := e.attachmentView()
+	wantRec, wantFile := e.View()
 	if err := e.p.Del(e.args("net1")); err != nil {
 		t.Fatal(err)
 	}
-	if !onHost(e.devs[0]) || len(e.records()) != 0 {
-		t.Fatalf("after DEL: device on host %v, records %+v", onHost(e.devs[0]), e.records())
+	if !e.OnHost(e.Devs[0]) || len(e.Records()) != 0 {
+		t.Fatalf("after DEL: device on host %v, records %+v", e.OnHost(e.Devs[0]), e.Records())
 	}
 
 	prep, err := e.p.PrepareAdd(e.args("net1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if prep.Delegate == nil || prep.DeviceID != e.devs[0] || !strings.Contains(string(prep.Delegate.ConfList), e.devs[0]) {
-		t.Fatalf("prepared %+v: want the delegate run with device %s injected", prep, e.devs[0])
+	if prep.Delegate == nil || prep.DeviceID != e.Devs[0] || !strings.Contains(string(prep.Delegate.ConfList), e.Devs[0]) {
+		t.Fatalf("prepared %+v: want the delegate run with device %s injected", prep, e.Devs[0])
 	}
-	if recs := e.records(); len(recs) != 1 || recs[0].Complete || len(recs[0].Delegate) == 0 {
+	if recs := e.Records(); len(recs) != 1 || recs[0].Complete || len(recs[0].Delegate) == 0 {
 		t.Fatalf("records after prepare %+v, want one in progress naming its delegates", recs)
 	}
 	prep.Close() // this process is done with it: another commits
@@ -193,7 +128,7 @@ func TestPrepareRunCommitIsAdd(t *testing.T) {
 	if split != whole || !strings.Contains(split, "192.0.2.10/24") {
 		t.Errorf("result of the two steps %s, of Add %s", split, whole)
 	}
-	gotRec, gotFile := e.attachmentView()
+	gotRec, gotFile := e.View()
 	if !reflect.DeepEqual(gotRec, wantRec) || gotFile != wantFile {
 		t.Errorf("record and CNI file of the two steps:\n%+v\n%s\nof Add:\n%+v\n%s", gotRec, gotFile, wantRec, wantFile)
 	}
@@ -236,10 +171,10 @@ func (e *splitEnv) delInTwoSteps() {
 	if err := kept.CommitDel(nil); err != nil {
 		e.t.Fatal(err)
 	}
-	if !onHost(e.devs[0]) || e.inPod("net1") || len(e.records()) != 0 {
-		e.t.Errorf("after DEL in two steps: device on host %v, in pod %v, records %+v", onHost(e.devs[0]), e.inPod("net1"), e.records())
+	if !e.OnHost(e.Devs[0]) || e.InPod("net1") || len(e.Records()) != 0 {
+		e.t.Errorf("after DEL in two steps: device on host %v, in pod %v, records %+v", e.OnHost(e.Devs[0]), e.InPod("net1"), e.Records())
 	}
-	if _, err := os.Stat(filepath.Join(e.root, "devinfo", "cni", "fast-net-c1_net1")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(e.Root, "devinfo", "cni", "fast-net-c1_net1")); !errors.Is(err, os.ErrNotExist) {
 		e.t.Errorf("CNI device-info file after DEL: %v", err)
 	}
 	e.kube.mu.Lock()
@@ -264,7 +199,7 @@ func TestPreparedAddNeverCommitted(t *testing.T) {
 		}
 		prep.Close()
 	}
-	if !e.inPod("net1") || !e.inPod("net2") {
+	if !e.InPod("net1") || !e.InPod("net2") {
 		t.Fatal("the delegates' ADD did not move the devices into the pod")
 	}
 	// host-device's ADD of a device already in the pod fails: this passes only
@@ -272,21 +207,21 @@ func TestPreparedAddNeverCommitted(t *testing.T) {
 	if _, err := captureStdout(t, func() error { return e.p.Add(e.args("net1")) }); err != nil {
 		t.Fatalf("ADD after a prepared ADD never committed: %v", err)
 	}
-	if !e.inPod("net1") {
+	if !e.InPod("net1") {
 		t.Error("net1 not in the pod after the new ADD")
 	}
 	if err := e.p.Del(e.args("net2")); err != nil {
 		t.Fatalf("DEL of a prepared ADD never committed: %v", err)
 	}
-	recs := e.records()
-	if len(recs) != 1 || recs[0].IfName != "net1" || !recs[0].Complete || e.inPod("net2") {
-		t.Fatalf("records %+v, net2 in pod %v: want net1's complete record alone", recs, e.inPod("net2"))
+	recs := e.Records()
+	if len(recs) != 1 || recs[0].IfName != "net1" || !recs[0].Complete || e.InPod("net2") {
+		t.Fatalf("records %+v, net2 in pod %v: want net1's complete record alone", recs, e.InPod("net2"))
 	}
-	dev2 := e.devs[0]
+	dev2 := e.Devs[0]
 	if recs[0].DeviceID == dev2 {
-		dev2 = e.devs[1]
+		dev2 = e.Devs[1]
 	}
-	if !onHost(dev2) {
+	if !e.OnHost(dev2) {
 		t.Errorf("device %s of the DEL not back on the host", dev2)
 	}
 }
@@ -308,7 +243,7 @@ func TestCommitOfDelegateErrorRollsBack(t *testing.T) {
 	if derr == nil {
 		t.Fatal("the delegate ADD with a bad static address succeeded")
 	}
-	if onHost(e.devs[0]) {
+	if e.OnHost(e.Devs[0]) {
 		t.Fatal("host-device failed before it moved the device: the test undoes nothing")
 	}
 	if _, err := e.run(prep.Delegate, false); err != nil { // the runner undoes its failed ADD
@@ -316,13 +251,13 @@ func TestCommitOfDelegateErrorRollsBack(t *testing.T) {
 	}
 	_, err = prep.CommitAdd(nil, derr)
 	te := wantCode(t, "commit of a delegate error", err, ErrDelegate)
-	if !strings.Contains(te.Msg, "delegate ADD failed for device "+e.devs[0]) || prep.UndoPending() {
+	if !strings.Contains(te.Msg, "delegate ADD failed for device "+e.Devs[0]) || prep.UndoPending() {
 		t.Errorf("error %q (undo pending %v): want the delegate's failure named, nothing left to undo", te.Msg, prep.UndoPending())
 	}
-	if recs := e.records(); len(recs) != 0 || !onHost(e.devs[0]) {
-		t.Fatalf("after the rollback: records %+v, device on host %v", recs, onHost(e.devs[0]))
+	if recs := e.Records(); len(recs) != 0 || !e.OnHost(e.Devs[0]) {
+		t.Fatalf("after the rollback: records %+v, device on host %v", recs, e.OnHost(e.Devs[0]))
 	}
-	if _, err := os.Stat(filepath.Join(e.root, "devinfo", "cni", "fast-net-c1_net1")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(e.Root, "devinfo", "cni", "fast-net-c1_net1")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("CNI device-info file after the rollback: %v", err)
 	}
 	if events, _ := e.kube.recorded(); len(events) != 1 || !events[0].Warning {
@@ -332,7 +267,7 @@ func TestCommitOfDelegateErrorRollsBack(t *testing.T) {
 	if _, err := captureStdout(t, func() error { return e.p.Add(e.args("net2")) }); err != nil {
 		t.Fatalf("next attachment: %v", err)
 	}
-	if !e.inPod("net2") {
+	if !e.InPod("net2") {
 		t.Error("the next attachment did not get the device")
 	}
 }
@@ -353,15 +288,15 @@ func TestCommitFailureAfterDelegateWaitsForTheUndo(t *testing.T) {
 	}
 	_, err = prep.CommitAdd(result, nil)
 	wantCode(t, "commit with network-status refused", err, ErrKube)
-	if !prep.UndoPending() || len(e.records()) != 1 {
-		t.Fatalf("undo pending %v, records %+v: want the device held until the delegates' DEL", prep.UndoPending(), e.records())
+	if !prep.UndoPending() || len(e.Records()) != 1 {
+		t.Fatalf("undo pending %v, records %+v: want the device held until the delegates' DEL", prep.UndoPending(), e.Records())
 	}
 	if _, err := e.run(prep.Delegate, false); err != nil {
 		t.Fatal(err)
 	}
 	prep.Rollback()
-	if recs := e.records(); len(recs) != 0 || !onHost(e.devs[0]) || prep.UndoPending() {
-		t.Fatalf("after Rollback: records %+v, device on host %v", recs, onHost(e.devs[0]))
+	if recs := e.Records(); len(recs) != 0 || !e.OnHost(e.Devs[0]) || prep.UndoPending() {
+		t.Fatalf("after Rollback: records %+v, device on host %v", recs, e.OnHost(e.Devs[0]))
 	}
 	if _, err := prep.CommitAdd(result, nil); err == nil {
 		t.Error("a second commit of a rolled back ADD succeeded")
@@ -402,11 +337,11 @@ func TestConcurrentPreparesTakeDifferentDevices(t *testing.T) {
 	}
 	wg.Wait()
 	for i, ifName := range ifNames {
-		if errs[i] != nil || !e.inPod(ifName) {
-			t.Errorf("%s: commit %v, in pod %v", ifName, errs[i], e.inPod(ifName))
+		if errs[i] != nil || !e.InPod(ifName) {
+			t.Errorf("%s: commit %v, in pod %v", ifName, errs[i], e.InPod(ifName))
 		}
 	}
-	if recs := e.records(); len(recs) != 2 || !recs[0].Complete || !recs[1].Complete {
+	if recs := e.Records(); len(recs) != 2 || !recs[0].Complete || !recs[1].Complete {
 		t.Errorf("records %+v: want two complete", recs)
 	}
 }

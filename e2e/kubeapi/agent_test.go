@@ -1,0 +1,109 @@
+package kubeapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/devplumb/devplumb/e2e/e2etest"
+	"github.com/devplumb/devplumb/pkg/cni/agent"
+	"github.com/devplumb/devplumb/pkg/cni/agent/agenttest"
+	"github.com/devplumb/devplumb/pkg/cni/agentproto"
+	"github.com/devplumb/devplumb/pkg/cni/kube"
+	"github.com/devplumb/devplumb/pkg/cni/plugin"
+	"github.com/devplumb/devplumb/pkg/testenv"
+)
+
+// The node agent against the real API server, with the real client: ADD
+// through it finds the resourceName on the NAD and writes the pod's
+// network-status entry next to an existing one, DEL removes only its own,
+// and an ADD of a pod whose object is gone fails after the delegates ran and
+// is undone (the delegates' DEL, then rollback) with the device back on the
+// host. One Kubernetes client serves all the calls.
+func TestAgentNetworkStatus(t *testing.T) {
+	n := newNode(t)
+	socket, builds := startAgent(t)
+	pod, err := srv.CreatePod(e2etest.Ctx(t), "default", "dp-agent", nodeName, annotationWith(t, otherEntry))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.givePod(pod.Name)
+	netns := testenv.NetNS(t).Path()
+	call := func(cmd, podName, uid string) agenttest.Outcome {
+		conf, err := json.Marshal(n.conf(nil))
+		e2etest.Must(t, err)
+		return agenttest.Call(t, socket, &agentproto.Prepare{Command: cmd, ContainerID: "c1", Netns: netns,
+			IfName: "net1", Args: n.podArgs(podName, uid), Path: testenv.CNIPlugins(t), StdinData: conf})
+	}
+
+	if o := call(agentproto.CmdAdd, pod.Name, string(pod.UID)); o.Err != nil || o.Committed == nil || o.Committed.Error != nil {
+		t.Fatalf("ADD through the agent: %+v, %v", o.Committed, o.Err)
+	}
+	got := e2etest.NetworkStatus(t, srv.Client, "default", pod.Name)
+	if len(got) != 2 || got[1].Name != "default/"+n.network || len(got[1].IPs) != 1 || got[1].IPs[0] != "192.0.2.10" {
+		t.Fatalf("network-status %+v: want the existing entry, then the agent's for default/%s with 192.0.2.10", got, n.network)
+	}
+	if o := call(agentproto.CmdDel, pod.Name, string(pod.UID)); o.Err != nil || o.Committed == nil || o.Committed.Error != nil {
+		t.Fatalf("DEL through the agent: %+v, %v", o.Committed, o.Err)
+	}
+	wantStatus(t, e2etest.NetworkStatus(t, srv.Client, "default", pod.Name), otherEntry)
+
+	gone, err := srv.CreatePod(e2etest.Ctx(t), "default", "dp-agent-gone", nodeName, nil)
+	e2etest.Must(t, err)
+	n.givePod(gone.Name)
+	e2etest.Must(t, srv.DeletePod(e2etest.Ctx(t), "default", gone.Name))
+	o := call(agentproto.CmdAdd, gone.Name, string(gone.UID))
+	if o.Err != nil || o.Committed == nil || o.Committed.Error == nil || !o.Committed.Undo || o.RolledBack == nil {
+		t.Fatalf("ADD of a pod gone: %+v, rollback %+v, %v: want an error, the undo and the rollback", o.Committed, o.RolledBack, o.Err)
+	}
+	if _, err := netlink.LinkByName(n.dev); err != nil {
+		t.Errorf("device not back on the host after the undo: %v", err)
+	}
+	if b := builds.Load(); b != 1 {
+		t.Errorf("%d Kubernetes clients built for one kubeconfig, want 1", b)
+	}
+}
+
+// startAgent serves an agent with the real Kubernetes client until the test
+// ends; it returns the socket and the count of clients built.
+func startAgent(t *testing.T) (string, *atomic.Int32) {
+	t.Helper()
+	// Each call marks the process's delegates one devplumb deeper
+	// (plugin.DepthEnv): restored at the end, so that the devplumb binaries
+	// later tests run are not refused as devplumb's own delegates.
+	t.Setenv(plugin.DepthEnv, "")
+	builds := &atomic.Int32{}
+	a := agent.New(agent.Config{Build: "e2e", Log: slog.New(slog.NewTextHandler(os.Stderr, nil)), Timeout: 10 * time.Second,
+		NewKube: func(kubeconfig string, timeout time.Duration, log *slog.Logger) (plugin.Kube, error) {
+			builds.Add(1)
+			c, err := kube.New(kubeconfig, timeout, log)
+			if err != nil {
+				return nil, err
+			}
+			return c, nil
+		}})
+	dir, err := os.MkdirTemp("", "agent")
+	e2etest.Must(t, err)
+	socket := filepath.Join(dir, "agent.sock")
+	l, err := agentproto.Listen(socket)
+	e2etest.Must(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- agentproto.Serve(ctx, l, a) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		a.Close()
+		os.RemoveAll(dir)
+	})
+	return socket, builds
+}

@@ -1,0 +1,155 @@
+// Package agent is devplumb's node agent (issue 24): an agentproto.Handler
+// that runs ADD and DEL in two steps (plugin.PrepareAdd/CommitAdd,
+// PrepareDel/CommitDel) around the delegates the CNI entry point runs, and
+// keeps across calls what every devplumb-direct run builds anew: the
+// Kubernetes client of each kubeconfig and the PodResources connection of
+// each kubelet socket.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+
+	"github.com/devplumb/devplumb/pkg/cni/agentproto"
+	"github.com/devplumb/devplumb/pkg/cni/plugin"
+	"github.com/devplumb/devplumb/podresources"
+)
+
+// Defaults of Config.
+const (
+	// DefaultPendingTTL is how long a prepared call waits for its commit:
+	// the runtime's CNI timeout bounds the delegates' run in between.
+	DefaultPendingTTL = agentproto.DefaultCommitWait
+	// DefaultMaxPending bounds the prepared calls kept at once: far more
+	// than a node's pods attach at once, far less than what would hurt.
+	DefaultMaxPending = 1024
+)
+
+// Config is what an Agent is built from; zero values are the defaults.
+type Config struct {
+	Build string       // the agent's build version, answered to every hello
+	Log   *slog.Logger // nil: slog.Default()
+	// Timeout bounds each request to the kubelet or the API server, as
+	// plugin.Plugin.Timeout (0: podresources.DefaultTimeout).
+	Timeout time.Duration
+	// NewKube builds the Kubernetes client of a kubeconfig; the agent keeps
+	// one per kubeconfig and builds it again when the file changes. nil:
+	// configs with a kubeconfig fail as in a build without a client.
+	NewKube    func(kubeconfig string, timeout time.Duration, log *slog.Logger) (plugin.Kube, error)
+	PendingTTL time.Duration
+	MaxPending int
+}
+
+// Agent serves the CNI entry point's calls. It is safe for concurrent use.
+type Agent struct {
+	build   string
+	log     *slog.Logger
+	plugin  *plugin.Plugin
+	pending *pendingTable
+	kube    *kubeCache
+	kubelet *kubeletCache
+}
+
+// New returns an agent; Close ends it.
+func New(cfg Config) *Agent {
+	log := cfg.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = podresources.DefaultTimeout
+	}
+	a := &Agent{
+		build:   cfg.Build,
+		log:     log,
+		pending: newPendingTable(orDefault(cfg.PendingTTL, DefaultPendingTTL), cfg.MaxPending, log),
+		kube:    &kubeCache{build: cfg.NewKube, log: log},
+		kubelet: &kubeletCache{dial: podresources.New, log: log},
+	}
+	if a.pending.max <= 0 {
+		a.pending.max = DefaultMaxPending
+	}
+	// LogTo stays unset: every call logs through the agent's own logger
+	// (its level and format), not a network's logFile.
+	a.plugin = &plugin.Plugin{Log: log, Timeout: cfg.Timeout, PodResources: a.kubelet.get}
+	if cfg.NewKube != nil {
+		a.plugin.NewKube = a.kube.get
+	}
+	return a
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+// Close gives up every prepared call (as a crash would: the records stay
+// for the next ADD, DEL or gc) and closes the kubelet connections.
+func (a *Agent) Close() {
+	a.pending.closeAll()
+	a.kubelet.closeAll()
+}
+
+// Build is the agent's build version.
+func (a *Agent) Build() string { return a.build }
+
+// Prepare runs the first step of ADD or DEL. CHECK is not served: the entry
+// point's fallback (devplumb-direct) runs it whole.
+func (a *Agent) Prepare(_ context.Context, p *agentproto.Prepare) (*agentproto.PrepareAnswer, error) {
+	args := &skel.CmdArgs{ContainerID: p.ContainerID, Netns: p.Netns, IfName: p.IfName, Args: p.Args,
+		Path: p.Path, StdinData: p.StdinData}
+	switch p.Command {
+	case agentproto.CmdAdd:
+		return a.prepareAdd(args)
+	case agentproto.CmdDel:
+		return a.prepareDel(args)
+	}
+	return nil, fmt.Errorf("%s is not served by the agent: run devplumb-direct", p.Command)
+}
+
+// Commit runs the second step of the prepared call the commit names.
+func (a *Agent) Commit(_ context.Context, c *agentproto.Commit) (*agentproto.CommitAnswer, error) {
+	e, err := a.pending.take(c.Attachment)
+	if err != nil {
+		return nil, err
+	}
+	var delegateErr error
+	if c.Error != nil { // not a typed nil in the interface
+		delegateErr = c.Error
+	}
+	if e.add != nil {
+		return a.commitAdd(c.Attachment, e, c.Result, delegateErr), nil
+	}
+	return commitDel(e.del, delegateErr), nil
+}
+
+// Rollback ends an ADD whose commit asked for an undo, once the entry point
+// ran the delegates' DEL.
+func (a *Agent) Rollback(_ context.Context, r *agentproto.Rollback) (*agentproto.RollbackAnswer, error) {
+	e, err := a.pending.take(r.Attachment)
+	if err != nil {
+		return nil, err
+	}
+	if e.add == nil || !e.add.UndoPending() {
+		e.close()
+		return nil, fmt.Errorf("prepared call %s is not waiting for a rollback", r.Attachment)
+	}
+	if r.Error != nil {
+		// As devplumb-direct after its own undo: the failure is logged and
+		// the device freed; gc finds what the DEL left.
+		a.log.Error("rollback: the delegates' DEL failed", "attachment", e.add.Key, "err", r.Error)
+	}
+	e.add.Rollback()
+	return &agentproto.RollbackAnswer{}, nil
+}
+
+// errUnknown is a commit or rollback of no pending call: expired, given up
+// by a restart, or never prepared here.
+var errUnknown = errors.New("no prepared call by that attachment (expired, or prepared by an agent since restarted)")
