@@ -44,11 +44,15 @@ func (e *entry) call(cmd string, args *skel.CmdArgs) error {
 		c.Close()
 		return ans.Error // the agent judged the call: the runtime sees its error
 	}
+	if len(ans.Result) > 0 {
+		c.Close()
+		return printResult(ans.Result) // a repeated ADD: the result it had
+	}
 	if ans.Delegate == nil {
 		c.Close()
 		if cmd == agentproto.CmdAdd {
-			// An ADD prints a result; the protocol has no replayed result
-			// for a repeated ADD yet, and devplumb-direct replays it.
+			// An ADD prints a result, and this answer has none to print:
+			// devplumb-direct does the ADD (or replays it) from the record.
 			return execDirect(args, errors.New("the agent answered an ADD with nothing to run or print"))
 		}
 		return nil // a DEL or CHECK with nothing left to do
@@ -64,7 +68,12 @@ func (e *entry) commit(ctx context.Context, c *agentproto.Client, cmd string, ar
 	if err := os.Setenv(depthEnv, "1"); err != nil { // libcni passes it on to the delegates
 		return execDirect(args, fmt.Errorf("mark the delegates' depth: %w", err))
 	}
-	result, derr := runDelegates(ctx, cmd, args, ans.Delegate)
+	var result []byte
+	run, err := newDelegateRun(args, ans.Delegate)
+	derr := cniError(err) // nothing ran: the agent frees what it prepared
+	if err == nil {
+		result, derr = run.run(ctx, cmd)
+	}
 	out, err := c.Commit(ctx, &agentproto.Commit{Attachment: ans.Attachment, Result: result, Error: derr})
 	if err != nil {
 		// Lost after the delegates ran: the record is incomplete (an ADD)
@@ -75,15 +84,36 @@ func (e *entry) commit(ctx context.Context, c *agentproto.Client, cmd string, ar
 		c.Close()
 		return execDirect(args, err)
 	}
+	if out.Undo {
+		rollback(ctx, c, ans.Attachment, run)
+	}
 	if out.Error != nil {
-		// A commit failing after the delegates' ADD succeeded (say,
-		// network-status required and refused) leaves the record in
-		// progress: the runtime's DEL after the failed ADD undoes it, as
-		// after a crash. The protocol has no message for this entry point
-		// to undo it at once yet.
 		return out.Error
 	}
-	if _, err := os.Stdout.Write(out.Result); err != nil {
+	return printResult(out.Result)
+}
+
+// rollback undoes an ADD whose delegates succeeded and whose commit failed
+// (network-status required and refused, say): the agent holds the device
+// until this runner ran the delegates' DEL and said so. If the agent is gone
+// by then, the record keeps the device until the runtime's DEL after the
+// failed ADD undoes it as after a crash: nothing more to do here, and the
+// commit's error is printed either way.
+func rollback(ctx context.Context, c *agentproto.Client, attachment string, run *delegateRun) {
+	rb := &agentproto.Rollback{Attachment: attachment}
+	if run != nil { // nil: the answered run was unreadable, nothing ran
+		if err := run.del(ctx); err != nil {
+			rb.Error = cniError(err)
+		}
+	}
+	if _, err := c.Rollback(ctx, rb); err != nil {
+		fmt.Fprintf(os.Stderr, "devplumb: rollback of the failed ADD: %v; the runtime's DEL frees the device\n", err)
+	}
+}
+
+// printResult prints what the agent answered for the runtime.
+func printResult(result []byte) error {
+	if _, err := os.Stdout.Write(result); err != nil {
 		return fmt.Errorf("print the result: %w", err)
 	}
 	return nil
@@ -98,8 +128,11 @@ func prepareOf(cmd string, args *skel.CmdArgs) *agentproto.Prepare {
 
 // cniError is err as the CNI error Commit carries: a delegate's own CNI
 // error unchanged, anything else (a plugin not found, a bad result) as an
-// internal error, with what failed in its message.
+// internal error, with what failed in its message; nil for nil.
 func cniError(err error) *types.Error {
+	if err == nil {
+		return nil
+	}
 	var te *types.Error
 	if errors.As(err, &te) {
 		return te

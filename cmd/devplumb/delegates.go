@@ -21,31 +21,54 @@ import (
 // cache when the config names no stateDir.
 const defaultStateDir = "/var/lib/cni/devplumb"
 
-// runDelegates runs the delegates' cmd in this process, so they keep the
-// runtime's environment, netns and timeout (unlike a daemon running them),
-// with CNI_PATH as the runtime gave it. It returns the ADD's result as JSON,
-// or the delegates' error as Commit carries it. A failed ADD is undone here
-// (its DEL run) before the agent hears of it: whoever runs a delegate ADD
-// runs the DEL undoing it, before the device can be freed.
-func runDelegates(ctx context.Context, cmd string, args *skel.CmdArgs, d *agentproto.Delegate) ([]byte, *types.Error) {
+// delegateRun is the delegate list the agent answered, as libcni runs it in
+// this process, so the delegates keep the runtime's environment, netns and
+// timeout (unlike a daemon running them), with CNI_PATH as the runtime gave
+// it.
+type delegateRun struct {
+	cni      *libcni.CNIConfig
+	list     *libcni.NetworkConfigList
+	rt       *libcni.RuntimeConf
+	cacheDir string
+}
+
+// newDelegateRun reads the answered run: the agent's runtime arguments when
+// it sends them (a DEL runs with what its ADD recorded), else this call's;
+// its cache directory, else the one derived from the config.
+func newDelegateRun(args *skel.CmdArgs, d *agentproto.Delegate) (*delegateRun, error) {
 	list, err := libcni.NetworkConfFromBytes(d.ConfList)
 	if err != nil {
-		return nil, cniError(fmt.Errorf("the agent's delegate config: %w", err))
+		return nil, fmt.Errorf("the agent's delegate config: %w", err)
 	}
-	cacheDir, err := libcniCacheDir(args.StdinData)
-	if err != nil {
-		return nil, cniError(err)
+	cacheDir := d.CacheDir
+	if cacheDir == "" {
+		if cacheDir, err = libcniCacheDir(args.StdinData); err != nil {
+			return nil, err
+		}
 	}
-	cni := libcni.NewCNIConfigWithCacheDir(filepath.SplitList(args.Path), cacheDir, nil)
 	rt := &libcni.RuntimeConf{ContainerID: args.ContainerID, NetNS: args.Netns, IfName: args.IfName,
-		Args: parseArgs(args.Args), CapabilityArgs: d.CapabilityArgs}
+		Args: parseArgs(args.Args)}
+	if r := d.Runtime; r != nil {
+		rt = &libcni.RuntimeConf{ContainerID: r.ContainerID, NetNS: r.NetNS, IfName: r.IfName, Args: r.Args}
+	}
+	rt.CapabilityArgs = d.CapabilityArgs
+	return &delegateRun{cni: libcni.NewCNIConfigWithCacheDir(filepath.SplitList(args.Path), cacheDir, nil),
+		list: list, rt: rt, cacheDir: cacheDir}, nil
+}
+
+// run runs cmd and returns an ADD's result as JSON, or the delegates' error
+// as Commit carries it. A failed ADD is undone here (its DEL run) before the
+// agent hears of it: whoever runs a delegate ADD runs the DEL undoing it,
+// before the device can be freed.
+func (r *delegateRun) run(ctx context.Context, cmd string) ([]byte, *types.Error) {
+	var err error
 	switch cmd {
 	case agentproto.CmdAdd:
-		return addDelegates(ctx, cni, cacheDir, list, rt)
+		return r.add(ctx)
 	case agentproto.CmdDel:
-		err = cni.DelNetworkList(ctx, list, rt)
+		err = r.del(ctx)
 	default:
-		err = cni.CheckNetworkList(ctx, list, rt)
+		err = r.cni.CheckNetworkList(ctx, r.list, r.rt)
 	}
 	if err != nil {
 		return nil, cniError(err)
@@ -53,17 +76,16 @@ func runDelegates(ctx context.Context, cmd string, args *skel.CmdArgs, d *agentp
 	return nil, nil
 }
 
-// addDelegates runs the ADD, and its DEL when it fails.
-func addDelegates(ctx context.Context, cni *libcni.CNIConfig, cacheDir string, list *libcni.NetworkConfigList,
-	rt *libcni.RuntimeConf) ([]byte, *types.Error) {
-	unlock, err := lockCacheShared(cacheDir)
+// add runs the ADD, and its DEL when it fails.
+func (r *delegateRun) add(ctx context.Context) ([]byte, *types.Error) {
+	unlock, err := lockCacheShared(r.cacheDir)
 	if err != nil {
 		return nil, cniError(err)
 	}
-	result, err := cni.AddNetworkList(ctx, list, rt)
+	result, err := r.cni.AddNetworkList(ctx, r.list, r.rt)
 	unlock()
 	if err != nil {
-		if derr := cni.DelNetworkList(ctx, list, rt); derr != nil {
+		if derr := r.del(ctx); derr != nil {
 			// The ADD's error is what the runtime must see; what the DEL
 			// left is gc's.
 			fmt.Fprintf(os.Stderr, "devplumb: undoing the failed delegate ADD: %v\n", derr)
@@ -77,10 +99,16 @@ func addDelegates(ctx context.Context, cni *libcni.CNIConfig, cacheDir string, l
 	return out, nil
 }
 
+// del runs the delegates' DEL: a DEL's own run, or the undo of an ADD.
+func (r *delegateRun) del(ctx context.Context) error {
+	return r.cni.DelNetworkList(ctx, r.list, r.rt)
+}
+
 // libcniCacheDir is pkg/cni/delegate's CacheDir of the call's network,
 // <stateDir>/libcni/<name>: DEL, CHECK and GC of either path (agent or
-// devplumb-direct) find the delegates' results there. agentproto.Delegate
-// does not carry it yet, so it is read from the config the agent accepted.
+// devplumb-direct) find the delegates' results there. An agent before
+// agentproto.Delegate.CacheDir does not send it: it is read from the config
+// the agent accepted.
 func libcniCacheDir(stdin []byte) (string, error) {
 	var conf struct {
 		Name     string `json:"name"`

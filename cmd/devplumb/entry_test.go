@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/devplumb/devplumb/pkg/cni/agentproto"
 )
@@ -97,14 +98,7 @@ func TestBrokenAgentFallsBack(t *testing.T) {
 // cache, commits its result and prints what the commit answers. DEL alike.
 func TestAgentDelegateRunsHere(t *testing.T) {
 	n := newNode(t)
-	list, err := json.Marshal(map[string]any{"cniVersion": "1.0.0", "name": "br-net",
-		"plugins": []any{n.bridgeConf("192.0.2.20/24")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &testAgent{prepare: func(p *agentproto.Prepare) (*agentproto.PrepareAnswer, error) {
-		return &agentproto.PrepareAnswer{Attachment: "att-" + p.IfName, Delegate: &agentproto.Delegate{ConfList: list}}, nil
-	}}
+	a := n.bridgeAgent(nil)
 	a.commit = func(c *agentproto.Commit) (*agentproto.CommitAnswer, error) {
 		if c.Error != nil {
 			return &agentproto.CommitAnswer{Error: c.Error}, nil
@@ -131,6 +125,69 @@ func TestAgentDelegateRunsHere(t *testing.T) {
 	if n.hasLink("eth1") || len(a.commits()) != 2 || a.commits()[1].Error != nil {
 		t.Errorf("DEL through the agent: eth1 left %v, commits %+v", n.hasLink("eth1"), a.commits())
 	}
+}
+
+// A commit that fails after the delegates' ADD succeeded, asking for the
+// undo: the entry point runs the delegates' DEL (the interface leaves the
+// pod), rolls back, and prints the commit's error. The agent's runtime
+// arguments and cache directory are the ones used.
+func TestAgentCommitUndone(t *testing.T) {
+	n := newNode(t)
+	cache := filepath.Join(n.root, "agent-cache")
+	a := n.bridgeAgent(&agentproto.Delegate{CacheDir: cache,
+		Runtime: &agentproto.Runtime{ContainerID: "c1", NetNS: n.pod.Path(), IfName: "eth7"}})
+	refused := &types.Error{Code: 106, Msg: "test agent: network-status refused"}
+	inPod := false
+	a.commit = func(c *agentproto.Commit) (*agentproto.CommitAnswer, error) {
+		inPod = n.hasLink("eth7") // the agent's interface name, not the call's eth1
+		cached, _ := filepath.Glob(filepath.Join(cache, "results", "*"))
+		if len(cached) != 1 {
+			t.Errorf("libcni cache %v, want the ADD's result in the agent's cache directory", cached)
+		}
+		return &agentproto.CommitAnswer{Error: refused, Undo: true}, nil
+	}
+	startAgent(t, n.socket, a)
+	o := n.run("devplumb", "ADD", "eth1", n.stdin())
+	if o.code == 0 || !strings.Contains(o.stdout, refused.Msg) {
+		t.Errorf("ADD: %+v, want the commit's error", o)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !inPod || n.hasLink("eth7") || len(a.rollbacks) != 1 || a.rollbacks[0].Attachment != "att-eth1" || a.rollbacks[0].Error != nil {
+		t.Errorf("eth7 in pod at commit %v, after %v; rollbacks %+v: want the delegates' DEL run and rolled back", inPod, n.hasLink("eth7"), a.rollbacks)
+	}
+}
+
+// A repeated ADD the agent answers with the result it had: printed, nothing
+// run, no commit.
+func TestAgentReplay(t *testing.T) {
+	n := newNode(t)
+	a := &testAgent{prepare: func(*agentproto.Prepare) (*agentproto.PrepareAnswer, error) {
+		return &agentproto.PrepareAnswer{Result: []byte(`{"cniVersion":"1.0.0","ips":[{"address":"192.0.2.99/24"}]}`)}, nil
+	}}
+	startAgent(t, n.socket, a)
+	out := n.mustRun("devplumb", "ADD", "eth1", n.stdin())
+	if out != `{"cniVersion":"1.0.0","ips":[{"address":"192.0.2.99/24"}]}` || n.hasLink("eth1") || len(a.commits()) != 0 {
+		t.Errorf("replayed ADD printed %q, eth1 in pod %v, commits %d", out, n.hasLink("eth1"), len(a.commits()))
+	}
+}
+
+// bridgeAgent answers every prepare with a bridge delegate (address
+// 192.0.2.20/24), d's runtime and cache directory when d is given.
+func (n *node) bridgeAgent(d *agentproto.Delegate) *testAgent {
+	n.t.Helper()
+	list, err := json.Marshal(map[string]any{"cniVersion": "1.0.0", "name": "br-net",
+		"plugins": []any{n.bridgeConf("192.0.2.20/24")}})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	if d == nil {
+		d = &agentproto.Delegate{}
+	}
+	d.ConfList = list
+	return &testAgent{prepare: func(p *agentproto.Prepare) (*agentproto.PrepareAnswer, error) {
+		return &agentproto.PrepareAnswer{Attachment: "att-" + p.IfName, Delegate: d}, nil
+	}}
 }
 
 // VERSION needs neither an agent nor devplumb-direct.
@@ -196,10 +253,11 @@ func (n *node) loneRun(binary, cmd string, env []string) ([]byte, error) {
 
 // testAgent is a Handler of canned answers that keeps the commits it got.
 type testAgent struct {
-	prepare func(*agentproto.Prepare) (*agentproto.PrepareAnswer, error)
-	commit  func(*agentproto.Commit) (*agentproto.CommitAnswer, error)
-	mu      sync.Mutex
-	got     []*agentproto.Commit
+	prepare   func(*agentproto.Prepare) (*agentproto.PrepareAnswer, error)
+	commit    func(*agentproto.Commit) (*agentproto.CommitAnswer, error)
+	mu        sync.Mutex
+	got       []*agentproto.Commit
+	rollbacks []*agentproto.Rollback
 }
 
 func (a *testAgent) Build() string { return "test-agent" }
@@ -213,6 +271,13 @@ func (a *testAgent) Commit(_ context.Context, c *agentproto.Commit) (*agentproto
 	a.got = append(a.got, c)
 	a.mu.Unlock()
 	return a.commit(c)
+}
+
+func (a *testAgent) Rollback(_ context.Context, r *agentproto.Rollback) (*agentproto.RollbackAnswer, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.rollbacks = append(a.rollbacks, r)
+	return &agentproto.RollbackAnswer{}, nil
 }
 
 func (a *testAgent) commits() []*agentproto.Commit {
