@@ -53,6 +53,9 @@ func (a *lostAgent) Commit(ctx context.Context, _ *agentproto.Commit) (*agentpro
 // recorded delegate (its result in the libcni cache both use) and adds
 // afresh. The record ends complete, which only devplumb-direct can have done.
 func TestAgentLostAfterPrepare(t *testing.T) {
+	// The plugin's prepare marks this process one devplumb deep for its
+	// delegates: restored when the test ends.
+	t.Setenv(depthEnv, "")
 	n := newNode(t)
 	a := &lostAgent{t: t}
 	a.stop = startAgent(t, n.socket, a)

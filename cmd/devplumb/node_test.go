@@ -86,10 +86,7 @@ type outcome struct {
 func (n *node) run(binary, cmd, ifName string, stdin []byte) outcome {
 	n.t.Helper()
 	c := exec.Command(filepath.Join(n.bin, binary))
-	// The runtime's environment: no depth (pkg/cni/plugin's prepare in a
-	// test agent marks this test process's).
-	c.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, depthEnv+"=") }),
-		"CNI_COMMAND="+cmd, "CNI_CONTAINERID=c1", "CNI_NETNS="+n.pod.Path(),
+	c.Env = append(runtimeEnviron(), "CNI_COMMAND="+cmd, "CNI_CONTAINERID=c1", "CNI_NETNS="+n.pod.Path(),
 		"CNI_IFNAME="+ifName, "CNI_PATH="+n.bin, "CNI_ARGS="+podArgs, socketEnv+"="+n.socket)
 	c.Stdin = bytes.NewReader(stdin)
 	var out, errOut bytes.Buffer
@@ -100,6 +97,13 @@ func (n *node) run(binary, cmd, ifName string, stdin []byte) outcome {
 		n.t.Fatalf("run %s %s: %v", binary, cmd, err)
 	}
 	return outcome{stdout: out.String(), stderr: errOut.String(), code: c.ProcessState.ExitCode()}
+}
+
+// runtimeEnviron is this process's environment as a runtime's or the
+// agent's: without the depth pkg/cni/plugin's prepare in a test agent marks
+// this test process with.
+func runtimeEnviron() []string {
+	return slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, depthEnv+"=") })
 }
 
 // mustRun is run that fails the test unless the call succeeded.

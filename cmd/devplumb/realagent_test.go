@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,26 +20,38 @@ func TestRealAgent(t *testing.T) {
 	n := newNode(t)
 	lone := loneEntry(t, n)
 	agent := exec.Command(filepath.Join(testenv.Build(t, "./cmd/devplumbctl"), "devplumbctl"), "agent", "--socket", n.socket)
-	var logs bytes.Buffer
-	agent.Stdout, agent.Stderr = &logs, &logs
+	agent.Env = runtimeEnviron() // the DaemonSet's: no devplumb above it
+	logFile := filepath.Join(t.TempDir(), "agent.log")
+	f, err := os.Create(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	agent.Stdout, agent.Stderr = f, f
 	if err := agent.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		_ = agent.Process.Signal(syscall.SIGTERM)
 		if err := agent.Wait(); err != nil {
-			t.Errorf("agent: %v\n%s", err, logs.String())
+			t.Errorf("agent: %v\n%s", err, agentLogs(logFile))
 		}
 	})
 	waitSocket(t, n.socket)
 	out, err := n.loneRun(lone, "ADD", []string{"CNI_ARGS=" + podArgs})
 	recs := n.records()
 	if err != nil || !strings.Contains(string(out), "192.0.2.10/24") || len(recs) != 1 || !recs[0].Complete || !n.hasLink("eth1") {
-		t.Fatalf("ADD through the agent: %v %s; records %+v, eth1 in pod %v\nagent: %s", err, out, recs, n.hasLink("eth1"), logs.String())
+		t.Fatalf("ADD through the agent: %v %s; records %+v, eth1 in pod %v\nagent: %s", err, out, recs, n.hasLink("eth1"), agentLogs(logFile))
 	}
 	if out, err := n.loneRun(lone, "DEL", []string{"CNI_ARGS=" + podArgs}); err != nil || len(n.records()) != 0 || n.hasLink("eth1") {
-		t.Fatalf("DEL through the agent: %v %s; records %+v\nagent: %s", err, out, n.records(), logs.String())
+		t.Fatalf("DEL through the agent: %v %s; records %+v\nagent: %s", err, out, n.records(), agentLogs(logFile))
 	}
+}
+
+// agentLogs is what the agent logged so far.
+func agentLogs(file string) string {
+	b, _ := os.ReadFile(file)
+	return string(b)
 }
 
 // waitSocket waits for the agent's socket (a bound on a wait, not a speed
