@@ -25,7 +25,8 @@ const (
 )
 
 // Commands are the main packages the images contain.
-var Commands = []string{"./cmd/devplumb", "./cmd/devplumbctl", "./cmd/netdev-dp"}
+// devplumb (the CNI entry point) never runs without devplumb-direct beside it.
+var Commands = []string{"./cmd/devplumb", "./cmd/devplumb-direct", "./cmd/devplumbctl", "./cmd/netdev-dp"}
 
 // Options says where things are.
 type Options struct {
@@ -104,7 +105,7 @@ func specsFor(root, bin, busybox, lister, version string, plat v1.Platform) (map
 	if err != nil {
 		return nil, err
 	}
-	for _, b := range []string{"devplumb", "devplumbctl", "netdev-dp"} {
+	for _, b := range []string{"devplumb", "devplumb-direct", "devplumbctl", "netdev-dp"} {
 		if err := imagebuild.CheckStatic(filepath.Join(bin, b)); err != nil {
 			return nil, fmt.Errorf("images: %w", err)
 		}
@@ -119,6 +120,7 @@ func specsFor(root, bin, busybox, lister, version string, plat v1.Platform) (map
 	}
 	dp = append(dp,
 		imagebuild.File{Path: "/usr/local/bin/devplumb", Mode: 0o755, Source: filepath.Join(bin, "devplumb")},
+		imagebuild.File{Path: "/usr/local/bin/devplumb-direct", Mode: 0o755, Source: filepath.Join(bin, "devplumb-direct")},
 		imagebuild.File{Path: "/usr/local/bin/devplumbctl", Mode: 0o755, Source: filepath.Join(bin, "devplumbctl")},
 		imagebuild.File{Path: "/usr/local/bin/devplumb-install", Mode: 0o755, Source: filepath.Join(root, "images", "devplumb", "install.sh")})
 	// images/netdev-dp/Dockerfile: distroless/static, the binary alone.

@@ -38,11 +38,14 @@ func newInstaller(t *testing.T) *installer {
 		must(t, os.MkdirAll(d, 0o755))
 	}
 	in.writeSA(t, "tok-123", "CA-1")
-	// The script copies /usr/local/bin/devplumb; run a copy that reads from fakeBin.
+	// The script copies devplumb and devplumb-direct from /usr/local/bin; run a copy
+	// that reads from fakeBin.
 	script, err := os.ReadFile("devplumb/install.sh")
 	must(t, err)
-	must(t, os.WriteFile(filepath.Join(fakeBin, "devplumb"), []byte("#!/bin/sh\necho devplumb\n"), 0o755))
-	local := strings.ReplaceAll(string(script), "/usr/local/bin/devplumb", filepath.Join(fakeBin, "devplumb"))
+	for _, b := range []string{"devplumb", "devplumb-direct"} {
+		must(t, os.WriteFile(filepath.Join(fakeBin, b), []byte("#!/bin/sh\necho "+b+"\n"), 0o755))
+	}
+	local := strings.ReplaceAll(string(script), "/usr/local/bin/", fakeBin+"/")
 	must(t, os.WriteFile(in.script, []byte(local), 0o755))
 	return in
 }
@@ -96,15 +99,25 @@ func TestInstallScriptWritesBinaryAndKubeconfig(t *testing.T) {
 	in := newInstaller(t)
 	ca := "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 	in.writeSA(t, "tok-123", ca)
-	if out, err := in.cmd("60", "install").CombinedOutput(); err != nil {
+	out, err := in.cmd("60", "install").CombinedOutput()
+	if err != nil {
 		t.Fatalf("install.sh: %v\n%s", err, out)
 	}
-	st, err := os.Stat(filepath.Join(in.cniBin, "devplumb"))
-	if err != nil || st.Mode().Perm() != 0o755 {
-		t.Fatalf("installed binary: %v %v", st, err)
+	for _, b := range []string{"devplumb", "devplumb-direct"} {
+		got, err := os.ReadFile(filepath.Join(in.cniBin, b))
+		st, serr := os.Stat(filepath.Join(in.cniBin, b))
+		if err != nil || serr != nil || st.Mode().Perm() != 0o755 || !strings.Contains(string(got), "echo "+b+"\n") {
+			t.Fatalf("installed %s: %v %v %q", b, st, err, got)
+		}
+	}
+	// The entry point execs devplumb-direct beside it: it is in place first.
+	direct := strings.Index(string(out), "installed "+filepath.Join(in.cniBin, "devplumb-direct"))
+	entry := strings.Index(string(out), "installed "+filepath.Join(in.cniBin, "devplumb")+"\n")
+	if direct < 0 || entry < direct {
+		t.Errorf("install.sh installed devplumb before devplumb-direct:\n%s", out)
 	}
 	kc := filepath.Join(in.kcDir, "devplumb.kubeconfig")
-	st, err = os.Stat(kc)
+	st, err := os.Stat(kc)
 	if err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("kubeconfig must be 0600: %v %v", st, err)
 	}

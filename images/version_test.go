@@ -17,9 +17,10 @@ import (
 // passes git describe's: a tag, commits since, the commit, and a dirty checkout.
 const testVersion = "v9.8.7-3-gabcdef0-dirty"
 
-// checkStamped: the image's own binary (devplumb, netdev-dp) is built as `make build`
-// builds it: it reports testVersion (devplumb's about string, printed without a CNI
-// command; netdev-dp --version), static, -trimpath, and devplumb with grpcnotrace.
+// checkStamped: the image's own binary (devplumb, devplumb-direct, netdev-dp) is built as
+// `make build` builds it: it reports testVersion (devplumb's about string, printed
+// without a CNI command; netdev-dp --version), static, -trimpath, and devplumb-direct
+// with grpcnotrace.
 func checkStamped(t *testing.T, img *image, name string) {
 	t.Helper()
 	bin := filepath.Join(img.dir, "usr/local/bin", name)
@@ -73,7 +74,7 @@ func TestBuildIsMakeBuild(t *testing.T) {
 		}
 	}
 	var ours [][]string
-	all := []string{"./cmd/devplumbctl", "./cmd/netdev-dp", "./cmd/nodesim", "./cmd/cdi-devnodes", "./cmd/cdi-adapter", "./cmd/devplumb"}
+	all := []string{"./cmd/devplumb-direct", "./cmd/devplumbctl", "./cmd/netdev-dp", "./cmd/nodesim", "./cmd/cdi-devnodes", "./cmd/cdi-adapter", "./cmd/devplumb"}
 	for _, group := range byTags(all) {
 		ours = append(ours, goBuildArgs(version, buildTags[group[0]], "OUT", group...))
 	}

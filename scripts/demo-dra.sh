@@ -29,7 +29,7 @@ ROOT="" PIDS=() DEMO=demo-dra STEP="checking prerequisites"
 . "$REPO/scripts/demo-lib.sh"
 
 [ "$(id -u)" = 0 ] || fail "run as root: it creates network namespaces and veth pairs"
-for b in devplumb netdev-dp nodesim kubeapi; do [ -x "$BIN/$b" ] || fail "$BIN/$b missing: run make demo-dra (it builds them)"; done
+for b in devplumb devplumb-direct netdev-dp nodesim kubeapi; do [ -x "$BIN/$b" ] || fail "$BIN/$b missing: run make demo-dra (it builds them)"; done
 for b in cnitool host-device static; do [ -x "$CNI_BIN/$b" ] || fail "$CNI_BIN/$b missing: run make demo-dra (it builds them)"; done
 [ -x "${DEVPLUMB_KUBE_APISERVER:-}" ] || fail "DEVPLUMB_KUBE_APISERVER is not a kube-apiserver binary: run make demo-dra (it builds one)"
 one_at_a_time

@@ -25,7 +25,7 @@ STEP="checking prerequisites"
 . "$REPO/scripts/demo-lib.sh"
 
 [ "$(id -u)" = 0 ] || fail "run as root: it creates network namespaces and veth pairs"
-for b in devplumb netdev-dp nodesim devplumbctl vswitch; do [ -x "$BIN/$b" ] || fail "$BIN/$b missing: run make demo (it builds them)"; done
+for b in devplumb devplumb-direct netdev-dp nodesim devplumbctl vswitch; do [ -x "$BIN/$b" ] || fail "$BIN/$b missing: run make demo (it builds them)"; done
 for b in cnitool host-device macvlan static; do [ -x "$CNI_BIN/$b" ] || fail "$CNI_BIN/$b missing: run make demo (it builds them)"; done
 # Run directly (not by make demo), bin/ may predate the sources: say so.
 newer=$(cd "$REPO" && find cmd pkg devinfo podresources scripts/vswitch -name '*.go' -newer "$BIN/devplumb" 2>/dev/null | head -1)

@@ -214,7 +214,7 @@ func failingBin(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
-	for _, n := range []string{"devplumb", "devplumbctl", "netdev-dp", "nodesim", "vswitch"} {
+	for _, n := range []string{"devplumb", "devplumb-direct", "devplumbctl", "netdev-dp", "nodesim", "vswitch"} {
 		link(n, "")
 	}
 	for _, n := range []string{"cnitool", "macvlan", "static"} {

@@ -41,7 +41,9 @@ kubectl -n kube-system rollout status ds/devplumb --timeout=5m
 kubectl -n kube-system rollout status ds/netdev-dp --timeout=5m
 hostdev() { kubectl get node "$NODE" -o jsonpath='{.status.allocatable.example\.com/hostdev}'; }
 wait_for 60 "allocatable example.com/hostdev: 2" test "$(hostdev)" = 2
-docker exec "$NODE" test -x /opt/cni/bin/devplumb || fail "devplumb not installed in /opt/cni/bin"
+for b in devplumb devplumb-direct; do
+	docker exec "$NODE" test -x "/opt/cni/bin/$b" || fail "$b not installed in /opt/cni/bin"
+done
 echo "ok: DaemonSets ready, example.com/hostdev: 2, devplumb installed"
 
 say "2. a pod with two attachments of one resource"

@@ -93,16 +93,19 @@ func deploy(t *testing.T) {
 	waitDaemonSet(t, "kube-system", "netdev-dp")
 }
 
-// checkInstalled: the installer put the image's devplumb into /opt/cni/bin, and its
+// checkInstalled: the installer put the image's devplumb (the entry point) and
+// devplumb-direct (which it execs without an agent) into /opt/cni/bin, and its
 // kubeconfig reaches the API server (TLS verified) as the devplumb service account.
 func checkInstalled(t *testing.T) {
 	t.Helper()
-	want, err := os.ReadFile(filepath.Join(buildDir, "images", "bin", "devplumb"))
-	e2etest.Must(t, err)
-	got, err := os.ReadFile(nd.HostPath("/opt/cni/bin/devplumb"))
-	e2etest.Must(t, err)
-	if !bytes.Equal(got, want) {
-		t.Errorf("/opt/cni/bin/devplumb (%d bytes) is not the image's devplumb (%d bytes)", len(got), len(want))
+	for _, b := range []string{"devplumb", "devplumb-direct"} {
+		want, err := os.ReadFile(filepath.Join(buildDir, "images", "bin", b))
+		e2etest.Must(t, err)
+		got, err := os.ReadFile(nd.HostPath("/opt/cni/bin/" + b))
+		e2etest.Must(t, err)
+		if !bytes.Equal(got, want) {
+			t.Errorf("/opt/cni/bin/%s (%d bytes) is not the image's %s (%d bytes)", b, len(got), b, len(want))
+		}
 	}
 	kc := nd.HostPath("/etc/cni/net.d/devplumb.d/devplumb.kubeconfig")
 	cfg, err := clientcmd.BuildConfigFromFlags("", kc)

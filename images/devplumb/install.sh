@@ -1,6 +1,7 @@
 #!/bin/sh
-# devplumb-install: put devplumb into the host's CNI bin dir and keep a kubeconfig for it.
-#   install  copy the binary, write the kubeconfig once, exit
+# devplumb-install: put devplumb (the CNI entry point) and devplumb-direct into the host's
+# CNI bin dir and keep a kubeconfig for them.
+#   install  copy the binaries, write the kubeconfig once, exit
 #   run      install, then rewrite the kubeconfig whenever the service account token or
 #            CA changes (the kubelet rotates projected tokens), until SIGTERM
 # Env: CNI_BIN_DIR (/host/opt/cni/bin), KUBECONFIG_DIR (/host/etc/cni/net.d/devplumb.d),
@@ -16,12 +17,16 @@ SA=${SA_DIR:-/var/run/secrets/kubernetes.io/serviceaccount}
 
 log() { echo "devplumb-install: $*" >&2; }
 
+# install_bin copies devplumb-direct first: the entry point devplumb execs it beside itself
+# when no agent answers, so a node never has an entry point without it.
 install_bin() {
 	mkdir -p "$CNI_BIN_DIR"
-	cp /usr/local/bin/devplumb "$CNI_BIN_DIR/.devplumb.tmp"
-	chmod 0755 "$CNI_BIN_DIR/.devplumb.tmp"
-	mv -f "$CNI_BIN_DIR/.devplumb.tmp" "$CNI_BIN_DIR/devplumb"
-	log "installed $CNI_BIN_DIR/devplumb"
+	for b in devplumb-direct devplumb; do
+		cp "/usr/local/bin/$b" "$CNI_BIN_DIR/.$b.tmp"
+		chmod 0755 "$CNI_BIN_DIR/.$b.tmp"
+		mv -f "$CNI_BIN_DIR/.$b.tmp" "$CNI_BIN_DIR/$b"
+		log "installed $CNI_BIN_DIR/$b"
+	done
 }
 
 # server is the URL devplumb uses. It runs in the host's network namespace (the runtime

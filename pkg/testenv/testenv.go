@@ -18,6 +18,7 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -47,6 +48,9 @@ func CNIPlugins(t testing.TB) string {
 // Build builds the given main packages (import paths; "./cmd/x" is taken
 // relative to the module root) into the shared binary directory and returns
 // that directory. Each binary is named after the last element of its path.
+// "./cmd/devplumb", the CNI entry point, comes with "./cmd/devplumb-direct"
+// beside it, as it is installed: without an agent the entry point execs it,
+// so every test running devplumb runs the whole path.
 func Build(t testing.TB, pkgs ...string) string {
 	t.Helper()
 	return BuildTagged(t, "", pkgs...)
@@ -57,6 +61,7 @@ func Build(t testing.TB, pkgs ...string) string {
 // replace the normal ones.
 func BuildTagged(t testing.TB, tags string, pkgs ...string) string {
 	t.Helper()
+	pkgs = withDirect(pkgs)
 	dir, err := BinDir()
 	if err != nil {
 		t.Fatal(err)
@@ -85,6 +90,15 @@ func BuildTagged(t testing.TB, tags string, pkgs ...string) string {
 		built[tags+" "+p] = true
 	}
 	return dir
+}
+
+// withDirect adds devplumb-direct to pkgs holding the entry point.
+func withDirect(pkgs []string) []string {
+	const entry, direct = "./cmd/devplumb", "./cmd/devplumb-direct"
+	if slices.Contains(pkgs, entry) && !slices.Contains(pkgs, direct) {
+		return append(slices.Clone(pkgs), direct)
+	}
+	return pkgs
 }
 
 // BinDir is where Build puts binaries: one directory per user and checkout,

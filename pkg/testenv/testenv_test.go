@@ -27,6 +27,20 @@ func TestCNIPluginsBuildAndRun(t *testing.T) {
 	}
 }
 
+// The entry point is built with devplumb-direct beside it, tagged alike: without an
+// agent it execs its sibling, as installed.
+func TestBuildEntryPointBringsDirect(t *testing.T) {
+	t.Setenv("DEVPLUMB_TESTBIN", t.TempDir()) // nothing built there before
+	for _, tags := range []string{"", "failpoints"} {
+		dir := BuildTagged(t, tags, "./cmd/devplumb")
+		for _, name := range []string{"devplumb", "devplumb-direct"} {
+			if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+				t.Errorf("tags %q: %s not built beside the entry point: %v", tags, name, err)
+			}
+		}
+	}
+}
+
 func TestBuildReportsFailure(t *testing.T) {
 	ft := &fakeT{TB: t}
 	func() {

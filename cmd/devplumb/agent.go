@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/devplumb/devplumb/pkg/cni/agentproto"
+)
+
+// entry is one CNI call of the entry point.
+type entry struct {
+	socket string // the agent's socket
+	build  string // this binary's build, told to the agent in hello
+}
+
+// call does ADD, DEL or CHECK through the agent: prepare, the delegates run
+// here, commit. Every agent failure ends in devplumb-direct, which does the
+// whole call from the records: no call fails because of the agent.
+func (e *entry) call(cmd string, args *skel.CmdArgs) error {
+	if depth() > 0 {
+		return refuseDepth(cmd, args)
+	}
+	c, err := agentproto.Dial(e.socket, dialBound, e.build)
+	if err != nil {
+		// No agent, a silent one, or another protocol version.
+		return execDirect(args, err)
+	}
+	ctx := context.Background() // the calls' own DefaultCallTimeout bounds them
+	ans, err := c.Prepare(ctx, prepareOf(cmd, args))
+	if err != nil {
+		// Lost before prepare answered: the agent may have claimed the
+		// device, but nothing ran; devplumb-direct's ADD treats an
+		// incomplete record as a crash after claim and does it afresh.
+		c.Close()
+		return execDirect(args, err)
+	}
+	if ans.Error != nil {
+		c.Close()
+		return ans.Error // the agent judged the call: the runtime sees its error
+	}
+	if len(ans.Result) > 0 {
+		c.Close()
+		return printResult(ans.Result) // a repeated ADD: the result it had
+	}
+	if ans.Delegate == nil {
+		c.Close()
+		if cmd == agentproto.CmdAdd {
+			// An ADD prints a result, and this answer has none to print:
+			// devplumb-direct does the ADD (or replays it) from the record.
+			return execDirect(args, errors.New("the agent answered an ADD with nothing to run or print"))
+		}
+		return nil // a DEL or CHECK with nothing left to do
+	}
+	return e.commit(ctx, c, cmd, args, ans)
+}
+
+// commit runs the delegates the agent answered, reports their outcome and
+// prints what the agent answers.
+func (e *entry) commit(ctx context.Context, c *agentproto.Client, cmd string, args *skel.CmdArgs,
+	ans *agentproto.PrepareAnswer) error {
+	defer c.Close()
+	if err := os.Setenv(depthEnv, "1"); err != nil { // libcni passes it on to the delegates
+		return execDirect(args, fmt.Errorf("mark the delegates' depth: %w", err))
+	}
+	var result []byte
+	run, err := newDelegateRun(args, ans.Delegate)
+	derr := cniError(err) // nothing ran: the agent frees what it prepared
+	if err == nil {
+		result, derr = run.run(ctx, cmd)
+	}
+	out, err := c.Commit(ctx, &agentproto.Commit{Attachment: ans.Attachment, Result: result, Error: derr})
+	if err != nil {
+		// Lost after the delegates ran: the record is incomplete (an ADD)
+		// or not yet released (a DEL). devplumb-direct finishes it: its ADD
+		// undoes the recorded delegates (their results are in the shared
+		// libcni cache) and adds afresh; its DEL runs the delegates' DEL
+		// again, which a delegate must tolerate, and frees the device.
+		c.Close()
+		return execDirect(args, err)
+	}
+	if out.Undo {
+		rollback(ctx, c, ans.Attachment, run)
+	}
+	if out.Error != nil {
+		return out.Error
+	}
+	return printResult(out.Result)
+}
+
+// rollback undoes an ADD whose delegates succeeded and whose commit failed
+// (network-status required and refused, say): the agent holds the device
+// until this runner ran the delegates' DEL and said so. If the agent is gone
+// by then, the record keeps the device until the runtime's DEL after the
+// failed ADD undoes it as after a crash: nothing more to do here, and the
+// commit's error is printed either way.
+func rollback(ctx context.Context, c *agentproto.Client, attachment string, run *delegateRun) {
+	rb := &agentproto.Rollback{Attachment: attachment}
+	if run != nil { // nil: the answered run was unreadable, nothing ran
+		if err := run.del(ctx); err != nil {
+			rb.Error = cniError(err)
+		}
+	}
+	if _, err := c.Rollback(ctx, rb); err != nil {
+		fmt.Fprintf(os.Stderr, "devplumb: rollback of the failed ADD: %v; the runtime's DEL frees the device\n", err)
+	}
+}
+
+// printResult prints what the agent answered for the runtime.
+func printResult(result []byte) error {
+	if _, err := os.Stdout.Write(result); err != nil {
+		return fmt.Errorf("print the result: %w", err)
+	}
+	return nil
+}
+
+// prepareOf is the call as the agent's prepare takes it: the CNI_* variables
+// and stdin as skel read them.
+func prepareOf(cmd string, args *skel.CmdArgs) *agentproto.Prepare {
+	return &agentproto.Prepare{Command: cmd, ContainerID: args.ContainerID, Netns: args.Netns,
+		IfName: args.IfName, Args: args.Args, Path: args.Path, StdinData: args.StdinData}
+}
+
+// cniError is err as the CNI error Commit carries: a delegate's own CNI
+// error unchanged, anything else (a plugin not found, a bad result) as an
+// internal error, with what failed in its message; nil for nil.
+func cniError(err error) *types.Error {
+	if err == nil {
+		return nil
+	}
+	var te *types.Error
+	if errors.As(err, &te) {
+		return te
+	}
+	return &types.Error{Code: types.ErrInternal, Msg: err.Error()}
+}
+
+// depthEnv is pkg/cni/plugin's DepthEnv (main_test.go keeps them equal): how
+// many devplumb runs are above this one. devplumb never delegates to
+// devplumb, so a run with a depth is refused (by devplumb-direct), and the
+// delegates this entry point runs get depth 1.
+const depthEnv = "DEVPLUMB_DEPTH"
+
+// refuseDepth answers a run another devplumb started (a delegate, or a
+// delegate's IPAM plugin, is devplumb, maybe under another name or as a copy
+// without devplumb-direct beside it) as devplumb-direct does, here: the agent
+// cannot see this environment, and a recursion must end at once. ADD is
+// refused (code 7); DEL has nothing to undo and succeeds; CHECK is
+// devplumb-direct's to judge.
+func refuseDepth(cmd string, args *skel.CmdArgs) error {
+	switch cmd {
+	case agentproto.CmdDel:
+		return nil
+	case agentproto.CmdCheck:
+		return execDirect(args, nil)
+	}
+	d := depth()
+	return &types.Error{Code: types.ErrInvalidNetworkConfig, Msg: fmt.Sprintf("devplumb cannot delegate to itself: "+
+		"a devplumb run started this one (%s=%d): a delegate, or a delegate's IPAM plugin, is devplumb", depthEnv, d)}
+}
+
+// depth is the depth the runtime's environment gives: 0 when unset or bad.
+func depth() int {
+	n, err := strconv.Atoi(os.Getenv(depthEnv))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}

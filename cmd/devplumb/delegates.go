@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	"golang.org/x/sys/unix"
+
+	"github.com/devplumb/devplumb/pkg/cni/agentproto"
+)
+
+// defaultStateDir is pkg/cni/config's DefaultStateDir (main_test.go keeps
+// them equal): where devplumb keeps its records and the delegates' libcni
+// cache when the config names no stateDir.
+const defaultStateDir = "/var/lib/cni/devplumb"
+
+// delegateRun is the delegate list the agent answered, as libcni runs it in
+// this process, so the delegates keep the runtime's environment, netns and
+// timeout (unlike a daemon running them), with CNI_PATH as the runtime gave
+// it.
+type delegateRun struct {
+	cni      *libcni.CNIConfig
+	list     *libcni.NetworkConfigList
+	rt       *libcni.RuntimeConf
+	cacheDir string
+}
+
+// newDelegateRun reads the answered run: the agent's runtime arguments when
+// it sends them (a DEL runs with what its ADD recorded), else this call's;
+// its cache directory, else the one derived from the config.
+func newDelegateRun(args *skel.CmdArgs, d *agentproto.Delegate) (*delegateRun, error) {
+	list, err := libcni.NetworkConfFromBytes(d.ConfList)
+	if err != nil {
+		return nil, fmt.Errorf("the agent's delegate config: %w", err)
+	}
+	cacheDir := d.CacheDir
+	if cacheDir == "" {
+		if cacheDir, err = libcniCacheDir(args.StdinData); err != nil {
+			return nil, err
+		}
+	}
+	rt := &libcni.RuntimeConf{ContainerID: args.ContainerID, NetNS: args.Netns, IfName: args.IfName,
+		Args: parseArgs(args.Args)}
+	if r := d.Runtime; r != nil {
+		rt = &libcni.RuntimeConf{ContainerID: r.ContainerID, NetNS: r.NetNS, IfName: r.IfName, Args: r.Args}
+	}
+	rt.CapabilityArgs = d.CapabilityArgs
+	return &delegateRun{cni: libcni.NewCNIConfigWithCacheDir(filepath.SplitList(args.Path), cacheDir, nil),
+		list: list, rt: rt, cacheDir: cacheDir}, nil
+}
+
+// run runs cmd and returns an ADD's result as JSON, or the delegates' error
+// as Commit carries it. A failed ADD is undone here (its DEL run) before the
+// agent hears of it: whoever runs a delegate ADD runs the DEL undoing it,
+// before the device can be freed.
+func (r *delegateRun) run(ctx context.Context, cmd string) ([]byte, *types.Error) {
+	var err error
+	switch cmd {
+	case agentproto.CmdAdd:
+		return r.add(ctx)
+	case agentproto.CmdDel:
+		err = r.del(ctx)
+	default:
+		err = r.cni.CheckNetworkList(ctx, r.list, r.rt)
+	}
+	if err != nil {
+		return nil, cniError(err)
+	}
+	return nil, nil
+}
+
+// add runs the ADD, and its DEL when it fails.
+func (r *delegateRun) add(ctx context.Context) ([]byte, *types.Error) {
+	unlock, err := lockCacheShared(r.cacheDir)
+	if err != nil {
+		return nil, cniError(err)
+	}
+	result, err := r.cni.AddNetworkList(ctx, r.list, r.rt)
+	unlock()
+	if err != nil {
+		if derr := r.del(ctx); derr != nil {
+			// The ADD's error is what the runtime must see; what the DEL
+			// left is gc's.
+			fmt.Fprintf(os.Stderr, "devplumb: undoing the failed delegate ADD: %v\n", derr)
+		}
+		return nil, cniError(err)
+	}
+	out, err := json.Marshal(result)
+	if err != nil {
+		return nil, cniError(fmt.Errorf("encode the delegates' result: %w", err))
+	}
+	return out, nil
+}
+
+// del runs the delegates' DEL: a DEL's own run, or the undo of an ADD.
+func (r *delegateRun) del(ctx context.Context) error {
+	return r.cni.DelNetworkList(ctx, r.list, r.rt)
+}
+
+// libcniCacheDir is pkg/cni/delegate's CacheDir of the call's network,
+// <stateDir>/libcni/<name>: DEL, CHECK and GC of either path (agent or
+// devplumb-direct) find the delegates' results there. An agent before
+// agentproto.Delegate.CacheDir does not send it: it is read from the config
+// the agent accepted.
+func libcniCacheDir(stdin []byte) (string, error) {
+	var conf struct {
+		Name     string `json:"name"`
+		StateDir string `json:"stateDir"`
+	}
+	if err := json.Unmarshal(stdin, &conf); err != nil || conf.Name == "" {
+		return "", fmt.Errorf("the network config has no network name for the delegates' cache (%v)", err)
+	}
+	if conf.StateDir == "" {
+		conf.StateDir = defaultStateDir
+	}
+	return filepath.Join(conf.StateDir, "libcni", conf.Name), nil
+}
+
+// lockCacheShared holds pkg/cni/delegate's cache lock (<cacheDir>/../.lock)
+// shared while an ADD may create the cache: a concurrent DEL prunes empty
+// cache directories only under it, exclusively.
+func lockCacheShared(cacheDir string) (unlock func(), err error) {
+	parent := filepath.Dir(cacheDir)
+	if err := os.MkdirAll(parent, 0o700); err != nil {
+		return nil, fmt.Errorf("libcni cache: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(parent, ".lock"), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("libcni cache lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("libcni cache lock: %w", err)
+	}
+	return func() { f.Close() }, nil
+}
+
+// parseArgs splits CNI_ARGS ("K=V;K2=V2") into libcni's pairs unchanged, as
+// pkg/cni/delegate's ParseArgs: the delegates see what the runtime passed.
+func parseArgs(s string) [][2]string {
+	var out [][2]string
+	for _, kv := range strings.Split(s, ";") {
+		if kv == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(kv, "=")
+		out = append(out, [2]string{k, v})
+	}
+	return out
+}

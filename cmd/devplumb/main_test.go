@@ -1,0 +1,95 @@
+package main
+
+import (
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/devplumb/devplumb/pkg/cni/config"
+	"github.com/devplumb/devplumb/pkg/cni/delegate"
+	"github.com/devplumb/devplumb/pkg/cni/plugin"
+)
+
+// The entry point answers VERSION, guards depth and runs delegates without
+// linking pkg/cni/{config,delegate,plugin}: its copies must be theirs.
+func TestCopiesAreConfigs(t *testing.T) {
+	if !slices.Equal(supportedVersions, config.SupportedVersions) {
+		t.Errorf("the entry point supports CNI %v, devplumb-direct %v", supportedVersions, config.SupportedVersions)
+	}
+	if depthEnv != plugin.DepthEnv {
+		t.Errorf("depth variable %s, the plugin's %s", depthEnv, plugin.DepthEnv)
+	}
+	if defaultStateDir != config.DefaultStateDir {
+		t.Errorf("default stateDir %s, config's %s", defaultStateDir, config.DefaultStateDir)
+	}
+	for conf, want := range map[string]string{
+		`{"name":"n1","stateDir":"/tmp/s"}`: delegate.CacheDir("/tmp/s", "n1"),
+		`{"name":"n2"}`:                     delegate.CacheDir(config.DefaultStateDir, "n2"),
+	} {
+		if got, err := libcniCacheDir([]byte(conf)); err != nil || got != want {
+			t.Errorf("cache dir of %s: %q, %v; want %q", conf, got, err, want)
+		}
+	}
+	for _, args := range []string{"", "IgnoreUnknown=1;K8S_POD_NAME=p1", "A=;B", ";;A=b=c;"} {
+		if got, want := parseArgs(args), delegate.ParseArgs(args); !slices.Equal(got, want) {
+			t.Errorf("CNI_ARGS %q: %v, the plugin's delegates get %v", args, got, want)
+		}
+	}
+	if _, err := libcniCacheDir([]byte(`{"stateDir":"/tmp/s"}`)); err == nil || !strings.Contains(err.Error(), "network name") {
+		t.Errorf("a config without a name: %v, want an error naming the missing name", err)
+	}
+}
+
+// The entry point starts about as fast as the bridge plugin only while it
+// links little more: the standard library, golang.org/x/sys/unix, the CNI
+// library (with what libcni itself links) and, of devplumb, only the agent
+// protocol and the version stamp. Client-go, gRPC or any other devplumb
+// package would put back the start-up the entry point exists to avoid.
+func TestImportsStayLight(t *testing.T) {
+	allowed := map[string]bool{
+		"github.com/devplumb/devplumb/cmd/devplumb":       true,
+		"github.com/devplumb/devplumb/pkg/cni/agentproto": true,
+		"github.com/devplumb/devplumb/pkg/base/version":   true,
+		"golang.org/x/sys/unix":                           true,
+	}
+	// What the CNI library links is the CNI library's (otel's propagation in
+	// invoke, netns in skel): the bridge plugin pays it too.
+	for _, d := range goListDeps(t, "github.com/containernetworking/cni/libcni", "github.com/containernetworking/cni/pkg/skel") {
+		allowed[d] = true
+	}
+	deps := goListDeps(t, ".")
+	if !slices.Contains(deps, "github.com/devplumb/devplumb/pkg/cni/agentproto") {
+		t.Fatalf("go list -deps printed %q: the entry point's packages are missing", deps)
+	}
+	for _, d := range deps {
+		if !allowed[d] || forbidden(d) {
+			t.Errorf("the entry point links %s: only the standard library, golang.org/x/sys/unix, the CNI library, "+
+				"pkg/cni/agentproto and pkg/base/version are allowed", d)
+		}
+	}
+}
+
+// forbidden are packages no CNI library version may bring in either.
+func forbidden(pkg string) bool {
+	for _, p := range []string{"k8s.io/", "google.golang.org/grpc", "github.com/prometheus/", "google.golang.org/protobuf"} {
+		if strings.HasPrefix(pkg, p) {
+			return true
+		}
+	}
+	return strings.HasPrefix(pkg, "github.com/devplumb/devplumb/") &&
+		!slices.Contains([]string{"cmd/devplumb", "pkg/cni/agentproto", "pkg/base/version"}, strings.TrimPrefix(pkg, "github.com/devplumb/devplumb/"))
+}
+
+// goListDeps are the non-standard packages pkgs link, themselves included.
+func goListDeps(t *testing.T, pkgs ...string) []string {
+	t.Helper()
+	cmd := exec.Command("go", append([]string{"list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}"}, pkgs...)...)
+	cmd.Dir, _ = filepath.Abs(".")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps %v: %v", pkgs, err)
+	}
+	return strings.Fields(string(out))
+}
