@@ -48,7 +48,8 @@ func markDepth() int {
 
 // delegatesSafe is selfCheck for this call's delegates.
 func (c *call) delegatesSafe(list *libcni.NetworkConfigList) error {
-	return selfCheck(c.args.Path, list, c.depth)
+	exe, _ := os.Executable()
+	return selfCheck(c.args.Path, list, c.depth, selfFiles(exe))
 }
 
 // tooDeep refuses a run that another devplumb started, before its input
@@ -67,13 +68,12 @@ func tooDeep() error {
 // cniPath as libcni finds it, is the very file this process runs (so a
 // link or hard link to devplumb under another name is caught, whatever its
 // type string).
-func selfCheck(cniPath string, list *libcni.NetworkConfigList, d int) error {
+func selfCheck(cniPath string, list *libcni.NetworkConfigList, d int, selves []os.FileInfo) error {
 	if d >= maxDepth {
 		return fmt.Errorf("%w: it runs %d deep already (%s=%d): a delegate, or a delegate's IPAM plugin, is devplumb",
 			ErrSelfDelegation, d, DepthEnv, d)
 	}
-	self, err := os.Stat("/proc/self/exe")
-	if err != nil {
+	if len(selves) == 0 {
 		return nil // nothing to compare with; the depth bound still holds
 	}
 	paths := filepath.SplitList(cniPath)
@@ -86,10 +86,32 @@ func selfCheck(cniPath string, list *libcni.NetworkConfigList, d int) error {
 			if err != nil {
 				continue // libcni reports a missing plugin itself
 			}
-			if st, err := os.Stat(bin); err == nil && os.SameFile(st, self) {
-				return fmt.Errorf("%w: plugin type %q is %s, which is this devplumb binary", ErrSelfDelegation, typ, bin)
+			st, err := os.Stat(bin)
+			if err != nil {
+				continue
+			}
+			for _, self := range selves {
+				if os.SameFile(st, self) {
+					return fmt.Errorf("%w: plugin type %q is %s, which is this devplumb binary or its entry point", ErrSelfDelegation, typ, bin)
+				}
 			}
 		}
 	}
 	return nil
+}
+
+// entryPoint is the name of the CNI entry point installed beside
+// devplumb-direct: the binary the configs name "devplumb".
+const entryPoint = "devplumb"
+
+// selfFiles are the files a process running exe runs as: exe and the entry
+// point beside it, which runs it (a delegate that is either one is devplumb).
+func selfFiles(exe string) []os.FileInfo {
+	var out []os.FileInfo
+	for _, f := range []string{exe, filepath.Join(filepath.Dir(exe), entryPoint)} {
+		if st, err := os.Stat(f); err == nil && exe != "" {
+			out = append(out, st)
+		}
+	}
+	return out
 }

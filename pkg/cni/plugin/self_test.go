@@ -40,14 +40,43 @@ func TestSelfCheck(t *testing.T) {
 		self = append(self, `{"type":"hardself"}`)
 	}
 	for _, p := range self {
-		if err := selfCheck(dir, list(p), 0); !errors.Is(err, ErrSelfDelegation) {
+		if err := selfCheck(dir, list(p), 0, selfFiles(exe)); !errors.Is(err, ErrSelfDelegation) {
 			t.Errorf("%s: %v", p, err)
 		}
 	}
-	if err := selfCheck(dir, list(`{"type":"other","ipam":{"type":"missing"}}`), 0); err != nil {
+	if err := selfCheck(dir, list(`{"type":"other","ipam":{"type":"missing"}}`), 0, selfFiles(exe)); err != nil {
 		t.Errorf("another binary: %v", err)
 	}
-	if err := selfCheck(dir, list(`{"type":"other"}`), maxDepth); !errors.Is(err, ErrSelfDelegation) {
+	if err := selfCheck(dir, list(`{"type":"other"}`), maxDepth, selfFiles(exe)); !errors.Is(err, ErrSelfDelegation) {
 		t.Errorf("too deep: %v", err)
+	}
+}
+
+// devplumb-direct is run by the entry point beside it, which the configs name
+// "devplumb": a delegate that is that entry point (here under another name,
+// by a link) is devplumb too; another file beside it is not.
+func TestSelfCheckEntryPoint(t *testing.T) {
+	bin, path := t.TempDir(), t.TempDir()
+	for _, f := range []string{"devplumb-direct", entryPoint, "bridge"} {
+		if err := os.WriteFile(filepath.Join(bin, f), []byte("#!/bin/sh\n# "+f+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, target := range map[string]string{"entry": entryPoint, "bridge": "bridge"} {
+		if err := os.Symlink(filepath.Join(bin, target), filepath.Join(path, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, err := libcni.ConfListFromBytes([]byte(`{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"bridge"},{"type":"entry"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	selves := selfFiles(filepath.Join(bin, "devplumb-direct"))
+	if err := selfCheck(path, list, 0, selves); !errors.Is(err, ErrSelfDelegation) {
+		t.Errorf("the entry point as a delegate: %v, want ErrSelfDelegation", err)
+	}
+	list.Plugins = list.Plugins[:1]
+	if err := selfCheck(path, list, 0, selves); err != nil {
+		t.Errorf("bridge beside devplumb-direct: %v", err)
 	}
 }
