@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
@@ -27,6 +28,23 @@ const (
 // Commands are the main packages the images contain.
 // devplumb (the CNI entry point) never runs without devplumb-direct beside it.
 var Commands = []string{"./cmd/devplumb", "./cmd/devplumb-direct", "./cmd/devplumbctl", "./cmd/netdev-dp"}
+
+// direct is the command a release before the CNI entry point (issue 24) lacks: its
+// devplumb was the whole plugin. Build builds such a release too (the upgrade test's).
+const direct = "./cmd/devplumb-direct"
+
+// commandsOf are the Commands the tree at root has.
+func commandsOf(root string) []string {
+	if hasDirect(root) {
+		return Commands
+	}
+	return slices.DeleteFunc(slices.Clone(Commands), func(c string) bool { return c == direct })
+}
+
+func hasDirect(root string) bool {
+	_, err := os.Stat(filepath.Join(root, direct))
+	return err == nil
+}
 
 // Options says where things are.
 type Options struct {
@@ -52,7 +70,7 @@ func Build(o Options) (map[string]string, error) {
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		return nil, fmt.Errorf("images: %w", err)
 	}
-	if err := goBuild(o.Root, bin, o.Version, nil, Commands...); err != nil {
+	if err := goBuild(o.Root, bin, o.Version, nil, commandsOf(o.Root)...); err != nil {
 		return nil, err
 	}
 	specs, err := Specs(o.Root, bin, o.Busybox, o.Version)
@@ -105,7 +123,11 @@ func specsFor(root, bin, busybox, lister, version string, plat v1.Platform) (map
 	if err != nil {
 		return nil, err
 	}
-	for _, b := range []string{"devplumb", "devplumb-direct", "devplumbctl", "netdev-dp"} {
+	bins := []string{"devplumb", "devplumbctl", "netdev-dp"}
+	if hasDirect(root) {
+		bins = append(bins, "devplumb-direct")
+	}
+	for _, b := range bins {
 		if err := imagebuild.CheckStatic(filepath.Join(bin, b)); err != nil {
 			return nil, fmt.Errorf("images: %w", err)
 		}
@@ -118,11 +140,13 @@ func specsFor(root, bin, busybox, lister, version string, plat v1.Platform) (map
 	if err != nil {
 		return nil, fmt.Errorf("images: devplumb image: %w", err)
 	}
-	dp = append(dp,
-		imagebuild.File{Path: "/usr/local/bin/devplumb", Mode: 0o755, Source: filepath.Join(bin, "devplumb")},
-		imagebuild.File{Path: "/usr/local/bin/devplumb-direct", Mode: 0o755, Source: filepath.Join(bin, "devplumb-direct")},
-		imagebuild.File{Path: "/usr/local/bin/devplumbctl", Mode: 0o755, Source: filepath.Join(bin, "devplumbctl")},
-		imagebuild.File{Path: "/usr/local/bin/devplumb-install", Mode: 0o755, Source: filepath.Join(root, "images", "devplumb", "install.sh")})
+	for _, b := range bins[:2] {
+		dp = append(dp, imagebuild.File{Path: "/usr/local/bin/" + b, Mode: 0o755, Source: filepath.Join(bin, b)})
+	}
+	if hasDirect(root) {
+		dp = append(dp, imagebuild.File{Path: "/usr/local/bin/devplumb-direct", Mode: 0o755, Source: filepath.Join(bin, "devplumb-direct")})
+	}
+	dp = append(dp, imagebuild.File{Path: "/usr/local/bin/devplumb-install", Mode: 0o755, Source: filepath.Join(root, "images", "devplumb", "install.sh")})
 	// images/netdev-dp/Dockerfile: distroless/static, the binary alone.
 	nd := append(imagebuild.BaseFiles(),
 		imagebuild.File{Path: "/usr/local/bin/netdev-dp", Mode: 0o755, Source: filepath.Join(bin, "netdev-dp")})

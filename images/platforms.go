@@ -86,7 +86,7 @@ func buildPlatform(o PlatformOptions, ps string) (map[string]imagebuild.Spec, er
 	if plat.Architecture == "arm" && plat.Variant != "" {
 		env = append(env, "GOARM="+strings.TrimPrefix(plat.Variant, "v"))
 	}
-	if err := goBuild(o.Root, bin, o.Version, env, Commands...); err != nil {
+	if err := goBuild(o.Root, bin, o.Version, env, commandsOf(o.Root)...); err != nil {
 		return nil, err
 	}
 	specs, err := specsFor(o.Root, bin, busybox, o.Busybox, o.Version, *plat)
