@@ -21,6 +21,7 @@ import (
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 
 	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/base/libcnicache"
 	"github.com/devplumb/devplumb/pkg/base/safefile"
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
 	"github.com/devplumb/devplumb/pkg/cni/config"
@@ -165,7 +166,7 @@ func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Err
 	return &call{
 		plugin: p, log: p.Log, args: &own, closeLog: closeLog, conf: conf, pod: pod,
 		key:        key,
-		cniArgs:    delegate.ParseArgs(args.Args),
+		cniArgs:    libcnicache.SplitArgs(args.Args),
 		deviceInfo: deviceInfo,
 		names:      &names{conf: conf, podNamespace: pod.Namespace, containerID: args.ContainerID, ifName: args.IfName, deviceInfo: deviceInfo},
 		records:    records,
