@@ -26,6 +26,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
 	"github.com/devplumb/devplumb/pkg/cni/config"
 	"github.com/devplumb/devplumb/pkg/cni/delegate"
+	"github.com/devplumb/devplumb/pkg/cni/phasespool"
 	"github.com/devplumb/devplumb/podresources"
 )
 
@@ -66,6 +67,9 @@ type Plugin struct {
 	// socket and release, called when the call is done with it: the node
 	// agent shares one connection per socket. Unset, each call dials its own.
 	PodResources func(socket string, timeout time.Duration, log *slog.Logger) (*podresources.Client, func(), error)
+	// Phases, when set, gets each ADD's and DEL's phase timings (the node
+	// agent's histograms); unset, they go to the phase spool, if one is kept.
+	Phases func(phasespool.Record)
 	// Exec runs the delegates (libcni's invoke.Exec); nil runs the plugin binaries found
 	// on CNI_PATH. Tests stand in for a delegate with it.
 	Exec invoke.Exec
