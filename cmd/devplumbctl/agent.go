@@ -17,11 +17,9 @@ import (
 	"github.com/devplumb/devplumb/pkg/base/version"
 	"github.com/devplumb/devplumb/pkg/cni/agent"
 	"github.com/devplumb/devplumb/pkg/cni/agentproto"
-	"github.com/devplumb/devplumb/pkg/cni/kube"
 	"github.com/devplumb/devplumb/pkg/cni/nodecache"
 	"github.com/devplumb/devplumb/pkg/cni/phasemetrics"
 	"github.com/devplumb/devplumb/pkg/cni/phasespool"
-	"github.com/devplumb/devplumb/pkg/cni/plugin"
 	"github.com/devplumb/devplumb/podresources"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -91,7 +89,7 @@ func defaultNodeName() string {
 
 func serveAgent(ctx context.Context, f agentFlags, log *slog.Logger) error {
 	cacheMetrics := nodecache.NewMetrics()
-	cfg := agent.Config{Build: version.Get().String(), Log: log, Timeout: *f.timeout, NewKube: agentKube(*f.node, cacheMetrics)}
+	cfg := agent.Config{Build: version.Get().String(), Log: log, Timeout: *f.timeout, NewKube: agent.NodeKube(*f.node, cacheMetrics)}
 	var spool *phasemetrics.Collector
 	if *f.metrics.listen != "" {
 		var err error
@@ -135,45 +133,4 @@ func startAgentMetrics(ctx context.Context, stop func(), m *metricsFlags, spool 
 		stop()
 	}()
 	return func() error { return <-done }
-}
-
-// agentKube builds the client of a kubeconfig with a cache of node's
-// objects (none without a node name: every read goes to the API server).
-func agentKube(node string, m *nodecache.Metrics) func(string, time.Duration, *slog.Logger) (plugin.Kube, error) {
-	return func(kubeconfig string, timeout time.Duration, log *slog.Logger) (plugin.Kube, error) {
-		cfg, err := kube.LoadConfig(kubeconfig)
-		if err != nil {
-			return nil, err
-		}
-		c, err := kube.NewForConfig(cfg, timeout, log)
-		if err != nil || node == "" {
-			return orNil(c, err)
-		}
-		nc, err := nodecache.New(cfg, node, m, log)
-		if err != nil {
-			return nil, err
-		}
-		c.UseCache(nc)
-		return &cachedKube{Client: c, cache: nc}, nil
-	}
-}
-
-// cachedKube is a client with its cache, closed with it.
-type cachedKube struct {
-	*kube.Client
-	cache *nodecache.Cache
-}
-
-func (k *cachedKube) Close() error { return k.cache.Close() }
-
-func newKube(kubeconfig string, timeout time.Duration, log *slog.Logger) (plugin.Kube, error) {
-	return orNil(kube.New(kubeconfig, timeout, log))
-}
-
-// orNil keeps a typed nil out of the interface.
-func orNil(c *kube.Client, err error) (plugin.Kube, error) {
-	if err != nil || c == nil {
-		return nil, err
-	}
-	return c, nil
 }

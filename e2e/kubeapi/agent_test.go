@@ -1,11 +1,9 @@
 package kubeapi_test
 
 import (
-	"context"
 	"encoding/json"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -75,12 +73,8 @@ func TestAgentNetworkStatus(t *testing.T) {
 // ends; it returns the socket and the count of clients built.
 func startAgent(t *testing.T) (string, *atomic.Int32) {
 	t.Helper()
-	// Each call marks the process's delegates one devplumb deeper
-	// (plugin.DepthEnv): restored at the end, so that the devplumb binaries
-	// later tests run are not refused as devplumb's own delegates.
-	t.Setenv(plugin.DepthEnv, "")
 	builds := &atomic.Int32{}
-	a := agent.New(agent.Config{Build: "e2e", Log: slog.New(slog.NewTextHandler(os.Stderr, nil)), Timeout: 10 * time.Second,
+	socket := e2etest.ServeAgent(t, agent.Config{Build: "e2e", Log: slog.New(slog.NewTextHandler(os.Stderr, nil)), Timeout: 10 * time.Second,
 		NewKube: func(kubeconfig string, timeout time.Duration, log *slog.Logger) (plugin.Kube, error) {
 			builds.Add(1)
 			c, err := kube.New(kubeconfig, timeout, log)
@@ -89,21 +83,5 @@ func startAgent(t *testing.T) (string, *atomic.Int32) {
 			}
 			return c, nil
 		}})
-	dir, err := os.MkdirTemp("", "agent")
-	e2etest.Must(t, err)
-	socket := filepath.Join(dir, "agent.sock")
-	l, err := agentproto.Listen(socket)
-	e2etest.Must(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- agentproto.Serve(ctx, l, a) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-		a.Close()
-		os.RemoveAll(dir)
-	})
 	return socket, builds
 }
