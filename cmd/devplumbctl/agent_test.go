@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/devplumb/devplumb/pkg/base/version"
 	"github.com/devplumb/devplumb/pkg/cni/agentproto"
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
 // devplumbctl agent listens on its socket, answers a hello with its build,
@@ -29,7 +29,7 @@ func TestAgentServesUntilSIGTERM(t *testing.T) {
 	defer os.RemoveAll(dir)
 	socket := filepath.Join(dir, "run", "agent.sock")
 	state := filepath.Join(dir, "state")
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	exit := make(chan int, 1)
 	var stderr syncWriter
 	go func() {
@@ -99,17 +99,6 @@ func (w *syncWriter) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.buf.String()
-}
-
-// freeAddr is a loopback address with a port free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // scrape gets url's body, waiting up to 10 s for the server to listen.
