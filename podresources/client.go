@@ -26,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -61,6 +62,32 @@ const getRecheck = time.Minute
 type options struct {
 	timeout time.Duration
 	log     *slog.Logger
+	limiter *rate.Limiter
+	shared  bool
+}
+
+// The kubelet's PodResources rate limit (its DefaultQPS and
+// DefaultBurstTokens): one limiter for all of its clients.
+const (
+	KubeletQPS   = 100
+	KubeletBurst = 10
+)
+
+// SharedQPS and SharedBurst are a client's own limit within the kubelet's,
+// for a client that serves a node's burst of pods: a margin below it, since
+// two calls released in turn may reach the kubelet closer together.
+const (
+	SharedQPS   = KubeletQPS * 9 / 10
+	SharedBurst = KubeletBurst / 2
+)
+
+// WithRateLimit makes the client wait for a token before each call, qps a
+// second after a burst of burst: a client shared by many calls (the node
+// agent's) then stays within the kubelet's limit on its own instead of being
+// refused and retrying. Other clients of the kubelet share its limit, so a
+// refusal is still retried.
+func WithRateLimit(qps float64, burst int) Option {
+	return func(o *options) { o.limiter = rate.NewLimiter(rate.Limit(qps), burst) }
 }
 
 // Option configures New.
@@ -94,6 +121,7 @@ type Client struct {
 	mu        sync.Mutex
 	listUntil time.Time        // until then, Get goes straight to List
 	now       func() time.Time // the clock (tests set it)
+	rounds    rounds           // WithSharedCalls
 }
 
 // New checks that socket exists and is a socket and prepares a connection;
@@ -147,6 +175,14 @@ func (c *Client) Close() error { return c.conn.Close() }
 func (c *Client) Get(ctx context.Context, namespace, name string) (*v1.PodResources, error) {
 	ctx, cancel := c.deadline(ctx)
 	defer cancel()
+	if c.opts.shared {
+		return c.sharedGet(ctx, namespace, name)
+	}
+	return c.ownGet(ctx, namespace, name)
+}
+
+// ownGet is one Get (or List, when Get is unusable) of its own.
+func (c *Client) ownGet(ctx context.Context, namespace, name string) (*v1.PodResources, error) {
 	if !c.listOnly() {
 		p, err := c.get(ctx, namespace, name)
 		if !getIsUnusable(err) {
@@ -194,6 +230,11 @@ func (c *Client) findInList(ctx context.Context, namespace, name string) (*v1.Po
 	if err != nil {
 		return nil, err
 	}
+	return inList(pods, namespace, name)
+}
+
+// inList finds the pod in a List's answer.
+func inList(pods []*v1.PodResources, namespace, name string) (*v1.PodResources, error) {
 	for _, p := range pods {
 		if p.GetNamespace() == namespace && p.GetName() == name {
 			return p, nil

@@ -301,3 +301,46 @@ func TestGetFallbackIsNotForever(t *testing.T) {
 		t.Errorf("Get calls after the recheck period = %d, want 2", n)
 	}
 }
+
+// One client shared by a burst (the node agent's, WithSharedCalls) makes
+// one call at a time: 110 Gets at once, at the kubelet's default limit, cost
+// it a few calls, all within its burst, so none is refused; the same burst
+// of plain Gets is refused.
+func TestSharedClientKeepsWithinKubeletLimit(t *testing.T) {
+	for _, shared := range []bool{true, false} {
+		srv := podresourcestest.NewServer(t, podresourcestest.WithRateLimit(podresources.KubeletQPS, podresources.KubeletBurst))
+		srv.SetPod(pod("ns", "p"))
+		opts := []podresources.Option{}
+		if shared {
+			opts = append(opts, podresources.WithSharedCalls())
+		}
+		c := newClient(t, srv.Socket, opts...)
+		const n = 110
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		for range n {
+			wg.Go(func() {
+				ids, err := c.Devices(context.Background(), "ns", "p", res)
+				if err == nil && len(ids) != 3 {
+					err = fmt.Errorf("got %v", ids)
+				}
+				errs <- err
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatalf("Get in a burst (shared %v): %v", shared, err)
+			}
+		}
+		calls := srv.Calls("Get") + srv.Calls("List")
+		t.Logf("shared %v: %d Get and %d List calls for %d Gets", shared, srv.Calls("Get"), srv.Calls("List"), n)
+		if shared && calls > podresources.KubeletBurst {
+			t.Errorf("%d calls for %d shared Gets: want at most the kubelet's burst (%d), so none refused", calls, n, podresources.KubeletBurst)
+		}
+		if !shared && calls <= n {
+			t.Errorf("%d calls for %d plain Gets: the kubelet's limiter refused none, the test proves nothing", calls, n)
+		}
+	}
+}

@@ -32,6 +32,12 @@ func (c *Client) retry(ctx context.Context, method string, call func(context.Con
 	b := backoff()
 	var limited error // the last ResourceExhausted answer
 	for attempt := 1; ; attempt++ {
+		if l := c.opts.limiter; l != nil {
+			if err := l.Wait(ctx); err != nil {
+				return fmt.Errorf("PodResources %s on %s: no call within the client's rate limit before the deadline: %w",
+					method, c.socket, err)
+			}
+		}
 		err := call(ctx)
 		if err == nil {
 			return nil

@@ -120,7 +120,11 @@ func statID(path string) (fileID, bool) {
 
 // get is plugin.Plugin.PodResources.
 func (k *kubeletCache) get(socket string, timeout time.Duration, _ *slog.Logger) (*podresources.Client, func(), error) {
-	opts := []podresources.Option{podresources.WithTimeout(timeout), podresources.WithLogger(k.log)}
+	// One client serves every call on the node: a burst of pods shares its
+	// Lists (one call at a time) within the kubelet's rate limit, so the
+	// kubelet refuses none of them.
+	opts := []podresources.Option{podresources.WithTimeout(timeout), podresources.WithLogger(k.log),
+		podresources.WithSharedCalls(), podresources.WithRateLimit(podresources.SharedQPS, podresources.SharedBurst)}
 	id, ok := statID(socket)
 	if !ok { // podresources.New names what is wrong with the path
 		c, err := k.dial(socket, opts...)
