@@ -39,7 +39,7 @@ func NewRequestCounter(target string) (*RequestCounter, error) {
 	proxy := httputil.NewSingleHostReverseProxy(u)
 	proxy.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // local test server
 	rc.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rc.add(r.Method + " " + ResourceOf(r.URL.Path) + metadataOnly(r))
+		rc.add(r.Method + " " + ResourceOf(r.URL.Path) + metadataOnly(r) + agentWatch(r))
 		proxy.ServeHTTP(w, r)
 	}))
 	rc.srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
@@ -56,6 +56,18 @@ func (rc *RequestCounter) add(key string) {
 	rc.mu.Lock()
 	rc.counts[key]++
 	rc.mu.Unlock()
+}
+
+// AgentWatch marks the requests of the node agent's watches (pkg/cni/nodecache,
+// user agent devplumb-agent): its lists, watches and reads of a pod's claims
+// when the pod reaches the node, made per pod, not per CNI call.
+const AgentWatch = " (agent watch)"
+
+func agentWatch(r *http.Request) string {
+	if strings.HasPrefix(r.UserAgent(), "devplumb-agent") {
+		return AgentWatch
+	}
+	return ""
 }
 
 // metadataOnly marks a request that asks for object metadata only.

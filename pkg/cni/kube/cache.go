@@ -16,6 +16,10 @@ type Cache interface {
 	// called for: a pod of another UID (deleted and created again under
 	// the name, its deletion not seen yet) is a miss.
 	Pod(namespace, name, uid string) (*corev1.Pod, bool)
+	// AwaitPod is Pod for an ADD: its pod exists (the kubelet runs it), so
+	// a watch that has not brought it yet is waited for a moment before
+	// the miss.
+	AwaitPod(namespace, name, uid string) (*corev1.Pod, bool)
 	ResourceClaim(namespace, name string) (*resourcev1.ResourceClaim, bool)
 	ResourceSlices(node, driver string) ([]resourcev1.ResourceSlice, bool)
 	NAD(namespace, name string) (*metav1.PartialObjectMetadata, bool)
@@ -26,12 +30,16 @@ type Cache interface {
 func (c *Client) UseCache(cache Cache) { c.cache = cache }
 
 // cachedPodMeta is the pod's metadata from the cache for a network-status
-// edit's first attempt, nil on a miss.
-func (c *Client) cachedPodMeta(namespace, name, uid string) *metav1.PartialObjectMetadata {
+// edit's first attempt, nil on a miss; an ADD's (await) waits a moment.
+func (c *Client) cachedPodMeta(namespace, name, uid string, await bool) *metav1.PartialObjectMetadata {
 	if c.cache == nil {
 		return nil
 	}
-	pod, ok := c.cache.Pod(namespace, name, uid)
+	lookup := c.cache.Pod
+	if await {
+		lookup = c.cache.AwaitPod
+	}
+	pod, ok := lookup(namespace, name, uid)
 	if !ok {
 		return nil
 	}

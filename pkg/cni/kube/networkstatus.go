@@ -19,7 +19,7 @@ func (c *Client) SetNetworkStatus(ctx context.Context, namespace, name, uid stri
 	if entry.Name == "" {
 		return fmt.Errorf("kube: network-status entry for pod %s/%s has no network name", namespace, name)
 	}
-	err := c.editStatus(ctx, namespace, name, uid, func(list statusList) (statusList, bool, error) {
+	err := c.editStatus(ctx, namespace, name, uid, true, func(list statusList) (statusList, bool, error) {
 		return upsert(list, entry)
 	})
 	if err != nil {
@@ -32,7 +32,7 @@ func (c *Client) SetNetworkStatus(ctx context.Context, namespace, name, uid stri
 // network-status annotation. A pod that is gone, was recreated (other UID), has no such
 // entry or an unreadable annotation is not an error: there is nothing of ours to remove.
 func (c *Client) RemoveNetworkStatus(ctx context.Context, namespace, name, uid, network, ifName string) error {
-	err := c.editStatus(ctx, namespace, name, uid, func(list statusList) (statusList, bool, error) {
+	err := c.editStatus(ctx, namespace, name, uid, false, func(list statusList) (statusList, bool, error) {
 		out, changed := remove(list, network, ifName)
 		return out, changed, nil
 	})
@@ -56,8 +56,9 @@ func (c *Client) RemoveNetworkStatus(ctx context.Context, namespace, name, uid, 
 // changed it, writes it back with a JSON merge patch that carries the resourceVersion
 // and UID that were read: the API server rejects the patch with a conflict when the pod
 // changed in between, and the read-edit-patch cycle is retried within the bound. The
-// first attempt starts from the pod this client read for its DRA claims, if it did.
-func (c *Client) editStatus(ctx context.Context, namespace, name, uid string,
+// first attempt starts from the pod this client last read or patched, else from its
+// cache's (an ADD's, await, waits a moment for a pod the watch has not brought yet).
+func (c *Client) editStatus(ctx context.Context, namespace, name, uid string, await bool,
 	edit func(statusList) (statusList, bool, error)) error {
 	if namespace == "" || name == "" {
 		return fmt.Errorf("pod %q/%q: namespace and name are required", namespace, name)
@@ -69,7 +70,7 @@ func (c *Client) editStatus(ctx context.Context, namespace, name, uid string,
 	return c.retry(ctx, func(ctx context.Context) (bool, error) {
 		pod := c.keptPod(namespace, name, uid)
 		if pod == nil && first {
-			pod = c.cachedPodMeta(namespace, name, uid)
+			pod = c.cachedPodMeta(namespace, name, uid, await)
 		}
 		first = false
 		if pod == nil {

@@ -2,6 +2,7 @@ package nodecache
 
 import (
 	"context"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -28,6 +29,39 @@ func (c *Cache) Pod(namespace, name, uid string) (*corev1.Pod, bool) {
 		return nil, false
 	}
 	return pod.DeepCopy(), true
+}
+
+// podWait bounds how long an ADD's lookup waits for a pod the watch has not
+// brought yet: the kubelet and the agent watch the same pods, and the kubelet
+// creates the sandbox (the ADD) after it saw the pod, so the wait is rare and
+// short; past it the ADD reads the pod.
+const podWait = 500 * time.Millisecond
+
+// AwaitPod is kube.Cache's: Pod, waiting up to podWait for the watch to
+// bring the pod of uid.
+func (c *Cache) AwaitPod(namespace, name, uid string) (*corev1.Pod, bool) {
+	timeout := time.NewTimer(podWait)
+	defer timeout.Stop()
+	for {
+		seen := c.nextPodEvent()
+		pod, ok := c.pod(namespace, name)
+		if ok && (uid == "" || string(pod.UID) == uid) {
+			c.metrics.lookup(kindPod, true)
+			return pod.DeepCopy(), true
+		}
+		if c.closed() || !c.pods.HasSynced() {
+			break
+		}
+		select {
+		case <-seen:
+			continue
+		case <-timeout.C:
+		case <-c.ctx.Done():
+		}
+		break
+	}
+	c.metrics.lookup(kindPod, false)
+	return nil, false
 }
 
 func (c *Cache) pod(namespace, name string) (*corev1.Pod, bool) {

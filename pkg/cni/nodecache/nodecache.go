@@ -48,6 +48,9 @@ type Cache struct {
 	onNode fields.Selector
 	pods   cache.SharedIndexInformer
 
+	seenMu sync.Mutex
+	seen   chan struct{} // closed at the next pod added or updated (AwaitPod)
+
 	mu     sync.Mutex // guards the lazily started parts below
 	slices cache.SharedIndexInformer
 	nads   cache.SharedIndexInformer
@@ -77,9 +80,12 @@ func New(cfg *rest.Config, node string, m *Metrics, log *slog.Logger) (*Cache, e
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.pods = c.watch(c.core, "pods", &corev1.Pod{}, c.onNode)
 	c.claims = newClaimStore(c)
-	if _, err := c.pods.AddEventHandler(c.claims.podHandler()); err != nil {
-		c.cancel()
-		return nil, fmt.Errorf("nodecache: pod handler: %w", err)
+	c.seen = make(chan struct{})
+	for _, h := range []cache.ResourceEventHandler{c.claims.podHandler(), c.podEvents()} {
+		if _, err := c.pods.AddEventHandler(h); err != nil {
+			c.cancel()
+			return nil, fmt.Errorf("nodecache: pod handler: %w", err)
+		}
 	}
 	m.add(c)
 	return c, nil
@@ -117,3 +123,21 @@ func (c *Cache) Close() error {
 }
 
 func (c *Cache) closed() bool { return c.ctx.Err() != nil }
+
+// podEvents wakes the lookups waiting for a pod at each pod added or updated.
+func (c *Cache) podEvents() cache.ResourceEventHandler {
+	wake := func() {
+		c.seenMu.Lock()
+		defer c.seenMu.Unlock()
+		close(c.seen)
+		c.seen = make(chan struct{})
+	}
+	return cache.ResourceEventHandlerFuncs{AddFunc: func(any) { wake() }, UpdateFunc: func(any, any) { wake() }}
+}
+
+// nextPodEvent is closed at the next pod added or updated.
+func (c *Cache) nextPodEvent() <-chan struct{} {
+	c.seenMu.Lock()
+	defer c.seenMu.Unlock()
+	return c.seen
+}
