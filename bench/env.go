@@ -39,6 +39,7 @@ type env struct {
 	mu     sync.Mutex
 	netns  []ns.NetNS
 	thick  *thickDaemon // P1's multus-daemon, when it runs
+	agents []*agentProc // the node agents it started
 }
 
 func newEnv(cfg Config, prCfg podresourcesserver.Config) (*env, error) {
@@ -150,6 +151,10 @@ func (e *env) close() {
 	e.mu.Lock()
 	e.thick.stop() // before the netns and dirs it uses go
 	e.thick = nil
+	for _, a := range e.agents {
+		a.stop()
+	}
+	e.agents = nil
 	for _, n := range e.netns {
 		_ = n.Close()
 		_ = testutils.UnmountNS(n)
@@ -222,14 +227,21 @@ func (e *env) withKube(conf map[string]any, pod string) (map[string]any, error) 
 }
 
 // cnitool runs `cnitool cmd net netns` as a runtime would and returns its wall time.
-func (e *env) cnitool(cmd, net, netns, ifName, pod string) (time.Duration, error) {
-	return e.cnitoolArgs(cmd, net, netns, ifName, e.cniArgs(pod))
+func (e *env) cnitool(cmd, net, netns, ifName, pod string, extraEnv ...string) (time.Duration, error) {
+	return e.cnitoolArgs(cmd, net, netns, ifName, e.cniArgs(pod), extraEnv...)
 }
 
-// cnitoolArgs is cnitool with the CNI_ARGS given.
-func (e *env) cnitoolArgs(cmd, net, netns, ifName, cniArgs string) (time.Duration, error) {
+// noAgent is the entry point's environment entry for a call without an agent: a socket
+// path in the env's dir that does not exist, so the entry point execs devplumb-direct at
+// once, whatever runs at /run/devplumb/agent.sock on this machine.
+func (e *env) noAgent() string { return agentSocketEnv + "=" + filepath.Join(e.dir, "no-agent.sock") }
+
+// cnitoolArgs is cnitool with the CNI_ARGS given; extraEnv (e.g. an agent's socket) comes last
+// and wins.
+func (e *env) cnitoolArgs(cmd, net, netns, ifName, cniArgs string, extraEnv ...string) (time.Duration, error) {
 	c := exec.Command(filepath.Join(e.bin, "cnitool"), cmd, net, netns)
-	c.Env = append(os.Environ(), "CNI_PATH="+e.bin, "NETCONFPATH="+e.netDir, "CNI_IFNAME="+ifName, "CNI_ARGS="+cniArgs)
+	c.Env = append(os.Environ(), "CNI_PATH="+e.bin, "NETCONFPATH="+e.netDir, "CNI_IFNAME="+ifName, "CNI_ARGS="+cniArgs, e.noAgent())
+	c.Env = append(c.Env, extraEnv...)
 	start := time.Now()
 	out, err := c.CombinedOutput()
 	d := time.Since(start)

@@ -1,0 +1,147 @@
+package bench
+
+// The node agent (issue 24): `devplumbctl agent` as the DaemonSet runs it, the entry point
+// devplumb talking to it over its unix socket.
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/devplumb/devplumb/pkg/cni/agentproto"
+)
+
+// agentSocketEnv is where the entry point looks for the agent (else /run/devplumb/agent.sock).
+const agentSocketEnv = "DEVPLUMB_AGENT_SOCKET"
+
+// agentProc is a running `devplumbctl agent`.
+type agentProc struct {
+	socket string
+	log    string
+	cmd    *exec.Cmd
+	exited chan struct{}
+	err    error // the process's exit, once exited is closed
+}
+
+// agentReadyBound bounds the wait for the agent's socket (informers sync before it serves).
+const agentReadyBound = 2 * time.Minute
+
+// startAgent runs `devplumbctl agent --socket dir/agent.sock` and extra flags, its log in
+// dir, and waits until it answers a hello.
+func startAgent(cfg Config, dir string, extra ...string) (*agentProc, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	a := &agentProc{socket: filepath.Join(dir, "run", "agent.sock"), log: filepath.Join(dir, "agent.log"), exited: make(chan struct{})}
+	logf, err := os.Create(a.log)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	a.cmd = exec.Command(cfg.Devplumbctl, append([]string{"agent", "--socket", a.socket}, extra...)...)
+	a.cmd.Stdout, a.cmd.Stderr = logf, logf
+	if err := a.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start devplumbctl agent: %w", err)
+	}
+	go func() { a.err = a.cmd.Wait(); close(a.exited) }()
+	if err := a.waitReady(); err != nil {
+		a.stop()
+		return nil, fmt.Errorf("devplumbctl agent: %w; its log:\n%s", err, tailFile(a.log, 20))
+	}
+	return a, nil
+}
+
+func (a *agentProc) waitReady() error {
+	deadline := time.Now().Add(agentReadyBound)
+	for {
+		c, err := agentproto.Dial(a.socket, time.Second, "bench")
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case <-a.exited:
+			return fmt.Errorf("exited while starting: %v", a.err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not serving within %s: %w", agentReadyBound, err)
+		}
+	}
+}
+
+// startAgent starts a node agent for the env under e.dir/name; close stops it. It serves
+// the node bench-node, its client with the bench's kube-apiserver when there is one.
+func (e *env) startAgent(name string, extra ...string) (*agentProc, error) {
+	a, err := startAgent(e.cfg, filepath.Join(e.dir, name), extra...)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	e.agents = append(e.agents, a)
+	e.mu.Unlock()
+	return a, nil
+}
+
+// env is the entry point's environment entry that sends its calls to this agent.
+func (a *agentProc) env() string { return agentSocketEnv + "=" + a.socket }
+
+// stop ends the agent (SIGTERM, then SIGKILL).
+func (a *agentProc) stop() {
+	if a == nil || a.cmd == nil || a.cmd.Process == nil {
+		return
+	}
+	terminate(a.cmd.Process, a.exited, 10*time.Second)
+}
+
+// kill ends the agent at once, as a crash or an OOM kill would: its socket file stays.
+func (a *agentProc) kill() {
+	_ = a.cmd.Process.Signal(syscall.SIGKILL)
+	<-a.exited
+}
+
+// memory is the agent's resident memory now and at its peak, in MiB.
+func (a *agentProc) memory() (rss, peak float64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", a.cmd.Process.Pid))
+	if err != nil {
+		return 0, 0, fmt.Errorf("agent memory: %w", err)
+	}
+	kib, err := statusKiB(string(b), "VmRSS", "VmHWM")
+	if err != nil {
+		return 0, 0, fmt.Errorf("agent memory: %w", err)
+	}
+	return kib[0] / 1024, kib[1] / 1024, nil
+}
+
+// statusKiB reads the named "Key:   123 kB" fields of a /proc/PID/status text.
+func statusKiB(status string, keys ...string) ([]float64, error) {
+	out := make([]float64, len(keys))
+	found := make([]bool, len(keys))
+	for _, l := range strings.Split(status, "\n") {
+		k, v, ok := strings.Cut(l, ":")
+		if !ok {
+			continue
+		}
+		for i, want := range keys {
+			if k != want {
+				continue
+			}
+			n, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			if err != nil {
+				return nil, fmt.Errorf("%s %q: %w", k, strings.TrimSpace(v), err)
+			}
+			out[i], found[i] = n, true
+		}
+	}
+	for i, ok := range found {
+		if !ok {
+			return nil, fmt.Errorf("no %s in the process status", keys[i])
+		}
+	}
+	return out, nil
+}
