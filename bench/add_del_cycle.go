@@ -164,7 +164,11 @@ func startAgentIfRun(e *env, vs []*variant) error {
 	if !slices.ContainsFunc(vs, func(v *variant) bool { return v.agent }) {
 		return nil
 	}
-	a, err := e.startAgent("agent")
+	kc := ""
+	if e.cfg.kube != nil {
+		kc = e.cfg.kube.srv.Kubeconfig
+	}
+	a, err := e.startAgent("agent", agentFlags(e.cfg, kc)...)
 	if err != nil {
 		return err
 	}

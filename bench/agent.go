@@ -88,6 +88,12 @@ func (e *env) startAgent(name string, extra ...string) (*agentProc, error) {
 	return a, nil
 }
 
+// agentFlags are the agent's flags for the bench's node, with kubeconfig ("" without an
+// API server) for its client.
+func agentFlags(cfg Config, kubeconfig string) []string {
+	return nil
+}
+
 // env is the entry point's environment entry that sends its calls to this agent.
 func (a *agentProc) env() string { return agentSocketEnv + "=" + a.socket }
 

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -254,8 +255,9 @@ func (e *env) cnitoolArgs(cmd, net, netns, ifName, cniArgs string, extraEnv ...s
 // podSet is the PodResources server's pods: pod-i holds devices dev-i-0.. of Resource,
 // each with a device plugin device-info file (a PCI device, as for an SR-IOV VF).
 type podSet struct {
-	files *devinfo.Store
-	mu    sync.Mutex
+	files  *devinfo.Store
+	served atomic.Int64 // calls the PodResources server answered (past its rate limiter)
+	mu     sync.Mutex
 	pods  []*v1.PodResources
 	byKey map[string]*v1.PodResources // as the kubelet, Get does not scan the list
 }
@@ -313,6 +315,7 @@ func podName(i int) string { return fmt.Sprintf("pod-%d", i) }
 
 // ListPods implements podresourcesserver.Source. The pods are never modified once set.
 func (s *podSet) ListPods() []*v1.PodResources {
+	s.served.Add(1)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.pods
@@ -320,6 +323,7 @@ func (s *podSet) ListPods() []*v1.PodResources {
 
 // GetPod implements podresourcesserver.Source.
 func (s *podSet) GetPod(namespace, name string) (*v1.PodResources, bool) {
+	s.served.Add(1)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p, ok := s.byKey[namespace+"/"+name]
@@ -328,5 +332,6 @@ func (s *podSet) GetPod(namespace, name string) (*v1.PodResources, bool) {
 
 // Allocatable implements podresourcesserver.Source.
 func (s *podSet) Allocatable() *v1.AllocatableResourcesResponse {
+	s.served.Add(1)
 	return &v1.AllocatableResourcesResponse{}
 }
