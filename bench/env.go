@@ -258,8 +258,8 @@ type podSet struct {
 	files  *devinfo.Store
 	served atomic.Int64 // calls the PodResources server answered (past its rate limiter)
 	mu     sync.Mutex
-	pods  []*v1.PodResources
-	byKey map[string]*v1.PodResources // as the kubelet, Get does not scan the list
+	pods   []*v1.PodResources
+	byKey  map[string]*v1.PodResources // as the kubelet, Get does not scan the list
 }
 
 func newPodSet(files *devinfo.Store) *podSet { return &podSet{files: files} }
