@@ -45,7 +45,7 @@ func p9(cfg Config, r *Report) error {
 	r.Tables = append(r.Tables, Table{Title: p9Title,
 		Header: []string{"ADDs", "done before the kill", "failed ADDs", "complete records after the burst", "all ADDs done in", "failed DELs (no agent)", "records left"},
 		Rows:   [][]string{row},
-		Notes: []string{"Target (issue 24): every ADD succeeds. The 20 ADDs (cnitool -> devplumb -> bridge + host-local, one pod each in its own netns, no kubeconfig) start at once through a fresh agent, which gets SIGKILL when the first ADD returns; the rest fall back to devplumb-direct, before or after their prepare (devplumb-direct repairs an ADD the agent had prepared). Then all 20 DELs run at once without an agent."}},
+		Notes:  []string{"Target (issue 24): every ADD succeeds. The 20 ADDs (cnitool -> devplumb -> bridge + host-local, one pod each in its own netns, no kubeconfig) start at once through a fresh agent, which gets SIGKILL when the first ADD returns; the rest fall back to devplumb-direct, before or after their prepare (devplumb-direct repairs an ADD the agent had prepared). Then all 20 DELs run at once without an agent."}},
 		cost)
 	return nil
 }
