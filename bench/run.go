@@ -70,7 +70,7 @@ func Run(cfg Config) (*Report, error) {
 	steps := []struct {
 		name string
 		run  func(Config, *Report) error
-	}{{"P1 ADD+DEL cycle", p1}, {"P2 device lookup", p2}, {"P3 burst", p3}, {"P4 start-up", p4}, {"P5 phases", p5}, {"P6 DRA device", p6}, {"P8 agent burst", p8}, {"P9 fallback", p9}, {"Soak", soak}}
+	}{{"P1 ADD+DEL cycle", p1}, {"P2 device lookup", p2}, {"P3 burst", p3}, {"P4 start-up", p4}, {"P5 phases", p5}, {"P6 DRA device", p6}, {"P8 agent burst", p8}, {"P9 fallback", p9}, {"P7 cluster", p7}, {"Soak", soak}}
 	for _, s := range steps {
 		if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, strings.Fields(s.name)[0]) {
 			continue
