@@ -132,13 +132,13 @@ func (w *countingWriter) Write(b []byte) (int, error) {
 	if w.events == nil {
 		w.events = &eventCounter{protobuf: strings.Contains(w.Header().Get("Content-Type"), "protobuf")}
 	}
-	n, err := w.ResponseWriter.Write(b)
-	t := traffic{Bytes: n}
+	// Counted before it is written: once the client has it, take sees it.
+	t := traffic{Bytes: len(b)}
 	if strings.HasPrefix(w.key, "WATCH ") {
-		t.Events = w.events.feed(b[:n])
+		t.Events = w.events.feed(b)
 	}
 	w.p.add(w.key, t)
-	return n, err
+	return w.ResponseWriter.Write(b)
 }
 
 func (w *countingWriter) Flush() {
