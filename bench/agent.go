@@ -57,22 +57,13 @@ func startAgent(cfg Config, dir string, extra ...string) (*agentProc, error) {
 }
 
 func (a *agentProc) waitReady() error {
-	deadline := time.Now().Add(agentReadyBound)
-	for {
+	return waitReady(a.exited, func() error { return a.err }, agentReadyBound, 50*time.Millisecond, func() error {
 		c, err := agentproto.Dial(a.socket, time.Second, "bench")
 		if err == nil {
 			c.Close()
-			return nil
 		}
-		select {
-		case <-a.exited:
-			return fmt.Errorf("exited while starting: %v", a.err)
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not serving within %s: %w", agentReadyBound, err)
-		}
-	}
+		return err
+	})
 }
 
 // startAgent starts a node agent for the env under e.dir/name; close stops it. It serves
