@@ -185,3 +185,21 @@ func TestTrafficProxy(t *testing.T) {
 		t.Errorf("after take: %+v, want nothing", again)
 	}
 }
+
+func TestFallbackPath(t *testing.T) {
+	for _, c := range []struct{ out, want string }{
+		{`{"cniVersion":"1.0.0","interfaces":[]}`, pathAgent},
+		{"devplumb: devplumb agent unavailable: nobody listening on /tmp/b/run/agent.sock (a dead agent's socket): connection refused; doing the call with devplumb-direct\n{}", pathConnect},
+		{"devplumb: devplumb agent unavailable: hello: EOF; doing the call with devplumb-direct\n", pathConnect},
+		{"x\ndevplumb: devplumb agent unavailable: agent on /s closed the connection without a prepare answer; doing the call with devplumb-direct\n", pathPrepare},
+		{"devplumb: devplumb agent unavailable: commit to /s: write: broken pipe; doing the call with devplumb-direct\n", pathCommit},
+	} {
+		if got := fallbackPath([]byte(c.out)); got != c.want {
+			t.Errorf("%q: %q, want %q", c.out, got, c.want)
+		}
+	}
+	got := describePaths(map[string]int{pathCommit: 2, pathAgent: 1, pathPrepare: 17})
+	if want := "through the agent 1, fell back at prepare 17, fell back at commit, its delegates run 2"; got != want {
+		t.Errorf("describePaths = %q, want %q", got, want)
+	}
+}

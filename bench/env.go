@@ -240,16 +240,34 @@ func (e *env) noAgent() string { return agentSocketEnv + "=" + filepath.Join(e.d
 // cnitoolArgs is cnitool with the CNI_ARGS given; extraEnv (e.g. an agent's socket) comes last
 // and wins.
 func (e *env) cnitoolArgs(cmd, net, netns, ifName, cniArgs string, extraEnv ...string) (time.Duration, error) {
-	c := exec.Command(filepath.Join(e.bin, "cnitool"), cmd, net, netns)
-	c.Env = append(os.Environ(), "CNI_PATH="+e.bin, "NETCONFPATH="+e.netDir, "CNI_IFNAME="+ifName, "CNI_ARGS="+cniArgs, e.noAgent())
-	c.Env = append(c.Env, extraEnv...)
+	c := e.cnitoolCmd(cmd, net, netns, ifName, cniArgs, extraEnv)
+	d, _, err := timedOutput(c, cmd, net)
+	return d, err
+}
+
+// timedOutput runs cnitool c and returns its wall time and its output (the plugins'
+// stderr included).
+func timedOutput(c *exec.Cmd, cmd, net string) (time.Duration, []byte, error) {
 	start := time.Now()
 	out, err := c.CombinedOutput()
 	d := time.Since(start)
 	if err != nil {
-		return d, fmt.Errorf("cnitool %s %s: %w: %s", cmd, net, err, out)
+		return d, out, fmt.Errorf("cnitool %s %s: %w: %s", cmd, net, err, out)
 	}
-	return d, nil
+	return d, out, nil
+}
+
+// cnitoolOutput is cnitool with extraEnv, returning also what it printed.
+func (e *env) cnitoolOutput(cmd, net, netns, ifName, pod string, extraEnv ...string) (time.Duration, []byte, error) {
+	return timedOutput(e.cnitoolCmd(cmd, net, netns, ifName, e.cniArgs(pod), extraEnv), cmd, net)
+}
+
+// cnitoolCmd is `cnitool cmd net netns` with a runtime's environment, extraEnv last.
+func (e *env) cnitoolCmd(cmd, net, netns, ifName, cniArgs string, extraEnv []string) *exec.Cmd {
+	c := exec.Command(filepath.Join(e.bin, "cnitool"), cmd, net, netns)
+	c.Env = append(os.Environ(), "CNI_PATH="+e.bin, "NETCONFPATH="+e.netDir, "CNI_IFNAME="+ifName, "CNI_ARGS="+cniArgs, e.noAgent())
+	c.Env = append(c.Env, extraEnv...)
+	return c
 }
 
 // podSet is the PodResources server's pods: pod-i holds devices dev-i-0.. of Resource,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,9 +44,9 @@ func p9(cfg Config, r *Report) error {
 		return err
 	}
 	r.Tables = append(r.Tables, Table{Title: p9Title,
-		Header: []string{"ADDs", "done before the kill", "failed ADDs", "complete records after the burst", "all ADDs done in", "failed DELs (no agent)", "records left"},
+		Header: []string{"ADDs", "done before the kill", "how each ADD went", "failed ADDs", "complete records after the burst", "all ADDs done in", "failed DELs (no agent)", "records left"},
 		Rows:   [][]string{row},
-		Notes:  []string{"Target (issue 24): every ADD succeeds. The 20 ADDs (cnitool -> devplumb -> bridge + host-local, one pod each in its own netns, no kubeconfig) start at once through a fresh agent, which gets SIGKILL when the first ADD returns; the rest fall back to devplumb-direct, before or after their prepare (devplumb-direct repairs an ADD the agent had prepared). Then all 20 DELs run at once without an agent."}},
+		Notes:  []string{"Target (issue 24): every ADD succeeds. The 20 ADDs (cnitool -> devplumb -> bridge + host-local, one pod each in its own netns, no kubeconfig) start at once through a fresh agent, which gets SIGKILL when the first ADD returns (done before the kill: the ADDs that had returned when the agent was gone). How each went is read from the entry point's one line on stderr when it falls back to devplumb-direct: at connect (the dead agent's socket), lost in prepare, or lost at commit after it ran the delegates (devplumb-direct then undoes them from the shared libcni cache and adds afresh). Then all 20 DELs run at once without an agent."}},
 		cost)
 	return nil
 }
@@ -131,15 +132,17 @@ func (f *fallbackNode) killedBurst() ([]string, error) {
 	var finished []time.Time
 	var killedAt time.Time
 	failed := 0
+	paths := map[string]int{}
 	killed := make(chan struct{})
 	start := time.Now()
 	for i, ns := range f.netns {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := f.e.cnitool("add", "p9", ns, "net1", podName(i), a.env())
+			_, out, err := f.e.cnitoolOutput("add", "p9", ns, "net1", podName(i), a.env())
 			mu.Lock()
 			defer mu.Unlock()
+			paths[fallbackPath(out)]++
 			if err != nil {
 				failed++
 				f.e.cfg.logf("   ADD pod %d: %v", i, err)
@@ -170,7 +173,7 @@ func (f *fallbackNode) killedBurst() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []string{fmt.Sprint(fallbackADDs), fmt.Sprint(before), fmt.Sprint(failed), fmt.Sprint(complete),
+	return []string{fmt.Sprint(fallbackADDs), fmt.Sprint(before), describePaths(paths), fmt.Sprint(failed), fmt.Sprint(complete),
 		took.Round(time.Millisecond).String(), fmt.Sprint(delFailed), fmt.Sprint(left)}, nil
 }
 
@@ -197,4 +200,41 @@ func countRecords(state string) (total, complete int, err error) {
 		}
 	}
 	return total, complete, nil
+}
+
+// The ways an ADD through the entry point went, from what it printed (fallbackPath).
+const (
+	pathAgent   = "through the agent"
+	pathConnect = "fell back at connect"
+	pathPrepare = "fell back at prepare"
+	pathCommit  = "fell back at commit, its delegates run"
+)
+
+// fallbackPath says how an ADD went from the entry point's stderr: its one line when it
+// falls back names the agent's failure, and the step (prepare, commit) it was lost in.
+func fallbackPath(out []byte) string {
+	s := string(out)
+	i := strings.Index(s, "; doing the call with devplumb-direct")
+	if i < 0 {
+		return pathAgent
+	}
+	line := s[strings.LastIndex(s[:i], "\n")+1 : i]
+	switch {
+	case strings.Contains(line, "commit"):
+		return pathCommit
+	case strings.Contains(line, "prepare"):
+		return pathPrepare
+	}
+	return pathConnect
+}
+
+// describePaths is e.g. "through the agent 1, fell back at prepare 12, ..." in a fixed order.
+func describePaths(n map[string]int) string {
+	var parts []string
+	for _, p := range []string{pathAgent, pathConnect, pathPrepare, pathCommit} {
+		if n[p] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", p, n[p]))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
