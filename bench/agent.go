@@ -5,6 +5,9 @@ package bench
 
 import (
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -82,7 +85,54 @@ func (e *env) startAgent(name string, extra ...string) (*agentProc, error) {
 // agentFlags are the agent's flags for the bench's node, with kubeconfig ("" without an
 // API server) for its client.
 func agentFlags(cfg Config, kubeconfig string) []string {
-	return nil
+	return []string{"--node-name", kubeNodeName}
+}
+
+// freeAddr is a loopback address with a port free now, for a daemon's --listen.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// scrape reads the metrics text a daemon serves on addr.
+func scrape(addr string) (string, error) {
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return "", fmt.Errorf("scrape %s: %w", addr, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("scrape %s: %s: %v", addr, resp.Status, err)
+	}
+	return string(b), nil
+}
+
+// metricValues are the samples of metric name in a Prometheus text exposition, by the
+// value of its label (the whole label set when it has another, "" when none).
+func metricValues(text, name, label string) (map[string]float64, error) {
+	out := map[string]float64{}
+	for _, l := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(l, name) || (len(l) > len(name) && l[len(name)] != '{' && l[len(name)] != ' ') {
+			continue
+		}
+		i := strings.LastIndexByte(l, ' ')
+		v, err := strconv.ParseFloat(l[i+1:], 64)
+		if err != nil {
+			return nil, fmt.Errorf("metric line %q: %w", l, err)
+		}
+		key := strings.TrimSpace(l[len(name):i])
+		if k, ok := strings.CutPrefix(key, "{"+label+"=\""); ok && strings.HasSuffix(k, "\"}") && !strings.Contains(k, ",") {
+			key = strings.TrimSuffix(k, "\"}")
+		}
+		out[key] += v
+	}
+	return out, nil
 }
 
 // env is the entry point's environment entry that sends its calls to this agent.

@@ -54,6 +54,7 @@ func p8(cfg Config, r *Report) error {
 	if err != nil {
 		return err
 	}
+	defer a.stop() // before the proxy closes: its watches hold the proxy's connections
 	t := Table{Title: p8Title, Header: []string{"path", "ADDs", "failed ADDs", "all ADDs done in", "PodResources calls per ADD", "refused (rate limit)",
 		"API requests per ADD: reads", "writes", "ADD requests", "failed DELs", "API requests per DEL: reads, writes", "records left"}}
 	for _, m := range []p8Mode{{label: "no agent"}, {label: "via the agent", env: []string{a.env()}}} {

@@ -203,3 +203,34 @@ func TestFallbackPath(t *testing.T) {
 		t.Errorf("describePaths = %q, want %q", got, want)
 	}
 }
+
+func TestMetricValues(t *testing.T) {
+	text := `# HELP devplumb_agent_cached_objects Objects the node agent's watches hold.
+# TYPE devplumb_agent_cached_objects gauge
+devplumb_agent_cached_objects{kind="pod"} 110
+devplumb_agent_cached_objects{kind="resourceslice"} 1
+devplumb_agent_cached_objects_other{kind="pod"} 7
+devplumb_agent_cache_lookups_total{kind="pod",result="hit"} 12
+devplumb_up 1
+`
+	got, err := metricValues(text, "devplumb_agent_cached_objects", "kind")
+	if err != nil || len(got) != 2 || got["pod"] != 110 || got["resourceslice"] != 1 {
+		t.Errorf("cached objects: %v, %v", got, err)
+	}
+	got, err = metricValues(text, "devplumb_agent_cache_lookups_total", "kind")
+	if err != nil || got[`{kind="pod",result="hit"}`] != 12 {
+		t.Errorf("a sample with two labels is kept by its label set: %v, %v", got, err)
+	}
+	if got, err := metricValues(text, "devplumb_up", "kind"); err != nil || got[""] != 1 {
+		t.Errorf("no labels: %v, %v", got, err)
+	}
+	if _, err := metricValues("devplumb_up one\n", "devplumb_up", ""); err == nil || !strings.Contains(err.Error(), "devplumb_up one") {
+		t.Errorf("a bad value: %v, want an error quoting the line", err)
+	}
+	if got := describeCounts(map[string]float64{"resourceslice": 1, "pod": 110}); got != "pod 110, resourceslice 1" {
+		t.Errorf("describeCounts = %q", got)
+	}
+	if got := describeCounts(nil); got != "none" {
+		t.Errorf("describeCounts of nothing = %q", got)
+	}
+}

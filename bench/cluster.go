@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +54,7 @@ func p7(cfg Config, r *Report) error {
 		return err
 	}
 	defer c.proxy.close()
+	defer c.agent.stop() // first: its watches hold the proxy's connections
 	if err := c.measure("one node"); err != nil {
 		return err
 	}
@@ -84,10 +87,13 @@ type clusterRun struct {
 	memory  map[string][2]float64
 	// nodePods are bench-node's pods in the API server.
 	nodePods int
+	metrics  string            // the agent's --listen
+	held     map[string]string // phase -> the objects its watches hold (its metrics)
 }
 
 func newClusterRun(e *env) (*clusterRun, error) {
-	c := &clusterRun{e: e, floor: map[string][]float64{}, agentMs: map[string][]float64{}, memory: map[string][2]float64{}}
+	c := &clusterRun{e: e, floor: map[string][]float64{}, agentMs: map[string][]float64{}, memory: map[string][2]float64{},
+		held: map[string]string{}}
 	for i := range agentBurstPods { // the node's pods, as the kubelet would have them
 		if _, err := e.cfg.kube.pod(podName(i)); err != nil {
 			return nil, err
@@ -113,7 +119,11 @@ func newClusterRun(e *env) (*clusterRun, error) {
 		}
 	}
 	if c.netns, err = e.newNetns(); err == nil {
-		c.agent, err = e.startAgent("agent", agentFlags(e.cfg, kc)...)
+		c.metrics, err = freeAddr()
+	}
+	if err == nil {
+		flags := append(agentFlags(e.cfg, kc), "--listen", c.metrics, "--state-dir", filepath.Join(e.dir, "state"))
+		c.agent, err = e.startAgent("agent", flags...)
 	}
 	if err != nil {
 		c.proxy.close()
@@ -143,7 +153,41 @@ func (c *clusterRun) measure(phase string) error {
 	}
 	rss, peak, err := c.agent.memory()
 	c.memory[phase] = [2]float64{rss, peak}
+	if err != nil {
+		return err
+	}
+	c.held[phase], err = c.heldObjects()
 	return err
+}
+
+// heldObjects is what the agent's metrics say its watches hold, e.g. "pod 110, resourceslice 1".
+func (c *clusterRun) heldObjects() (string, error) {
+	text, err := scrape(c.metrics)
+	if err != nil {
+		return "", err
+	}
+	held, err := metricValues(text, "devplumb_agent_cached_objects", "kind")
+	if err != nil {
+		return "", err
+	}
+	return describeCounts(held), nil
+}
+
+// describeCounts is counts as "a 1, b 2", sorted by key.
+func describeCounts(counts map[string]float64) string {
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %g", k, counts[k])
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 func (c *clusterRun) table(made int64, took time.Duration) Table {
@@ -155,6 +199,7 @@ func (c *clusterRun) table(made int64, took time.Duration) Table {
 		{"bridge + host-local alone, alternating with it", f1.Format("ms"), f2.Format("ms"), fmt.Sprintf("%.2f", f2.Median/f1.Median)},
 		{"through the agent ÷ bridge alone", fmt.Sprintf("%.2f", one.Median/f1.Median), fmt.Sprintf("%.2f", all.Median/f2.Median),
 			fmt.Sprintf("%.2f", (all.Median/f2.Median)/(one.Median/f1.Median))},
+		{"objects the agent's watches hold (its metrics, devplumb_agent_cached_objects)", c.held["one node"], c.held["cluster"], "–"},
 		{"agent resident memory (peak)", fmt.Sprintf("%.1f MiB (%.1f)", c.memory["one node"][0], c.memory["one node"][1]),
 			fmt.Sprintf("%.1f MiB (%.1f)", c.memory["cluster"][0], c.memory["cluster"][1]), fmt.Sprintf("%.2f", c.memory["cluster"][0]/c.memory["one node"][0])},
 	}

@@ -70,7 +70,11 @@ func (p *trafficProxy) take() map[string]traffic {
 	return out
 }
 
-func (p *trafficProxy) close() { p.srv.Close() }
+// close ends the proxy, and the watches still open through it.
+func (p *trafficProxy) close() {
+	p.srv.CloseClientConnections()
+	p.srv.Close()
+}
 
 // requestKind is "VERB resource[ selector]": WATCH, LIST or GET for reads (a watch=true
 // query, a collection, one object), the method otherwise; a field or label selector, the
