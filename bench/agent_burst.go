@@ -55,14 +55,25 @@ func p8(cfg Config, r *Report) error {
 		return err
 	}
 	defer a.stop() // before the proxy closes: its watches hold the proxy's connections
+	if err := b.warmUp(a); err != nil {
+		return err
+	}
 	t := Table{Title: p8Title, Header: []string{"path", "ADDs", "failed ADDs", "all ADDs done in", "PodResources calls per ADD", "refused (rate limit)",
-		"API requests per ADD: reads", "writes", "ADD requests", "failed DELs", "API requests per DEL: reads, writes", "records left"}}
+		"API requests per ADD: reads", "writes", "ADD requests", "failed DELs", "API requests per DEL: reads, writes", "records left", "agent cache lookups (ADD and DEL)"}}
 	for _, m := range []p8Mode{{label: "no agent"}, {label: "via the agent", env: []string{a.env()}}} {
+		before, err := b.lookups()
+		if err != nil {
+			return err
+		}
 		row, err := b.run(m, &calls)
 		if err != nil {
 			return fmt.Errorf("%s: %w", m.label, err)
 		}
-		t.Rows = append(t.Rows, row)
+		after, err := b.lookups()
+		if err != nil {
+			return err
+		}
+		t.Rows = append(t.Rows, append(row, describeLookups(before, after)))
 	}
 	t.Notes = p8Notes(cfg)
 	r.Tables = append(r.Tables, t)
@@ -71,7 +82,7 @@ func p8(cfg Config, r *Report) error {
 
 func p8Notes(cfg Config) []string {
 	n := []string{"Targets (issue 24): through the agent, writes only (no reads) and at most one PodResources call per ADD, none refused, no ADD failed.",
-		"Each ADD: cnitool -> devplumb -> bridge + host-local in its pod's own netns; all 110 at once, then all DELs at once. PodResources calls are counted at the bench's PodResources server (the project's kubelet PodResources v1 server at the kubelet's default limit); refused ones are those its limiter turned away (each is a retry, or a failure, for the caller). API requests are counted by a TLS proxy in front of the kube-apiserver that the networks' kubeconfig (and the agent's) points to; reads are GETs (get, list, watch), writes POST, PUT, PATCH and DELETE; per ADD is the burst's total ÷ 110."}
+		"Each ADD: cnitool -> devplumb -> bridge + host-local in its pod's own netns; all 110 at once, then all DELs at once. PodResources calls are counted at the bench's PodResources server (the project's kubelet PodResources v1 server at the kubelet's default limit); refused ones are those its limiter turned away (each is a retry, or a failure, for the caller). API requests are counted by a TLS proxy in front of the kube-apiserver that the networks' kubeconfig (and the agent's) points to; reads are GETs (get, list, watch), writes POST, PUT, PATCH and DELETE; per ADD is the burst's total ÷ 110. The agent ran one ADD and DEL before the bursts: its first call with a kubeconfig builds the client and starts the node's watches (their list and watch requests are not counted in the bursts)."}
 	if cfg.kube == nil {
 		n = append(n, "No API server (-kube not given): the networks have no kubeconfig and make no API requests.")
 	}
@@ -85,13 +96,18 @@ type p8Burst struct {
 	kc    string                  // the proxy's kubeconfig
 	state string
 	netns []string
+	// metrics is the agent's --listen.
+	metrics string
 }
 
 func newP8Burst(e *env) (*p8Burst, error) {
 	b := &p8Burst{e: e, state: filepath.Join(e.dir, "state")}
+	var err error
+	if b.metrics, err = freeAddr(); err != nil {
+		return nil, err
+	}
 	conf := e.devplumbConf("p8", "10.128.0.0/24", b.state)
 	if e.cfg.kube != nil {
-		var err error
 		if b.rc, err = kubeapi.NewRequestCounter(e.cfg.kube.srv.URL); err != nil {
 			return nil, err
 		}
@@ -114,7 +130,6 @@ func newP8Burst(e *env) (*p8Burst, error) {
 	}
 	b.netns = make([]string, agentBurstPods)
 	for i := range b.netns {
-		var err error
 		if b.netns[i], err = e.newNetns(); err != nil {
 			b.close()
 			return nil, err
@@ -129,8 +144,32 @@ func (b *p8Burst) close() {
 	}
 }
 
+// warmUp runs one ADD and DEL through the agent, which starts its watches of the node
+// (an agent builds a network's client and cache at its first call): the bursts measure
+// the steady state.
+func (b *p8Burst) warmUp(a *agentProc) error {
+	for _, cmd := range []string{"add", "del"} {
+		if _, err := b.e.cnitool(cmd, "p8", b.netns[0], "net1", podName(0), a.env()); err != nil {
+			return fmt.Errorf("warm-up through the agent: %w", err)
+		}
+	}
+	return nil
+}
+
 // agentFlags are the agent's flags for this node: its API server through the proxy.
-func (b *p8Burst) agentFlags() []string { return agentFlags(b.e.cfg, b.kc) }
+// and its metrics on b.metrics.
+func (b *p8Burst) agentFlags() []string {
+	return append(agentFlags(b.e.cfg, b.kc), "--listen", b.metrics, "--state-dir", b.state)
+}
+
+// lookups is the agent's cache lookups so far by kind and result, from its metrics.
+func (b *p8Burst) lookups() (map[string]float64, error) {
+	text, err := scrape(b.metrics)
+	if err != nil {
+		return nil, err
+	}
+	return metricValues(text, "devplumb_agent_cache_lookups_total", "")
+}
 
 // run adds all pods at once in mode m, then deletes them, and makes the table's row.
 func (b *p8Burst) run(m p8Mode, calls *atomic.Int64) ([]string, error) {
@@ -195,4 +234,27 @@ func describeTotal(counts map[string]int) string {
 		return "none"
 	}
 	return strings.ReplaceAll(describeRequests([]map[string]int{counts}), "=", " ")
+}
+
+// describeLookups is the agent's cache lookups between two scrapes, e.g.
+// "pod hit 150, pod miss 70", or "none".
+func describeLookups(before, after map[string]float64) string {
+	diff := map[string]float64{}
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			diff[lookupLabel(k)] = d
+		}
+	}
+	return describeCounts(diff)
+}
+
+// lookupLabel is `{kind="pod",result="hit"}` as "pod hit".
+func lookupLabel(labels string) string {
+	var parts []string
+	for _, kv := range strings.Split(strings.Trim(labels, "{}"), ",") {
+		if _, v, ok := strings.Cut(kv, "="); ok {
+			parts = append(parts, strings.Trim(v, `"`))
+		}
+	}
+	return strings.Join(parts, " ")
 }

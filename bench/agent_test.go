@@ -234,3 +234,14 @@ devplumb_up 1
 		t.Errorf("describeCounts of nothing = %q", got)
 	}
 }
+
+func TestDescribeLookups(t *testing.T) {
+	before := map[string]float64{`{kind="pod",result="hit"}`: 2}
+	after := map[string]float64{`{kind="pod",result="hit"}`: 152, `{kind="pod",result="miss"}`: 70, `{kind="resourceclaim",result="hit"}`: 0}
+	if got, want := describeLookups(before, after), "pod hit 150, pod miss 70"; got != want {
+		t.Errorf("describeLookups = %q, want %q", got, want)
+	}
+	if got := describeLookups(after, after); got != "none" {
+		t.Errorf("no lookups between: %q", got)
+	}
+}
