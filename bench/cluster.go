@@ -191,7 +191,7 @@ func describeCounts(counts map[string]float64) string {
 }
 
 func (c *clusterRun) table(made int64, took time.Duration) Table {
-	t := Table{Title: p7Title, Header: []string{"", "one node (its 110 pods)", "cluster", "cluster ÷ one node"}}
+	t := Table{Title: p7Title, Header: []string{"", "one node (only its own pods)", "cluster", "cluster ÷ one node"}}
 	one, all := Summarize(c.agentMs["one node"]), Summarize(c.agentMs["cluster"])
 	f1, f2 := Summarize(c.floor["one node"]), Summarize(c.floor["cluster"])
 	t.Rows = [][]string{
