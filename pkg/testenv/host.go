@@ -5,12 +5,17 @@ package testenv
 // recursive listing tests compare directories by.
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"io"
 	"io/fs"
+	"net"
+	"net/http"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
@@ -125,4 +130,42 @@ func HasLink(t testing.TB, n ns.NetNS, name string) bool {
 		t.Fatalf("look for link %s in netns %s: %v", name, n.Path(), err)
 	}
 	return found
+}
+
+// FreeAddr is a loopback address nobody listened on a moment ago, for a
+// server under test to listen on.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// GetUnix GETs path from an HTTP server on a unix socket, waiting up to
+// 10 s for it to answer; it returns the status and the body.
+func GetUnix(t testing.TB, socket, path string) (int, string) {
+	t.Helper()
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+		}}}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := client.Get("http://unix" + path)
+		if err == nil {
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatalf("GET %s on %s: %v", path, socket, err)
+			}
+			return resp.StatusCode, string(b)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s on %s: %v", path, socket, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -1,0 +1,159 @@
+// Command devplumb-agent is devplumb's node agent (issue 24), a container of
+// the devplumb DaemonSet: it serves the CNI entry point (cmd/devplumb) on a
+// root-only unix socket, preparing each ADD and DEL (device, record,
+// device-info) and committing it after the entry point ran the delegates
+// (network-status, claim status, Event). It keeps what every devplumb-direct
+// run builds anew: one Kubernetes client per kubeconfig, with watches of
+// this node's pods and ResourceSlices (an ADD sends the API server writes
+// only), and one PodResources connection per kubelet socket. It links no
+// API server library: its metrics go out on a root-only unix socket that
+// devplumbctl metrics serves on, secured, with its own.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/devplumb/devplumb/pkg/base/logging"
+	"github.com/devplumb/devplumb/pkg/base/version"
+	"github.com/devplumb/devplumb/pkg/cni/agent"
+	"github.com/devplumb/devplumb/pkg/cni/agentproto"
+	"github.com/devplumb/devplumb/pkg/cni/nodecache"
+	"github.com/devplumb/devplumb/pkg/cni/phasemetrics"
+	"github.com/devplumb/devplumb/pkg/cni/phasespool"
+	"github.com/devplumb/devplumb/podresources"
+)
+
+const usage = `usage: devplumb-agent [--socket PATH] [--node-name NAME] [--kubeconfig FILE] [--timeout D]
+         [--metrics-socket PATH] [--log-level L] [--log-format F]
+  serve devplumb's CNI entry point on a root-only unix socket (the node agent); run it on
+  each node (the devplumb DaemonSet does); without it, calls run whole in devplumb-direct
+`
+
+// DefaultMetricsSocket is where the agent serves its metrics, for
+// devplumbctl metrics --agent-metrics.
+const DefaultMetricsSocket = "/run/devplumb/agent-metrics.sock"
+
+// flags are devplumb-agent's settings.
+type flags struct {
+	socket, node, kubeconfig, metrics *string
+	timeout                           *time.Duration
+}
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// run serves until SIGINT or SIGTERM, then removes its sockets and exits 0.
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("devplumb-agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
+	f := flags{
+		socket: fs.String("socket", agentproto.DefaultSocket, "listen on this unix socket (its directory is made 0700)"),
+		node:   fs.String("node-name", defaultNodeName(), "the node whose pods and ResourceSlices the agent watches ($NODE_NAME, else the host name)"),
+		kubeconfig: fs.String("kubeconfig", "", "start this kubeconfig's client and watches at once (the one the node's configs name), "+
+			"waiting for the file if it is not there yet; without it they start at the first call naming it"),
+		timeout: fs.Duration("timeout", podresources.DefaultTimeout, "bound of each request to the kubelet or the API server"),
+		metrics: fs.String("metrics-socket", DefaultMetricsSocket, "serve /metrics on this root-only unix socket; empty: none"),
+	}
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	logFlags := logging.Register(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, version.Get())
+		return 0
+	}
+	log, err := logFlags.New(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "devplumb-agent: %v\n", err)
+		return 2
+	}
+	if *f.timeout <= 0 {
+		fmt.Fprintf(stderr, "devplumb-agent: --timeout %v: must be positive\n", *f.timeout)
+		return 2
+	}
+	// Before the socket exists: a signal from then on ends the agent cleanly.
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	if err := serve(ctx, f, log); err != nil {
+		log.Error("devplumb-agent failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// defaultNodeName is the DaemonSet's NODE_NAME (the downward API's
+// spec.nodeName), else the kubelet's default node name: the host name.
+func defaultNodeName() string {
+	if n := os.Getenv("NODE_NAME"); n != "" {
+		return n
+	}
+	h, _ := os.Hostname()
+	return strings.ToLower(strings.TrimSpace(h))
+}
+
+func serve(ctx context.Context, f flags, log *slog.Logger) error {
+	cacheMetrics := nodecache.NewMetrics()
+	phases := phasemetrics.NewHistograms(log)
+	a := agent.New(agent.Config{Build: version.Get().String(), Log: log, Timeout: *f.timeout,
+		NewKube: agent.NodeKube(*f.node, cacheMetrics),
+		Phases: func(r phasespool.Record) {
+			if err := phases.Observe(r, phasemetrics.PathAgent); err != nil {
+				log.Warn("phase timings not observed", "err", err)
+			}
+		}})
+	defer a.Close()
+	l, err := agentproto.Listen(*f.socket)
+	if err != nil {
+		return err
+	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	metricsDone := func() error { return nil }
+	if *f.metrics != "" {
+		if metricsDone, err = serveMetrics(ctx, stop, *f.metrics, append(a.Collectors(), cacheMetrics, phases)...); err != nil {
+			return err
+		}
+	}
+	if *f.kubeconfig != "" {
+		go warm(ctx, a, *f.kubeconfig, log)
+	}
+	log.Info("devplumb agent serving", "socket", *f.socket, "node", *f.node, "build", a.Build())
+	// Serve closes l when ctx ends, which removes the socket file.
+	err = (&agentproto.Server{Handler: a, Log: log}).Serve(ctx, l)
+	stop()
+	return errors.Join(err, metricsDone())
+}
+
+// warm starts the kubeconfig's client and watches, retrying until the file
+// is there and loads (the install container writes it) or ctx ends.
+func warm(ctx context.Context, a *agent.Agent, kubeconfig string, log *slog.Logger) {
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for {
+		err := a.Warm(kubeconfig)
+		if err == nil {
+			log.Info("Kubernetes client and watches started", "kubeconfig", kubeconfig)
+			return
+		}
+		log.Debug("kubeconfig not usable yet", "kubeconfig", kubeconfig, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
