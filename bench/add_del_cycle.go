@@ -101,7 +101,7 @@ func p1Variants(e *env) ([]*variant, error) {
 	floor["cniVersion"], floor["name"] = "1.0.0", "floor"
 	multusDelegate := e.bridge("10.123.4.0/24")
 	multusDelegate["cniVersion"], multusDelegate["name"] = "1.0.0", "multus-bridge"
-	noKube, noAgent := e.cfg.kube == nil, e.cfg.Devplumbctl == ""
+	noKube, noAgent := e.cfg.kube == nil, e.cfg.Agent == ""
 	state := filepath.Join(e.dir, "state")
 	nets := []p1Net{
 		{label: "bridge + host-local alone (floor)", conf: floor},
@@ -206,7 +206,7 @@ func p1Table(vs []*variant, cfg Config) Table {
 	}
 	t.Notes = append(t.Notes, "Targets: no agent, devplumb's cycle at most 1.3 × the floor, its added time at most half of Multus thin's (issue 16). Through the agent (issue 24): at most 1.2 × the floor; with network-status (API) at most 1.3 × the floor and its added time at most 0.4 of Multus thick's; the same for the DRA row.",
 		"devplumb asks the PodResources server for the pod's device on every ADD; without a kubeconfig, as Multus thin here, unless the row says API: then it writes and removes its network-status entry on a real kube-apiserver (make bench runs one); the DRA rows also apply and remove the claim's status.devices[] entry (networkData), the kubelet reporting the claim (P6's local path).",
-		"No agent: the entry point devplumb finds no socket and execs devplumb-direct, which does the whole call (today's path on a node without the agent). Via the agent: one `devplumbctl agent` started for P1 (as the DaemonSet would run it) prepares and commits each call over its unix socket; the entry point runs bridge + host-local itself.")
+		"No agent: the entry point devplumb finds no socket and execs devplumb-direct, which does the whole call (today's path on a node without the agent). Via the agent: one `devplumb-agent` started for P1 (as the DaemonSet would run it) prepares and commits each call over its unix socket; the entry point runs bridge + host-local itself.")
 	if cfg.Multus == "" {
 		t.Notes = append(t.Notes, "Multus thin not run: no binary given (make bench builds it with scripts/build-multus.sh).")
 	}

@@ -1,9 +1,10 @@
 package bench
 
-// The node agent (issue 24): `devplumbctl agent` as the DaemonSet runs it, the entry point
+// The node agent (issue 24): `devplumb-agent` as the DaemonSet runs it, the entry point
 // devplumb talking to it over its unix socket.
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -22,39 +23,42 @@ import (
 // agentSocketEnv is where the entry point looks for the agent (else /run/devplumb/agent.sock).
 const agentSocketEnv = "DEVPLUMB_AGENT_SOCKET"
 
-// agentProc is a running `devplumbctl agent`.
+// agentProc is a running `devplumb-agent`.
 type agentProc struct {
 	socket string
-	log    string
-	cmd    *exec.Cmd
-	exited chan struct{}
-	err    error // the process's exit, once exited is closed
+	// metrics is the unix socket it serves /metrics on.
+	metrics string
+	log     string
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	err     error // the process's exit, once exited is closed
 }
 
 // agentReadyBound bounds the wait for the agent's socket (informers sync before it serves).
 const agentReadyBound = 2 * time.Minute
 
-// startAgent runs `devplumbctl agent --socket dir/agent.sock` and extra flags, its log in
-// dir, and waits until it answers a hello.
+// startAgent runs `devplumb-agent --socket dir/run/agent.sock --metrics-socket
+// dir/run/metrics.sock` and extra flags, its log in dir, and waits until it answers a hello.
 func startAgent(cfg Config, dir string, extra ...string) (*agentProc, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	a := &agentProc{socket: filepath.Join(dir, "run", "agent.sock"), log: filepath.Join(dir, "agent.log"), exited: make(chan struct{})}
+	a := &agentProc{socket: filepath.Join(dir, "run", "agent.sock"), metrics: filepath.Join(dir, "run", "metrics.sock"),
+		log: filepath.Join(dir, "agent.log"), exited: make(chan struct{})}
 	logf, err := os.Create(a.log)
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close()
-	a.cmd = exec.Command(cfg.Devplumbctl, append([]string{"agent", "--socket", a.socket}, extra...)...)
+	a.cmd = exec.Command(cfg.Agent, append([]string{"--socket", a.socket, "--metrics-socket", a.metrics}, extra...)...)
 	a.cmd.Stdout, a.cmd.Stderr = logf, logf
 	if err := a.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start devplumbctl agent: %w", err)
+		return nil, fmt.Errorf("start devplumb-agent: %w", err)
 	}
 	go func() { a.err = a.cmd.Wait(); close(a.exited) }()
 	if err := a.waitReady(); err != nil {
 		a.stop()
-		return nil, fmt.Errorf("devplumbctl agent: %w; its log:\n%s", err, tailFile(a.log, 20))
+		return nil, fmt.Errorf("devplumb-agent: %w; its log:\n%s", err, tailFile(a.log, 20))
 	}
 	return a, nil
 }
@@ -85,30 +89,27 @@ func (e *env) startAgent(name string, extra ...string) (*agentProc, error) {
 // agentFlags are the agent's flags for the bench's node, with kubeconfig ("" without an
 // API server) for its client.
 func agentFlags(cfg Config, kubeconfig string) []string {
-	return []string{"--node-name", kubeNodeName}
-}
-
-// freeAddr is a loopback address with a port free now, for a daemon's --listen.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+	f := []string{"--node-name", kubeNodeName}
+	if kubeconfig != "" {
+		f = append(f, "--kubeconfig", kubeconfig) // its watches start at once, as in the DaemonSet
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return f
 }
 
-// scrape reads the metrics text a daemon serves on addr.
-func scrape(addr string) (string, error) {
-	c := &http.Client{Timeout: 10 * time.Second}
-	resp, err := c.Get("http://" + addr + "/metrics")
+// scrape reads the metrics the agent serves on its metrics socket.
+func (a *agentProc) scrape() (string, error) {
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", a.metrics)
+		}}}
+	resp, err := c.Get("http://agent/metrics")
 	if err != nil {
-		return "", fmt.Errorf("scrape %s: %w", addr, err)
+		return "", fmt.Errorf("scrape %s: %w", a.metrics, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("scrape %s: %s: %v", addr, resp.Status, err)
+		return "", fmt.Errorf("scrape %s: %s: %v", a.metrics, resp.Status, err)
 	}
 	return string(b), nil
 }

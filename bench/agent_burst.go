@@ -35,8 +35,8 @@ type p8Counts struct {
 // API server), then deletes them, first without the agent and then through it, and counts
 // what each ADD asked the API server (reads and writes) and the kubelet's PodResources.
 func p8(cfg Config, r *Report) error {
-	if cfg.Devplumbctl == "" {
-		r.Tables = append(r.Tables, Table{Title: p8Title, Notes: []string{"Not run: no devplumbctl to run the agent (-devplumbctl)."}})
+	if cfg.Agent == "" {
+		r.Tables = append(r.Tables, Table{Title: p8Title, Notes: []string{"Not run: no devplumb-agent (-agent)."}})
 		return nil
 	}
 	var calls atomic.Int64
@@ -55,6 +55,7 @@ func p8(cfg Config, r *Report) error {
 		return err
 	}
 	defer a.stop() // before the proxy closes: its watches hold the proxy's connections
+	b.agent = a
 	if err := b.warmUp(a); err != nil {
 		return err
 	}
@@ -96,16 +97,12 @@ type p8Burst struct {
 	kc    string                  // the proxy's kubeconfig
 	state string
 	netns []string
-	// metrics is the agent's --listen.
-	metrics string
+	agent *agentProc
 }
 
 func newP8Burst(e *env) (*p8Burst, error) {
 	b := &p8Burst{e: e, state: filepath.Join(e.dir, "state")}
 	var err error
-	if b.metrics, err = freeAddr(); err != nil {
-		return nil, err
-	}
 	conf := e.devplumbConf("p8", "10.128.0.0/24", b.state)
 	if e.cfg.kube != nil {
 		if b.rc, err = kubeapi.NewRequestCounter(e.cfg.kube.srv.URL); err != nil {
@@ -157,14 +154,11 @@ func (b *p8Burst) warmUp(a *agentProc) error {
 }
 
 // agentFlags are the agent's flags for this node: its API server through the proxy.
-// and its metrics on b.metrics.
-func (b *p8Burst) agentFlags() []string {
-	return append(agentFlags(b.e.cfg, b.kc), "--listen", b.metrics, "--state-dir", b.state)
-}
+func (b *p8Burst) agentFlags() []string { return agentFlags(b.e.cfg, b.kc) }
 
 // lookups is the agent's cache lookups so far by kind and result, from its metrics.
 func (b *p8Burst) lookups() (map[string]float64, error) {
-	text, err := scrape(b.metrics)
+	text, err := b.agent.scrape()
 	if err != nil {
 		return nil, err
 	}

@@ -40,8 +40,8 @@ const p7Title = "P7: a cluster's worth of objects: an ADD through the agent with
 // Nodes, pods and ResourceSlices (no kubelets), with the agent running throughout: what
 // its watches carried while the cluster was made, and its memory.
 func p7(cfg Config, r *Report) error {
-	if cfg.kube == nil || cfg.Devplumbctl == "" {
-		r.Tables = append(r.Tables, Table{Title: p7Title, Notes: []string{"Not run: P7 needs a kube-apiserver (-kube) and devplumbctl (-devplumbctl)."}})
+	if cfg.kube == nil || cfg.Agent == "" {
+		r.Tables = append(r.Tables, Table{Title: p7Title, Notes: []string{"Not run: P7 needs a kube-apiserver (-kube) and devplumb-agent (-agent)."}})
 		return nil
 	}
 	e, err := newEnvWithPods(cfg, podresourcesserver.Config{NoRateLimit: true}, agentBurstPods, 1)
@@ -87,7 +87,6 @@ type clusterRun struct {
 	memory  map[string][2]float64
 	// nodePods are bench-node's pods in the API server.
 	nodePods int
-	metrics  string            // the agent's --listen
 	held     map[string]string // phase -> the objects its watches hold (its metrics)
 }
 
@@ -119,11 +118,7 @@ func newClusterRun(e *env) (*clusterRun, error) {
 		}
 	}
 	if c.netns, err = e.newNetns(); err == nil {
-		c.metrics, err = freeAddr()
-	}
-	if err == nil {
-		flags := append(agentFlags(e.cfg, kc), "--listen", c.metrics, "--state-dir", filepath.Join(e.dir, "state"))
-		c.agent, err = e.startAgent("agent", flags...)
+		c.agent, err = e.startAgent("agent", agentFlags(e.cfg, kc)...)
 	}
 	if err != nil {
 		c.proxy.close()
@@ -162,7 +157,7 @@ func (c *clusterRun) measure(phase string) error {
 
 // heldObjects is what the agent's metrics say its watches hold, e.g. "pod 110, resourceslice 1".
 func (c *clusterRun) heldObjects() (string, error) {
-	text, err := scrape(c.metrics)
+	text, err := c.agent.scrape()
 	if err != nil {
 		return "", err
 	}

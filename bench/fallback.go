@@ -22,8 +22,8 @@ const p9Title = "P9: fallback: the agent killed in the middle of a burst of 20 A
 // fallback path costs an ADD: through the agent, against a dead agent's socket (the file
 // left, nothing listening) and with no socket at all.
 func p9(cfg Config, r *Report) error {
-	if cfg.Devplumbctl == "" {
-		r.Tables = append(r.Tables, Table{Title: p9Title, Notes: []string{"Not run: no devplumbctl to run the agent (-devplumbctl)."}})
+	if cfg.Agent == "" {
+		r.Tables = append(r.Tables, Table{Title: p9Title, Notes: []string{"Not run: no devplumb-agent (-agent)."}})
 		return nil
 	}
 	e, err := newEnvWithPods(cfg, podresourcesserver.Config{NoRateLimit: true}, fallbackADDs, 1)

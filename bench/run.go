@@ -15,10 +15,10 @@ import (
 // Config says which binaries to measure and how much.
 type Config struct {
 	Devplumb string // the devplumb binary (the CNI entry point, devplumb-direct beside it)
-	// Devplumbctl runs the node agent (devplumbctl agent); "" skips the agent's rows.
-	Devplumbctl string
-	CNIBin      string // bridge, host-local and cnitool
-	Multus      string // Multus thin; "" skips it (and says so)
+	// Agent is the node agent (devplumb-agent); "" skips the agent's rows.
+	Agent  string
+	CNIBin string // bridge, host-local and cnitool
+	Multus string // Multus thin; "" skips it (and says so)
 	// MultusThick is a directory with multus-shim and multus-daemon; "" skips Multus
 	// thick (and says so). It needs Kube.
 	MultusThick string

@@ -17,7 +17,7 @@ func main() {
 	cfg := bench.Config{Log: os.Stderr}
 	out := flag.String("out", "bench/results", "directory for results.md and chart.png")
 	flag.StringVar(&cfg.Devplumb, "devplumb", "bin/devplumb", "the devplumb binary")
-	flag.StringVar(&cfg.Devplumbctl, "devplumbctl", "bin/devplumbctl", "devplumbctl, which runs the node agent (empty: the agent's rows not run)")
+	flag.StringVar(&cfg.Agent, "agent", "bin/devplumb-agent", "the node agent (empty: the agent's rows not run)")
 	flag.StringVar(&cfg.CNIBin, "cni-bin", "bin/cni", "directory with bridge, host-local and cnitool")
 	flag.StringVar(&cfg.Multus, "multus", os.Getenv("DEVPLUMB_MULTUS"), "Multus thin binary (empty: not run)")
 	flag.StringVar(&cfg.MultusThick, "multus-thick", os.Getenv("DEVPLUMB_MULTUS_THICK"), "directory with Multus thick's multus-shim and multus-daemon (empty: not run; needs -kube)")
