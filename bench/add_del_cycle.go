@@ -1,9 +1,11 @@
 package bench
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/devplumb/devplumb/pkg/kubeletsim/podresourcesserver"
@@ -15,6 +17,8 @@ type variant struct {
 	net   string // cnitool network name
 	pod   string
 	netns string
+	agent bool      // through the node agent (the entry point's socket set to it)
+	env   []string  // the entry point's extra environment: the agent's socket
 	ms    []float64 // ADD+DEL cycles
 }
 
@@ -26,11 +30,14 @@ func p1(cfg Config, r *Report) error {
 		return err
 	}
 	defer e.close()
+	if err := e.pods.set(p1MaxVariants, 1); err != nil { // before the DRA pods join them
+		return err
+	}
 	vs, err := p1Variants(e)
 	if err != nil {
 		return err
 	}
-	if err := e.pods.set(len(vs), 1); err != nil {
+	if err := startAgentIfRun(e, vs); err != nil {
 		return err
 	}
 	for _, v := range vs {
@@ -64,53 +71,113 @@ func p1(cfg Config, r *Report) error {
 }
 
 func cycle(e *env, v *variant) (time.Duration, error) {
-	add, err := e.cnitool("add", v.net, v.netns, "net1", v.pod)
+	add, err := e.cnitool("add", v.net, v.netns, "net1", v.pod, v.env...)
 	if err != nil {
 		return 0, err
 	}
-	del, err := e.cnitool("del", v.net, v.netns, "net1", v.pod)
+	del, err := e.cnitool("del", v.net, v.netns, "net1", v.pod, v.env...)
 	return add + del, err
 }
 
-// p1Variants writes the networks: the delegate alone (the floor), devplumb with its
-// state on disk and on tmpfs, the baseline build, and Multus thin.
+// p1MaxVariants bounds P1's rows: pod-0.. of the PodResources server are theirs.
+const p1MaxVariants = 16
+
+// p1Net is one network P1 may run.
+type p1Net struct {
+	label string
+	conf  map[string]any
+	skip  bool
+	kube  bool   // with a kubeconfig: network-status written to the API server
+	dra   string // a DRA claim's pod (the kubelet reports the claim; networkData written): its name
+	agent bool   // through the node agent
+}
+
+// p1Variants writes the networks: the delegate alone (the floor), devplumb without an agent
+// (the entry point execs devplumb-direct) with its state on disk and on tmpfs, with
+// network-status and with a DRA claim's networkData, the same through the node agent, the
+// baseline build, and Multus thin and thick.
 func p1Variants(e *env) ([]*variant, error) {
 	floor := e.bridge("10.123.0.0/24")
 	floor["cniVersion"], floor["name"] = "1.0.0", "floor"
 	multusDelegate := e.bridge("10.123.4.0/24")
 	multusDelegate["cniVersion"], multusDelegate["name"] = "1.0.0", "multus-bridge"
-	nets := []struct {
-		label string
-		conf  map[string]any
-		skip  bool
-		kube  bool // with a kubeconfig: network-status written to the API server
-	}{
-		{"bridge + host-local alone (floor)", floor, false, false},
-		{"devplumb -> bridge (state on disk)", e.devplumbConf("dp", "10.123.1.0/24", filepath.Join(e.dir, "state")), false, false},
-		{"devplumb -> bridge (state on tmpfs)", e.devplumbConf("dpshm", "10.123.2.0/24", filepath.Join(e.shm, "state")), false, false},
-		{"devplumb -> bridge + network-status (API)", e.devplumbConf("dpkube", "10.123.5.0/24", filepath.Join(e.dir, "state")), e.cfg.kube == nil, true},
-		{"devplumb baseline -> bridge (disk)", baselineConf(e), e.cfg.Baseline == "", false},
-		{"Multus thin -> bridge", map[string]any{"cniVersion": "1.0.0", "name": "multus", "type": "multus",
+	noKube, noAgent := e.cfg.kube == nil, e.cfg.Agent == ""
+	state := filepath.Join(e.dir, "state")
+	nets := []p1Net{
+		{label: "bridge + host-local alone (floor)", conf: floor},
+		{label: "devplumb -> bridge, no agent (state on disk)", conf: e.devplumbConf("dp", "10.123.1.0/24", state)},
+		{label: "devplumb -> bridge, no agent (state on tmpfs)", conf: e.devplumbConf("dpshm", "10.123.2.0/24", filepath.Join(e.shm, "state"))},
+		{label: "devplumb -> bridge via the agent", conf: e.devplumbConf("dpagent", "10.123.7.0/24", state), skip: noAgent, agent: true},
+		{label: "devplumb -> bridge + network-status (API), no agent", conf: e.devplumbConf("dpkube", "10.123.5.0/24", state), skip: noKube, kube: true},
+		{label: "devplumb -> bridge + network-status (API) via the agent", conf: e.devplumbConf("dpagentkube", "10.123.8.0/24", state),
+			skip: noKube || noAgent, kube: true, agent: true},
+		{label: "devplumb -> bridge + DRA claim's networkData and network-status (API), no agent",
+			conf: e.devplumbConf("dpdra", "10.123.9.0/24", state), skip: noKube, dra: "p1-dra"},
+		{label: "devplumb -> bridge + DRA claim's networkData and network-status (API) via the agent",
+			conf: e.devplumbConf("dpdraagent", "10.123.10.0/24", state), skip: noKube || noAgent, dra: "p1-dra-agent", agent: true},
+		{label: "devplumb baseline -> bridge (disk)", conf: baselineConf(e), skip: e.cfg.Baseline == ""},
+		{label: "Multus thin -> bridge", conf: map[string]any{"cniVersion": "1.0.0", "name": "multus", "type": "multus",
 			"binDir": e.bin, "cniDir": filepath.Join(e.dir, "multus"), "logLevel": "error",
-			"delegates": []any{multusDelegate}}, e.cfg.Multus == "", false},
-		{thickLabel, thickShimConf(e), thickSkipReason(e.cfg) != nil, false},
+			"delegates": []any{multusDelegate}}, skip: e.cfg.Multus == ""},
+		{label: thickLabel, conf: thickShimConf(e), skip: thickSkipReason(e.cfg) != nil},
 	}
 	var vs []*variant
 	for _, n := range nets {
 		if n.skip {
 			continue
 		}
-		if n.kube {
-			if _, err := e.withKube(n.conf, podName(len(vs))); err != nil {
-				return nil, err
-			}
-		}
-		if err := e.writeNet(n.conf); err != nil {
+		v := &variant{label: n.label, net: n.conf["name"].(string), pod: podName(len(vs)), agent: n.agent}
+		if err := p1Prepare(e, n, v); err != nil {
 			return nil, err
 		}
-		vs = append(vs, &variant{label: n.label, net: n.conf["name"].(string), pod: podName(len(vs))})
+		vs = append(vs, v)
 	}
 	return vs, nil
+}
+
+// p1Prepare makes what the network needs in the API server (the pod; the DRA claim) and
+// writes its config.
+func p1Prepare(e *env, n p1Net, v *variant) error {
+	switch {
+	case n.dra != "":
+		v.pod = n.dra
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		dev := draDevice{name: "p1-nic-" + v.net, id: "p1-" + v.net}
+		if err := e.pods.files.WriteDP(Resource, dev.id, pciInfo(0xfe00+len(v.net))); err != nil {
+			return fmt.Errorf("device-info of %s: %w", dev.id, err)
+		}
+		if err := e.draPod(ctx, v.pod, dev, true); err != nil {
+			return err
+		}
+		n.conf["kubeconfig"] = e.cfg.kube.srv.Kubeconfig
+	case n.kube:
+		if _, err := e.withKube(n.conf, v.pod); err != nil {
+			return err
+		}
+	}
+	return e.writeNet(n.conf)
+}
+
+// startAgentIfRun starts P1's node agent when a row runs through it.
+func startAgentIfRun(e *env, vs []*variant) error {
+	if !slices.ContainsFunc(vs, func(v *variant) bool { return v.agent }) {
+		return nil
+	}
+	kc := ""
+	if e.cfg.kube != nil {
+		kc = e.cfg.kube.srv.Kubeconfig
+	}
+	a, err := e.startAgent("agent", agentFlags(e.cfg, kc)...)
+	if err != nil {
+		return err
+	}
+	for _, v := range vs {
+		if v.agent {
+			v.env = []string{a.env()}
+		}
+	}
+	return nil
 }
 
 // baselineConf is devplumb's network run by the baseline binary, linked as another type.
@@ -137,8 +204,9 @@ func p1Table(vs []*variant, cfg Config) Table {
 		t.Rows = append(t.Rows, []string{v.label, s.Format("ms"), fmt.Sprintf("%.2f", s.Median/floor),
 			fmt.Sprintf("%.1f ms", added), ratio(added, thin, v == vs[0]), ratio(added, thick, v == vs[0])})
 	}
-	t.Notes = append(t.Notes, "Targets: devplumb's cycle at most 1.3 × the floor, its added time at most half of Multus thin's.",
-		"devplumb asks the PodResources server for the pod's device on every ADD; without a kubeconfig, as Multus thin here, unless the row says API: then it writes and removes its network-status entry on a real kube-apiserver (make bench runs one).")
+	t.Notes = append(t.Notes, "Targets: no agent, devplumb's cycle at most 1.3 × the floor, its added time at most half of Multus thin's (issue 16). Through the agent (issue 24): at most 1.2 × the floor; with network-status (API) at most 1.3 × the floor and its added time at most 0.4 of Multus thick's; the same for the DRA row.",
+		"devplumb asks the PodResources server for the pod's device on every ADD; without a kubeconfig, as Multus thin here, unless the row says API: then it writes and removes its network-status entry on a real kube-apiserver (make bench runs one); the DRA rows also apply and remove the claim's status.devices[] entry (networkData), the kubelet reporting the claim (P6's local path).",
+		"No agent: the entry point devplumb finds no socket and execs devplumb-direct, which does the whole call (today's path on a node without the agent). Via the agent: one `devplumb-agent` started for P1 (as the DaemonSet would run it) prepares and commits each call over its unix socket; the entry point runs bridge + host-local itself.")
 	if cfg.Multus == "" {
 		t.Notes = append(t.Notes, "Multus thin not run: no binary given (make bench builds it with scripts/build-multus.sh).")
 	}

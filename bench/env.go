@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -39,6 +40,7 @@ type env struct {
 	mu     sync.Mutex
 	netns  []ns.NetNS
 	thick  *thickDaemon // P1's multus-daemon, when it runs
+	agents []*agentProc // the node agents it started
 }
 
 func newEnv(cfg Config, prCfg podresourcesserver.Config) (*env, error) {
@@ -150,6 +152,10 @@ func (e *env) close() {
 	e.mu.Lock()
 	e.thick.stop() // before the netns and dirs it uses go
 	e.thick = nil
+	for _, a := range e.agents {
+		a.stop()
+	}
+	e.agents = nil
 	for _, n := range e.netns {
 		_ = n.Close()
 		_ = testutils.UnmountNS(n)
@@ -222,30 +228,56 @@ func (e *env) withKube(conf map[string]any, pod string) (map[string]any, error) 
 }
 
 // cnitool runs `cnitool cmd net netns` as a runtime would and returns its wall time.
-func (e *env) cnitool(cmd, net, netns, ifName, pod string) (time.Duration, error) {
-	return e.cnitoolArgs(cmd, net, netns, ifName, e.cniArgs(pod))
+func (e *env) cnitool(cmd, net, netns, ifName, pod string, extraEnv ...string) (time.Duration, error) {
+	return e.cnitoolArgs(cmd, net, netns, ifName, e.cniArgs(pod), extraEnv...)
 }
 
-// cnitoolArgs is cnitool with the CNI_ARGS given.
-func (e *env) cnitoolArgs(cmd, net, netns, ifName, cniArgs string) (time.Duration, error) {
-	c := exec.Command(filepath.Join(e.bin, "cnitool"), cmd, net, netns)
-	c.Env = append(os.Environ(), "CNI_PATH="+e.bin, "NETCONFPATH="+e.netDir, "CNI_IFNAME="+ifName, "CNI_ARGS="+cniArgs)
+// noAgent is the entry point's environment entry for a call without an agent: a socket
+// path in the env's dir that does not exist, so the entry point execs devplumb-direct at
+// once, whatever runs at /run/devplumb/agent.sock on this machine.
+func (e *env) noAgent() string { return agentSocketEnv + "=" + filepath.Join(e.dir, "no-agent.sock") }
+
+// cnitoolArgs is cnitool with the CNI_ARGS given; extraEnv (e.g. an agent's socket) comes last
+// and wins.
+func (e *env) cnitoolArgs(cmd, net, netns, ifName, cniArgs string, extraEnv ...string) (time.Duration, error) {
+	c := e.cnitoolCmd(cmd, net, netns, ifName, cniArgs, extraEnv)
+	d, _, err := timedOutput(c, cmd, net)
+	return d, err
+}
+
+// timedOutput runs cnitool c and returns its wall time and its output (the plugins'
+// stderr included).
+func timedOutput(c *exec.Cmd, cmd, net string) (time.Duration, []byte, error) {
 	start := time.Now()
 	out, err := c.CombinedOutput()
 	d := time.Since(start)
 	if err != nil {
-		return d, fmt.Errorf("cnitool %s %s: %w: %s", cmd, net, err, out)
+		return d, out, fmt.Errorf("cnitool %s %s: %w: %s", cmd, net, err, out)
 	}
-	return d, nil
+	return d, out, nil
+}
+
+// cnitoolOutput is cnitool with extraEnv, returning also what it printed.
+func (e *env) cnitoolOutput(cmd, net, netns, ifName, pod string, extraEnv ...string) (time.Duration, []byte, error) {
+	return timedOutput(e.cnitoolCmd(cmd, net, netns, ifName, e.cniArgs(pod), extraEnv), cmd, net)
+}
+
+// cnitoolCmd is `cnitool cmd net netns` with a runtime's environment, extraEnv last.
+func (e *env) cnitoolCmd(cmd, net, netns, ifName, cniArgs string, extraEnv []string) *exec.Cmd {
+	c := exec.Command(filepath.Join(e.bin, "cnitool"), cmd, net, netns)
+	c.Env = append(os.Environ(), "CNI_PATH="+e.bin, "NETCONFPATH="+e.netDir, "CNI_IFNAME="+ifName, "CNI_ARGS="+cniArgs, e.noAgent())
+	c.Env = append(c.Env, extraEnv...)
+	return c
 }
 
 // podSet is the PodResources server's pods: pod-i holds devices dev-i-0.. of Resource,
 // each with a device plugin device-info file (a PCI device, as for an SR-IOV VF).
 type podSet struct {
-	files *devinfo.Store
-	mu    sync.Mutex
-	pods  []*v1.PodResources
-	byKey map[string]*v1.PodResources // as the kubelet, Get does not scan the list
+	files  *devinfo.Store
+	served atomic.Int64 // calls the PodResources server answered (past its rate limiter)
+	mu     sync.Mutex
+	pods   []*v1.PodResources
+	byKey  map[string]*v1.PodResources // as the kubelet, Get does not scan the list
 }
 
 func newPodSet(files *devinfo.Store) *podSet { return &podSet{files: files} }
@@ -301,6 +333,7 @@ func podName(i int) string { return fmt.Sprintf("pod-%d", i) }
 
 // ListPods implements podresourcesserver.Source. The pods are never modified once set.
 func (s *podSet) ListPods() []*v1.PodResources {
+	s.served.Add(1)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.pods
@@ -308,6 +341,7 @@ func (s *podSet) ListPods() []*v1.PodResources {
 
 // GetPod implements podresourcesserver.Source.
 func (s *podSet) GetPod(namespace, name string) (*v1.PodResources, bool) {
+	s.served.Add(1)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p, ok := s.byKey[namespace+"/"+name]
@@ -316,5 +350,6 @@ func (s *podSet) GetPod(namespace, name string) (*v1.PodResources, bool) {
 
 // Allocatable implements podresourcesserver.Source.
 func (s *podSet) Allocatable() *v1.AllocatableResourcesResponse {
+	s.served.Add(1)
 	return &v1.AllocatableResourcesResponse{}
 }

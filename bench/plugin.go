@@ -47,7 +47,7 @@ func (e *env) cniEnv(cmd, netns, containerID string, debug bool) []string {
 // cniEnvFor is the environment of a direct plugin call for pod in netns.
 func (e *env) cniEnvFor(cmd, netns, containerID, pod string, debug bool) []string {
 	env := append(os.Environ(), "CNI_COMMAND="+cmd, "CNI_CONTAINERID="+containerID, "CNI_NETNS="+netns,
-		"CNI_IFNAME=net1", "CNI_PATH="+e.bin, "CNI_ARGS="+e.cniArgs(pod))
+		"CNI_IFNAME=net1", "CNI_PATH="+e.bin, "CNI_ARGS="+e.cniArgs(pod), e.noAgent())
 	if debug {
 		env = append(env, "DEVPLUMB_DEBUG=1")
 	}

@@ -54,7 +54,7 @@ func p3(cfg Config, r *Report) error {
 
 // burst runs cmd for every pod and network at once and returns the failures and the time
 // until the last one ended.
-func burst(e *env, cmd string, nets, netns []string) (int, time.Duration) {
+func burst(e *env, cmd string, nets, netns []string, extraEnv ...string) (int, time.Duration) {
 	var wg sync.WaitGroup
 	var failed atomic.Int64
 	start := time.Now()
@@ -63,7 +63,7 @@ func burst(e *env, cmd string, nets, netns []string) (int, time.Duration) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if _, err := e.cnitool(cmd, n, ns, fmt.Sprintf("net%d", j+1), podName(i)); err != nil {
+				if _, err := e.cnitool(cmd, n, ns, fmt.Sprintf("net%d", j+1), podName(i), extraEnv...); err != nil {
 					failed.Add(1)
 					e.cfg.logf("   %s pod %d %s: %v", cmd, i, n, err)
 				}

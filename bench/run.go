@@ -14,9 +14,11 @@ import (
 
 // Config says which binaries to measure and how much.
 type Config struct {
-	Devplumb string // the devplumb binary
-	CNIBin   string // bridge, host-local and cnitool
-	Multus   string // Multus thin; "" skips it (and says so)
+	Devplumb string // the devplumb binary (the CNI entry point, devplumb-direct beside it)
+	// Agent is the node agent (devplumb-agent); "" skips the agent's rows.
+	Agent  string
+	CNIBin string // bridge, host-local and cnitool
+	Multus string // Multus thin; "" skips it (and says so)
 	// MultusThick is a directory with multus-shim and multus-daemon; "" skips Multus
 	// thick (and says so). It needs Kube.
 	MultusThick string
@@ -25,7 +27,7 @@ type Config struct {
 	Runs     int       // ADD+DEL cycles per P1 variant and samples per P4/P5 figure
 	Pods     int       // P3: pods added at once
 	Soak     int       // ADD/DEL cycles of the soak; 0 skips it
-	Only     []string  // the steps to run (their names' first word: P1 ... P6, Soak); empty: all
+	Only     []string  // the steps to run (their names' first word: P1 ... P9, Soak); empty: all
 	Log      io.Writer // progress
 	// Kube runs devplumb also with a kubeconfig against a real kube-apiserver (P1, P5, P6),
 	// found as the e2e tests find it (DEVPLUMB_KUBE_APISERVER, DEVPLUMB_ETCD).
@@ -68,7 +70,9 @@ func Run(cfg Config) (*Report, error) {
 	steps := []struct {
 		name string
 		run  func(Config, *Report) error
-	}{{"P1 ADD+DEL cycle", p1}, {"P2 device lookup", p2}, {"P3 burst", p3}, {"P4 start-up", p4}, {"P5 phases", p5}, {"P6 DRA device", p6}, {"Soak", soak}}
+	}{{"P1 ADD+DEL cycle", p1}, {"P2 device lookup", p2}, {"P3 burst", p3}, {"P4 start-up", p4}, {"P5 phases", p5}, {"P6 DRA device", p6}, {"P8 agent burst", p8}, {"P9 fallback", p9}, {"P7 cluster", p7}, {"Soak", soak}}
+	runStart := time.Now()
+	var took []string
 	for _, s := range steps {
 		if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, strings.Fields(s.name)[0]) {
 			continue
@@ -78,9 +82,22 @@ func Run(cfg Config) (*Report, error) {
 		if err := s.run(cfg, r); err != nil {
 			return r, fmt.Errorf("%s: %w", s.name, err)
 		}
-		cfg.logf("   done in %s", time.Since(start).Round(time.Millisecond))
+		d := time.Since(start).Round(time.Second)
+		cfg.logf("   done in %s", d)
+		took = append(took, strings.Fields(s.name)[0]+" "+d.String())
 	}
+	r.Intro = append(r.Intro, fmt.Sprintf("The run took %s (%s); load average at its end %s.",
+		time.Since(runStart).Round(time.Second), strings.Join(took, ", "), loadAverage()))
 	return r, nil
+}
+
+// loadAverage is the 1, 5 and 15 minute load averages, or "unknown".
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
 }
 
 // removeIfCreated returns a func that removes dirs (each only if empty) when they did not
@@ -109,10 +126,7 @@ func intro(cfg Config) []string {
 			}
 		}
 	}
-	load := ""
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		load = strings.Join(strings.Fields(string(b))[:3], " ")
-	}
+	load := loadAverage()
 	return []string{
 		fmt.Sprintf("Run %s on %d CPUs (%s), load average at start %s, %s, %d samples per figure.",
 			time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), cpu, load, runtime.Version(), cfg.Runs),

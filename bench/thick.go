@@ -154,23 +154,35 @@ func (t *thickDaemon) waitReady() error {
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", filepath.Join(t.sockDir, "multus.sock"))
 		}}}
-	deadline := time.Now().Add(thickReadyBound)
-	for {
+	return waitReady(t.exited, func() error { return t.err }, thickReadyBound, 100*time.Millisecond, func() error {
 		resp, err := client.Get("http://multus/healthz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("healthz: %s", resp.Status)
+		}
+		return nil
+	})
+}
+
+// waitReady tries ready every interval until it succeeds, the process exits (exited
+// closed; exitErr its exit) or bound passes.
+func waitReady(exited <-chan struct{}, exitErr func() error, bound, interval time.Duration, ready func() error) error {
+	deadline := time.Now().Add(bound)
+	for {
+		err := ready()
 		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = fmt.Errorf("healthz: %s", resp.Status)
+			return nil
 		}
 		select {
-		case <-t.exited:
-			return fmt.Errorf("exited while starting: %v", t.err)
-		case <-time.After(100 * time.Millisecond):
+		case <-exited:
+			return fmt.Errorf("exited while starting: %v", exitErr())
+		case <-time.After(interval):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("not ready within %s: %w", thickReadyBound, err)
+			return fmt.Errorf("not ready within %s: %w", bound, err)
 		}
 	}
 }

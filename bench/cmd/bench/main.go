@@ -17,6 +17,7 @@ func main() {
 	cfg := bench.Config{Log: os.Stderr}
 	out := flag.String("out", "bench/results", "directory for results.md and chart.png")
 	flag.StringVar(&cfg.Devplumb, "devplumb", "bin/devplumb", "the devplumb binary")
+	flag.StringVar(&cfg.Agent, "agent", "bin/devplumb-agent", "the node agent (empty: the agent's rows not run)")
 	flag.StringVar(&cfg.CNIBin, "cni-bin", "bin/cni", "directory with bridge, host-local and cnitool")
 	flag.StringVar(&cfg.Multus, "multus", os.Getenv("DEVPLUMB_MULTUS"), "Multus thin binary (empty: not run)")
 	flag.StringVar(&cfg.MultusThick, "multus-thick", os.Getenv("DEVPLUMB_MULTUS_THICK"), "directory with Multus thick's multus-shim and multus-daemon (empty: not run; needs -kube)")
@@ -25,7 +26,7 @@ func main() {
 	flag.IntVar(&cfg.Runs, "runs", 30, "samples per figure")
 	flag.IntVar(&cfg.Pods, "pods", 64, "P3: pods added at once")
 	flag.IntVar(&cfg.Soak, "soak", 1000, "soak: ADD/DEL cycles against nodesim, netdev-dp and devplumbctl metrics (0: skip)")
-	only := flag.String("only", "", "run only these steps, comma-separated: P1,P2,P3,P4,P5,P6,Soak (empty: all)")
+	only := flag.String("only", "", "run only these steps, comma-separated: P1,P2,P3,P4,P5,P6,P7,P8,P9,Soak (empty: all)")
 	flag.Parse()
 	if *only != "" {
 		cfg.Only = strings.Split(*only, ",")
