@@ -106,16 +106,17 @@ func TestRBACIsExactlyWhatDevplumbNeeds(t *testing.T) {
 	if role == nil || binding == nil || metricsAuth == nil || sa == nil || len(bindings) != 2 {
 		t.Fatalf("rbac.yaml needs a ServiceAccount, a ClusterRole and the bindings devplumb and devplumb-metrics-auth, has %d objects", len(objs))
 	}
-	// The metrics container's TokenReview and SubjectAccessReview, and nothing more.
+	// The agent's metrics TokenReview and SubjectAccessReview, and nothing more.
 	if metricsAuth.RoleRef.Name != "system:auth-delegator" || len(metricsAuth.Subjects) != 1 ||
 		metricsAuth.Subjects[0].Name != sa.Name || metricsAuth.Subjects[0].Namespace != sa.Namespace {
 		t.Errorf("binding %+v does not bind system:auth-delegator to %s/%s", metricsAuth, sa.Namespace, sa.Name)
 	}
 	want := []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "patch"}},
-		{APIGroups: []string{"k8s.cni.cncf.io"}, Resources: []string{"network-attachment-definitions"}, Verbs: []string{"get"}},
+		// list, watch: the agent's informers (this node's pods and slices, the NADs).
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "patch"}},
+		{APIGroups: []string{"k8s.cni.cncf.io"}, Resources: []string{"network-attachment-definitions"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get"}},
-		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"list"}},
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/status"}, Verbs: []string{"patch"}},
 		// Only on its own node, for any driver: never arbitrary-node, never a fixed driver list.
 		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/driver"}, Verbs: []string{"associated-node:patch"}},
