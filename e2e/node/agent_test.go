@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -118,16 +119,7 @@ func agentPid(t *testing.T) int {
 // agentLog is what the agent containers of the devplumb pod logged, restarts included.
 func agentLog(t *testing.T) string {
 	t.Helper()
-	p := agentPod(t)
-	logs, err := filepath.Glob(nd.HostPath(filepath.Join("/var/log/pods", p.Namespace+"_"+p.Name+"_"+string(p.UID), "agent", "*.log")))
-	e2etest.Must(t, err)
-	var b strings.Builder
-	for _, l := range logs {
-		data, err := os.ReadFile(l)
-		e2etest.Must(t, err)
-		b.Write(data)
-	}
-	return b.String()
+	return containerLog(t, agentPod(t), "agent")
 }
 
 // TestAgentServesAttachments: with the shipped agent and no devplumb-direct on the node,
@@ -192,7 +184,10 @@ func TestAgentKilledMidBurst(t *testing.T) {
 	if n == len(pods) {
 		t.Fatalf("all %d pods ran before the agent was killed: nothing was under way", n)
 	}
-	checkBurst(t, pods, "agent-burst")
+	checkBurst(t, pods, "eth0")
+	for _, p := range pods {
+		networkStatus(t, p, "agent-burst", "eth0")
+	}
 	waitFor(t, "the kubelet restarting the agent", func(context.Context) error {
 		if r := agentRestarts(t); r <= restarts {
 			return fmt.Errorf("agent restarted %d times, %d before the kill", r, restarts)
@@ -260,9 +255,9 @@ func running(c context.Context, pods []*corev1.Pod) int {
 	return n
 }
 
-// checkBurst: every pod runs with one device, no device twice, each the pod's eth0 and
-// gone from the host, and the pod's network-status has network's entry for it.
-func checkBurst(t *testing.T, pods []*corev1.Pod, network string) {
+// checkBurst: every pod runs with one device of example.com/storm, no device twice, each
+// gone from the host and the pod's interface ifName.
+func checkBurst(t *testing.T, pods []*corev1.Pod, ifName string) {
 	t.Helper()
 	owner := map[string]string{}
 	for _, p := range pods {
@@ -275,8 +270,10 @@ func checkBurst(t *testing.T, pods []*corev1.Pod, network string) {
 			t.Fatalf("device %s given to %s and %s", devs[0], o, p.Name)
 		}
 		owner[devs[0]] = p.Name
-		checkInterface(t, p, podView(t, p), "eth0", devs[0])
-		networkStatus(t, p, network, "eth0")
+		if _, err := netlink.LinkByName(devs[0]); err == nil {
+			t.Errorf("%s, pod %s's device, is still on the host", devs[0], p.Name)
+		}
+		checkInterface(t, p, podView(t, p), ifName, devs[0])
 	}
 }
 

@@ -42,22 +42,7 @@ func TestTwentyPodsAtOnce(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	owner := map[string]string{}
-	for _, p := range pods {
-		waitRunning(t, p)
-		devs := podDevices(t, p, "example.com/storm")
-		if len(devs) != 1 {
-			t.Fatalf("pod %s has %v", p.Name, devs)
-		}
-		if o, dup := owner[devs[0]]; dup {
-			t.Fatalf("device %s given to %s and %s", devs[0], o, p.Name)
-		}
-		owner[devs[0]] = p.Name
-		if _, err := netlink.LinkByName(devs[0]); err == nil {
-			t.Errorf("%s, pod %s's device, is still on the host", devs[0], p.Name)
-		}
-		checkInterface(t, p, podView(t, p), "net1", devs[0])
-	}
+	checkBurst(t, pods, "net1")
 	for _, p := range pods {
 		deletePod(t, p)
 	}
