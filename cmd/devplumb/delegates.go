@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
-	"golang.org/x/sys/unix"
 
+	"github.com/devplumb/devplumb/pkg/base/libcnicache"
 	"github.com/devplumb/devplumb/pkg/cni/agentproto"
 )
 
@@ -47,7 +46,7 @@ func newDelegateRun(args *skel.CmdArgs, d *agentproto.Delegate) (*delegateRun, e
 		}
 	}
 	rt := &libcni.RuntimeConf{ContainerID: args.ContainerID, NetNS: args.Netns, IfName: args.IfName,
-		Args: parseArgs(args.Args)}
+		Args: libcnicache.SplitArgs(args.Args)}
 	if r := d.Runtime; r != nil {
 		rt = &libcni.RuntimeConf{ContainerID: r.ContainerID, NetNS: r.NetNS, IfName: r.IfName, Args: r.Args}
 	}
@@ -78,7 +77,7 @@ func (r *delegateRun) run(ctx context.Context, cmd string) ([]byte, *types.Error
 
 // add runs the ADD, and its DEL when it fails.
 func (r *delegateRun) add(ctx context.Context) ([]byte, *types.Error) {
-	unlock, err := lockCacheShared(r.cacheDir)
+	unlock, err := libcnicache.Lock(r.cacheDir, false)
 	if err != nil {
 		return nil, cniError(err)
 	}
@@ -121,37 +120,4 @@ func libcniCacheDir(stdin []byte) (string, error) {
 		conf.StateDir = defaultStateDir
 	}
 	return filepath.Join(conf.StateDir, "libcni", conf.Name), nil
-}
-
-// lockCacheShared holds pkg/cni/delegate's cache lock (<cacheDir>/../.lock)
-// shared while an ADD may create the cache: a concurrent DEL prunes empty
-// cache directories only under it, exclusively.
-func lockCacheShared(cacheDir string) (unlock func(), err error) {
-	parent := filepath.Dir(cacheDir)
-	if err := os.MkdirAll(parent, 0o700); err != nil {
-		return nil, fmt.Errorf("libcni cache: %w", err)
-	}
-	f, err := os.OpenFile(filepath.Join(parent, ".lock"), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("libcni cache lock: %w", err)
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("libcni cache lock: %w", err)
-	}
-	return func() { f.Close() }, nil
-}
-
-// parseArgs splits CNI_ARGS ("K=V;K2=V2") into libcni's pairs unchanged, as
-// pkg/cni/delegate's ParseArgs: the delegates see what the runtime passed.
-func parseArgs(s string) [][2]string {
-	var out [][2]string
-	for _, kv := range strings.Split(s, ";") {
-		if kv == "" {
-			continue
-		}
-		k, v, _ := strings.Cut(kv, "=")
-		out = append(out, [2]string{k, v})
-	}
-	return out
 }

@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -16,26 +18,44 @@ import (
 	"github.com/devplumb/devplumb/pkg/cni/agent"
 	"github.com/devplumb/devplumb/pkg/cni/agentproto"
 	"github.com/devplumb/devplumb/pkg/cni/kube"
+	"github.com/devplumb/devplumb/pkg/cni/nodecache"
+	"github.com/devplumb/devplumb/pkg/cni/phasemetrics"
+	"github.com/devplumb/devplumb/pkg/cni/phasespool"
 	"github.com/devplumb/devplumb/pkg/cni/plugin"
 	"github.com/devplumb/devplumb/podresources"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
-const agentUsage = `usage: devplumbctl agent [--socket PATH] [--timeout D] [--log-level L] [--log-format F]
+const agentUsage = `usage: devplumbctl agent [--socket PATH] [--node-name NAME] [--timeout D] [--listen ADDR
+         [--state-dir DIR] [--drain-interval D] [--secure-metrics ...]] [--log-level L] [--log-format F]
   serve devplumb's CNI entry point on a root-only unix socket (the node agent): it
   prepares each ADD and DEL (device, record, device-info) and commits it after the
   entry point ran the delegates (network-status, claim status, Event), keeping one
-  Kubernetes client per kubeconfig and one PodResources connection per kubelet socket;
-  run it on each node (the devplumb DaemonSet does); without it, calls run whole in
-  devplumb-direct
+  Kubernetes client per kubeconfig, with watches of this node's pods and ResourceSlices
+  (an ADD sends the API server writes only), and one PodResources connection per kubelet
+  socket. With --listen it serves the calls' phase histograms on /metrics, as
+  devplumbctl metrics does (also of calls that ran whole in devplumb-direct). Run it on
+  each node (the devplumb DaemonSet does); without it, calls run whole in devplumb-direct
 `
+
+// agentFlags are devplumbctl agent's settings.
+type agentFlags struct {
+	socket, node *string
+	timeout      *time.Duration
+	metrics      *metricsFlags
+}
 
 // agentCmd serves until SIGINT or SIGTERM, then removes its socket and exits 0.
 func agentCmd(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), agentUsage); fs.PrintDefaults() }
-	socket := fs.String("socket", agentproto.DefaultSocket, "listen on this unix socket (its directory is made 0700)")
-	timeout := fs.Duration("timeout", podresources.DefaultTimeout, "bound of each request to the kubelet or the API server")
+	f := agentFlags{
+		socket:  fs.String("socket", agentproto.DefaultSocket, "listen on this unix socket (its directory is made 0700)"),
+		node:    fs.String("node-name", defaultNodeName(), "the node whose pods and ResourceSlices the agent watches (default $NODE_NAME, else the host name)"),
+		timeout: fs.Duration("timeout", podresources.DefaultTimeout, "bound of each request to the kubelet or the API server"),
+		metrics: registerMetricsFlags(fs, "", "serve /metrics and /healthz on this address (host:port); empty: none"),
+	}
 	logFlags := logging.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
@@ -45,36 +65,115 @@ func agentCmd(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "devplumbctl agent: %v\n", err)
 		return 2
 	}
-	if *timeout <= 0 {
-		fmt.Fprintf(stderr, "devplumbctl agent: --timeout %v: must be positive\n", *timeout)
+	if *f.timeout <= 0 {
+		fmt.Fprintf(stderr, "devplumbctl agent: --timeout %v: must be positive\n", *f.timeout)
 		return 2
 	}
 	// Before the socket exists: a signal from then on ends the agent cleanly.
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	if err := serveAgent(ctx, *socket, *timeout, log); err != nil {
+	if err := serveAgent(ctx, f, log); err != nil {
 		log.Error("devplumbctl agent failed", "err", err)
 		return 1
 	}
 	return 0
 }
 
-func serveAgent(ctx context.Context, socket string, timeout time.Duration, log *slog.Logger) error {
-	l, err := agentproto.Listen(socket)
+// defaultNodeName is the DaemonSet's NODE_NAME (the downward API's
+// spec.nodeName), else the kubelet's default node name: the host name.
+func defaultNodeName() string {
+	if n := os.Getenv("NODE_NAME"); n != "" {
+		return n
+	}
+	h, _ := os.Hostname()
+	return strings.ToLower(strings.TrimSpace(h))
+}
+
+func serveAgent(ctx context.Context, f agentFlags, log *slog.Logger) error {
+	cacheMetrics := nodecache.NewMetrics()
+	cfg := agent.Config{Build: version.Get().String(), Log: log, Timeout: *f.timeout, NewKube: agentKube(*f.node, cacheMetrics)}
+	var spool *phasemetrics.Collector
+	if *f.metrics.listen != "" {
+		var err error
+		if spool, err = openSpool(*f.metrics.stateDir, *f.metrics.every, log); err != nil {
+			return err
+		}
+		defer closeSpool(spool, log)
+		cfg.Phases = func(r phasespool.Record) {
+			if err := spool.Observe(r, phasemetrics.PathAgent); err != nil {
+				log.Warn("phase timings not observed", "err", err)
+			}
+		}
+	}
+	l, err := agentproto.Listen(*f.socket)
 	if err != nil {
 		return err
 	}
 	// Serve closes l when ctx ends, which removes the socket file.
-	a := agent.New(agent.Config{Build: version.Get().String(), Log: log, Timeout: timeout, NewKube: newKube})
+	a := agent.New(cfg)
 	defer a.Close()
-	log.Info("devplumb agent serving", "socket", socket, "build", a.Build())
-	return (&agentproto.Server{Handler: a, Log: log}).Serve(ctx, l)
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	metricsDone := func() error { return nil }
+	if spool != nil {
+		metricsDone = startAgentMetrics(ctx, stop, f.metrics, spool, log, append(a.Collectors(), cacheMetrics)...)
+	}
+	log.Info("devplumb agent serving", "socket", *f.socket, "node", *f.node, "build", a.Build())
+	err = (&agentproto.Server{Handler: a, Log: log}).Serve(ctx, l)
+	stop()
+	return errors.Join(err, metricsDone())
 }
 
+// startAgentMetrics serves the agent's /metrics until ctx ends; one that
+// cannot serve ends the agent (stop), as it ends devplumbctl metrics. The
+// function returned waits for the server and says why it stopped.
+func startAgentMetrics(ctx context.Context, stop func(), m *metricsFlags, spool *phasemetrics.Collector,
+	log *slog.Logger, extra ...prometheus.Collector) func() error {
+	done := make(chan error, 1)
+	go func() {
+		done <- servePhases(ctx, *m.listen, spool, *m.every, m.secure, log, extra...)
+		stop()
+	}()
+	return func() error { return <-done }
+}
+
+// agentKube builds the client of a kubeconfig with a cache of node's
+// objects (none without a node name: every read goes to the API server).
+func agentKube(node string, m *nodecache.Metrics) func(string, time.Duration, *slog.Logger) (plugin.Kube, error) {
+	return func(kubeconfig string, timeout time.Duration, log *slog.Logger) (plugin.Kube, error) {
+		cfg, err := kube.LoadConfig(kubeconfig)
+		if err != nil {
+			return nil, err
+		}
+		c, err := kube.NewForConfig(cfg, timeout, log)
+		if err != nil || node == "" {
+			return orNil(c, err)
+		}
+		nc, err := nodecache.New(cfg, node, m, log)
+		if err != nil {
+			return nil, err
+		}
+		c.UseCache(nc)
+		return &cachedKube{Client: c, cache: nc}, nil
+	}
+}
+
+// cachedKube is a client with its cache, closed with it.
+type cachedKube struct {
+	*kube.Client
+	cache *nodecache.Cache
+}
+
+func (k *cachedKube) Close() error { return k.cache.Close() }
+
 func newKube(kubeconfig string, timeout time.Duration, log *slog.Logger) (plugin.Kube, error) {
-	c, err := kube.New(kubeconfig, timeout, log)
-	if err != nil {
-		return nil, err // not a typed nil inside the interface
+	return orNil(kube.New(kubeconfig, timeout, log))
+}
+
+// orNil keeps a typed nil out of the interface.
+func orNil(c *kube.Client, err error) (plugin.Kube, error) {
+	if err != nil || c == nil {
+		return nil, err
 	}
 	return c, nil
 }

@@ -36,11 +36,7 @@ func metrics(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("metrics", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), metricsUsage); fs.PrintDefaults() }
-	listen := fs.String("listen", ":9111", "serve /metrics and /healthz on this address (host:port)")
-	stateDir := fs.String("state-dir", config.DefaultStateDir, "the devplumb state directory of the node's configs")
-	every := fs.Duration("drain-interval", 10*time.Second, "drain the spool this often between scrapes, so it stays small")
-	var secure metricsauth.Options
-	secure.Register(fs)
+	m := registerMetricsFlags(fs, ":9111", "serve /metrics and /healthz on this address (host:port)")
 	logFlags := logging.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
@@ -52,28 +48,60 @@ func metrics(args []string, stderr io.Writer) int {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	if err := serveMetrics(ctx, *listen, *stateDir, *every, secure, log); err != nil {
+	if err := serveMetrics(ctx, *m.listen, *m.stateDir, *m.every, m.secure, log); err != nil {
 		log.Error("devplumbctl metrics failed", "err", err)
 		return 1
 	}
 	return 0
 }
 
-func serveMetrics(ctx context.Context, addr, stateDir string, every time.Duration, secure metricsauth.Options, log *slog.Logger) error {
-	if every <= 0 {
-		return fmt.Errorf("--drain-interval %v: must be positive", every)
+// metricsFlags are the flags of a daemon serving the phase histograms
+// (devplumbctl metrics, devplumbctl agent).
+type metricsFlags struct {
+	listen, stateDir *string
+	every            *time.Duration
+	secure           metricsauth.Options
+}
+
+func registerMetricsFlags(fs *flag.FlagSet, listen, listenHelp string) *metricsFlags {
+	m := &metricsFlags{
+		listen:   fs.String("listen", listen, listenHelp),
+		stateDir: fs.String("state-dir", config.DefaultStateDir, "the devplumb state directory of the node's configs (its phase spool)"),
+		every:    fs.Duration("drain-interval", 10*time.Second, "drain the spool this often between scrapes, so it stays small"),
 	}
-	c, err := phasemetrics.NewCollector(stateDir, log)
+	m.secure.Register(fs)
+	return m
+}
+
+func serveMetrics(ctx context.Context, addr, stateDir string, every time.Duration, secure metricsauth.Options, log *slog.Logger) error {
+	c, err := openSpool(stateDir, every, log)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := c.Close(); err != nil {
-			log.Error("remove phase spool", "err", err)
-		}
-	}()
+	defer closeSpool(c, log)
+	return servePhases(ctx, addr, c, every, secure, log)
+}
+
+func openSpool(stateDir string, every time.Duration, log *slog.Logger) (*phasemetrics.Collector, error) {
+	if every <= 0 {
+		return nil, fmt.Errorf("--drain-interval %v: must be positive", every)
+	}
+	return phasemetrics.NewCollector(stateDir, log)
+}
+
+// closeSpool removes the spool, so devplumb-direct stops writing records.
+func closeSpool(c *phasemetrics.Collector, log *slog.Logger) {
+	if err := c.Close(); err != nil {
+		log.Error("remove phase spool", "err", err)
+	}
+}
+
+// servePhases serves c's histograms and the extra collectors on /metrics
+// (and /healthz) at addr, draining the spool every interval until ctx ends.
+func servePhases(ctx context.Context, addr string, c *phasemetrics.Collector, every time.Duration, secure metricsauth.Options,
+	log *slog.Logger, extra ...prometheus.Collector) error {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(c, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(append(extra, c, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))...)
 	metricsHandler, tlsCfg, err := secure.Wrap(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	if err != nil {
 		return err

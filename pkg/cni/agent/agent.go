@@ -16,6 +16,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 
 	"github.com/devplumb/devplumb/pkg/cni/agentproto"
+	"github.com/devplumb/devplumb/pkg/cni/phasespool"
 	"github.com/devplumb/devplumb/pkg/cni/plugin"
 	"github.com/devplumb/devplumb/podresources"
 )
@@ -40,7 +41,10 @@ type Config struct {
 	// NewKube builds the Kubernetes client of a kubeconfig; the agent keeps
 	// one per kubeconfig and builds it again when the file changes. nil:
 	// configs with a kubeconfig fail as in a build without a client.
-	NewKube    func(kubeconfig string, timeout time.Duration, log *slog.Logger) (plugin.Kube, error)
+	NewKube func(kubeconfig string, timeout time.Duration, log *slog.Logger) (plugin.Kube, error)
+	// Phases gets each call's phase timings (the node's histograms); nil:
+	// they go to the phase spool, as devplumb-direct's do.
+	Phases     func(phasespool.Record)
 	PendingTTL time.Duration
 	MaxPending int
 }
@@ -53,6 +57,7 @@ type Agent struct {
 	pending *pendingTable
 	kube    *kubeCache
 	kubelet *kubeletCache
+	metrics *metrics
 }
 
 // New returns an agent; Close ends it.
@@ -74,9 +79,10 @@ func New(cfg Config) *Agent {
 	if a.pending.max <= 0 {
 		a.pending.max = DefaultMaxPending
 	}
+	a.metrics = newMetrics(a.pending)
 	// LogTo stays unset: every call logs through the agent's own logger
 	// (its level and format), not a network's logFile.
-	a.plugin = &plugin.Plugin{Log: log, Timeout: cfg.Timeout, PodResources: a.kubelet.get}
+	a.plugin = &plugin.Plugin{Log: log, Timeout: cfg.Timeout, PodResources: a.kubelet.get, Phases: cfg.Phases}
 	if cfg.NewKube != nil {
 		a.plugin.NewKube = a.kube.get
 	}
@@ -95,6 +101,7 @@ func orDefault(d, def time.Duration) time.Duration {
 func (a *Agent) Close() {
 	a.pending.closeAll()
 	a.kubelet.closeAll()
+	a.kube.closeAll()
 }
 
 // Build is the agent's build version.
@@ -103,6 +110,12 @@ func (a *Agent) Build() string { return a.build }
 // Prepare runs the first step of ADD or DEL. CHECK is not served: the entry
 // point's fallback (devplumb-direct) runs it whole.
 func (a *Agent) Prepare(_ context.Context, p *agentproto.Prepare) (*agentproto.PrepareAnswer, error) {
+	ans, err := a.prepare(p)
+	a.metrics.count("prepare", p.Command, ans != nil && ans.Error != nil, err)
+	return ans, err
+}
+
+func (a *Agent) prepare(p *agentproto.Prepare) (*agentproto.PrepareAnswer, error) {
 	args := &skel.CmdArgs{ContainerID: p.ContainerID, Netns: p.Netns, IfName: p.IfName, Args: p.Args,
 		Path: p.Path, StdinData: p.StdinData}
 	switch p.Command {
@@ -118,21 +131,33 @@ func (a *Agent) Prepare(_ context.Context, p *agentproto.Prepare) (*agentproto.P
 func (a *Agent) Commit(_ context.Context, c *agentproto.Commit) (*agentproto.CommitAnswer, error) {
 	e, err := a.pending.take(c.Attachment)
 	if err != nil {
+		a.metrics.count("commit", "", false, err)
 		return nil, err
 	}
 	var delegateErr error
 	if c.Error != nil { // not a typed nil in the interface
 		delegateErr = c.Error
 	}
+	var ans *agentproto.CommitAnswer
+	command := agentproto.CmdAdd
 	if e.add != nil {
-		return a.commitAdd(c.Attachment, e, c.Result, delegateErr), nil
+		ans = a.commitAdd(c.Attachment, e, c.Result, delegateErr)
+	} else {
+		command, ans = agentproto.CmdDel, commitDel(e.del, delegateErr)
 	}
-	return commitDel(e.del, delegateErr), nil
+	a.metrics.count("commit", command, ans.Error != nil, nil)
+	return ans, nil
 }
 
 // Rollback ends an ADD whose commit asked for an undo, once the entry point
 // ran the delegates' DEL.
 func (a *Agent) Rollback(_ context.Context, r *agentproto.Rollback) (*agentproto.RollbackAnswer, error) {
+	ans, err := a.rollback(r)
+	a.metrics.count("rollback", agentproto.CmdAdd, false, err)
+	return ans, err
+}
+
+func (a *Agent) rollback(r *agentproto.Rollback) (*agentproto.RollbackAnswer, error) {
 	e, err := a.pending.take(r.Attachment)
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"crypto/sha256"
+	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -18,7 +19,9 @@ const maxKubeconfigs = 32
 
 // kubeCache keeps one Kubernetes client per kubeconfig path, built again
 // when the file's content changes (a rotated token or certificate written
-// into it). Files the kubeconfig only names are client-go's to reload.
+// into it). Files the kubeconfig only names are client-go's to reload. A
+// client that is an io.Closer (one with informers) is closed when replaced
+// or dropped: a call still using it reads what it held, or the API server.
 type kubeCache struct {
 	build func(kubeconfig string, timeout time.Duration, log *slog.Logger) (plugin.Kube, error)
 	log   *slog.Logger
@@ -50,11 +53,34 @@ func (k *kubeCache) get(kubeconfig string, timeout time.Duration, _ *slog.Logger
 	if err != nil {
 		return nil, err
 	}
+	if old, ok := k.clients[kubeconfig]; ok {
+		closeClient(old.client)
+	}
 	if k.clients == nil || len(k.clients) >= maxKubeconfigs {
+		k.closeLocked()
 		k.clients = map[string]kubeClient{}
 	}
 	k.clients[kubeconfig] = kubeClient{sum: sum, timeout: timeout, client: client}
 	return client, nil
+}
+
+func (k *kubeCache) closeAll() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.closeLocked()
+	k.clients = nil
+}
+
+func (k *kubeCache) closeLocked() {
+	for _, c := range k.clients {
+		closeClient(c.client)
+	}
+}
+
+func closeClient(c plugin.Kube) {
+	if cl, ok := c.(io.Closer); ok {
+		_ = cl.Close()
+	}
 }
 
 // kubeletCache shares one PodResources client per socket path among calls.

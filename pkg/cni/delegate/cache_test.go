@@ -8,6 +8,7 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 
+	"github.com/devplumb/devplumb/pkg/base/libcnicache"
 	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
@@ -44,7 +45,7 @@ func TestDelPrunesEmptyCacheDirs(t *testing.T) {
 	if _, err := os.Stat(results); err != nil {
 		t.Fatalf("results dir pruned while b is cached: %v", err)
 	}
-	unlock, err := inv.lockCache(false) // an ADD in progress
+	unlock, err := libcnicache.Lock(inv.cacheDir, false) // an ADD in progress
 	if err != nil {
 		t.Fatal(err)
 	}

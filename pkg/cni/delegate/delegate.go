@@ -10,12 +10,12 @@ import (
 	"maps"
 	"path/filepath"
 	"regexp"
-	"strings"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/devplumb/devplumb/pkg/base/libcnicache"
 	"github.com/devplumb/devplumb/pkg/cni/config"
 )
 
@@ -100,20 +100,6 @@ func CapabilityArgs(c *config.NetConf, deviceID, cniFile string) map[string]any 
 	return caps
 }
 
-// ParseArgs splits CNI_ARGS ("K=V;K2=V2") into libcni's pairs, unchanged, so
-// delegates see what devplumb saw (IgnoreUnknown included).
-func ParseArgs(s string) [][2]string {
-	var out [][2]string
-	for _, kv := range strings.Split(s, ";") {
-		if kv == "" {
-			continue
-		}
-		k, v, _ := strings.Cut(kv, "=")
-		out = append(out, [2]string{k, v})
-	}
-	return out
-}
-
 // Invoker runs delegates found on the CNI path.
 type Invoker struct {
 	cni      *libcni.CNIConfig
@@ -142,7 +128,7 @@ func CacheDir(stateDir, network string) string {
 // removes the cache directory between libcni creating it and writing the
 // result into it.
 func (i *Invoker) Add(ctx context.Context, list *libcni.NetworkConfigList, rt *libcni.RuntimeConf) (types.Result, error) {
-	unlock, err := i.lockCache(false)
+	unlock, err := libcnicache.Lock(i.cacheDir, false)
 	if err != nil {
 		return nil, err
 	}

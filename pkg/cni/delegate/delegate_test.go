@@ -70,17 +70,13 @@ func TestBuildListNonPCIAndInheritance(t *testing.T) {
 	}
 }
 
-func TestCapabilityArgsAndParseArgs(t *testing.T) {
+func TestCapabilityArgs(t *testing.T) {
 	c := parse(t, `{"cniVersion":"1.0.0","name":"n","type":"devplumb","runtimeConfig":{"mac":"02:00:00:00:00:01"},
 	  "delegate":{"type":"macvlan"}}`)
 	got := CapabilityArgs(c, "eth7", "/x/cni/f")
 	want := map[string]any{"mac": "02:00:00:00:00:01", "deviceID": "eth7", "CNIDeviceInfoFile": "/x/cni/f"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("caps %v, want %v", got, want)
-	}
-	args := ParseArgs("IgnoreUnknown=1;K8S_POD_NAME=p;;X=a=b")
-	if len(args) != 3 || args[2] != [2]string{"X", "a=b"} {
-		t.Errorf("args %v", args)
 	}
 	if IsPCIAddress("0000:01:02") || !IsPCIAddress("0000:af:00.7") {
 		t.Error("IsPCIAddress")

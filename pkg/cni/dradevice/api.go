@@ -17,7 +17,8 @@ import (
 // ResourceSlices of one driver on one node. Each call is one request; a
 // missing object is an error for which IsNotFound holds.
 type API interface {
-	Pod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+	// Pod reads the pod; uid, when set, is the one CNI was called for.
+	Pod(ctx context.Context, namespace, name, uid string) (*corev1.Pod, error)
 	ResourceClaim(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error)
 	ResourceSlices(ctx context.Context, node, driver string) ([]resourceapi.ResourceSlice, error)
 	IsNotFound(err error) bool
@@ -51,7 +52,7 @@ type Query struct {
 // Resolve reads the pod and its claims and returns the devices that fit q,
 // in the order of the pod's claims and their allocation results.
 func Resolve(ctx context.Context, api API, q Query) ([]Device, error) {
-	pod, err := api.Pod(ctx, q.Namespace, q.Pod)
+	pod, err := api.Pod(ctx, q.Namespace, q.Pod, q.UID)
 	if err != nil {
 		if api.IsNotFound(err) {
 			return nil, fmt.Errorf("%w: pod %s/%s does not exist: %w", ErrNoDevice, q.Namespace, q.Pod, err)

@@ -27,7 +27,7 @@ type objects struct {
 	asked  []string
 }
 
-func (o *objects) Pod(_ context.Context, ns, name string) (*corev1.Pod, error) {
+func (o *objects) Pod(_ context.Context, ns, name, _ string) (*corev1.Pod, error) {
 	o.asked = append(o.asked, "pod "+name)
 	if o.pod == nil || o.pod.Namespace != ns || o.pod.Name != name {
 		return nil, apierrors.NewNotFound(corev1.Resource("pods"), name)

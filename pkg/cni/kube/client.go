@@ -58,6 +58,8 @@ type Client struct {
 	// pods are the pods Pod read, by namespace/name, until a network-status edit
 	// of the pod starts from one instead of reading the pod's metadata again.
 	pods map[string]*metav1.PartialObjectMetadata
+	// cache, when set, answers reads first (UseCache).
+	cache Cache
 }
 
 // New loads kubeconfig (a file path, required) and returns a client whose calls each
@@ -71,14 +73,23 @@ func New(kubeconfig string, timeout time.Duration, log *slog.Logger) (*Client, e
 	if timeout <= 0 {
 		return nil, fmt.Errorf("kube: timeout %v: must be positive", timeout)
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	cfg, err := LoadConfig(kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("kube: load kubeconfig %s: %w", kubeconfig, err)
+		return nil, err
 	}
 	if log == nil {
 		log = slog.Default()
 	}
 	return newFromConfig(cfg, timeout, log)
+}
+
+// LoadConfig loads a kubeconfig file, as New does.
+func LoadConfig(kubeconfig string) (*rest.Config, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kube: load kubeconfig %s: %w", kubeconfig, err)
+	}
+	return cfg, nil
 }
 
 func newFromConfig(cfg *rest.Config, timeout time.Duration, log *slog.Logger) (*Client, error) {

@@ -98,8 +98,14 @@ func (c *Client) do(ctx context.Context, op func(context.Context, *draClients) e
 	})
 }
 
-// Pod reads the pod object.
-func (c *Client) Pod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+// Pod reads the pod object: from the cache, if it holds the pod of uid.
+func (c *Client) Pod(ctx context.Context, namespace, name, uid string) (*corev1.Pod, error) {
+	if c.cache != nil {
+		if pod, ok := c.cache.Pod(namespace, name, uid); ok {
+			c.keepPod(pod)
+			return pod, nil
+		}
+	}
 	pod := &corev1.Pod{}
 	err := c.do(ctx, func(ctx context.Context, d *draClients) error {
 		return d.core.Get().Namespace(namespace).Resource("pods").Name(name).Do(ctx).Into(pod)
@@ -111,29 +117,13 @@ func (c *Client) Pod(ctx context.Context, namespace, name string) (*corev1.Pod, 
 	return pod, nil
 }
 
-// keepPod remembers the pod's metadata for the call's network-status edit.
-func (c *Client) keepPod(pod *corev1.Pod) {
-	c.podsMu.Lock()
-	defer c.podsMu.Unlock()
-	if c.pods == nil {
-		c.pods = map[string]*metav1.PartialObjectMetadata{}
-	}
-	c.pods[pod.Namespace+"/"+pod.Name] = &metav1.PartialObjectMetadata{ObjectMeta: *pod.ObjectMeta.DeepCopy()}
-}
-
-// keptPod returns, once, the metadata of the pod Pod read: a network-status edit starts
-// from it and saves a read (the pod is read once per ADD); when the pod changed since,
-// the patch's resourceVersion precondition fails and the edit reads it again.
-func (c *Client) keptPod(namespace, name string) *metav1.PartialObjectMetadata {
-	c.podsMu.Lock()
-	defer c.podsMu.Unlock()
-	pod := c.pods[namespace+"/"+name]
-	delete(c.pods, namespace+"/"+name)
-	return pod
-}
-
 // ResourceClaim reads one ResourceClaim.
 func (c *Client) ResourceClaim(ctx context.Context, namespace, name string) (*resourcev1.ResourceClaim, error) {
+	if c.cache != nil {
+		if claim, ok := c.cache.ResourceClaim(namespace, name); ok {
+			return claim, nil
+		}
+	}
 	var claim *resourcev1.ResourceClaim
 	err := c.do(ctx, func(ctx context.Context, d *draClients) (err error) {
 		claim = &resourcev1.ResourceClaim{}
@@ -149,6 +139,11 @@ func (c *Client) ResourceClaim(ctx context.Context, namespace, name string) (*re
 // both selected by the API server (spec.nodeName and spec.driver are
 // field-selectable).
 func (c *Client) ResourceSlices(ctx context.Context, node, driver string) ([]resourcev1.ResourceSlice, error) {
+	if c.cache != nil {
+		if list, ok := c.cache.ResourceSlices(node, driver); ok {
+			return list, nil
+		}
+	}
 	sel := fields.Set{resourcev1.ResourceSliceSelectorNodeName: node, resourcev1.ResourceSliceSelectorDriver: driver}
 	list := &resourcev1.ResourceSliceList{}
 	opts := &metav1.ListOptions{FieldSelector: sel.AsSelector().String()}

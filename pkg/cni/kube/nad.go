@@ -15,6 +15,11 @@ func (c *Client) NADResourceName(ctx context.Context, namespace, name string) (s
 	if namespace == "" || name == "" {
 		return "", fmt.Errorf("kube: NetworkAttachmentDefinition %q/%q: namespace and name are required", namespace, name)
 	}
+	if c.cache != nil {
+		if nad, ok := c.cache.NAD(namespace, name); ok {
+			return nad.Annotations[ResourceNameAnnot], nil
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	var res string

@@ -65,8 +65,13 @@ func (c *Client) editStatus(ctx context.Context, namespace, name, uid string,
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	pods := c.meta.Resource(podsResource).Namespace(namespace)
+	first := true
 	return c.retry(ctx, func(ctx context.Context) (bool, error) {
-		pod := c.keptPod(namespace, name)
+		pod := c.keptPod(namespace, name, uid)
+		if pod == nil && first {
+			pod = c.cachedPodMeta(namespace, name, uid)
+		}
+		first = false
 		if pod == nil {
 			var err error
 			if pod, err = pods.Get(ctx, name, metav1.GetOptions{}); err != nil {
@@ -88,10 +93,11 @@ func (c *Client) editStatus(ctx context.Context, namespace, name, uid string,
 		if err != nil {
 			return true, err
 		}
-		_, err = pods.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+		patched, err := pods.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 		if err != nil {
 			return podError(err, namespace, name)
 		}
+		c.keepPatched(patched)
 		return true, nil
 	})
 }

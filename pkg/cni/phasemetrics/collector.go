@@ -23,8 +23,17 @@ import (
 // buckets span a fast local step (100 µs) to a slow delegate or API server (~13 s).
 var buckets = prometheus.ExponentialBuckets(0.0001, 2, 18)
 
+// The paths a call took, the value of devplumb_call_duration_seconds's "path":
+// through the node agent (its calls are observed in its process), or whole in
+// devplumb-direct (its calls leave spool records).
+const (
+	PathAgent  = "agent"
+	PathDirect = "direct"
+)
+
 // Collector drains one spool into histograms: per op and phase, and per op and
 // outcome for the sum of a call's phases (devplumb's own time, without process start).
+// The node agent also observes its own calls into them (Observe).
 type Collector struct {
 	dir   string
 	log   *slog.Logger
@@ -51,9 +60,9 @@ func NewCollector(stateDir string, log *slog.Logger) (*Collector, error) {
 		}, []string{"op", "phase", "network"}),
 		call: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "devplumb_call_duration_seconds",
-			Help:    "Time devplumb's CNI calls spent in all their phases, by outcome (ok, error).",
+			Help:    "Time devplumb's CNI calls spent in all their phases, by outcome (ok, error) and path (agent, direct).",
 			Buckets: buckets,
-		}, []string{"op", "result", "network"}),
+		}, []string{"op", "result", "network", "path"}),
 		bad: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "devplumb_phase_spool_unreadable_total",
 			Help: "Spool records that could not be read and were removed.",
@@ -111,6 +120,12 @@ func (c *Collector) observe(path string) error {
 	if err := json.Unmarshal(b, &r); err != nil {
 		return err
 	}
+	return c.Observe(r, PathDirect)
+}
+
+// Observe adds one call's phases to the histograms; callPath is PathAgent or
+// PathDirect.
+func (c *Collector) Observe(r phasespool.Record, callPath string) error {
 	if r.Op != "ADD" && r.Op != "DEL" {
 		return fmt.Errorf("op %q is neither ADD nor DEL", r.Op)
 	}
@@ -124,7 +139,7 @@ func (c *Collector) observe(path string) error {
 	if r.Failed {
 		result = "error"
 	}
-	c.call.WithLabelValues(r.Op, result, r.Network).Observe(total)
+	c.call.WithLabelValues(r.Op, result, r.Network, callPath).Observe(total)
 	return nil
 }
 

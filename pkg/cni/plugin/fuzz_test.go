@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/devplumb/devplumb/pkg/cni/delegate"
+	"github.com/devplumb/devplumb/pkg/base/libcnicache"
 )
 
 // FuzzCNIArgs: no CNI_ARGS string panics; what podFromArgs accepts is the
@@ -25,7 +25,7 @@ func FuzzCNIArgs(f *testing.F) {
 				}
 			}
 		}
-		for _, kv := range delegate.ParseArgs(s) {
+		for _, kv := range libcnicache.SplitArgs(s) {
 			if strings.ContainsAny(kv[0], ";=") || strings.Contains(kv[1], ";") {
 				t.Fatalf("pair %q of %q", kv, s)
 			}

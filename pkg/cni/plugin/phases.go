@@ -63,12 +63,16 @@ func (p *phases) log(l *slog.Logger, op string) {
 	l.Debug("phases", attrs...)
 }
 
-// endTiming ends the call's timing: the phases are logged and, when a node daemon keeps
-// a spool (devplumbctl metrics), dropped there for its histograms. Losing a sample is
-// no reason to fail a call.
+// endTiming ends the call's timing: the phases are logged and handed to
+// Plugin.Phases (the node agent's histograms) or, without it, dropped in the
+// spool when a node daemon keeps one. Losing a sample is no reason to fail a call.
 func (c *call) endTiming(op string, err error) {
 	c.timing.log(c.log, op)
 	rec := phasespool.Record{Op: op, Network: c.conf.Name, Failed: err != nil, Phases: c.timing.recorded()}
+	if c.plugin.Phases != nil {
+		c.plugin.Phases(rec)
+		return
+	}
 	if err := phasespool.Drop(c.conf.StateDir, rec); err != nil {
 		c.log.Debug("phase record not spooled", "err", err)
 	}

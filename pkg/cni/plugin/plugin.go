@@ -21,10 +21,12 @@ import (
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 
 	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/base/libcnicache"
 	"github.com/devplumb/devplumb/pkg/base/safefile"
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
 	"github.com/devplumb/devplumb/pkg/cni/config"
 	"github.com/devplumb/devplumb/pkg/cni/delegate"
+	"github.com/devplumb/devplumb/pkg/cni/phasespool"
 	"github.com/devplumb/devplumb/podresources"
 )
 
@@ -65,6 +67,9 @@ type Plugin struct {
 	// socket and release, called when the call is done with it: the node
 	// agent shares one connection per socket. Unset, each call dials its own.
 	PodResources func(socket string, timeout time.Duration, log *slog.Logger) (*podresources.Client, func(), error)
+	// Phases, when set, gets each ADD's and DEL's phase timings (the node
+	// agent's histograms); unset, they go to the phase spool, if one is kept.
+	Phases func(phasespool.Record)
 	// Exec runs the delegates (libcni's invoke.Exec); nil runs the plugin binaries found
 	// on CNI_PATH. Tests stand in for a delegate with it.
 	Exec invoke.Exec
@@ -165,7 +170,7 @@ func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Err
 	return &call{
 		plugin: p, log: p.Log, args: &own, closeLog: closeLog, conf: conf, pod: pod,
 		key:        key,
-		cniArgs:    delegate.ParseArgs(args.Args),
+		cniArgs:    libcnicache.SplitArgs(args.Args),
 		deviceInfo: deviceInfo,
 		names:      &names{conf: conf, podNamespace: pod.Namespace, containerID: args.ContainerID, ifName: args.IfName, deviceInfo: deviceInfo},
 		records:    records,

@@ -1,0 +1,119 @@
+package nodecache
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/tools/cache"
+)
+
+// The kinds a lookup is for, devplumb_agent_cache_lookups_total's "kind".
+const (
+	kindPod   = "pod"
+	kindClaim = "resourceclaim"
+	kindSlice = "resourceslice"
+	kindNAD   = "networkattachmentdefinition"
+)
+
+// Pod is kube.Cache's: this node's pod of uid (any, when empty).
+func (c *Cache) Pod(namespace, name, uid string) (*corev1.Pod, bool) {
+	pod, ok := c.pod(namespace, name)
+	ok = ok && (uid == "" || string(pod.UID) == uid)
+	c.metrics.lookup(kindPod, ok)
+	if !ok {
+		return nil, false
+	}
+	return pod.DeepCopy(), true
+}
+
+func (c *Cache) pod(namespace, name string) (*corev1.Pod, bool) {
+	if c.closed() || !c.pods.HasSynced() {
+		return nil, false
+	}
+	obj, ok, err := c.pods.GetStore().GetByKey(namespace + "/" + name)
+	if err != nil || !ok {
+		return nil, false
+	}
+	pod, ok := obj.(*corev1.Pod)
+	return pod, ok
+}
+
+// ResourceClaim is kube.Cache's: a claim of one of this node's pods, read
+// when the pod came, and only while it is reserved for a pod the cache
+// holds (a claim deleted and made again under its name is read afresh).
+func (c *Cache) ResourceClaim(namespace, name string) (*resourcev1.ResourceClaim, bool) {
+	claim, ok := c.claimStore().get(namespace, name)
+	c.metrics.lookup(kindClaim, ok)
+	if !ok {
+		return nil, false
+	}
+	return claim.DeepCopy(), true
+}
+
+// ResourceSlices is kube.Cache's: driver's slices on this node. Another
+// node's are not held: a miss.
+func (c *Cache) ResourceSlices(node, driver string) ([]resourcev1.ResourceSlice, bool) {
+	inf := c.sliceInformer()
+	ok := node == c.node && !c.closed() && inf.HasSynced()
+	c.metrics.lookup(kindSlice, ok)
+	if !ok {
+		return nil, false
+	}
+	var out []resourcev1.ResourceSlice
+	for _, obj := range inf.GetStore().List() {
+		if s, isSlice := obj.(*resourcev1.ResourceSlice); isSlice && s.Spec.Driver == driver {
+			out = append(out, *s.DeepCopy())
+		}
+	}
+	return out, true
+}
+
+// NAD is kube.Cache's: a NetworkAttachmentDefinition's metadata.
+func (c *Cache) NAD(namespace, name string) (*metav1.PartialObjectMetadata, bool) {
+	inf := c.nadInformer()
+	var nad *metav1.PartialObjectMetadata
+	if !c.closed() && inf.HasSynced() {
+		if obj, found, err := inf.GetStore().GetByKey(namespace + "/" + name); err == nil && found {
+			nad, _ = obj.(*metav1.PartialObjectMetadata)
+		}
+	}
+	c.metrics.lookup(kindNAD, nad != nil)
+	if nad == nil {
+		return nil, false
+	}
+	return nad.DeepCopy(), true
+}
+
+// sliceInformer starts watching this node's slices at the first lookup.
+func (c *Cache) sliceInformer() cache.SharedIndexInformer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.slices == nil {
+		c.slices = c.nodeScoped.Resource().V1().ResourceSlices().Informer()
+		c.nodeScoped.Start(c.ctx.Done())
+	}
+	return c.slices
+}
+
+// nadInformer starts watching NADs' metadata at the first lookup. They are
+// not per node; a cluster has few.
+func (c *Cache) nadInformer() cache.SharedIndexInformer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.nads == nil {
+		c.nads = metadatainformer.NewFilteredMetadataInformer(c.meta, nadsResource, metav1.NamespaceAll, 0,
+			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil).Informer()
+		if err := c.nads.SetTransform(dropManagedFields); err != nil {
+			c.log.Error("nodecache: NAD transform", "err", err)
+		}
+		go c.nads.Run(c.ctx.Done())
+	}
+	return c.nads
+}
+
+// claimStore starts reading the claims of this node's pods at the first lookup.
+func (c *Cache) claimStore() *claimStore {
+	c.claims.enable()
+	return c.claims
+}
