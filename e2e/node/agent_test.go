@@ -130,12 +130,22 @@ func agentLog(t *testing.T) string {
 func TestAgentServesAttachments(t *testing.T) {
 	t.Run("multus-thick", func(t *testing.T) {
 		agentOnly(t)
-		twoAttachmentsOfOneResource(t, multusThick)
+		countedByAgent(t, "netdev-net", 2, func() { twoAttachmentsOfOneResource(t, multusThick) })
 	})
 	t.Run("alone", func(t *testing.T) {
 		agentOnly(t)
-		TestDevplumbAloneInTheConflist(t)
+		countedByAgent(t, "devplumb-alone", 1, func() { TestDevplumbAloneInTheConflist(t) })
 	})
+}
+
+// countedByAgent runs scenario and wants the agent's metrics to count n more ADDs and DELs of
+// network that it served (path agent).
+func countedByAgent(t *testing.T, network string, n float64, scenario func()) {
+	t.Helper()
+	adds, dels := callMetrics(t, "ADD", network), callMetrics(t, "DEL", network)
+	scenario()
+	logCalls(t, "ADD "+network, waitCalls(t, adds, "ADD", network, "agent", n))
+	logCalls(t, "DEL "+network, waitCalls(t, dels, "DEL", network, "agent", n))
 }
 
 // TestAgentDRAClaim: TestDRAClaimToPodNetwork (a claim the container references and a
@@ -195,6 +205,9 @@ func TestAgentKilledMidBurst(t *testing.T) {
 		return nil
 	})
 	waitAgent(t)
+	// The restarted agent counts what it served and what devplumb-direct ran meanwhile
+	// (spooled); what the killed one served went with it.
+	logCalls(t, "ADDs of the burst seen by the restarted agent", callMetrics(t, "ADD", "agent-burst"))
 	for _, p := range pods {
 		deletePod(t, p)
 	}
@@ -286,7 +299,13 @@ func TestAgentVersionSkew(t *testing.T) {
 	deployed(t)
 	waitAgent(t)
 	useEntryPoint(t, skewedEntryPoint(t))
+	before := callMetrics(t, "ADD", "devplumb-alone")
 	TestDevplumbAloneInTheConflist(t)
+	// devplumb-direct's calls reach the agent's metrics through the spool it drains.
+	after := waitCalls(t, before, "ADD", "devplumb-alone", "direct", 1)
+	if got := after["agent"].count - before["agent"].count; got != 0 {
+		t.Errorf("the agent served %v ADDs of the skewed entry point", got)
+	}
 	want := fmt.Sprintf("protocol version %d (build %s", agentproto.ProtocolVersion+1, skewBuild)
 	if log := agentLog(t); !strings.Contains(log, want) {
 		t.Errorf("the agent's log does not show the skewed entry point's hello refused (%q):\n%s", want, tailLines(log, 20))
