@@ -181,18 +181,20 @@ func TestAgentKilledMidBurst(t *testing.T) {
 	useConflist(t, "agent-burst", hostDeviceConflist("agent-burst", "example.com/storm", "192.0.2.40/24"))
 	restarts, pid := agentRestarts(t), agentPid(t)
 
+	before := callMetrics(t, "ADD", "agent-burst")
 	pods := createBurst(t, "burst", len(names), map[string]string{"example.com/storm": "1"})
-	waitFor(t, "the burst's first pod running", func(c context.Context) error {
-		if running(c, pods) == 0 {
-			return fmt.Errorf("none running yet; pods: %s", podStates(c, "default"))
+	// The agent's own count of the ADDs it completed: a pod runs well after its ADD.
+	var served float64
+	waitFor(t, "the agent serving the burst's first ADD", func(context.Context) error {
+		if served = callMetrics(t, "ADD", "agent-burst")["agent"].count - before["agent"].count; served == 0 {
+			return errors.New("none served yet")
 		}
 		return nil
 	})
-	n := running(ctx(t), pods)
 	e2etest.Must(t, killPid(pid))
-	t.Logf("killed the agent (pid %d) with %d of %d pods running", pid, n, len(pods))
-	if n == len(pods) {
-		t.Fatalf("all %d pods ran before the agent was killed: nothing was under way", n)
+	t.Logf("killed the agent (pid %d) when it had served %v of %d ADDs", pid, served, len(pods))
+	if served >= float64(len(pods)) {
+		t.Fatalf("the agent served all %d ADDs before it was killed: nothing was under way", len(pods))
 	}
 	checkBurst(t, pods, "eth0")
 	for _, p := range pods {
@@ -429,7 +431,7 @@ func TestAgentMemoryWith110Pods(t *testing.T) {
 	waitAgent(t)
 	attached := createBurstAnnotated(t, "mem", len(names), map[string]string{"example.com/storm": "1"},
 		map[string]string{"k8s.v1.cni.cncf.io/networks": nad + "@net1"})
-	fill := maxPods - podsOnNode(t) - len(attached)
+	fill := maxPods - podsOnNode(t)
 	if fill < 0 {
 		t.Fatalf("the node already holds %d pods", podsOnNode(t))
 	}
@@ -441,8 +443,17 @@ func TestAgentMemoryWith110Pods(t *testing.T) {
 	if n := podsOnNode(t); n != maxPods {
 		t.Errorf("%d pods on the node, want %d", n, maxPods)
 	}
-	rss := residentBytes(t, agentPid(t))
-	t.Logf("the agent's resident memory with %d pods on its node: %.1f MiB", maxPods, float64(rss)/(1<<20))
+	mem := memoryOf(t, agentPid(t))
+	rss := mem["VmRSS"]
+	t.Logf("the agent's memory with %d pods on its node: VmRSS %.1f MiB (anonymous %.1f, file %.1f), VmHWM %.1f MiB",
+		maxPods, mib(rss), mib(mem["RssAnon"]), mib(mem["RssFile"]), mib(mem["VmHWM"]))
+	_, body := scrapeAgent(t)
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, "go_memstats_heap_inuse_bytes ") || strings.HasPrefix(l, "go_memstats_sys_bytes ") ||
+			strings.HasPrefix(l, "go_goroutines ") {
+			t.Logf("agent metric %s", l)
+		}
+	}
 	if rss > agentMemoryBound {
 		t.Errorf("the agent holds %.1f MiB resident with %d pods on its node, want at most %d MiB", float64(rss)/(1<<20), maxPods, agentMemoryBound>>20)
 	}
@@ -450,28 +461,41 @@ func TestAgentMemoryWith110Pods(t *testing.T) {
 	waitDevicesBack(t, names)
 }
 
-// podsOnNode counts the pods bound to the node, in every namespace.
+// podsOnNode counts the pods bound to the node that count against its pod limit: those
+// not terminating and not ended.
 func podsOnNode(t *testing.T) int {
 	t.Helper()
 	pods, err := nd.Client.CoreV1().Pods("").List(ctx(t), metav1.ListOptions{FieldSelector: "spec.nodeName=devplumb-node"})
 	e2etest.Must(t, err)
-	return len(pods.Items)
+	n := 0
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			n++
+		}
+	}
+	return n
 }
 
-// residentBytes is the process's VmRSS.
-func residentBytes(t *testing.T, pid int) int64 {
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// memoryOf is the process's /proc status memory lines (VmRSS, RssAnon, ...) in bytes.
+func memoryOf(t *testing.T, pid int) map[string]int64 {
 	t.Helper()
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	e2etest.Must(t, err)
+	out := map[string]int64{}
 	for _, l := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+		k, v, ok := strings.Cut(l, ":")
+		if v, isKB := strings.CutSuffix(strings.TrimSpace(v), " kB"); ok && isKB {
+			kb, err := strconv.ParseInt(v, 10, 64)
 			e2etest.Must(t, err)
-			return kb << 10
+			out[k] = kb << 10
 		}
 	}
-	t.Fatalf("/proc/%d/status has no VmRSS", pid)
-	return 0
+	if out["VmRSS"] == 0 {
+		t.Fatalf("/proc/%d/status has no VmRSS:\n%s", pid, data)
+	}
+	return out
 }
 
 // deleteAll deletes the pods at once, then waits until each is gone.
