@@ -17,16 +17,14 @@ import (
 	"github.com/devplumb/devplumb/pkg/base/version"
 	"github.com/devplumb/devplumb/pkg/cni/agent"
 	"github.com/devplumb/devplumb/pkg/cni/agentproto"
-	"github.com/devplumb/devplumb/pkg/cni/kube"
 	"github.com/devplumb/devplumb/pkg/cni/nodecache"
 	"github.com/devplumb/devplumb/pkg/cni/phasemetrics"
 	"github.com/devplumb/devplumb/pkg/cni/phasespool"
-	"github.com/devplumb/devplumb/pkg/cni/plugin"
 	"github.com/devplumb/devplumb/podresources"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-const agentUsage = `usage: devplumbctl agent [--socket PATH] [--node-name NAME] [--timeout D] [--listen ADDR
+const agentUsage = `usage: devplumbctl agent [--socket PATH] [--node-name NAME] [--kubeconfig FILE] [--timeout D] [--listen ADDR
          [--state-dir DIR] [--drain-interval D] [--secure-metrics ...]] [--log-level L] [--log-format F]
   serve devplumb's CNI entry point on a root-only unix socket (the node agent): it
   prepares each ADD and DEL (device, record, device-info) and commits it after the
@@ -40,9 +38,9 @@ const agentUsage = `usage: devplumbctl agent [--socket PATH] [--node-name NAME] 
 
 // agentFlags are devplumbctl agent's settings.
 type agentFlags struct {
-	socket, node *string
-	timeout      *time.Duration
-	metrics      *metricsFlags
+	socket, node, kubeconfig *string
+	timeout                  *time.Duration
+	metrics                  *metricsFlags
 }
 
 // agentCmd serves until SIGINT or SIGTERM, then removes its socket and exits 0.
@@ -51,8 +49,10 @@ func agentCmd(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), agentUsage); fs.PrintDefaults() }
 	f := agentFlags{
-		socket:  fs.String("socket", agentproto.DefaultSocket, "listen on this unix socket (its directory is made 0700)"),
-		node:    fs.String("node-name", defaultNodeName(), "the node whose pods and ResourceSlices the agent watches (default $NODE_NAME, else the host name)"),
+		socket: fs.String("socket", agentproto.DefaultSocket, "listen on this unix socket (its directory is made 0700)"),
+		node:   fs.String("node-name", defaultNodeName(), "the node whose pods and ResourceSlices the agent watches ($NODE_NAME, else the host name)"),
+		kubeconfig: fs.String("kubeconfig", "", "start this kubeconfig's client and watches at once (the one the node's configs name), "+
+			"waiting for the file if it is not there yet; without it they start at the first call naming it"),
 		timeout: fs.Duration("timeout", podresources.DefaultTimeout, "bound of each request to the kubelet or the API server"),
 		metrics: registerMetricsFlags(fs, "", "serve /metrics and /healthz on this address (host:port); empty: none"),
 	}
@@ -91,7 +91,7 @@ func defaultNodeName() string {
 
 func serveAgent(ctx context.Context, f agentFlags, log *slog.Logger) error {
 	cacheMetrics := nodecache.NewMetrics()
-	cfg := agent.Config{Build: version.Get().String(), Log: log, Timeout: *f.timeout, NewKube: agentKube(*f.node, cacheMetrics)}
+	cfg := agent.Config{Build: version.Get().String(), Log: log, Timeout: *f.timeout, NewKube: agent.NodeKube(*f.node, cacheMetrics)}
 	var spool *phasemetrics.Collector
 	if *f.metrics.listen != "" {
 		var err error
@@ -118,6 +118,9 @@ func serveAgent(ctx context.Context, f agentFlags, log *slog.Logger) error {
 	if spool != nil {
 		metricsDone = startAgentMetrics(ctx, stop, f.metrics, spool, log, append(a.Collectors(), cacheMetrics)...)
 	}
+	if *f.kubeconfig != "" {
+		go warm(ctx, a, *f.kubeconfig, log)
+	}
 	log.Info("devplumb agent serving", "socket", *f.socket, "node", *f.node, "build", a.Build())
 	err = (&agentproto.Server{Handler: a, Log: log}).Serve(ctx, l)
 	stop()
@@ -137,43 +140,22 @@ func startAgentMetrics(ctx context.Context, stop func(), m *metricsFlags, spool 
 	return func() error { return <-done }
 }
 
-// agentKube builds the client of a kubeconfig with a cache of node's
-// objects (none without a node name: every read goes to the API server).
-func agentKube(node string, m *nodecache.Metrics) func(string, time.Duration, *slog.Logger) (plugin.Kube, error) {
-	return func(kubeconfig string, timeout time.Duration, log *slog.Logger) (plugin.Kube, error) {
-		cfg, err := kube.LoadConfig(kubeconfig)
-		if err != nil {
-			return nil, err
+// warm starts the kubeconfig's client and watches, retrying until the file
+// is there and loads (the install container writes it) or ctx ends.
+func warm(ctx context.Context, a *agent.Agent, kubeconfig string, log *slog.Logger) {
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for {
+		err := a.Warm(kubeconfig)
+		if err == nil {
+			log.Info("Kubernetes client and watches started", "kubeconfig", kubeconfig)
+			return
 		}
-		c, err := kube.NewForConfig(cfg, timeout, log)
-		if err != nil || node == "" {
-			return orNil(c, err)
+		log.Debug("kubeconfig not usable yet", "kubeconfig", kubeconfig, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
 		}
-		nc, err := nodecache.New(cfg, node, m, log)
-		if err != nil {
-			return nil, err
-		}
-		c.UseCache(nc)
-		return &cachedKube{Client: c, cache: nc}, nil
 	}
-}
-
-// cachedKube is a client with its cache, closed with it.
-type cachedKube struct {
-	*kube.Client
-	cache *nodecache.Cache
-}
-
-func (k *cachedKube) Close() error { return k.cache.Close() }
-
-func newKube(kubeconfig string, timeout time.Duration, log *slog.Logger) (plugin.Kube, error) {
-	return orNil(kube.New(kubeconfig, timeout, log))
-}
-
-// orNil keeps a typed nil out of the interface.
-func orNil(c *kube.Client, err error) (plugin.Kube, error) {
-	if err != nil || c == nil {
-		return nil, err
-	}
-	return c, nil
 }

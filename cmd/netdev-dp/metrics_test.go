@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,17 +16,6 @@ import (
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/pkg/testenv"
 )
-
-// freeAddr is a loopback address nobody listens on right now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
@@ -45,7 +33,7 @@ func get(t *testing.T, url string) (int, string) {
 // registrations and allocations.
 func TestMetricsAndProbes(t *testing.T) {
 	b := newBinNode(t, "a.sock", "b.sock")
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	var stderr bytes.Buffer
 	cmd := exec.Command(b.bin, "--config", b.config, "--plugin-dir", b.node.PluginDir(),
 		"--devinfo-dir", b.devinfoDir, "--cdi-dir", b.cdiDir, "--metrics-address", addr, "--log-format", "json",
@@ -143,7 +131,7 @@ func TestHealthzFollowsTheKubelet(t *testing.T) {
 	root, sockDir, work := t.TempDir(), t.TempDir(), t.TempDir()
 	config := vhostUserSetup(t, sockDir, work, "a.sock")
 	kubelet, _ := startKubelet(t, root)
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	dp := exec.Command(bin, "--config", config, "--plugin-dir", kubeletsim.PluginDir(root),
 		"--devinfo-dir", filepath.Join(work, "devinfo"), "--cdi-dir", filepath.Join(work, "cdi"),
 		"--metrics-address", addr, "--health-grace=0")
@@ -186,7 +174,7 @@ func TestHealthzFollowsTheKubelet(t *testing.T) {
 // TestSecureMetrics runs the same guard against a real API server.
 func TestSecureMetricsFlag(t *testing.T) {
 	b := newBinNode(t, "a.sock")
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	kc := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := os.WriteFile(kc, []byte("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\n"+
 		"contexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\nusers: [{name: u, user: {token: x}}]\n"), 0o600); err != nil {

@@ -104,7 +104,7 @@ func TestNetworkStatusFromThePodReadForClaims(t *testing.T) {
 		e2etest.Must(t, err)
 		c, err := kube.New(kc, 10*time.Second, nil)
 		e2etest.Must(t, err)
-		_, err = c.Pod(e2etest.Ctx(t), cniNS, pod.Name)
+		_, err = c.Pod(e2etest.Ctx(t), cniNS, pod.Name, "")
 		e2etest.Must(t, err)
 		other := `[{"name":"other","interface":"eth0","ips":["192.0.2.2"]}]`
 		if tc.changed {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -23,6 +22,7 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/devplumb/devplumb/e2e/e2etest"
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
 // metadataCDI tells the CDI device that mounts a request's device metadata (KEP-5304),
@@ -82,14 +82,6 @@ func wantMetrics(t *testing.T, base string, lines ...string) {
 	}
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	e2etest.Must(t, err)
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // TestDriverMonitored runs netdev-dp --mode dra with --metrics-address and
 // --health-grace=0 on the real API server, the test playing the kubelet: /readyz waits
 // for the registration and the slices in the API server; /healthz fails while the driver
@@ -98,7 +90,7 @@ func freeAddr(t *testing.T) string {
 // slices, registrations, a kubelet restart, prepares and unprepares.
 func TestDriverMonitored(t *testing.T) {
 	n := newDriverNode(t)
-	base := "http://" + freeAddr(t)
+	base := "http://" + testenv.FreeAddr(t)
 	n.start("--metrics-address="+strings.TrimPrefix(base, "http://"), "--health-grace=0")
 	waitProbe(t, base+"/healthz", 503, drvDriver+": not registered with the kubelet for")
 	waitProbe(t, base+"/readyz", 503, "not registered with the kubelet")

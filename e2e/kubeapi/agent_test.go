@@ -1,16 +1,16 @@
 package kubeapi_test
 
 import (
-	"context"
 	"encoding/json"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
+	corev1 "k8s.io/api/core/v1"
+	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/pkg/cni/agent"
@@ -75,12 +75,8 @@ func TestAgentNetworkStatus(t *testing.T) {
 // ends; it returns the socket and the count of clients built.
 func startAgent(t *testing.T) (string, *atomic.Int32) {
 	t.Helper()
-	// Each call marks the process's delegates one devplumb deeper
-	// (plugin.DepthEnv): restored at the end, so that the devplumb binaries
-	// later tests run are not refused as devplumb's own delegates.
-	t.Setenv(plugin.DepthEnv, "")
 	builds := &atomic.Int32{}
-	a := agent.New(agent.Config{Build: "e2e", Log: slog.New(slog.NewTextHandler(os.Stderr, nil)), Timeout: 10 * time.Second,
+	socket := e2etest.ServeAgent(t, agent.Config{Build: "e2e", Log: slog.New(slog.NewTextHandler(os.Stderr, nil)), Timeout: 10 * time.Second,
 		NewKube: func(kubeconfig string, timeout time.Duration, log *slog.Logger) (plugin.Kube, error) {
 			builds.Add(1)
 			c, err := kube.New(kubeconfig, timeout, log)
@@ -89,21 +85,47 @@ func startAgent(t *testing.T) (string, *atomic.Int32) {
 			}
 			return c, nil
 		}})
-	dir, err := os.MkdirTemp("", "agent")
-	e2etest.Must(t, err)
-	socket := filepath.Join(dir, "agent.sock")
-	l, err := agentproto.Listen(socket)
-	e2etest.Must(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- agentproto.Serve(ctx, l, a) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-		a.Close()
-		os.RemoveAll(dir)
-	})
 	return socket, builds
+}
+
+// The agent's client of a kubeconfig (agent.NodeKube: its node's watches and
+// its Event writer) writes the network-status of a pod the watches hold and
+// records the Events "events": "all" asks for after the call returned: a
+// Normal AddedInterface for the ADD, a Warning AttachmentFailed for an ADD
+// of a pod the kubelet lists no device for.
+func TestAgentNodeKubeRecordsEvents(t *testing.T) {
+	n := newNode(t)
+	socket := e2etest.ServeAgent(t, agent.Config{Build: "e2e", Log: slog.New(slog.NewTextHandler(os.Stderr, nil)),
+		Timeout: 10 * time.Second, NewKube: agent.NodeKube(nodeName, nil)})
+	pod, err := srv.CreatePod(e2etest.Ctx(t), "default", "dp-agent-events", nodeName, nil)
+	e2etest.Must(t, err)
+	n.givePod(pod.Name)
+	conf, err := json.Marshal(n.conf(map[string]any{"events": "all"}))
+	e2etest.Must(t, err)
+	call := func(cmd, netns string) agenttest.Outcome {
+		return agenttest.Call(t, socket, &agentproto.Prepare{Command: cmd, ContainerID: "c1", Netns: netns,
+			IfName: "net1", Args: n.podArgs(pod.Name, string(pod.UID)), Path: testenv.CNIPlugins(t), StdinData: conf})
+	}
+	netns := testenv.NetNS(t).Path()
+	if o := call(agentproto.CmdAdd, netns); o.Err != nil || o.Committed == nil || o.Committed.Error != nil {
+		t.Fatalf("ADD through the agent: %+v, %v", o.Committed, o.Err)
+	}
+	if got := e2etest.NetworkStatus(t, srv.Client, "default", pod.Name); len(got) != 1 || got[0].Name != "default/"+n.network {
+		t.Errorf("network-status %+v: want the agent's entry", got)
+	}
+	if o := call(agentproto.CmdDel, netns); o.Err != nil || o.Committed == nil || o.Committed.Error != nil {
+		t.Fatalf("DEL through the agent: %+v, %v", o.Committed, o.Err)
+	}
+	// The kubelet no longer lists the device for the pod: ADD fails at prepare.
+	n.pr.SetPod(&v1.PodResources{Namespace: "default", Name: pod.Name, Containers: []*v1.ContainerResources{{Name: "c"}}})
+	if o := call(agentproto.CmdAdd, testenv.NetNS(t).Path()); o.Err != nil || o.Prepared == nil || o.Prepared.Error == nil {
+		t.Fatalf("ADD of a pod without the device: %+v, %v; want its error at prepare", o.Prepared, o.Err)
+	}
+	reasons := map[string]string{}
+	for _, e := range describeEvents(t, pod, 2) {
+		reasons[e.Reason] = e.Type
+	}
+	if reasons["AddedInterface"] != corev1.EventTypeNormal || reasons["AttachmentFailed"] != corev1.EventTypeWarning {
+		t.Errorf("events on the pod by reason %v: want a Normal AddedInterface and a Warning AttachmentFailed", reasons)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"io/fs"
+	"net"
 	"path/filepath"
 	"testing"
 
@@ -125,4 +126,16 @@ func HasLink(t testing.TB, n ns.NetNS, name string) bool {
 		t.Fatalf("look for link %s in netns %s: %v", name, n.Path(), err)
 	}
 	return found
+}
+
+// FreeAddr is a loopback address nobody listened on a moment ago, for a
+// server under test to listen on.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }

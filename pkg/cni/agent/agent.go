@@ -104,6 +104,16 @@ func (a *Agent) Close() {
 	a.kube.closeAll()
 }
 
+// Warm builds the client of kubeconfig now (with agent.NodeKube, its
+// watches start), so that the first ADD naming it finds them synced.
+func (a *Agent) Warm(kubeconfig string) error {
+	if a.plugin.NewKube == nil {
+		return errors.New("the agent has no Kubernetes client builder")
+	}
+	_, err := a.plugin.NewKube(kubeconfig, a.plugin.Timeout, a.log)
+	return err
+}
+
 // Build is the agent's build version.
 func (a *Agent) Build() string { return a.build }
 

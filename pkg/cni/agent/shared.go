@@ -55,6 +55,7 @@ func (k *kubeCache) get(kubeconfig string, timeout time.Duration, _ *slog.Logger
 	}
 	if old, ok := k.clients[kubeconfig]; ok {
 		closeClient(old.client)
+		delete(k.clients, kubeconfig)
 	}
 	if k.clients == nil || len(k.clients) >= maxKubeconfigs {
 		k.closeLocked()

@@ -75,17 +75,23 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.lookups.Collect(ch)
 	m.reads.Collect(ch)
+	for kind, n := range m.Held() {
+		ch <- prometheus.MustNewConstMetric(m.objects, prometheus.GaugeValue, float64(n), kind)
+	}
+}
+
+// Held counts the objects the caches hold, by kind ("pod", "resourceslice",
+// "resourceclaim", "networkattachmentdefinition").
+func (m *Metrics) Held() map[string]int {
 	held := map[string]int{kindPod: 0, kindSlice: 0, kindClaim: 0, kindNAD: 0}
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	for c := range m.caches {
 		for kind, n := range c.held() {
 			held[kind] += n
 		}
 	}
-	m.mu.Unlock()
-	for kind, n := range held {
-		ch <- prometheus.MustNewConstMetric(m.objects, prometheus.GaugeValue, float64(n), kind)
-	}
+	return held
 }
 
 // held counts the objects c holds, by kind.

@@ -71,9 +71,16 @@ func TestDrain(t *testing.T) {
 	if got := testutil.ToFloat64(c.bad); got != 2 {
 		t.Errorf("unreadable records %v, want 2", got)
 	}
+	// The node agent observes its own calls beside the spool's.
+	if err := c.Observe(add, PathAgent); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Observe(phasespool.Record{Op: "CHECK"}, PathAgent); err == nil {
+		t.Error("a CHECK record observed")
+	}
 	counts := callCounts(t, c)
-	if counts["ADD ok"] != 2 || counts["DEL error"] != 1 || len(counts) != 2 {
-		t.Errorf("call histogram counts %v, want ADD ok 2, DEL error 1", counts)
+	if counts["ADD ok direct"] != 2 || counts["DEL error direct"] != 1 || counts["ADD ok agent"] != 1 || len(counts) != 3 {
+		t.Errorf("call histogram counts %v, want ADD ok direct 2, DEL error direct 1, ADD ok agent 1", counts)
 	}
 	if names := spooled(t, state); len(names) != 1 || names[0] != ".partial.json" {
 		t.Errorf("spool after drains: %v", names)
@@ -86,7 +93,7 @@ func TestDrain(t *testing.T) {
 	}
 }
 
-// callCounts is the call histogram's sample count per "op result".
+// callCounts is the call histogram's sample count per "op result path".
 func callCounts(t *testing.T, c *Collector) map[string]uint64 {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
@@ -102,7 +109,7 @@ func callCounts(t *testing.T, c *Collector) map[string]uint64 {
 			for _, p := range m.GetLabel() {
 				l[p.GetName()] = p.GetValue()
 			}
-			out[l["op"]+" "+l["result"]] += m.GetHistogram().GetSampleCount()
+			out[l["op"]+" "+l["result"]+" "+l["path"]] += m.GetHistogram().GetSampleCount()
 		}
 	}
 	return out

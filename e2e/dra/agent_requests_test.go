@@ -1,0 +1,109 @@
+package dra_test
+
+import (
+	"encoding/json"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/devplumb/devplumb/e2e/e2etest"
+	"github.com/devplumb/devplumb/e2e/kubeapi"
+	"github.com/devplumb/devplumb/pkg/cni/agent"
+	"github.com/devplumb/devplumb/pkg/cni/agent/agenttest"
+	"github.com/devplumb/devplumb/pkg/cni/agentproto"
+	"github.com/devplumb/devplumb/pkg/cni/nodecache"
+	"github.com/devplumb/devplumb/pkg/testenv"
+)
+
+// TestAgentAPIRequests counts what an ADD and a DEL through the node agent
+// send the API server once its watches hold the node's objects: writes only
+// (the pod's network-status and the claim's status), on the local path and
+// on the API path alike, where devplumb-direct reads the pod, the claim and
+// the slices (TestCNIAPIRequests). The first ADD builds the client and
+// starts the watches; the claim is read when its pod changes on the node,
+// as a pod reaches a node once the scheduler reserved its claims.
+func TestAgentAPIRequests(t *testing.T) {
+	rc := newRequestCounter(t)
+	n := newCNINode(t)
+	kc := filepath.Join(n.dir, "counted.kubeconfig")
+	e2etest.Must(t, os.WriteFile(kc, []byte(kubeapi.Kubeconfig(rc.URL, srv.Token)), 0o600))
+	m := nodecache.NewMetrics()
+	socket := e2etest.ServeAgent(t, agent.Config{Build: "e2e", Log: slog.New(slog.NewTextHandler(os.Stderr, nil)),
+		Timeout: 10 * time.Second, NewKube: agent.NodeKube(n.name, m)})
+	raw, err := json.Marshal(n.conf(map[string]any{"resourceName": cniResource, "kubeconfig": kc}))
+	e2etest.Must(t, err)
+	call := func(cmd string, pod *corev1.Pod, netns string) agenttest.Outcome {
+		return agenttest.Call(t, socket, &agentproto.Prepare{Command: cmd, ContainerID: "c-" + pod.Name, Netns: netns,
+			IfName: "net1", Args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=" + cniNS + ";K8S_POD_NAME=" + pod.Name + ";K8S_POD_UID=" + string(pod.UID),
+			Path: testenv.CNIPlugins(t), StdinData: raw})
+	}
+	var dev string
+	writes := map[string]int{"PATCH pods (metadata)": 1, "PATCH resourceclaims/status": 1}
+	for i, tc := range []struct {
+		name   string
+		report bool
+	}{{"warm-up", false}, {"local", true}, {"api", false}} {
+		var pod *corev1.Pod
+		claimName := "claim-" + cniRandom()
+		if i == 0 { // the slice's one device, moved in by each ADD and back by its DEL
+			dev, pod, claimName = n.oneDevicePod(false)
+		} else {
+			pod = n.pod("pod-"+cniRandom(), claimName, false)
+			n.claim(claimName, nil, []*corev1.Pod{pod}, "dev-0")
+		}
+		if tc.report {
+			n.report(pod, claimName, []string{"dev-0"}, []string{dev})
+		}
+		touchPod(t, pod)
+		if i > 0 {
+			waitHeld(t, m, i+1)
+		}
+		netns := testenv.NetNS(t).Path()
+		rc.Take()
+		if o := call(agentproto.CmdAdd, pod, netns); o.Err != nil || o.Committed == nil || o.Committed.Error != nil {
+			t.Fatalf("%s ADD through the agent: %+v, %v", tc.name, o.Committed, o.Err)
+		}
+		add := requestsOnly(rc.Take())
+		if o := call(agentproto.CmdDel, pod, netns); o.Err != nil || (o.Committed != nil && o.Committed.Error != nil) {
+			t.Fatalf("%s DEL through the agent: %+v, %v", tc.name, o.Committed, o.Err)
+		}
+		del := requestsOnly(rc.Take())
+		t.Logf("API requests through the agent, %s: ADD %s; DEL %s", tc.name, kubeapi.DescribeCounts(add), kubeapi.DescribeCounts(del))
+		if i > 0 && (!maps.Equal(add, writes) || !maps.Equal(del, writes)) {
+			t.Errorf("%s path: ADD %s; DEL %s\nwant writes only: %s", tc.name, kubeapi.DescribeCounts(add),
+				kubeapi.DescribeCounts(del), kubeapi.DescribeCounts(writes))
+		}
+	}
+}
+
+// touchPod changes the pod on the node, as its binding does after the
+// scheduler reserved its claims.
+func touchPod(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	_, err := srv.Client.CoreV1().Pods(pod.Namespace).Patch(e2etest.Ctx(t), pod.Name, types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"bound":"yes"}}}`), metav1.PatchOptions{})
+	e2etest.Must(t, err)
+}
+
+// waitHeld waits until the agent's watches hold pods and claims pods each.
+func waitHeld(t *testing.T, m *nodecache.Metrics, pods int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		held := m.Held()
+		if held["pod"] >= pods && held["resourceclaim"] >= pods {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent's watches hold %v, want %d pods and claims", held, pods)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
