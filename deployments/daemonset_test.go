@@ -103,7 +103,7 @@ func agentArgs(t *testing.T, c corev1.Container) map[string]string {
 
 // TestAgentContainer: the devplumb DaemonSet's agent container serves the entry point's
 // socket where the entry point dials (agentproto.DefaultSocket, the same path on the host),
-// keeps its state in the host's state directory, watches the node the pod runs on (NODE_NAME
+// starts with the installer's kubeconfig, keeps its state in the host's state directory, watches the node the pod runs on (NODE_NAME
 // from the downward API), serves /metrics secured, and its probes ask the port it listens on
 // over HTTPS, on the node's network.
 func TestAgentContainer(t *testing.T) {
@@ -116,6 +116,9 @@ func TestAgentContainer(t *testing.T) {
 	}
 	if dir := filepath.Dir(agentproto.DefaultSocket); hostPathOf(spec, c, dir) != dir {
 		t.Errorf("the socket's directory %s is %q on the host, want the same path", dir, hostPathOf(spec, c, dir))
+	}
+	if got := hostPathOf(spec, c, args["--kubeconfig"]); got != kubeconfigPath {
+		t.Errorf("--kubeconfig %q is %q on the host, want the installer's %s, which the configs name", args["--kubeconfig"], got, kubeconfigPath)
 	}
 	if got := hostPathOf(spec, c, args["--state-dir"]); got != config.DefaultStateDir {
 		t.Errorf("--state-dir %s is %q on the host, want %s", args["--state-dir"], got, config.DefaultStateDir)
