@@ -1,7 +1,7 @@
 # devplumb — see README.md. Every target runs on a fresh machine after .ci/run's installs.
 GO       ?= go
 BIN      := bin
-CMDS     := devplumb devplumb-direct devplumbctl netdev-dp nodesim cdi-devnodes cdi-adapter
+CMDS     := devplumb devplumb-direct devplumb-agent devplumbctl netdev-dp nodesim cdi-devnodes cdi-adapter
 # Prebuilt real parts for the Kubernetes, Multus and real-node end-to-end tests, built
 # from the Go module proxy at pinned versions into ~/.cache/devplumb (see scripts/). The
 # node's Kubernetes binaries come after the apiserver: they share its compiled packages.
@@ -28,14 +28,14 @@ LDFLAGS  := -s -w $(if $(VERSION),-X github.com/devplumb/devplumb/pkg/base/versi
 
 # Release builds: static (no libc needed) and stripped, as the images have them.
 # devplumb-direct starts once per CNI call without an agent: without gRPC's
-# x/net/trace (grpcnotrace) it starts faster and smaller (see make bench). The entry
-# point devplumb links no gRPC at all.
+# x/net/trace (grpcnotrace) it starts faster and smaller (see make bench), and the
+# agent (devplumb-agent) keeps less memory. The entry point devplumb links no gRPC at all.
 STATIC := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 
 build:
 	@mkdir -p $(BIN)
-	$(STATIC) -o $(BIN)/ $(addprefix ./cmd/,$(filter-out devplumb-direct,$(CMDS)))
-	$(STATIC) -tags grpcnotrace -o $(BIN)/ ./cmd/devplumb-direct
+	$(STATIC) -o $(BIN)/ $(addprefix ./cmd/,$(filter-out devplumb-direct devplumb-agent,$(CMDS)))
+	$(STATIC) -tags grpcnotrace -o $(BIN)/ ./cmd/devplumb-direct ./cmd/devplumb-agent
 
 # The CNI plugins and cnitool at the versions pinned in go.mod (tool directives).
 cni-plugins:

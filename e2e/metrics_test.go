@@ -33,6 +33,7 @@ func TestPhaseHistograms(t *testing.T) {
 	conf["injectDeviceID"] = []string{"master"}
 	e.install(conf)
 	url, stop := startPhaseMetrics(t, e.stateDir)
+	t.Setenv("DEVPLUMB_AGENT_SOCKET", filepath.Join(t.TempDir(), "none.sock")) // whatever runs here
 
 	e.mustCnitool("add", "mv-net", pod.Path(), "net1", podArgs("default", "p1"), "")
 	if _, _, err := e.cnitool("add", "mv-net", pod.Path(), "net2", podArgs("default", "nodevice"), ""); err == nil {
@@ -74,9 +75,9 @@ func TestPhaseHistograms(t *testing.T) {
 	}
 }
 
-// startPhaseMetrics runs devplumbctl metrics on stateDir until stop (SIGTERM, which
-// must end it with status 0).
-func startPhaseMetrics(t *testing.T, stateDir string) (url string, stop func()) {
+// startPhaseMetrics runs devplumbctl metrics on stateDir (with the node agent's
+// metrics socket, when given) until stop (SIGTERM, which must end it with status 0).
+func startPhaseMetrics(t *testing.T, stateDir string, agentMetrics ...string) (url string, stop func()) {
 	t.Helper()
 	bin := testenv.Build(t, "./cmd/devplumbctl")
 	port, err := kubeapi.FreePort()
@@ -85,7 +86,8 @@ func startPhaseMetrics(t *testing.T, stateDir string) (url string, stop func()) 
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	var stderr strings.Builder
-	cmd := exec.Command(filepath.Join(bin, "devplumbctl"), "metrics", "--listen", addr, "--state-dir", stateDir)
+	cmd := exec.Command(filepath.Join(bin, "devplumbctl"), "metrics", "--listen", addr, "--state-dir", stateDir,
+		"--agent-metrics", strings.Join(agentMetrics, ""))
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -141,17 +143,23 @@ func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
 func histogramCount(fams map[string]*dto.MetricFamily, family string, labels map[string]string) uint64 {
 	var n uint64
 	for _, m := range fams[family].GetMetric() {
-		have := map[string]string{}
-		for _, l := range m.GetLabel() {
-			have[l.GetName()] = l.GetValue()
-		}
-		match := true
-		for k, v := range labels {
-			match = match && have[k] == v
-		}
-		if match {
+		if hasLabels(m, labels) {
 			n += m.GetHistogram().GetSampleCount()
 		}
 	}
 	return n
+}
+
+// hasLabels tells whether m carries labels (and maybe more).
+func hasLabels(m *dto.Metric, labels map[string]string) bool {
+	have := map[string]string{}
+	for _, l := range m.GetLabel() {
+		have[l.GetName()] = l.GetValue()
+	}
+	for k, v := range labels {
+		if have[k] != v {
+			return false
+		}
+	}
+	return true
 }

@@ -121,8 +121,9 @@ func TestImagesAreWhatTheDockerfilesDescribe(t *testing.T) {
 			checkConfig(t, df, st[1], img)
 			checkFiles(t, df, st[1], img)
 			checkStamped(t, img, name)
-			if name == "devplumb" { // the entry point's fallback, beside it
+			if name == "devplumb" { // the entry point's fallback, beside it, and the node agent
 				checkStamped(t, img, "devplumb-direct")
+				checkStamped(t, img, "devplumb-agent")
 			}
 		})
 	}

@@ -27,24 +27,28 @@ const (
 
 // Commands are the main packages the images contain.
 // devplumb (the CNI entry point) never runs without devplumb-direct beside it.
-var Commands = []string{"./cmd/devplumb", "./cmd/devplumb-direct", "./cmd/devplumbctl", "./cmd/netdev-dp"}
+// devplumb-agent (the node agent) is a container of the devplumb DaemonSet.
+var Commands = []string{"./cmd/devplumb", "./cmd/devplumb-direct", "./cmd/devplumb-agent", "./cmd/devplumbctl", "./cmd/netdev-dp"}
 
-// direct is the command a release before the CNI entry point (issue 24) lacks: its
-// devplumb was the whole plugin. Build builds such a release too (the upgrade test's).
-const direct = "./cmd/devplumb-direct"
+// direct and agent are the commands a release before the CNI entry point
+// (issue 24) lacks: its devplumb was the whole plugin. Build builds such a
+// release too (the upgrade test's).
+const (
+	direct = "./cmd/devplumb-direct"
+	agent  = "./cmd/devplumb-agent"
+)
 
 // commandsOf are the Commands the tree at root has.
 func commandsOf(root string) []string {
-	if hasDirect(root) {
-		return Commands
-	}
-	return slices.DeleteFunc(slices.Clone(Commands), func(c string) bool { return c == direct })
+	return slices.DeleteFunc(slices.Clone(Commands), func(c string) bool { return !has(root, c) })
 }
 
-func hasDirect(root string) bool {
-	_, err := os.Stat(filepath.Join(root, direct))
+func has(root, cmd string) bool {
+	_, err := os.Stat(filepath.Join(root, cmd))
 	return err == nil
 }
+
+func hasDirect(root string) bool { return has(root, direct) }
 
 // Options says where things are.
 type Options struct {
@@ -124,8 +128,11 @@ func specsFor(root, bin, busybox, lister, version string, plat v1.Platform) (map
 		return nil, err
 	}
 	bins := []string{"devplumb", "devplumbctl", "netdev-dp"}
-	if hasDirect(root) {
-		bins = append(bins, "devplumb-direct")
+	extra := map[string]bool{"devplumb-direct": hasDirect(root), "devplumb-agent": has(root, agent)}
+	for _, b := range []string{"devplumb-direct", "devplumb-agent"} {
+		if extra[b] {
+			bins = append(bins, b)
+		}
 	}
 	for _, b := range bins {
 		if err := imagebuild.CheckStatic(filepath.Join(bin, b)); err != nil {
@@ -143,8 +150,8 @@ func specsFor(root, bin, busybox, lister, version string, plat v1.Platform) (map
 	for _, b := range bins[:2] {
 		dp = append(dp, imagebuild.File{Path: "/usr/local/bin/" + b, Mode: 0o755, Source: filepath.Join(bin, b)})
 	}
-	if hasDirect(root) {
-		dp = append(dp, imagebuild.File{Path: "/usr/local/bin/devplumb-direct", Mode: 0o755, Source: filepath.Join(bin, "devplumb-direct")})
+	for _, b := range bins[3:] {
+		dp = append(dp, imagebuild.File{Path: "/usr/local/bin/" + b, Mode: 0o755, Source: filepath.Join(bin, b)})
 	}
 	dp = append(dp, imagebuild.File{Path: "/usr/local/bin/devplumb-install", Mode: 0o755, Source: filepath.Join(root, "images", "devplumb", "install.sh")})
 	// images/netdev-dp/Dockerfile: distroless/static, the binary alone.

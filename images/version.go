@@ -40,8 +40,9 @@ func Refs(version string) (devplumb, netdevDP string, err error) {
 
 // buildTags are the build tags of a main package, as the Makefile's build
 // target has them: devplumb-direct starts once per CNI call without an agent,
-// and without gRPC's x/net/trace (grpcnotrace) it starts faster and is smaller.
-var buildTags = map[string]string{"./cmd/devplumb-direct": "grpcnotrace"}
+// and without gRPC's x/net/trace (grpcnotrace) it starts faster and is smaller;
+// the agent keeps less memory.
+var buildTags = map[string]string{"./cmd/devplumb-direct": "grpcnotrace", "./cmd/devplumb-agent": "grpcnotrace"}
 
 // goBuildArgs are the arguments of `go build` for pkgs (which share their
 // tags) into dir: the Makefile's STATIC, -trimpath and -ldflags '-s -w' with

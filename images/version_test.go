@@ -17,7 +17,7 @@ import (
 // passes git describe's: a tag, commits since, the commit, and a dirty checkout.
 const testVersion = "v9.8.7-3-gabcdef0-dirty"
 
-// checkStamped: the image's own binary (devplumb, devplumb-direct, netdev-dp) is built as
+// checkStamped: the image's own binary (devplumb, devplumb-direct, devplumb-agent, netdev-dp) is built as
 // `make build` builds it: it reports testVersion (devplumb's about string, printed
 // without a CNI command; netdev-dp --version), static, -trimpath, and devplumb-direct
 // with grpcnotrace.
@@ -27,7 +27,7 @@ func checkStamped(t *testing.T, img *image, name string) {
 	checkBuildInfo(t, bin, buildTags["./cmd/"+name])
 	must(t, os.Chmod(bin, 0o755)) // extracted 0644
 	var args []string
-	if name == "netdev-dp" {
+	if name == "netdev-dp" || name == "devplumb-agent" {
 		args = []string{"--version"}
 	}
 	cmd := exec.Command(bin, args...)
@@ -74,7 +74,7 @@ func TestBuildIsMakeBuild(t *testing.T) {
 		}
 	}
 	var ours [][]string
-	all := []string{"./cmd/devplumb-direct", "./cmd/devplumbctl", "./cmd/netdev-dp", "./cmd/nodesim", "./cmd/cdi-devnodes", "./cmd/cdi-adapter", "./cmd/devplumb"}
+	all := []string{"./cmd/devplumb-direct", "./cmd/devplumb-agent", "./cmd/devplumbctl", "./cmd/netdev-dp", "./cmd/nodesim", "./cmd/cdi-devnodes", "./cmd/cdi-adapter", "./cmd/devplumb"}
 	for _, group := range byTags(all) {
 		ours = append(ours, goBuildArgs(version, buildTags[group[0]], "OUT", group...))
 	}

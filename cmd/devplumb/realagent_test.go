@@ -12,14 +12,15 @@ import (
 	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
-// The whole path with the real agent (devplumbctl agent) and an entry point
+// The whole path with the real agent (devplumb-agent) and an entry point
 // with no devplumb-direct beside it, so nothing but the agent can do the
 // call: ADD leaves the interface in the pod and the record complete (written
 // by the agent), with the address the delegate gave; DEL removes both.
 func TestRealAgent(t *testing.T) {
 	n := newNode(t)
 	lone := loneEntry(t, n)
-	agent := exec.Command(filepath.Join(testenv.Build(t, "./cmd/devplumbctl"), "devplumbctl"), "agent", "--socket", n.socket)
+	agent := exec.Command(filepath.Join(testenv.Build(t, "./cmd/devplumb-agent"), "devplumb-agent"), "--socket", n.socket,
+		"--metrics-socket", filepath.Join(filepath.Dir(n.socket), "agent-metrics.sock"))
 	agent.Env = runtimeEnviron() // the DaemonSet's: no devplumb above it
 	logFile := filepath.Join(t.TempDir(), "agent.log")
 	f, err := os.Create(logFile)

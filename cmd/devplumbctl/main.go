@@ -25,11 +25,9 @@ const usage = `usage:
       no longer gives the device (one whose netns still exists is kept), after
       running the recorded delegates' DEL (found in --cni-path; by default where the ADD
       found them, else /opt/cni/bin) so that their IPAM leases go too; one whose delegate DEL fails is kept
-  devplumbctl metrics [--listen ADDR] [--state-dir DIR]
-      serve the timings of devplumb's ADD and DEL phases as Prometheus histograms
-  devplumbctl agent [--socket PATH] [--timeout D]
-      the node agent: serve devplumb's CNI entry point on a root-only unix socket
-      (default /run/devplumb/agent.sock) until SIGTERM, then remove the socket
+  devplumbctl metrics [--listen ADDR] [--state-dir DIR] [--agent-metrics PATH]
+      serve the timings of devplumb's ADD and DEL phases as Prometheus histograms,
+      and the node agent's metrics (devplumb-agent) beside them
   devplumbctl version | --version
   devplumbctl COMMAND --help
 `
@@ -52,8 +50,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return gc(args[1:], stdout, stderr)
 	case "metrics":
 		return metrics(args[1:], stderr)
-	case "agent":
-		return agentCmd(args[1:], stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -180,7 +180,7 @@ func TestValidateConflist(t *testing.T) {
 
 func TestHelpAndVersionExitZero(t *testing.T) {
 	for _, args := range [][]string{{"--help"}, {"help"}, {"--version"}, {"version"},
-		{"validate", "--help"}, {"inspect", "--help"}, {"gc", "-h"}, {"metrics", "--help"}, {"agent", "--help"}} {
+		{"validate", "--help"}, {"inspect", "--help"}, {"gc", "-h"}, {"metrics", "--help"}} {
 		code, out, errOut := runCmd(args...)
 		if code != 0 || out+errOut == "" {
 			t.Errorf("%v: exit %d, output %q %q", args, code, out, errOut)

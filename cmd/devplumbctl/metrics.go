@@ -23,11 +23,14 @@ import (
 	"github.com/devplumb/devplumb/pkg/cni/phasemetrics"
 )
 
-const metricsUsage = `usage: devplumbctl metrics [--listen ADDR] [--state-dir DIR] [--drain-interval D] [--secure-metrics ...] [--log-level L] [--log-format F]
+const metricsUsage = `usage: devplumbctl metrics [--listen ADDR] [--state-dir DIR] [--drain-interval D] [--agent-metrics PATH]
+         [--secure-metrics ...] [--log-level L] [--log-format F]
   serve devplumb's CNI call timings as Prometheus histograms on /metrics (and /healthz):
-  while it runs, every ADD and DEL of devplumb with this state directory leaves a record
-  of its phases, which this daemon turns into devplumb_phase_duration_seconds and
-  devplumb_call_duration_seconds; run it on each node (the devplumb DaemonSet does)
+  while it runs, every ADD and DEL of devplumb-direct with this state directory leaves a
+  record of its phases, which this daemon turns into devplumb_phase_duration_seconds and
+  devplumb_call_duration_seconds{path="direct"}; the node agent's metrics (its calls,
+  path="agent", its requests and watches) are served beside them; run it on each node
+  (the devplumb DaemonSet does)
 `
 
 // metrics serves until SIGINT or SIGTERM, then removes the spool so devplumb stops
@@ -36,7 +39,13 @@ func metrics(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("metrics", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), metricsUsage); fs.PrintDefaults() }
-	m := registerMetricsFlags(fs, ":9111", "serve /metrics and /healthz on this address (host:port)")
+	listen := fs.String("listen", ":9111", "serve /metrics and /healthz on this address (host:port)")
+	stateDir := fs.String("state-dir", config.DefaultStateDir, "the devplumb state directory of the node's configs")
+	every := fs.Duration("drain-interval", 10*time.Second, "drain the spool this often between scrapes, so it stays small")
+	agentMetrics := fs.String("agent-metrics", "/run/devplumb/agent-metrics.sock",
+		"serve the node agent's metrics from its unix socket beside these (none while it does not answer); empty: not")
+	var secure metricsauth.Options
+	secure.Register(fs)
 	logFlags := logging.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
@@ -48,61 +57,36 @@ func metrics(args []string, stderr io.Writer) int {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	if err := serveMetrics(ctx, *m.listen, *m.stateDir, *m.every, m.secure, log); err != nil {
+	if err := serveMetrics(ctx, *listen, *stateDir, *every, *agentMetrics, secure, log); err != nil {
 		log.Error("devplumbctl metrics failed", "err", err)
 		return 1
 	}
 	return 0
 }
 
-// metricsFlags are the flags of a daemon serving the phase histograms
-// (devplumbctl metrics, devplumbctl agent).
-type metricsFlags struct {
-	listen, stateDir *string
-	every            *time.Duration
-	secure           metricsauth.Options
-}
-
-func registerMetricsFlags(fs *flag.FlagSet, listen, listenHelp string) *metricsFlags {
-	m := &metricsFlags{
-		listen:   fs.String("listen", listen, listenHelp),
-		stateDir: fs.String("state-dir", config.DefaultStateDir, "the devplumb state directory of the node's configs (its phase spool)"),
-		every:    fs.Duration("drain-interval", 10*time.Second, "drain the spool this often between scrapes, so it stays small"),
+func serveMetrics(ctx context.Context, addr, stateDir string, every time.Duration, agentSocket string,
+	secure metricsauth.Options, log *slog.Logger) error {
+	if every <= 0 {
+		return fmt.Errorf("--drain-interval %v: must be positive", every)
 	}
-	m.secure.Register(fs)
-	return m
-}
-
-func serveMetrics(ctx context.Context, addr, stateDir string, every time.Duration, secure metricsauth.Options, log *slog.Logger) error {
-	c, err := openSpool(stateDir, every, log)
+	c, err := phasemetrics.NewCollector(stateDir, log)
 	if err != nil {
 		return err
 	}
-	defer closeSpool(c, log)
-	return servePhases(ctx, addr, c, every, secure, log)
-}
-
-func openSpool(stateDir string, every time.Duration, log *slog.Logger) (*phasemetrics.Collector, error) {
-	if every <= 0 {
-		return nil, fmt.Errorf("--drain-interval %v: must be positive", every)
-	}
-	return phasemetrics.NewCollector(stateDir, log)
-}
-
-// closeSpool removes the spool, so devplumb-direct stops writing records.
-func closeSpool(c *phasemetrics.Collector, log *slog.Logger) {
-	if err := c.Close(); err != nil {
-		log.Error("remove phase spool", "err", err)
-	}
-}
-
-// servePhases serves c's histograms and the extra collectors on /metrics
-// (and /healthz) at addr, draining the spool every interval until ctx ends.
-func servePhases(ctx context.Context, addr string, c *phasemetrics.Collector, every time.Duration, secure metricsauth.Options,
-	log *slog.Logger, extra ...prometheus.Collector) error {
+	defer func() {
+		if err := c.Close(); err != nil {
+			log.Error("remove phase spool", "err", err)
+		}
+	}()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(append(extra, c, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))...)
-	metricsHandler, tlsCfg, err := secure.Wrap(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	reg.MustRegister(c, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	gatherers := prometheus.Gatherers{reg}
+	if agentSocket != "" {
+		gatherers = append(gatherers, agentGatherer(agentSocket, log))
+	}
+	// An agent whose series clash with these costs its series, not the scrape.
+	opts := promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}
+	metricsHandler, tlsCfg, err := secure.Wrap(promhttp.HandlerFor(gatherers, opts))
 	if err != nil {
 		return err
 	}

@@ -5,13 +5,17 @@ package testenv
 // recursive listing tests compare directories by.
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"io"
 	"io/fs"
 	"net"
+	"net/http"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
@@ -138,4 +142,30 @@ func FreeAddr(t testing.TB) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// GetUnix GETs path from an HTTP server on a unix socket, waiting up to
+// 10 s for it to answer; it returns the status and the body.
+func GetUnix(t testing.TB, socket, path string) (int, string) {
+	t.Helper()
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+		}}}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := client.Get("http://unix" + path)
+		if err == nil {
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatalf("GET %s on %s: %v", path, socket, err)
+			}
+			return resp.StatusCode, string(b)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s on %s: %v", path, socket, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
@@ -126,7 +125,8 @@ func (s *claimStore) readOne(key string) {
 	ns, name, _ := cache.SplitMetaNamespaceKey(key)
 	ctx, cancel := context.WithTimeout(s.c.ctx, claimReadTimeout)
 	defer cancel()
-	claim, err := s.c.client.ResourceV1().ResourceClaims(ns).Get(ctx, name, metav1.GetOptions{})
+	claim := &resourcev1.ResourceClaim{}
+	err := s.c.resource.Get().Namespace(ns).Resource("resourceclaims").Name(name).Do(ctx).Into(claim)
 	s.c.metrics.claimRead(err == nil)
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -1,10 +1,13 @@
 package nodecache
 
 import (
+	"context"
+
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -90,8 +93,7 @@ func (c *Cache) sliceInformer() cache.SharedIndexInformer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.slices == nil {
-		c.slices = c.nodeScoped.Resource().V1().ResourceSlices().Informer()
-		c.nodeScoped.Start(c.ctx.Done())
+		c.slices = c.watch(c.resource, "resourceslices", &resourcev1.ResourceSlice{}, c.onNode)
 	}
 	return c.slices
 }
@@ -102,12 +104,15 @@ func (c *Cache) nadInformer() cache.SharedIndexInformer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.nads == nil {
-		c.nads = metadatainformer.NewFilteredMetadataInformer(c.meta, nadsResource, metav1.NamespaceAll, 0,
-			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil).Informer()
-		if err := c.nads.SetTransform(dropManagedFields); err != nil {
-			c.log.Error("nodecache: NAD transform", "err", err)
+		nads := c.meta.Resource(nadsResource).Namespace(metav1.NamespaceAll)
+		lw := &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return nads.List(ctx, o) },
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return nads.Watch(ctx, o)
+			},
 		}
-		go c.nads.Run(c.ctx.Done())
+		c.nads = cache.NewSharedIndexInformer(lw, &metav1.PartialObjectMetadata{}, 0, cache.Indexers{})
+		c.run(c.nads)
 	}
 	return c.nads
 }

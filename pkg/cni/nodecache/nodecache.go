@@ -14,15 +14,16 @@ package nodecache
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -35,14 +36,17 @@ type Cache struct {
 	node    string
 	log     *slog.Logger
 	metrics *Metrics
-	client  kubernetes.Interface
-	meta    metadata.Interface
+	// REST clients of core/v1 and resource.k8s.io/v1 over a scheme of those
+	// two groups (rest.go): the typed clientset and its informer factory
+	// link and register every API group, which would double the agent's
+	// memory before it holds a single pod.
+	core, resource rest.Interface
+	meta           metadata.Interface
 
 	ctx    context.Context
 	cancel context.CancelFunc
-
-	nodeScoped informers.SharedInformerFactory // pods and ResourceSlices of node
-	pods       cache.SharedIndexInformer
+	onNode fields.Selector
+	pods   cache.SharedIndexInformer
 
 	mu     sync.Mutex // guards the lazily started parts below
 	slices cache.SharedIndexInformer
@@ -53,39 +57,47 @@ type Cache struct {
 // New starts watching node's pods as cfg's identity; Close stops it.
 func New(cfg *rest.Config, node string, m *Metrics, log *slog.Logger) (*Cache, error) {
 	if node == "" {
-		return nil, fmt.Errorf("nodecache: no node name")
+		return nil, errors.New("nodecache: no node name")
 	}
 	cfg = rest.CopyConfig(cfg)
 	cfg.UserAgent = "devplumb-agent"
-	cs, err := kubernetes.NewForConfig(cfg)
+	core, res, err := restClients(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("nodecache: client for %s: %w", cfg.Host, err)
+		return nil, err
 	}
 	mc, err := metadata.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("nodecache: metadata client for %s: %w", cfg.Host, err)
 	}
-	return start(cs, mc, node, m, log), nil
-}
-
-func start(cs kubernetes.Interface, mc metadata.Interface, node string, m *Metrics, log *slog.Logger) *Cache {
 	if m == nil {
 		m = NewMetrics()
 	}
-	c := &Cache{node: node, log: log, metrics: m, client: cs, meta: mc}
+	c := &Cache{node: node, log: log, metrics: m, core: core, resource: res, meta: mc,
+		onNode: fields.OneTermEqualSelector("spec.nodeName", node)}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	onNode := fields.OneTermEqualSelector("spec.nodeName", node).String()
-	c.nodeScoped = informers.NewSharedInformerFactoryWithOptions(cs, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = onNode }),
-		informers.WithTransform(dropManagedFields))
-	c.pods = c.nodeScoped.Core().V1().Pods().Informer()
+	c.pods = c.watch(c.core, "pods", &corev1.Pod{}, c.onNode)
 	c.claims = newClaimStore(c)
 	if _, err := c.pods.AddEventHandler(c.claims.podHandler()); err != nil {
-		log.Error("nodecache: pod handler", "err", err)
+		c.cancel()
+		return nil, fmt.Errorf("nodecache: pod handler: %w", err)
 	}
-	c.nodeScoped.Start(c.ctx.Done())
 	m.add(c)
-	return c
+	return c, nil
+}
+
+// watch starts an informer of resource, selected by sel on the API server.
+func (c *Cache) watch(client rest.Interface, resource string, obj runtime.Object, sel fields.Selector) cache.SharedIndexInformer {
+	inf := cache.NewSharedIndexInformer(cache.NewListWatchFromClient(client, resource, metav1.NamespaceAll, sel), obj, 0, cache.Indexers{})
+	c.run(inf)
+	return inf
+}
+
+// run runs inf until the cache closes, keeping its copies small.
+func (c *Cache) run(inf cache.SharedIndexInformer) {
+	if err := inf.SetTransform(dropManagedFields); err != nil {
+		c.log.Error("nodecache: transform", "err", err)
+	}
+	go inf.RunWithContext(c.ctx)
 }
 
 // dropManagedFields keeps the informers' copies small: devplumb reads no
@@ -101,7 +113,6 @@ func dropManagedFields(obj any) (any, error) {
 func (c *Cache) Close() error {
 	c.cancel()
 	c.metrics.remove(c)
-	c.nodeScoped.Shutdown()
 	return nil
 }
 

@@ -44,6 +44,10 @@ type Collector struct {
 	mu sync.Mutex // one drain at a time: a record is observed once
 }
 
+// NewHistograms returns the histograms without a spool: the node agent's,
+// observing its own calls (Observe).
+func NewHistograms(log *slog.Logger) *Collector { return newCollector(log) }
+
 // NewCollector makes the spool below stateDir (mode 0700, checked like all of the
 // state directory) and the collectors that drain it. Close removes the spool.
 func NewCollector(stateDir string, log *slog.Logger) (*Collector, error) {
@@ -51,13 +55,19 @@ func NewCollector(stateDir string, log *slog.Logger) (*Collector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("phase spool: %w", err)
 	}
+	c := newCollector(log)
+	c.dir = dir
+	return c, nil
+}
+
+func newCollector(log *slog.Logger) *Collector {
 	return &Collector{
-		dir: dir, log: log,
+		log: log,
 		phase: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "devplumb_phase_duration_seconds",
 			Help:    "Time devplumb's CNI calls spent in each phase (podResources, claim, deviceInfo, delegate, networkStatus, kube, ...).",
 			Buckets: buckets,
-		}, []string{"op", "phase", "network"}),
+		}, []string{"op", "phase", "network", "path"}),
 		call: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "devplumb_call_duration_seconds",
 			Help:    "Time devplumb's CNI calls spent in all their phases, by outcome (ok, error) and path (agent, direct).",
@@ -67,14 +77,16 @@ func NewCollector(stateDir string, log *slog.Logger) (*Collector, error) {
 			Name: "devplumb_phase_spool_unreadable_total",
 			Help: "Spool records that could not be read and were removed.",
 		}),
-	}, nil
+	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.phase.Describe(ch)
 	c.call.Describe(ch)
-	c.bad.Describe(ch)
+	if c.dir != "" { // the agent's histograms have no spool to count
+		c.bad.Describe(ch)
+	}
 }
 
 // Collect drains the spool first, so a scrape sees every call made before it.
@@ -84,13 +96,18 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	c.phase.Collect(ch)
 	c.call.Collect(ch)
-	c.bad.Collect(ch)
+	if c.dir != "" {
+		c.bad.Collect(ch)
+	}
 }
 
 // Drain observes and removes every complete record in the spool.
 func (c *Collector) Drain() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.dir == "" {
+		return nil // the agent's: no spool
+	}
 	entries, err := os.ReadDir(c.dir)
 	if err != nil {
 		return fmt.Errorf("phase spool: %w", err)
@@ -133,7 +150,7 @@ func (c *Collector) Observe(r phasespool.Record, callPath string) error {
 	for _, p := range r.Phases {
 		s := p.Duration.Seconds()
 		total += s
-		c.phase.WithLabelValues(r.Op, p.Name, r.Network).Observe(s)
+		c.phase.WithLabelValues(r.Op, p.Name, r.Network, callPath).Observe(s)
 	}
 	result := "ok"
 	if r.Failed {
@@ -147,6 +164,9 @@ func (c *Collector) Observe(r phasespool.Record, callPath string) error {
 func (c *Collector) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.dir == "" {
+		return nil
+	}
 	if err := os.RemoveAll(c.dir); err != nil {
 		return fmt.Errorf("phase spool: %w", err)
 	}

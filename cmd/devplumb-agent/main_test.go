@@ -2,8 +2,6 @@ package main
 
 import (
 	"bytes"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,37 +15,35 @@ import (
 	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
-// devplumbctl agent listens on its socket, answers a hello with its build,
-// and on SIGTERM stops, removes the socket and exits 0.
-// With --listen it serves its metrics and keeps the phase spool of the
-// calls that fall back, which it removes when it stops.
+// devplumb-agent listens on its socket, answers a hello with its build,
+// serves its metrics on its metrics socket, and on SIGTERM stops, removes
+// both sockets and exits 0.
 func TestAgentServesUntilSIGTERM(t *testing.T) {
-	dir, err := os.MkdirTemp("", "ctlagent") // t.TempDir() may be too long for a socket path
+	dir, err := os.MkdirTemp("", "agent") // t.TempDir() may be too long for a socket path
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
 	socket := filepath.Join(dir, "run", "agent.sock")
-	state := filepath.Join(dir, "state")
-	addr := testenv.FreeAddr(t)
+	metricsSocket := filepath.Join(dir, "run", "agent-metrics.sock")
 	exit := make(chan int, 1)
 	var stderr syncWriter
 	go func() {
-		exit <- run([]string{"agent", "--socket", socket, "--log-level", "debug", "--listen", addr, "--state-dir", state}, &stderr, &stderr)
+		exit <- run([]string{"--socket", socket, "--log-level", "debug", "--metrics-socket", metricsSocket}, &stderr, &stderr)
 	}()
 	c := dialAgent(t, socket, exit)
 	if c.Agent.Build != version.Get().String() || c.Agent.Protocol != agentproto.ProtocolVersion {
 		t.Errorf("hello answered %+v, want build %s", c.Agent, version.Get())
 	}
 	c.Close()
-	if _, err := os.Stat(filepath.Join(state, "phases")); err != nil {
-		t.Errorf("phase spool while the agent runs: %v", err)
-	}
-	body := scrape(t, "http://"+addr+"/metrics")
-	for _, m := range []string{"devplumb_agent_pending_calls 0", "devplumb_agent_cached_objects{kind=\"pod\"} 0"} {
-		if !strings.Contains(body, m) {
-			t.Errorf("/metrics lacks %q:\n%s", m, body)
+	code, body := testenv.GetUnix(t, metricsSocket, "/metrics")
+	for _, m := range []string{"devplumb_agent_pending_calls 0", "devplumb_agent_cached_objects{kind=\"pod\"} 0", "process_resident_memory_bytes"} {
+		if code != 200 || !strings.Contains(body, m) {
+			t.Errorf("/metrics: %d, lacks %q:\n%s", code, m, body)
 		}
+	}
+	if st, err := os.Stat(metricsSocket); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("metrics socket %v, %v: want mode 0600", st, err)
 	}
 	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -58,8 +54,8 @@ func TestAgentServesUntilSIGTERM(t *testing.T) {
 	if _, err := os.Lstat(socket); !os.IsNotExist(err) {
 		t.Errorf("socket after SIGTERM: %v, want it removed", err)
 	}
-	if _, err := os.Stat(filepath.Join(state, "phases")); !os.IsNotExist(err) {
-		t.Errorf("phase spool after SIGTERM: %v, want it removed", err)
+	if _, err := os.Lstat(metricsSocket); !os.IsNotExist(err) {
+		t.Errorf("metrics socket after SIGTERM: %v, want it removed", err)
 	}
 	if !strings.Contains(stderr.String(), "devplumb agent serving") {
 		t.Errorf("log %q does not say it served", stderr.String())
@@ -99,25 +95,4 @@ func (w *syncWriter) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.buf.String()
-}
-
-// scrape gets url's body, waiting up to 10 s for the server to listen.
-func scrape(t *testing.T, url string) string {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		resp, err := http.Get(url) //nolint:gosec,noctx // a test's loopback URL
-		if err == nil {
-			defer resp.Body.Close()
-			b, err := io.ReadAll(resp.Body)
-			if err != nil || resp.StatusCode != http.StatusOK {
-				t.Fatalf("GET %s: %d, %v", url, resp.StatusCode, err)
-			}
-			return string(b)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET %s: %v", url, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
