@@ -79,33 +79,47 @@ func container(t *testing.T, ds *appsv1.DaemonSet, name string) corev1.Container
 	return corev1.Container{}
 }
 
-// agentArgs are the agent container's flags after the subcommand, by name.
-func agentArgs(t *testing.T, c corev1.Container) map[string]string {
+// flagArgs are c's flags after skip leading arguments, by name ("" for a boolean flag).
+func flagArgs(t *testing.T, c corev1.Container, skip int) map[string]string {
 	t.Helper()
-	if len(c.Command) != 1 || filepath.Base(c.Command[0]) != "devplumbctl" || len(c.Args) == 0 || c.Args[0] != "agent" {
-		t.Fatalf("agent container runs %q %q, want devplumbctl agent", c.Command, c.Args)
-	}
 	args := map[string]string{}
-	for i := 1; i < len(c.Args); i++ {
+	for i := skip; i < len(c.Args); i++ {
 		name := c.Args[i]
 		if !strings.HasPrefix(name, "--") {
-			t.Fatalf("agent args %q: %q is not a flag", c.Args, name)
+			t.Fatalf("container %s args %q: %q is not a flag", c.Name, c.Args, name)
 		}
 		if i+1 < len(c.Args) && !strings.HasPrefix(c.Args[i+1], "--") {
 			args[name] = c.Args[i+1]
 			i++
 			continue
 		}
-		args[name] = "" // a boolean flag
+		args[name] = ""
 	}
 	return args
 }
 
+// agentArgs are the agent container's flags; it runs devplumb-agent.
+func agentArgs(t *testing.T, c corev1.Container) map[string]string {
+	t.Helper()
+	if len(c.Command) != 1 || filepath.Base(c.Command[0]) != "devplumb-agent" {
+		t.Fatalf("agent container runs %q %q, want devplumb-agent", c.Command, c.Args)
+	}
+	return flagArgs(t, c, 0)
+}
+
+// metricsArgs are the metrics container's flags after devplumbctl metrics.
+func metricsArgs(t *testing.T, c corev1.Container) map[string]string {
+	t.Helper()
+	if len(c.Command) != 1 || filepath.Base(c.Command[0]) != "devplumbctl" || len(c.Args) == 0 || c.Args[0] != "metrics" {
+		t.Fatalf("metrics container runs %q %q, want devplumbctl metrics", c.Command, c.Args)
+	}
+	return flagArgs(t, c, 1)
+}
+
 // TestAgentContainer: the devplumb DaemonSet's agent container serves the entry point's
 // socket where the entry point dials (agentproto.DefaultSocket, the same path on the host),
-// starts with the installer's kubeconfig, keeps its state in the host's state directory, watches the node the pod runs on (NODE_NAME
-// from the downward API), serves /metrics secured, and its probes ask the port it listens on
-// over HTTPS, on the node's network.
+// starts with the installer's kubeconfig, watches the node the pod runs on (NODE_NAME from
+// the downward API), on the node's network.
 func TestAgentContainer(t *testing.T) {
 	ds := daemonSet(t, decode(t)["devplumb-daemonset.yaml"])
 	spec := ds.Spec.Template.Spec
@@ -120,17 +134,32 @@ func TestAgentContainer(t *testing.T) {
 	if got := hostPathOf(spec, c, args["--kubeconfig"]); got != kubeconfigPath {
 		t.Errorf("--kubeconfig %q is %q on the host, want the installer's %s, which the configs name", args["--kubeconfig"], got, kubeconfigPath)
 	}
+	if args["--node-name"] != "$(NODE_NAME)" || !nodeNameFromSpec(c) {
+		t.Errorf("--node-name %q, env %+v: want $(NODE_NAME), NODE_NAME from the pod's spec.nodeName", args["--node-name"], c.Env)
+	}
+	if !spec.HostNetwork {
+		t.Error("the agent works before the pod network and its metrics are served on the node's: hostNetwork")
+	}
+}
+
+// TestMetricsContainer: the metrics container keeps the spool in the host's state directory,
+// where devplumb-direct writes, reads the agent's metrics from the socket the agent serves
+// them on, serves /metrics secured, and its probes ask the port it listens on over HTTPS.
+func TestMetricsContainer(t *testing.T) {
+	ds := daemonSet(t, decode(t)["devplumb-daemonset.yaml"])
+	spec := ds.Spec.Template.Spec
+	c := container(t, ds, "metrics")
+	args := metricsArgs(t, c)
+	agentSock := agentArgs(t, container(t, ds, "agent"))["--metrics-socket"]
+	if args["--agent-metrics"] != agentSock || hostPathOf(spec, c, agentSock) == "" ||
+		hostPathOf(spec, c, agentSock) != hostPathOf(spec, container(t, ds, "agent"), agentSock) {
+		t.Errorf("--agent-metrics %q: want the agent's --metrics-socket %q, the same host file", args["--agent-metrics"], agentSock)
+	}
 	if got := hostPathOf(spec, c, args["--state-dir"]); got != config.DefaultStateDir {
 		t.Errorf("--state-dir %s is %q on the host, want %s", args["--state-dir"], got, config.DefaultStateDir)
 	}
 	if _, ok := args["--secure-metrics"]; !ok {
 		t.Errorf("args %q serve /metrics to anyone on the node's network: want --secure-metrics", c.Args)
-	}
-	if args["--node-name"] != "$(NODE_NAME)" || !nodeNameFromSpec(c) {
-		t.Errorf("--node-name %q, env %+v: want $(NODE_NAME), NODE_NAME from the pod's spec.nodeName", args["--node-name"], c.Env)
-	}
-	if !spec.HostNetwork {
-		t.Error("the agent serves /metrics on the node's network and works before the pod network: hostNetwork")
 	}
 	for kind, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
 		if p == nil || p.HTTPGet == nil || p.HTTPGet.Scheme != corev1.URISchemeHTTPS || p.HTTPGet.Path != "/healthz" ||
@@ -202,13 +231,13 @@ func mountOf(c corev1.Container, path string) *corev1.VolumeMount {
 	return best
 }
 
-// TestOnlyTheAgentHasCapabilities: the install container has none; the agent exactly
-// CAP_DAC_OVERRIDE (docs/security.md says why; e2e/node fails without it).
+// TestOnlyTheAgentHasCapabilities: the install and metrics containers have none; the agent
+// exactly CAP_DAC_OVERRIDE (docs/security.md says why; e2e/node fails without it).
 func TestOnlyTheAgentHasCapabilities(t *testing.T) {
 	ds := daemonSet(t, decode(t)["devplumb-daemonset.yaml"])
-	want := map[string][]corev1.Capability{"install": nil, "agent": {"DAC_OVERRIDE"}}
+	want := map[string][]corev1.Capability{"install": nil, "agent": {"DAC_OVERRIDE"}, "metrics": nil}
 	if len(ds.Spec.Template.Spec.Containers) != len(want) {
-		t.Fatalf("%d containers, want install and agent", len(ds.Spec.Template.Spec.Containers))
+		t.Fatalf("%d containers, want install, agent and metrics", len(ds.Spec.Template.Spec.Containers))
 	}
 	for name, caps := range want {
 		sc := container(t, ds, name).SecurityContext

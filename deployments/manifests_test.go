@@ -106,7 +106,7 @@ func TestRBACIsExactlyWhatDevplumbNeeds(t *testing.T) {
 	if role == nil || binding == nil || metricsAuth == nil || sa == nil || len(bindings) != 2 {
 		t.Fatalf("rbac.yaml needs a ServiceAccount, a ClusterRole and the bindings devplumb and devplumb-metrics-auth, has %d objects", len(objs))
 	}
-	// The agent's metrics TokenReview and SubjectAccessReview, and nothing more.
+	// The metrics container's TokenReview and SubjectAccessReview, and nothing more.
 	if metricsAuth.RoleRef.Name != "system:auth-delegator" || len(metricsAuth.Subjects) != 1 ||
 		metricsAuth.Subjects[0].Name != sa.Name || metricsAuth.Subjects[0].Namespace != sa.Namespace {
 		t.Errorf("binding %+v does not bind system:auth-delegator to %s/%s", metricsAuth, sa.Namespace, sa.Name)

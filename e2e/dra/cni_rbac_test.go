@@ -84,7 +84,7 @@ func applyCNIRBAC(t *testing.T) {
 	t.Helper()
 	objs, err := e2etest.Objects(filepath.Join(testenv.ModuleRoot(), "deployments", "rbac.yaml"))
 	e2etest.Must(t, err)
-	// The fourth document, devplumb-metrics-auth, is the agent container's (TokenReview,
+	// The fourth document, devplumb-metrics-auth, is the metrics container's (TokenReview,
 	// SubjectAccessReview), not the CNI's: go test ./deployments checks it.
 	kinds := []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding"}
 	if len(objs) != 4 || objs[0].GetKind() != kinds[0] || objs[1].GetKind() != kinds[1] || objs[2].GetKind() != kinds[2] ||

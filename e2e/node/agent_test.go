@@ -87,7 +87,7 @@ func agentRestarts(t *testing.T) int32 {
 	return 0
 }
 
-// agentPid is the pid of the agent process: devplumbctl agent in a cgroup of the devplumb
+// agentPid is the pid of the agent process: devplumb-agent in a cgroup of the devplumb
 // pod (other tests on this machine may run agents of their own).
 func agentPid(t *testing.T) int {
 	t.Helper()
@@ -106,7 +106,7 @@ func agentPid(t *testing.T) int {
 			continue // gone meanwhile
 		}
 		argv := strings.Split(string(cmd), "\x00")
-		if len(argv) > 1 && filepath.Base(argv[0]) == "devplumbctl" && argv[1] == "agent" &&
+		if filepath.Base(argv[0]) == "devplumb-agent" &&
 			(strings.Contains(string(cg), uid) || strings.Contains(string(cg), strings.ReplaceAll(uid, "-", "_"))) {
 			pids = append(pids, pid)
 		}

@@ -17,7 +17,7 @@ import (
 
 // The metrics ports of the shipped DaemonSets (host network).
 const (
-	devplumbMetrics = "127.0.0.1:9111" // devplumb-daemonset.yaml's agent container
+	devplumbMetrics = "127.0.0.1:9111" // devplumb-daemonset.yaml's metrics container
 	netdevDPMetrics = "127.0.0.1:9110" // netdev-dp-daemonset.yaml
 	draMetrics      = "127.0.0.1:9112" // dra/netdev-dp-dra.yaml
 )
