@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/devplumb/devplumb/pkg/cni/agentproto"
 	"github.com/devplumb/devplumb/pkg/cni/config"
 )
 
@@ -78,24 +79,172 @@ func container(t *testing.T, ds *appsv1.DaemonSet, name string) corev1.Container
 	return corev1.Container{}
 }
 
-// TestMetricsContainerReadsDevplumbState: the devplumb DaemonSet's metrics container
-// keeps its spool in the host's state directory, where devplumb (by default) writes,
-// and its probe asks the port it listens on.
-func TestMetricsContainerReadsDevplumbState(t *testing.T) {
-	ds := daemonSet(t, decode(t)["devplumb-daemonset.yaml"])
-	c := container(t, ds, "metrics")
+// flagArgs are c's flags after skip leading arguments, by name ("" for a boolean flag).
+func flagArgs(t *testing.T, c corev1.Container, skip int) map[string]string {
+	t.Helper()
 	args := map[string]string{}
-	for i := 1; i+1 < len(c.Args); i += 2 {
-		args[c.Args[i]] = c.Args[i+1]
+	for i := skip; i < len(c.Args); i++ {
+		name := c.Args[i]
+		if !strings.HasPrefix(name, "--") {
+			t.Fatalf("container %s args %q: %q is not a flag", c.Name, c.Args, name)
+		}
+		if i+1 < len(c.Args) && !strings.HasPrefix(c.Args[i+1], "--") {
+			args[name] = c.Args[i+1]
+			i++
+			continue
+		}
+		args[name] = ""
 	}
+	return args
+}
+
+// agentArgs are the agent container's flags; it runs devplumb-agent.
+func agentArgs(t *testing.T, c corev1.Container) map[string]string {
+	t.Helper()
+	if len(c.Command) != 1 || filepath.Base(c.Command[0]) != "devplumb-agent" {
+		t.Fatalf("agent container runs %q %q, want devplumb-agent", c.Command, c.Args)
+	}
+	return flagArgs(t, c, 0)
+}
+
+// metricsArgs are the metrics container's flags after devplumbctl metrics.
+func metricsArgs(t *testing.T, c corev1.Container) map[string]string {
+	t.Helper()
 	if len(c.Command) != 1 || filepath.Base(c.Command[0]) != "devplumbctl" || len(c.Args) == 0 || c.Args[0] != "metrics" {
-		t.Fatalf("metrics container runs %q %q", c.Command, c.Args)
+		t.Fatalf("metrics container runs %q %q, want devplumbctl metrics", c.Command, c.Args)
 	}
-	if got := hostPathOf(ds.Spec.Template.Spec, c, args["--state-dir"]); got != config.DefaultStateDir {
+	return flagArgs(t, c, 1)
+}
+
+// TestAgentContainer: the devplumb DaemonSet's agent container serves the entry point's
+// socket where the entry point dials (agentproto.DefaultSocket, the same path on the host),
+// starts with the installer's kubeconfig, watches the node the pod runs on (NODE_NAME from
+// the downward API), on the node's network.
+func TestAgentContainer(t *testing.T) {
+	ds := daemonSet(t, decode(t)["devplumb-daemonset.yaml"])
+	spec := ds.Spec.Template.Spec
+	c := container(t, ds, "agent")
+	args := agentArgs(t, c)
+	if args["--socket"] != agentproto.DefaultSocket {
+		t.Errorf("--socket %q, the entry point dials %s", args["--socket"], agentproto.DefaultSocket)
+	}
+	if dir := filepath.Dir(agentproto.DefaultSocket); hostPathOf(spec, c, dir) != dir {
+		t.Errorf("the socket's directory %s is %q on the host, want the same path", dir, hostPathOf(spec, c, dir))
+	}
+	if got := hostPathOf(spec, c, args["--kubeconfig"]); got != kubeconfigPath {
+		t.Errorf("--kubeconfig %q is %q on the host, want the installer's %s, which the configs name", args["--kubeconfig"], got, kubeconfigPath)
+	}
+	if args["--node-name"] != "$(NODE_NAME)" || !nodeNameFromSpec(c) {
+		t.Errorf("--node-name %q, env %+v: want $(NODE_NAME), NODE_NAME from the pod's spec.nodeName", args["--node-name"], c.Env)
+	}
+	if !spec.HostNetwork {
+		t.Error("the agent works before the pod network and its metrics are served on the node's: hostNetwork")
+	}
+}
+
+// TestMetricsContainer: the metrics container keeps the spool in the host's state directory,
+// where devplumb-direct writes, reads the agent's metrics from the socket the agent serves
+// them on, serves /metrics secured, and its probes ask the port it listens on over HTTPS.
+func TestMetricsContainer(t *testing.T) {
+	ds := daemonSet(t, decode(t)["devplumb-daemonset.yaml"])
+	spec := ds.Spec.Template.Spec
+	c := container(t, ds, "metrics")
+	args := metricsArgs(t, c)
+	agentSock := agentArgs(t, container(t, ds, "agent"))["--metrics-socket"]
+	if args["--agent-metrics"] != agentSock || hostPathOf(spec, c, agentSock) == "" ||
+		hostPathOf(spec, c, agentSock) != hostPathOf(spec, container(t, ds, "agent"), agentSock) {
+		t.Errorf("--agent-metrics %q: want the agent's --metrics-socket %q, the same host file", args["--agent-metrics"], agentSock)
+	}
+	if got := hostPathOf(spec, c, args["--state-dir"]); got != config.DefaultStateDir {
 		t.Errorf("--state-dir %s is %q on the host, want %s", args["--state-dir"], got, config.DefaultStateDir)
 	}
-	if p := c.LivenessProbe; p == nil || p.HTTPGet == nil || ":"+p.HTTPGet.Port.String() != args["--listen"] {
-		t.Errorf("liveness probe %+v does not ask --listen %s", p, args["--listen"])
+	if _, ok := args["--secure-metrics"]; !ok {
+		t.Errorf("args %q serve /metrics to anyone on the node's network: want --secure-metrics", c.Args)
+	}
+	for kind, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Scheme != corev1.URISchemeHTTPS || p.HTTPGet.Path != "/healthz" ||
+			":"+p.HTTPGet.Port.String() != args["--listen"] || containerPort(c, p.HTTPGet.Port.String()) == 0 {
+			t.Errorf("%s probe %+v: want HTTPS /healthz on --listen %s, a container port", kind, p, args["--listen"])
+		}
+	}
+}
+
+func nodeNameFromSpec(c corev1.Container) bool {
+	for _, e := range c.Env {
+		if e.Name == "NODE_NAME" {
+			return e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName"
+		}
+	}
+	return false
+}
+
+// TestAgentSeesTheHostsPaths: network configs, state records and the libcni cache name host
+// paths, which the agent opens as they are: each one is the same path in its container (the
+// pods' network namespaces under /run/netns and /var/run/netns, new ones propagated from the
+// host), and what it only reads is mounted read-only.
+func TestAgentSeesTheHostsPaths(t *testing.T) {
+	ds := daemonSet(t, decode(t)["devplumb-daemonset.yaml"])
+	spec := ds.Spec.Template.Spec
+	c := container(t, ds, "agent")
+	for _, p := range []struct {
+		path     string
+		readOnly bool
+	}{
+		{config.DefaultStateDir, false}, {config.DefaultStateDir + "/libcni", false},
+		{config.DefaultDeviceInfoDir + "/cni", false}, {config.DefaultDeviceInfoDir + "/dp", false},
+		{config.DefaultPodResourcesSocket, true}, {kubeconfigPath, true}, {"/opt/cni/bin", true},
+		{"/run/netns/cni-1", true}, {"/var/run/netns/cni-1", true},
+	} {
+		if got := hostPathOf(spec, c, p.path); runPath(got) != runPath(p.path) {
+			t.Errorf("%s is %q on the host, want the same path", p.path, got)
+		}
+		m := mountOf(c, p.path)
+		if m == nil {
+			continue // reported above
+		}
+		if m.ReadOnly != p.readOnly {
+			t.Errorf("%s is mounted readOnly=%v, want %v", p.path, m.ReadOnly, p.readOnly)
+		}
+		if strings.Contains(p.path, "/netns/") && (m.MountPropagation == nil || *m.MountPropagation != corev1.MountPropagationHostToContainer) {
+			t.Errorf("%s: a pod's netns made after the agent started is seen only with HostToContainer propagation", p.path)
+		}
+	}
+}
+
+// runPath is p with /var/run as /run, its target on every host.
+func runPath(p string) string {
+	if rest, ok := strings.CutPrefix(p, "/var/run/"); ok {
+		return "/run/" + rest
+	}
+	return p
+}
+
+// mountOf is the mount of c that path lies in (the longest), nil when none.
+func mountOf(c corev1.Container, path string) *corev1.VolumeMount {
+	var best *corev1.VolumeMount
+	for i, m := range c.VolumeMounts {
+		if rel, ok := strings.CutPrefix(path, m.MountPath); ok && (rel == "" || rel[0] == '/') &&
+			(best == nil || len(m.MountPath) > len(best.MountPath)) {
+			best = &c.VolumeMounts[i]
+		}
+	}
+	return best
+}
+
+// TestOnlyTheAgentHasCapabilities: the install and metrics containers have none; the agent
+// exactly CAP_DAC_OVERRIDE (docs/security.md says why; e2e/node fails without it).
+func TestOnlyTheAgentHasCapabilities(t *testing.T) {
+	ds := daemonSet(t, decode(t)["devplumb-daemonset.yaml"])
+	want := map[string][]corev1.Capability{"install": nil, "agent": {"DAC_OVERRIDE"}, "metrics": nil}
+	if len(ds.Spec.Template.Spec.Containers) != len(want) {
+		t.Fatalf("%d containers, want install, agent and metrics", len(ds.Spec.Template.Spec.Containers))
+	}
+	for name, caps := range want {
+		sc := container(t, ds, name).SecurityContext
+		if sc == nil || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) ||
+			!slices.Equal(slices.Sorted(slices.Values(sc.Capabilities.Add)), caps) {
+			t.Errorf("container %s: capabilities %+v, want drop ALL, add %v", name, sc, caps)
+		}
 	}
 }
 

@@ -167,6 +167,7 @@ func TestHelmChartValues(t *testing.T) {
 	if !strings.Contains(cm.Data["config.json"], `"eth9"`) || strings.Contains(cm.Data["config.json"], "sriov_vf") {
 		t.Errorf("netdev-dp config: %s", cm.Data["config.json"])
 	}
+	checkAgentValues(t)
 	if off := render(t, map[string]any{"netdevDP": map[string]any{"enabled": false}}); off["*v1.DaemonSet/kube-system/netdev-dp"] != nil {
 		t.Error("netdevDP.enabled=false still renders netdev-dp")
 	}
@@ -179,5 +180,23 @@ func mapKeys[V any](m map[string]V) func(func(string) bool) {
 				return
 			}
 		}
+	}
+}
+
+// checkAgentValues: devplumb.metricsPort moves the metrics container's --listen, its
+// container port and both probes; devplumb.agentResources are the agent's.
+func checkAgentValues(t *testing.T) {
+	t.Helper()
+	objs := render(t, map[string]any{"devplumb": map[string]any{"metricsPort": 9200,
+		"agentResources": map[string]any{"limits": map[string]any{"memory": "80Mi"}}}})
+	ds := daemonSet(t, []runtime.Object{objs["*v1.DaemonSet/kube-system/devplumb"]})
+	c := container(t, ds, "metrics")
+	if l := metricsArgs(t, c)["--listen"]; l != ":9200" || containerPort(c, "9200") != 9200 ||
+		c.LivenessProbe.HTTPGet.Port.IntValue() != 9200 || c.ReadinessProbe.HTTPGet.Port.IntValue() != 9200 {
+		t.Errorf("devplumb.metricsPort 9200: --listen %s, ports %+v, probes on %s and %s", l, c.Ports,
+			c.LivenessProbe.HTTPGet.Port.String(), c.ReadinessProbe.HTTPGet.Port.String())
+	}
+	if c := container(t, ds, "agent"); c.Resources.Limits.Memory().String() != "80Mi" {
+		t.Errorf("devplumb.agentResources did not reach the agent: %v", c.Resources.Limits)
 	}
 }

@@ -108,3 +108,18 @@ func containerPort(c corev1.Container, port string) int32 {
 }
 
 func itoa(n int32) string { return strconv.Itoa(int(n)) }
+
+// TestHostNetworkMetricsPortsDiffer: devplumb's metrics and both netdev-dp DaemonSets serve
+// on the node's network, and may all run on one node: no two share a port.
+func TestHostNetworkMetricsPortsDiffer(t *testing.T) {
+	m := container(t, daemonSet(t, decode(t)["devplumb-daemonset.yaml"]), "metrics")
+	port := metricsArgs(t, m)["--listen"]
+	ports := map[string]string{strings.TrimPrefix(port, ":"): "devplumb metrics"}
+	for _, ds := range netdevDPDaemonSets(t) {
+		p := itoa(metricsPort(t, ds.Name, container(t, ds, "netdev-dp")))
+		if other, taken := ports[p]; taken {
+			t.Errorf("%s and %s both serve on port %s of the node", other, ds.Name, p)
+		}
+		ports[p] = ds.Name
+	}
+}

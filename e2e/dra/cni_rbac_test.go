@@ -40,7 +40,9 @@ func TestCNIShippedRBAC(t *testing.T) {
 		t.Fatalf("claim status left by DEL as devplumb: %+v", st)
 	}
 	verbs := []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
-	want := map[string]bool{"resourceclaims/get": true, "resourceslices/list": true, "resourceclaims/status/patch": true}
+	// resourceslices watch: the node agent's informer of its node's slices.
+	want := map[string]bool{"resourceclaims/get": true, "resourceslices/list": true, "resourceslices/watch": true,
+		"resourceclaims/status/patch": true}
 	for _, r := range []struct{ resource, sub string }{
 		{"resourceclaims", ""}, {"resourceclaims", "status"}, {"resourceslices", ""}, {"deviceclasses", ""},
 		{"resourceclaimtemplates", ""},

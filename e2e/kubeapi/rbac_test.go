@@ -59,8 +59,8 @@ func TestShippedRBACIsEnoughAndNoMore(t *testing.T) {
 	e2etest.Must(t, err)
 	as, err := kubernetes.NewForConfig(rc)
 	e2etest.Must(t, err)
-	_, err = as.CoreV1().Pods("default").List(e2etest.Ctx(t), metav1.ListOptions{})
-	wantForbidden(t, "list pods", err)
+	_, err = as.CoreV1().Nodes().List(e2etest.Ctx(t), metav1.ListOptions{})
+	wantForbidden(t, "list nodes", err)
 	p, err := srv.Client.CoreV1().Pods("default").Get(e2etest.Ctx(t), pod.Name, metav1.GetOptions{})
 	e2etest.Must(t, err)
 	_, err = as.CoreV1().Pods("default").Update(e2etest.Ctx(t), p, metav1.UpdateOptions{})
@@ -75,8 +75,9 @@ func TestShippedRBACIsEnoughAndNoMore(t *testing.T) {
 }
 
 // accessMatrix asks the API server's authorizer about every verb on the resources a
-// node-level plugin could be tempted to touch: exactly get/patch pods, get NADs and
-// create events.k8s.io Events are allowed, in any namespace, and nothing else.
+// node-level plugin could be tempted to touch: exactly get/patch pods, get NADs, list and
+// watch both (the node agent's informers), and create events.k8s.io Events are allowed, in
+// any namespace, and nothing else.
 func accessMatrix(t *testing.T) {
 	t.Helper()
 	verbs := []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
@@ -87,8 +88,9 @@ func accessMatrix(t *testing.T) {
 		{"rbac.authorization.k8s.io", "clusterrolebindings", ""},
 	}
 	// Keyed by group too: core events stay refused, events.k8s.io events may be created.
-	want := map[string]bool{"/pods/get": true, "/pods/patch": true, "k8s.cni.cncf.io/network-attachment-definitions/get": true,
-		"events.k8s.io/events/create": true}
+	want := map[string]bool{"/pods/get": true, "/pods/list": true, "/pods/watch": true, "/pods/patch": true,
+		"k8s.cni.cncf.io/network-attachment-definitions/get": true, "k8s.cni.cncf.io/network-attachment-definitions/list": true,
+		"k8s.cni.cncf.io/network-attachment-definitions/watch": true, "events.k8s.io/events/create": true}
 	for _, ns := range []string{"default", "kube-system"} {
 		for _, r := range resources {
 			for _, v := range verbs {

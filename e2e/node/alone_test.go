@@ -206,7 +206,13 @@ func networkStatus(t *testing.T, pod *corev1.Pod, network, ifName string) nadv1.
 // podLog is what the pod's container wrote, from the kubelet's log files.
 func podLog(t *testing.T, pod *corev1.Pod) string {
 	t.Helper()
-	logs, err := filepath.Glob(nd.HostPath(filepath.Join("/var/log/pods", pod.Namespace+"_"+pod.Name+"_"+string(pod.UID), "*", "*.log")))
+	return containerLog(t, pod, "*")
+}
+
+// containerLog is what the pod's containers matching the glob container wrote, restarts included.
+func containerLog(t *testing.T, pod *corev1.Pod, container string) string {
+	t.Helper()
+	logs, err := filepath.Glob(nd.HostPath(filepath.Join("/var/log/pods", pod.Namespace+"_"+pod.Name+"_"+string(pod.UID), container, "*.log")))
 	e2etest.Must(t, err)
 	var b strings.Builder
 	for _, l := range logs {
