@@ -21,13 +21,7 @@ import (
 // stopped, the next ADD falls back to devplumb-direct (path="direct") and
 // the scrape still answers.
 func TestAgentMetricsServedByDevplumbctl(t *testing.T) {
-	e := newEnv(t)
-	dev := testenv.VethPair(t, "dpa") + "a"
-	pod := testenv.NetNS(t)
-	e.setPod("default", "p1", dev)
-	conf := e.conf("mv-net", map[string]any{"type": "macvlan", "mode": "bridge"})
-	conf["injectDeviceID"] = []string{"master"}
-	e.install(conf)
+	e, pod := macvlanPod(t, "dpa")
 	dir, err := os.MkdirTemp("", "agent") // t.TempDir() may be too long for a socket path
 	if err != nil {
 		t.Fatal(err)

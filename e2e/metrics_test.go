@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/ns"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -25,13 +26,7 @@ import (
 // ADD, a failing ADD and a DEL are each counted once per phase and outcome, and
 // when the daemon stops its spool goes, so calls leave no records behind.
 func TestPhaseHistograms(t *testing.T) {
-	e := newEnv(t)
-	dev := testenv.VethPair(t, "dpv") + "a"
-	pod := testenv.NetNS(t)
-	e.setPod("default", "p1", dev)
-	conf := e.conf("mv-net", map[string]any{"type": "macvlan", "mode": "bridge"})
-	conf["injectDeviceID"] = []string{"master"}
-	e.install(conf)
+	e, pod := macvlanPod(t, "dpv")
 	url, stop := startPhaseMetrics(t, e.stateDir)
 	t.Setenv("DEVPLUMB_AGENT_SOCKET", filepath.Join(t.TempDir(), "none.sock")) // whatever runs here
 
@@ -162,4 +157,18 @@ func hasLabels(m *dto.Metric, labels map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// macvlanPod is a node whose pod default/p1 was given a veth (named from
+// stem) as the device of network mv-net (macvlan on it), and its netns.
+func macvlanPod(t *testing.T, stem string) (*env, ns.NetNS) {
+	t.Helper()
+	e := newEnv(t)
+	dev := testenv.VethPair(t, stem) + "a"
+	pod := testenv.NetNS(t)
+	e.setPod("default", "p1", dev)
+	conf := e.conf("mv-net", map[string]any{"type": "macvlan", "mode": "bridge"})
+	conf["injectDeviceID"] = []string{"master"}
+	e.install(conf)
+	return e, pod
 }

@@ -20,6 +20,9 @@ type Cache interface {
 	// a watch that has not brought it yet is waited for a moment before
 	// the miss.
 	AwaitPod(namespace, name, uid string) (*corev1.Pod, bool)
+	// AwaitNewer is AwaitPod for a pod newer than resourceVersion rv: a
+	// patch from rv met a conflict, and the watch brings what changed.
+	AwaitNewer(namespace, name, uid, rv string) (*corev1.Pod, bool)
 	ResourceClaim(namespace, name string) (*resourcev1.ResourceClaim, bool)
 	ResourceSlices(node, driver string) ([]resourcev1.ResourceSlice, bool)
 	NAD(namespace, name string) (*metav1.PartialObjectMetadata, bool)
@@ -30,13 +33,19 @@ type Cache interface {
 func (c *Client) UseCache(cache Cache) { c.cache = cache }
 
 // cachedPodMeta is the pod's metadata from the cache for a network-status
-// edit's first attempt, nil on a miss; an ADD's (await) waits a moment.
-func (c *Client) cachedPodMeta(namespace, name, uid string, await bool) *metav1.PartialObjectMetadata {
+// edit, nil on a miss: for the first attempt (an ADD's, await, waits a
+// moment for the watch), or newer than stale, the version a conflict refused.
+func (c *Client) cachedPodMeta(namespace, name, uid string, await bool, stale string) *metav1.PartialObjectMetadata {
 	if c.cache == nil {
 		return nil
 	}
 	lookup := c.cache.Pod
-	if await {
+	switch {
+	case stale != "":
+		lookup = func(namespace, name, uid string) (*corev1.Pod, bool) {
+			return c.cache.AwaitNewer(namespace, name, uid, stale)
+		}
+	case await:
 		lookup = c.cache.AwaitPod
 	}
 	pod, ok := lookup(namespace, name, uid)

@@ -66,13 +66,13 @@ func (c *Client) editStatus(ctx context.Context, namespace, name, uid string, aw
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	pods := c.meta.Resource(podsResource).Namespace(namespace)
-	first := true
+	first, stale := true, ""
 	return c.retry(ctx, func(ctx context.Context) (bool, error) {
 		pod := c.keptPod(namespace, name, uid)
-		if pod == nil && first {
-			pod = c.cachedPodMeta(namespace, name, uid, await)
+		if pod == nil && (first || stale != "") {
+			pod = c.cachedPodMeta(namespace, name, uid, await, stale)
 		}
-		first = false
+		first, stale = false, ""
 		if pod == nil {
 			var err error
 			if pod, err = pods.Get(ctx, name, metav1.GetOptions{}); err != nil {
@@ -95,6 +95,9 @@ func (c *Client) editStatus(ctx context.Context, namespace, name, uid string, aw
 			return true, err
 		}
 		patched, err := pods.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+		if apierrors.IsConflict(err) {
+			stale = pod.ResourceVersion // the next attempt waits for the watch's newer pod
+		}
 		if err != nil {
 			return podError(err, namespace, name)
 		}

@@ -40,12 +40,18 @@ const podWait = 500 * time.Millisecond
 // AwaitPod is kube.Cache's: Pod, waiting up to podWait for the watch to
 // bring the pod of uid.
 func (c *Cache) AwaitPod(namespace, name, uid string) (*corev1.Pod, bool) {
+	return c.AwaitNewer(namespace, name, uid, "")
+}
+
+// AwaitNewer is kube.Cache's: AwaitPod for a resourceVersion other than rv
+// (any, when empty).
+func (c *Cache) AwaitNewer(namespace, name, uid, rv string) (*corev1.Pod, bool) {
 	timeout := time.NewTimer(podWait)
 	defer timeout.Stop()
 	for {
 		seen := c.nextPodEvent()
 		pod, ok := c.pod(namespace, name)
-		if ok && (uid == "" || string(pod.UID) == uid) {
+		if ok && (uid == "" || string(pod.UID) == uid) && (rv == "" || pod.ResourceVersion != rv) {
 			c.metrics.lookup(kindPod, true)
 			return pod.DeepCopy(), true
 		}
