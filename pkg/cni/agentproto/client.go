@@ -33,7 +33,7 @@ func unavailable(format string, args ...any) error {
 }
 
 // Dial connects to the agent at path and exchanges hello within bound (the
-// design's 100 ms), telling the agent this entry point's build.
+// design's 1 s), telling the agent this entry point's build.
 func Dial(path string, bound time.Duration, build string) (*Client, error) {
 	deadline := time.Now().Add(bound)
 	d := net.Dialer{Deadline: deadline}
