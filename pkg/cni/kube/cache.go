@@ -16,13 +16,11 @@ type Cache interface {
 	// called for: a pod of another UID (deleted and created again under
 	// the name, its deletion not seen yet) is a miss.
 	Pod(namespace, name, uid string) (*corev1.Pod, bool)
-	// AwaitPod is Pod for an ADD: its pod exists (the kubelet runs it), so
-	// a watch that has not brought it yet is waited for a moment before
-	// the miss.
-	AwaitPod(namespace, name, uid string) (*corev1.Pod, bool)
-	// AwaitNewer is AwaitPod for a pod newer than resourceVersion rv: a
-	// patch from rv met a conflict, and the watch brings what changed.
-	AwaitNewer(namespace, name, uid, rv string) (*corev1.Pod, bool)
+	// AwaitPod is Pod for an ADD (its pod exists: the kubelet runs it) or
+	// after a conflict: a watch that has not brought the pod yet, or one of
+	// a resourceVersion other than rv (when set: the version a patch was
+	// refused for), is waited for a moment before the miss.
+	AwaitPod(namespace, name, uid, rv string) (*corev1.Pod, bool)
 	ResourceClaim(namespace, name string) (*resourcev1.ResourceClaim, bool)
 	ResourceSlices(node, driver string) ([]resourcev1.ResourceSlice, bool)
 	NAD(namespace, name string) (*metav1.PartialObjectMetadata, bool)
@@ -39,16 +37,10 @@ func (c *Client) cachedPodMeta(namespace, name, uid string, await bool, stale st
 	if c.cache == nil {
 		return nil
 	}
-	lookup := c.cache.Pod
-	switch {
-	case stale != "":
-		lookup = func(namespace, name, uid string) (*corev1.Pod, bool) {
-			return c.cache.AwaitNewer(namespace, name, uid, stale)
-		}
-	case await:
-		lookup = c.cache.AwaitPod
+	pod, ok := c.cache.Pod(namespace, name, uid)
+	if await || stale != "" {
+		pod, ok = c.cache.AwaitPod(namespace, name, uid, stale)
 	}
-	pod, ok := lookup(namespace, name, uid)
 	if !ok {
 		return nil
 	}

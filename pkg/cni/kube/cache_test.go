@@ -16,16 +16,18 @@ import (
 type watchCache struct {
 	held    string
 	server  *podServer
-	awaited []string // the versions AwaitNewer was asked past
+	awaited []string // the versions AwaitPod was asked past
 }
 
 func (w *watchCache) podAt(rv string) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u1", ResourceVersion: rv}}
 }
 
-func (w *watchCache) Pod(_, _, _ string) (*corev1.Pod, bool)      { return w.podAt(w.held), true }
-func (w *watchCache) AwaitPod(_, _, _ string) (*corev1.Pod, bool) { return w.podAt(w.held), true }
-func (w *watchCache) AwaitNewer(_, _, _, rv string) (*corev1.Pod, bool) {
+func (w *watchCache) Pod(_, _, _ string) (*corev1.Pod, bool) { return w.podAt(w.held), true }
+func (w *watchCache) AwaitPod(_, _, _, rv string) (*corev1.Pod, bool) {
+	if rv == "" {
+		return w.podAt(w.held), true
+	}
 	w.awaited = append(w.awaited, rv)
 	w.server.mu.Lock()
 	w.held = w.server.version()

@@ -101,7 +101,7 @@ func (c *Client) do(ctx context.Context, op func(context.Context, *draClients) e
 // Pod reads the pod object: from the cache, if it holds the pod of uid.
 func (c *Client) Pod(ctx context.Context, namespace, name, uid string) (*corev1.Pod, error) {
 	if c.cache != nil {
-		if pod, ok := c.cache.AwaitPod(namespace, name, uid); ok { // only an ADD reads the pod
+		if pod, ok := c.cache.AwaitPod(namespace, name, uid, ""); ok { // only an ADD reads the pod
 			c.keepPod(pod)
 			return pod, nil
 		}

@@ -38,14 +38,8 @@ func (c *Cache) Pod(namespace, name, uid string) (*corev1.Pod, bool) {
 const podWait = 500 * time.Millisecond
 
 // AwaitPod is kube.Cache's: Pod, waiting up to podWait for the watch to
-// bring the pod of uid.
-func (c *Cache) AwaitPod(namespace, name, uid string) (*corev1.Pod, bool) {
-	return c.AwaitNewer(namespace, name, uid, "")
-}
-
-// AwaitNewer is kube.Cache's: AwaitPod for a resourceVersion other than rv
-// (any, when empty).
-func (c *Cache) AwaitNewer(namespace, name, uid, rv string) (*corev1.Pod, bool) {
+// bring the pod of uid at a resourceVersion other than rv (any, when empty).
+func (c *Cache) AwaitPod(namespace, name, uid, rv string) (*corev1.Pod, bool) {
 	timeout := time.NewTimer(podWait)
 	defer timeout.Stop()
 	for {
