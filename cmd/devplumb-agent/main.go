@@ -39,10 +39,6 @@ const usage = `usage: devplumb-agent [--socket PATH] [--node-name NAME] [--kubec
   each node (the devplumb DaemonSet does); without it, calls run whole in devplumb-direct
 `
 
-// DefaultMetricsSocket is where the agent serves its metrics, for
-// devplumbctl metrics --agent-metrics.
-const DefaultMetricsSocket = "/run/devplumb/agent-metrics.sock"
-
 // flags are devplumb-agent's settings.
 type flags struct {
 	socket, node, kubeconfig, metrics *string
@@ -62,7 +58,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		kubeconfig: fs.String("kubeconfig", "", "start this kubeconfig's client and watches at once (the one the node's configs name), "+
 			"waiting for the file if it is not there yet; without it they start at the first call naming it"),
 		timeout: fs.Duration("timeout", podresources.DefaultTimeout, "bound of each request to the kubelet or the API server"),
-		metrics: fs.String("metrics-socket", DefaultMetricsSocket, "serve /metrics on this root-only unix socket; empty: none"),
+		metrics: fs.String("metrics-socket", agentproto.DefaultMetricsSocket, "serve /metrics on this root-only unix socket; empty: none"),
 	}
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	logFlags := logging.Register(fs)

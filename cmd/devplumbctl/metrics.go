@@ -19,6 +19,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/base/logging"
 	"github.com/devplumb/devplumb/pkg/base/metricsauth"
 	"github.com/devplumb/devplumb/pkg/base/metricsserver"
+	"github.com/devplumb/devplumb/pkg/cni/agentproto"
 	"github.com/devplumb/devplumb/pkg/cni/config"
 	"github.com/devplumb/devplumb/pkg/cni/phasemetrics"
 )
@@ -42,7 +43,7 @@ func metrics(args []string, stderr io.Writer) int {
 	listen := fs.String("listen", ":9111", "serve /metrics and /healthz on this address (host:port)")
 	stateDir := fs.String("state-dir", config.DefaultStateDir, "the devplumb state directory of the node's configs")
 	every := fs.Duration("drain-interval", 10*time.Second, "drain the spool this often between scrapes, so it stays small")
-	agentMetrics := fs.String("agent-metrics", "/run/devplumb/agent-metrics.sock",
+	agentMetrics := fs.String("agent-metrics", agentproto.DefaultMetricsSocket,
 		"serve the node agent's metrics from its unix socket beside these (none while it does not answer); empty: not")
 	var secure metricsauth.Options
 	secure.Register(fs)

@@ -14,6 +14,10 @@ import (
 // DefaultSocket is where the agent listens and the entry point dials.
 const DefaultSocket = "/run/devplumb/agent.sock"
 
+// DefaultMetricsSocket is where the agent serves its metrics (root-only,
+// plain HTTP) for devplumbctl metrics --agent-metrics.
+const DefaultMetricsSocket = "/run/devplumb/agent-metrics.sock"
+
 // Listen opens the agent's socket at path: its directory created 0700 when
 // missing and the socket 0600, so only root reaches it (Serve checks the
 // peer's uid as well). A socket file left by a dead agent is replaced; a live
