@@ -76,12 +76,31 @@ func TestAgentAPIRequests(t *testing.T) {
 		if o := call(agentproto.CmdDel, pod, netns); o.Err != nil || (o.Committed != nil && o.Committed.Error != nil) {
 			t.Fatalf("%s DEL through the agent: %+v, %v", tc.name, o.Committed, o.Err)
 		}
+		awaitRemovals(t, n, pod, claimName)
 		del := callsOnly(rc.Take())
 		t.Logf("API requests through the agent, %s: ADD %s; DEL %s", tc.name, kubeapi.DescribeCounts(add), kubeapi.DescribeCounts(del))
 		if i > 0 && (!maps.Equal(add, writes) || !maps.Equal(del, writes)) {
 			t.Errorf("%s path: ADD %s; DEL %s\nwant writes only: %s", tc.name, kubeapi.DescribeCounts(add),
 				kubeapi.DescribeCounts(del), kubeapi.DescribeCounts(writes))
 		}
+	}
+}
+
+// awaitRemovals waits until the removals of a DEL through the agent, which
+// it writes after DEL answered, are on the API server: the pod's
+// network-status entry and the claim's networkData gone.
+func awaitRemovals(t *testing.T, n *cniNode, pod *corev1.Pod, claimName string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st := deviceStatus(t, claimName, n.driver, "dev-0")
+		if len(e2etest.NetworkStatus(t, srv.Client, cniNS, pod.Name)) == 0 && (st == nil || st.NetworkData == nil) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the DEL's removals on pod %s and claim %s not written 30 s after DEL answered", pod.Name, claimName)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -139,7 +139,7 @@ func waitAllowed(t *testing.T, want bool, verb, resource, sub, failure string) {
 }
 
 // A claim status devplumb may not write fails ADD under "networkStatus":
-// "required" (the default), before anything is on the pod, and rolls back;
+// "required" (the default), leaving nothing on the pod, and rolls back;
 // under "best-effort" ADD succeeds with the network-status entry alone.
 func TestCNIClaimStatusRequiredOrBestEffort(t *testing.T) {
 	rules := []rbacv1.PolicyRule{

@@ -2,6 +2,7 @@ package kubeapi_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"sync/atomic"
@@ -53,6 +54,13 @@ func TestAgentNetworkStatus(t *testing.T) {
 	if o := call(agentproto.CmdDel, pod.Name, string(pod.UID)); o.Err != nil || o.Committed == nil || o.Committed.Error != nil {
 		t.Fatalf("DEL through the agent: %+v, %v", o.Committed, o.Err)
 	}
+	// The agent removes the entry after DEL answered.
+	waitFor(t, "the DEL's network-status removal", func() error {
+		if got := e2etest.NetworkStatus(t, srv.Client, "default", pod.Name); len(got) != 1 {
+			return fmt.Errorf("network-status %+v", got)
+		}
+		return nil
+	})
 	wantStatus(t, e2etest.NetworkStatus(t, srv.Client, "default", pod.Name), otherEntry)
 
 	gone, err := srv.CreatePod(e2etest.Ctx(t), "default", "dp-agent-gone", nodeName, nil)

@@ -57,6 +57,8 @@ type Agent struct {
 	pending *pendingTable
 	kube    *kubeCache
 	kubelet *kubeletCache
+	later   *laterWrites
+	timeout time.Duration
 	metrics *metrics
 }
 
@@ -75,14 +77,18 @@ func New(cfg Config) *Agent {
 		pending: newPendingTable(orDefault(cfg.PendingTTL, DefaultPendingTTL), cfg.MaxPending, log),
 		kube:    &kubeCache{build: cfg.NewKube, log: log},
 		kubelet: &kubeletCache{dial: podresources.New, log: log},
+		later:   newLaterWrites(defaultMaxLater),
+		timeout: cfg.Timeout,
 	}
 	if a.pending.max <= 0 {
 		a.pending.max = DefaultMaxPending
 	}
-	a.metrics = newMetrics(a.pending)
+	a.metrics = newMetrics(a.pending, a.later)
 	// LogTo stays unset: every call logs through the agent's own logger
-	// (its level and format), not a network's logFile.
-	a.plugin = &plugin.Plugin{Log: log, Timeout: cfg.Timeout, PodResources: a.kubelet.get, Phases: cfg.Phases}
+	// (its level and format), not a network's logFile; a DEL's removals
+	// outlive its call.
+	a.plugin = &plugin.Plugin{Log: log, Timeout: cfg.Timeout, PodResources: a.kubelet.get, Phases: cfg.Phases,
+		Later: a.later}
 	if cfg.NewKube != nil {
 		a.plugin.NewKube = a.kube.get
 	}
@@ -97,9 +103,14 @@ func orDefault(d, def time.Duration) time.Duration {
 }
 
 // Close gives up every prepared call (as a crash would: the records stay
-// for the next ADD, DEL or gc) and closes the kubelet connections.
+// for the next ADD, DEL or gc), waits a while for the removals DELs left to
+// the API server, and closes the kubelet connections and API clients.
 func (a *Agent) Close() {
 	a.pending.closeAll()
+	if !a.later.close(a.timeout) {
+		a.log.Warn("exiting with DEL removals not yet written to the API server: " +
+			"their network-status entries stay on pods being torn down")
+	}
 	a.kubelet.closeAll()
 	a.kube.closeAll()
 }

@@ -78,12 +78,49 @@ func TestAgentAddIsDirectAdd(t *testing.T) {
 	if _, err := os.Stat(wantRec.CNIFile); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("CNI device-info file after DEL: %v", err)
 	}
+	e.settle(t)
 	if _, removed := e.kube.writes(); len(removed) != 2 {
 		t.Errorf("network-status removals %v: want one per DEL", removed)
 	}
 	// DEL is idempotent: with no record the delegates' DEL from the config.
 	if o := e.call(agentproto.CmdDel, "net1"); o.Err != nil || o.Committed == nil || o.Committed.Error != nil {
 		t.Errorf("second DEL: %+v, %+v, %v", o.Prepared, o.Committed, o.Err)
+	}
+}
+
+// A DEL through the agent answers before its network-status removal reaches
+// the API server; an ADD of the same pod that comes meanwhile writes its
+// entry only after that removal, which therefore never lands on the new entry.
+func TestDelRemovalAfterAnswerBeforeNextAdd(t *testing.T) {
+	e := newAgentEnv(t, 1, Config{})
+	if o := e.call(agentproto.CmdAdd, "net1"); o.Err != nil || o.Committed.Error != nil {
+		t.Fatalf("ADD: %+v, %v", o.Committed, o.Err)
+	}
+	hold, setSeen := make(chan struct{}), make(chan struct{}, 1)
+	e.kube.mu.Lock()
+	e.kube.hold, e.kube.setSeen = hold, setSeen
+	e.kube.mu.Unlock()
+	if o := e.call(agentproto.CmdDel, "net1"); o.Err != nil || o.Committed.Error != nil {
+		t.Fatalf("DEL: %+v, %v", o.Committed, o.Err)
+	}
+	if n := e.agent.later.len(); n != 1 {
+		t.Fatalf("%d removals pending when DEL answered: want its own, held", n)
+	}
+	// The removal is let go when the next ADD sets its entry (it did not
+	// wait: the order below fails) or after 2 s (it waits, as it must).
+	go func() {
+		select {
+		case <-setSeen:
+		case <-time.After(2 * time.Second):
+		}
+		close(hold)
+	}()
+	if o := e.call(agentproto.CmdAdd, "net1"); o.Err != nil || o.Committed.Error != nil {
+		t.Fatalf("ADD after the DEL: %+v, %v", o.Committed, o.Err)
+	}
+	want := []string{"set fast-net/net1", "remove fast-net/net1", "set fast-net/net1"}
+	if got := e.kube.order(); !reflect.DeepEqual(got, want) {
+		t.Errorf("writes %q: want %q", got, want)
 	}
 }
 

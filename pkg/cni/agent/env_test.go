@@ -155,25 +155,63 @@ func (e *agentEnv) run(d *agentproto.Delegate, add bool) (types.Result, error) {
 // onHost reports whether device i is in the host's netns.
 func (e *agentEnv) onHost(i int) bool { return e.OnHost(e.Devs[i]) }
 
-// statusKube is the stand-in API server: it records network-status writes.
+// statusKube is the stand-in API server: it records network-status writes,
+// in order in log ("set ..." and "remove ...").
 type statusKube struct {
 	mu      sync.Mutex
 	set     []nadv1.NetworkStatus
 	removed []string
+	log     []string
+	// hold, when set, is received from before a removal is recorded;
+	// setSeen, when set, gets a value when an entry is set.
+	hold, setSeen chan struct{}
 }
 
 func (k *statusKube) SetNetworkStatus(_ context.Context, _, _, _ string, entry nadv1.NetworkStatus) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.set = append(k.set, entry)
+	k.log = append(k.log, "set "+entry.Name+"/"+entry.Interface)
+	if k.setSeen != nil {
+		select {
+		case k.setSeen <- struct{}{}:
+		default:
+		}
+	}
 	return nil
 }
 
 func (k *statusKube) RemoveNetworkStatus(_ context.Context, namespace, name, _, network, ifName string) error {
 	k.mu.Lock()
+	hold := k.hold
+	k.mu.Unlock()
+	if hold != nil {
+		<-hold
+	}
+	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.removed = append(k.removed, strings.Join([]string{namespace, name, network, ifName}, "/"))
+	k.log = append(k.log, "remove "+network+"/"+ifName)
 	return nil
+}
+
+// order is the writes so far, in order.
+func (k *statusKube) order() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return append([]string(nil), k.log...)
+}
+
+// settle waits until the agent has written the removals DELs left it.
+func (e *agentEnv) settle(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.agent.later.len() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d DEL removals still unwritten after 10 s", e.agent.later.len())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func (k *statusKube) NADResourceName(context.Context, string, string) (string, error) {

@@ -18,9 +18,10 @@ const (
 type metrics struct {
 	requests *prometheus.CounterVec
 	pending  prometheus.GaugeFunc
+	later    prometheus.GaugeFunc
 }
 
-func newMetrics(t *pendingTable) *metrics {
+func newMetrics(t *pendingTable, l *laterWrites) *metrics {
 	return &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "devplumb_agent_requests_total",
@@ -31,12 +32,16 @@ func newMetrics(t *pendingTable) *metrics {
 			Name: "devplumb_agent_pending_calls",
 			Help: "Prepared calls waiting for their commit or rollback.",
 		}, func() float64 { return float64(t.len()) }),
+		later: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "devplumb_agent_pending_removals",
+			Help: "DELs' API server removals (network-status, the claim's networkData) not yet written.",
+		}, func() float64 { return float64(l.len()) }),
 	}
 }
 
 // Collectors are the agent's metrics, for the registry that serves them.
 func (a *Agent) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{a.metrics.requests, a.metrics.pending}
+	return []prometheus.Collector{a.metrics.requests, a.metrics.pending, a.metrics.later}
 }
 
 // count notes one request's outcome: err is an agent error, cniErr the

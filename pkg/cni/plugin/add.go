@@ -320,12 +320,9 @@ func (c *call) finish(rec *attachment.Record, prev *current.Result, result types
 	c.timing.mark(phaseState)
 	failpoint.Hit("add-completed")
 	// Last, so that no failure after them leaves an entry on the pod or
-	// the claim: the claim's first, removed again if the pod's fails.
-	if cerr = c.status.setClaim(rec, entry, result); cerr == nil {
-		if cerr = c.status.setPod(entry); cerr != nil {
-			c.status.removeClaim(rec)
-		}
-	}
+	// the claim.
+	c.status.awaitLater(rec)
+	cerr = c.status.setAll(rec, entry, result)
 	c.timing.mark(phaseKube)
 	return out, cerr
 }

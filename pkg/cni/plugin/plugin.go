@@ -73,6 +73,21 @@ type Plugin struct {
 	// Exec runs the delegates (libcni's invoke.Exec); nil runs the plugin binaries found
 	// on CNI_PATH. Tests stand in for a delegate with it.
 	Exec invoke.Exec
+	// Later, when set, takes DEL's API server removals to run after DEL
+	// has answered (the node agent's: its process outlives the call); unset,
+	// DEL removes before it returns, as devplumb-direct must.
+	Later WriteQueue
+}
+
+// WriteQueue runs API server writes after the call that asked for them has
+// answered, in order per key (a pod, a claim).
+type WriteQueue interface {
+	// Defer runs write once the writes taken before for any of keys are
+	// done; false: it took none, and the caller writes now.
+	Defer(keys []string, write func()) bool
+	// Await waits until the writes taken so far for keys are done, or ctx
+	// ends.
+	Await(ctx context.Context, keys []string)
 }
 
 // New returns a plugin logging to stderr (stdout carries the CNI result).
@@ -178,7 +193,8 @@ func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Err
 		kubelet:    kubelet,
 		devices: &finder{conf: conf, pod: pod, key: key, records: records, kubelet: kubelet, api: api,
 			timeout: p.Timeout, log: p.Log},
-		status: &statusWriter{api: api, conf: conf, pod: pod, ifName: args.IfName, timeout: p.Timeout, log: p.Log},
+		status: &statusWriter{api: api, conf: conf, pod: pod, ifName: args.IfName, timeout: p.Timeout, log: p.Log,
+			later: p.Later},
 		depth:  markDepth(),
 		timing: timing.mark(phaseConfig),
 	}, nil

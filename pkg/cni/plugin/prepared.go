@@ -154,6 +154,7 @@ func (a *PreparedAdd) prepare() *types.Error {
 func (a *PreparedAdd) answerReplay(result types.Result) *types.Error {
 	c, rec := a.c, a.rec
 	if rec.NetworkStatus != nil {
+		c.status.awaitLater(rec)
 		if cerr := c.status.setClaim(rec, rec.NetworkStatus, recordedResult(rec)); cerr != nil {
 			return cerr
 		}

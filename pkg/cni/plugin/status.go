@@ -26,6 +26,7 @@ type statusWriter struct {
 	ifName  string
 	timeout time.Duration
 	log     *slog.Logger
+	later   WriteQueue // nil: removals happen before DEL returns
 }
 
 func (w *statusWriter) ctx() (context.Context, context.CancelFunc) { return timeoutCtx(w.timeout) }
@@ -67,13 +68,53 @@ func (w *statusWriter) setPod(entry *nadv1.NetworkStatus) *types.Error {
 	return nil
 }
 
+// podOf is the attachment's pod: CNI_ARGS', else rec's.
+func (w *statusWriter) podOf(rec *attachment.Record) attachment.Pod {
+	if !w.pod.Known() && rec != nil {
+		return rec.Pod
+	}
+	return w.pod
+}
+
+// keys are what the attachment's writes are ordered by in a WriteQueue:
+// its pod and its claim.
+func (w *statusWriter) keys(rec *attachment.Record) []string {
+	keys := []string{"pod " + w.podOf(rec).String()}
+	if rec != nil && rec.Claim != nil {
+		keys = append(keys, "claim "+rec.Claim.Namespace+"/"+rec.Claim.Name)
+	}
+	return keys
+}
+
+// awaitLater waits for the removals a WriteQueue holds for the
+// attachment's pod and claim, so that none lands after the entries an ADD
+// writes next.
+func (w *statusWriter) awaitLater(rec *attachment.Record) {
+	if w.later == nil {
+		return
+	}
+	ctx, cancel := w.ctx()
+	defer cancel()
+	w.later.Await(ctx, w.keys(rec))
+}
+
+// removeAll removes the attachment's entries on the API server (DEL's last
+// step): with a WriteQueue after DEL has answered, else now.
+func (w *statusWriter) removeAll(rec *attachment.Record, networks []string) {
+	remove := func() {
+		w.removePod(rec, networks)
+		w.removeClaim(rec)
+	}
+	if w.later != nil && w.later.Defer(w.keys(rec), remove) {
+		return
+	}
+	remove()
+}
+
 // removePod drops the attachment's network-status entry, under any of
 // networks (the names it may have). The pod is CNI_ARGS', else rec's.
 func (w *statusWriter) removePod(rec *attachment.Record, networks []string) {
-	pod := w.pod
-	if !pod.Known() && rec != nil {
-		pod = rec.Pod
-	}
+	pod := w.podOf(rec)
 	k, err := w.api.get()
 	if err == nil && k == nil {
 		return
@@ -94,6 +135,32 @@ func (w *statusWriter) removePod(rec *attachment.Record, networks []string) {
 		// DEL must not fail on the API server: the pod may be gone already.
 		w.log.Warn(fmt.Sprintf("removing network-status of pod %s failed", pod), "err", err)
 	}
+}
+
+// setAll writes the pod's network-status entry and, for a DRA device, the
+// claim's networkData, the two round trips at once; when one fails the
+// other's entry is removed again, so a failed ADD leaves neither.
+func (w *statusWriter) setAll(rec *attachment.Record, entry *nadv1.NetworkStatus, result types.Result) *types.Error {
+	if rec.Claim == nil {
+		return w.setPod(entry)
+	}
+	if _, err := w.api.get(); err != nil { // built once, before the two share it
+		return w.failed("building the Kubernetes client", err)
+	}
+	claimDone := make(chan *types.Error, 1)
+	go func() { claimDone <- w.setClaim(rec, entry, result) }()
+	podErr := w.setPod(entry)
+	claimErr := <-claimDone
+	switch {
+	case claimErr != nil && podErr == nil:
+		w.removePod(rec, []string{entry.Name})
+		return claimErr
+	case podErr != nil && claimErr == nil:
+		w.removeClaim(rec)
+	case claimErr != nil:
+		return claimErr
+	}
+	return podErr
 }
 
 // setClaim writes devplumb's part of the claim's status.devices[] entry of
