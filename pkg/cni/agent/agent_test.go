@@ -124,6 +124,35 @@ func TestDelRemovalAfterAnswerBeforeNextAdd(t *testing.T) {
 	}
 }
 
+// An ADD of the pod's next sandbox that runs outside the agent's order
+// (devplumb-direct, while the agent still holds the DEL's removal) keeps its
+// network-status entry: the late removal finds the newer sandbox's record
+// and leaves the entry.
+func TestLateRemovalLeavesNextSandboxEntry(t *testing.T) {
+	e := newAgentEnv(t, 1, Config{})
+	if o := e.call(agentproto.CmdAdd, "net1"); o.Err != nil || o.Committed.Error != nil {
+		t.Fatalf("ADD: %+v, %v", o.Committed, o.Err)
+	}
+	hold := make(chan struct{})
+	e.kube.mu.Lock()
+	e.kube.hold = hold
+	e.kube.mu.Unlock()
+	if o := e.call(agentproto.CmdDel, "net1"); o.Err != nil || o.Committed.Error != nil {
+		t.Fatalf("DEL: %+v, %v", o.Committed, o.Err)
+	}
+	next := e.args("net1")
+	next.ContainerID = "c2"
+	if _, err := testenv.Stdout(t, func() error { return e.direct().Add(next) }); err != nil {
+		t.Fatalf("devplumb-direct's ADD of the next sandbox: %v", err)
+	}
+	close(hold)
+	e.settle(t)
+	want := []string{"set fast-net/net1", "set fast-net/net1", "kept fast-net/net1"}
+	if got := e.kube.order(); !reflect.DeepEqual(got, want) {
+		t.Errorf("writes %q: want %q", got, want)
+	}
+}
+
 // A repeated ADD of a completed attachment is answered at prepare with the
 // result it had: nothing to run, nothing to commit.
 func TestRepeatedAddAnsweredAtPrepare(t *testing.T) {

@@ -131,3 +131,28 @@ func TestRemoveFromAGonePod(t *testing.T) {
 		t.Errorf("set on a recreated pod: %v, want ErrPodUIDMismatch", err)
 	}
 }
+
+// A guarded removal asks keep with every read of the pod: a conflict (a later ADD's
+// write meanwhile) asks again, and once keep says the entry is another's it is left.
+func TestGuardedRemovalAsksAfterEachRead(t *testing.T) {
+	s := &podServer{annots: map[string]string{}}
+	c := podClient(t, s)
+	entry := nadv1.NetworkStatus{Name: "ns/fast", Interface: "net1", IPs: []string{"192.0.2.5"}}
+	if err := c.SetNetworkStatus(context.Background(), "ns", "p", "u1", entry); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	s.conflict, s.patches = 1, nil
+	s.mu.Unlock()
+	asked := 0
+	keep := func() bool { asked++; return asked > 1 } // the later ADD's record appears with the conflict
+	if err := c.RemoveNetworkStatusUnless(context.Background(), "ns", "p", "u1", "ns/fast", "net1", keep); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if asked != 2 || len(s.patches) != 1 || !strings.Contains(s.annots[nadv1.NetworkStatusAnnot], `"ns/fast"`) {
+		t.Errorf("keep asked %d times, %d patches, annotation %q: want asked twice, the one refused patch, the entry kept",
+			asked, len(s.patches), s.annots[nadv1.NetworkStatusAnnot])
+	}
+}

@@ -32,7 +32,18 @@ func (c *Client) SetNetworkStatus(ctx context.Context, namespace, name, uid stri
 // network-status annotation. A pod that is gone, was recreated (other UID), has no such
 // entry or an unreadable annotation is not an error: there is nothing of ours to remove.
 func (c *Client) RemoveNetworkStatus(ctx context.Context, namespace, name, uid, network, ifName string) error {
+	return c.RemoveNetworkStatusUnless(ctx, namespace, name, uid, network, ifName, nil)
+}
+
+// RemoveNetworkStatusUnless is RemoveNetworkStatus leaving the entry when keep (nil: never)
+// reports, at each attempt after the pod was read, that the entry is no longer the caller's
+// (a later ADD wrote it): a patch refused for a conflict asks again with the newer pod.
+func (c *Client) RemoveNetworkStatusUnless(ctx context.Context, namespace, name, uid, network, ifName string,
+	keep func() bool) error {
 	err := c.editStatus(ctx, namespace, name, uid, false, func(list statusList) (statusList, bool, error) {
+		if keep != nil && keep() {
+			return list, false, nil
+		}
 		out, changed := remove(list, network, ifName)
 		return out, changed, nil
 	})

@@ -181,3 +181,25 @@ func (c *call) statusNames(rec *attachment.Record) []string {
 	}
 	return []string{c.conf.Name}
 }
+
+// replaced reports whether a record of another sandbox of this call's pod
+// holds the same network and interface now: a later ADD's, whose
+// network-status entry and claim status a late removal must leave alone.
+// An unreadable store counts as not replaced, as before the check.
+func (c *call) replaced() bool {
+	if !c.pod.Known() {
+		return false
+	}
+	recs, err := c.records.List()
+	if err != nil {
+		c.log.Warn("cannot tell whether a later ADD holds the attachment's entries; removing them", "err", err)
+		return false
+	}
+	for _, r := range recs {
+		if r.Network == c.key.Network && r.IfName == c.key.IfName && r.ContainerID != c.key.ContainerID &&
+			r.Pod.Namespace == c.pod.Namespace && r.Pod.Name == c.pod.Name && (c.pod.UID == "" || r.Pod.UID == c.pod.UID) {
+			return true
+		}
+	}
+	return false
+}

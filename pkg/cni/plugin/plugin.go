@@ -49,6 +49,13 @@ type Kube interface {
 	NADResourceName(ctx context.Context, namespace, name string) (string, error)
 }
 
+// GuardedRemover is a Kube that can leave the entry it is removing when,
+// asked with the pod it read, keep reports that a later ADD wrote it (a
+// removal that runs after DEL answered: Plugin.Later).
+type GuardedRemover interface {
+	RemoveNetworkStatusUnless(ctx context.Context, namespace, name, uid, network, ifName string, keep func() bool) error
+}
+
 // Plugin holds what does not come from a CNI call.
 type Plugin struct {
 	Log     *slog.Logger

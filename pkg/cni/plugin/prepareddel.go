@@ -145,7 +145,7 @@ func (d *PreparedDel) commit(delegateErr error) *types.Error {
 	c.timing.mark(phaseTake)
 	// 6. Last: with the API server down this waits out its bound, and the
 	// device must not wait for that. Under the agent, after DEL answers.
-	c.status.removeAll(rec, c.statusNames(rec))
+	c.status.removeAll(rec, c.statusNames(rec), c.replaced)
 	c.timing.mark(phaseKube)
 	return nil
 }

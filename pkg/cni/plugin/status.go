@@ -99,21 +99,33 @@ func (w *statusWriter) awaitLater(rec *attachment.Record) {
 }
 
 // removeAll removes the attachment's entries on the API server (DEL's last
-// step): with a WriteQueue after DEL has answered, else now.
-func (w *statusWriter) removeAll(rec *attachment.Record, networks []string) {
-	remove := func() {
-		w.removePod(rec, networks)
-		w.removeClaim(rec)
+// step): with a WriteQueue after DEL has answered, else now. replaced
+// reports that a later ADD of the same pod, network and interface holds
+// them now (one that ran outside the queue's order: devplumb-direct
+// while the agent held this removal): then they stay.
+func (w *statusWriter) removeAll(rec *attachment.Record, networks []string, replaced func() bool) {
+	later := func() {
+		w.removePodUnless(rec, networks, replaced)
+		if !replaced() {
+			w.removeClaim(rec)
+		}
 	}
-	if w.later != nil && w.later.Defer(w.keys(rec), remove) {
+	if w.later != nil && w.later.Defer(w.keys(rec), later) {
 		return
 	}
-	remove()
+	w.removePod(rec, networks)
+	w.removeClaim(rec)
 }
 
 // removePod drops the attachment's network-status entry, under any of
 // networks (the names it may have). The pod is CNI_ARGS', else rec's.
 func (w *statusWriter) removePod(rec *attachment.Record, networks []string) {
+	w.removePodUnless(rec, networks, nil)
+}
+
+// removePodUnless is removePod leaving the entry when keep reports a later
+// ADD's (asked with each read of the pod when the client can).
+func (w *statusWriter) removePodUnless(rec *attachment.Record, networks []string, keep func() bool) {
 	pod := w.podOf(rec)
 	k, err := w.api.get()
 	if err == nil && k == nil {
@@ -126,7 +138,7 @@ func (w *statusWriter) removePod(rec *attachment.Record, networks []string) {
 		ctx, cancel := w.ctx()
 		defer cancel()
 		for _, network := range networks {
-			if err = k.RemoveNetworkStatus(ctx, pod.Namespace, pod.Name, pod.UID, network, w.ifName); err != nil {
+			if err = removeOne(ctx, k, pod, network, w.ifName, keep); err != nil {
 				break
 			}
 		}
@@ -135,6 +147,17 @@ func (w *statusWriter) removePod(rec *attachment.Record, networks []string) {
 		// DEL must not fail on the API server: the pod may be gone already.
 		w.log.Warn(fmt.Sprintf("removing network-status of pod %s failed", pod), "err", err)
 	}
+}
+
+// removeOne removes one network-status entry, unless keep.
+func removeOne(ctx context.Context, k Kube, pod attachment.Pod, network, ifName string, keep func() bool) error {
+	if g, ok := k.(GuardedRemover); ok && keep != nil {
+		return g.RemoveNetworkStatusUnless(ctx, pod.Namespace, pod.Name, pod.UID, network, ifName, keep)
+	}
+	if keep != nil && keep() {
+		return nil
+	}
+	return k.RemoveNetworkStatus(ctx, pod.Namespace, pod.Name, pod.UID, network, ifName)
 }
 
 // setAll writes the pod's network-status entry and, for a DRA device, the
