@@ -72,6 +72,7 @@ pkgs_with = $$(grep -rl --include='*_test.go' '^func $(1)' . | xargs -r -n1 dirn
 # BENCHFLAGS e.g. "-runs 10 -baseline old/devplumb", "-only P1,P7 -soak 0".
 BENCHFLAGS ?=
 bench: build cni-plugins
+	$(STATIC) -o $(BIN)/bench-passthrough ./bench/passthrough
 	$(KUBE_ENV) $(GO) run ./bench/cmd/bench -kube $(BENCHFLAGS)
 
 # The Go micro-benchmarks of the libraries.

@@ -105,6 +105,8 @@ func p1Variants(e *env) ([]*variant, error) {
 	state := filepath.Join(e.dir, "state")
 	nets := []p1Net{
 		{label: "bridge + host-local alone (floor)", conf: floor},
+		{label: passLabel, conf: map[string]any{"cniVersion": "1.0.0", "name": "pass", "type": "passthrough",
+			"cacheDir": filepath.Join(e.dir, "passthrough"), "delegate": e.bridge("10.123.11.0/24")}, skip: e.cfg.Passthrough == ""},
 		{label: "devplumb -> bridge, no agent (state on disk)", conf: e.devplumbConf("dp", "10.123.1.0/24", state)},
 		{label: "devplumb -> bridge, no agent (state on tmpfs)", conf: e.devplumbConf("dpshm", "10.123.2.0/24", filepath.Join(e.shm, "state"))},
 		{label: "devplumb -> bridge via the agent", conf: e.devplumbConf("dpagent", "10.123.7.0/24", state), skip: noAgent, agent: true},
@@ -193,6 +195,9 @@ func baselineConf(e *env) map[string]any {
 	return c
 }
 
+// passLabel is the row of bench/passthrough, the reference meta-plugin.
+const passLabel = "Go pass-through meta-plugin -> bridge (libcni, nothing else)"
+
 func p1Table(vs []*variant, cfg Config) Table {
 	t := Table{Title: "P1: ADD+DEL wall time through cnitool",
 		Header: []string{"what", "ADD+DEL", "× floor", "added over the floor", "added ÷ Multus thin's", "added ÷ Multus thick's"}}
@@ -207,6 +212,12 @@ func p1Table(vs []*variant, cfg Config) Table {
 	t.Notes = append(t.Notes, "Targets: no agent, devplumb's cycle at most 1.3 × the floor, its added time at most half of Multus thin's (issue 16). Through the agent (issue 24): at most 1.2 × the floor; with network-status (API) at most 1.3 × the floor and its added time at most 0.4 of Multus thick's; the same for the DRA row.",
 		"devplumb asks the PodResources server for the pod's device on every ADD; without a kubeconfig, as Multus thin here, unless the row says API: then it writes and removes its network-status entry on a real kube-apiserver (make bench runs one); the DRA rows also apply and remove the claim's status.devices[] entry (networkData), the kubelet reporting the claim (P6's local path).",
 		"No agent: the entry point devplumb finds no socket and execs devplumb-direct, which does the whole call (today's path on a node without the agent). Via the agent: one `devplumb-agent` started for P1 (as the DaemonSet would run it) prepares and commits each call over its unix socket; the entry point runs bridge + host-local itself.")
+	if pass := addedOf(vs, "pass", floor); pass >= 0 {
+		t.Notes = append(t.Notes, fmt.Sprintf("The pass-through row (bench/passthrough: a CNI plugin that runs its delegate with libcni in its own "+
+			"process and does nothing else) is the least a meta-plugin in Go costs on this machine: %.1f ms over the floor, %.2f × it. "+
+			"devplumb's entry point pays that before it asks the agent anything; over the pass-through, devplumb adds %s through the agent "+
+			"(no kubeconfig).", pass, (floor+pass)/floor, overPass(vs, "dpagent", floor, pass)))
+	}
 	if cfg.Multus == "" {
 		t.Notes = append(t.Notes, "Multus thin not run: no binary given (make bench builds it with scripts/build-multus.sh).")
 	}
@@ -234,4 +245,13 @@ func ratio(added, of float64, isFloor bool) string {
 		return "–"
 	}
 	return fmt.Sprintf("%.2f", added/of)
+}
+
+// overPass is what network net adds over the pass-through row, as a note's words.
+func overPass(vs []*variant, net string, floor, pass float64) string {
+	added := addedOf(vs, net, floor)
+	if added < 0 {
+		return "nothing measured (no agent row)"
+	}
+	return fmt.Sprintf("%.1f ms", added-pass)
 }

@@ -104,6 +104,9 @@ func (e *env) setup(prCfg podresourcesserver.Config) error {
 	if e.cfg.Multus != "" {
 		links["multus"] = e.cfg.Multus
 	}
+	if e.cfg.Passthrough != "" {
+		links["passthrough"] = e.cfg.Passthrough
+	}
 	if e.cfg.MultusThick != "" {
 		links["multus-shim"] = filepath.Join(e.cfg.MultusThick, "multus-shim")
 	}

@@ -19,6 +19,7 @@ func main() {
 	flag.StringVar(&cfg.Devplumb, "devplumb", "bin/devplumb", "the devplumb binary")
 	flag.StringVar(&cfg.Agent, "agent", "bin/devplumb-agent", "the node agent (empty: the agent's rows not run)")
 	flag.StringVar(&cfg.CNIBin, "cni-bin", "bin/cni", "directory with bridge, host-local and cnitool")
+	flag.StringVar(&cfg.Passthrough, "passthrough", "bin/bench-passthrough", "P1's reference meta-plugin, bench/passthrough (empty: its row not run)")
 	flag.StringVar(&cfg.Multus, "multus", os.Getenv("DEVPLUMB_MULTUS"), "Multus thin binary (empty: not run)")
 	flag.StringVar(&cfg.MultusThick, "multus-thick", os.Getenv("DEVPLUMB_MULTUS_THICK"), "directory with Multus thick's multus-shim and multus-daemon (empty: not run; needs -kube)")
 	flag.BoolVar(&cfg.Kube, "kube", false, "also run devplumb with a kubeconfig against a real kube-apiserver (DEVPLUMB_KUBE_APISERVER, DEVPLUMB_ETCD)")

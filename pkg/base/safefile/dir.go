@@ -39,21 +39,22 @@ func CheckDir(dir string) error {
 
 // checkComponent checks one directory on the way to dir (last: dir itself).
 func checkComponent(dir, path string, last bool) error {
-	lst, err := os.Lstat(path)
+	st, err := os.Lstat(path)
 	if err != nil {
 		return err // *PathError names it; keeps fs.ErrNotExist
 	}
-	if lst.Mode()&fs.ModeSymlink != 0 {
+	if st.Mode()&fs.ModeSymlink != 0 {
 		if last {
 			return fmt.Errorf("directory %s: %w: it is a symbolic link", dir, ErrUnsafeDir)
 		}
-		if !trustedOwner(lst) {
-			return fmt.Errorf("directory %s: %w: %s is a symbolic link of uid %d", dir, ErrUnsafeDir, path, uid(lst))
+		if !trustedOwner(st) {
+			return fmt.Errorf("directory %s: %w: %s is a symbolic link of uid %d", dir, ErrUnsafeDir, path, uid(st))
 		}
-	}
-	st, err := os.Stat(path)
-	if err != nil {
-		return err
+		// Only a link's target needs a second look (a call per path
+		// component adds up: every ADD and DEL checks its directories).
+		if st, err = os.Stat(path); err != nil {
+			return err
+		}
 	}
 	switch {
 	case !st.IsDir():
