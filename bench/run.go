@@ -20,7 +20,7 @@ type Config struct {
 	CNIBin string // bridge, host-local and cnitool
 	// Passthrough is bench/passthrough, P1's reference meta-plugin; "" skips its row.
 	Passthrough string
-	Multus string // Multus thin; "" skips it (and says so)
+	Multus      string // Multus thin; "" skips it (and says so)
 	// MultusThick is a directory with multus-shim and multus-daemon; "" skips Multus
 	// thick (and says so). It needs Kube.
 	MultusThick string
