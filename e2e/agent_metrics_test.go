@@ -94,11 +94,5 @@ func startAgent(t *testing.T, socket, metricsSocket string) (stop func()) {
 
 // counter is the value of family's counter series that carry labels.
 func counter(fams map[string]*dto.MetricFamily, family string, labels map[string]string) float64 {
-	var n float64
-	for _, m := range fams[family].GetMetric() {
-		if hasLabels(m, labels) {
-			n += m.GetCounter().GetValue()
-		}
-	}
-	return n
+	return sumSeries(fams, family, labels, func(m *dto.Metric) float64 { return m.GetCounter().GetValue() })
 }

@@ -136,10 +136,15 @@ func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
 
 // histogramCount sums the sample counts of family's series that carry labels.
 func histogramCount(fams map[string]*dto.MetricFamily, family string, labels map[string]string) uint64 {
-	var n uint64
+	return uint64(sumSeries(fams, family, labels, func(m *dto.Metric) float64 { return float64(m.GetHistogram().GetSampleCount()) }))
+}
+
+// sumSeries adds value over family's series that carry labels.
+func sumSeries(fams map[string]*dto.MetricFamily, family string, labels map[string]string, value func(*dto.Metric) float64) float64 {
+	var n float64
 	for _, m := range fams[family].GetMetric() {
 		if hasLabels(m, labels) {
-			n += m.GetHistogram().GetSampleCount()
+			n += value(m)
 		}
 	}
 	return n

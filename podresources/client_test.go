@@ -210,32 +210,13 @@ func TestClientRidesOutRateLimit(t *testing.T) {
 	srv := podresourcestest.NewServer(t, podresourcestest.WithRateLimit(40, 1))
 	srv.SetPod(pod("ns", "p"))
 	const n = 30
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := podresources.New(srv.Socket)
-			if err != nil {
-				errs <- err
-				return
-			}
-			defer c.Close()
-			ids, err := c.Devices(context.Background(), "ns", "p", res)
-			if err == nil && len(ids) != 3 {
-				err = fmt.Errorf("got %v", ids)
-			}
-			errs <- err
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	devicesAtOnce(t, n, "client under rate limit", func() (*podresources.Client, func(), error) {
+		c, err := podresources.New(srv.Socket)
 		if err != nil {
-			t.Fatalf("client under rate limit: %v", err)
+			return nil, nil, err
 		}
-	}
+		return c, func() { c.Close() }, nil
+	})
 	if calls := srv.Calls("Get"); calls <= n {
 		t.Errorf("%d Get calls for %d clients: the limiter never refused, test proves nothing", calls, n)
 	}
@@ -316,24 +297,9 @@ func TestSharedClientKeepsWithinKubeletLimit(t *testing.T) {
 		}
 		c := newClient(t, srv.Socket, opts...)
 		const n = 110
-		var wg sync.WaitGroup
-		errs := make(chan error, n)
-		for range n {
-			wg.Go(func() {
-				ids, err := c.Devices(context.Background(), "ns", "p", res)
-				if err == nil && len(ids) != 3 {
-					err = fmt.Errorf("got %v", ids)
-				}
-				errs <- err
-			})
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			if err != nil {
-				t.Fatalf("Get in a burst (shared %v): %v", shared, err)
-			}
-		}
+		devicesAtOnce(t, n, fmt.Sprintf("Get in a burst (shared %v)", shared), func() (*podresources.Client, func(), error) {
+			return c, func() {}, nil
+		})
 		calls := srv.Calls("Get") + srv.Calls("List")
 		t.Logf("shared %v: %d Get and %d List calls for %d Gets", shared, srv.Calls("Get"), srv.Calls("List"), n)
 		if shared && calls > podresources.KubeletBurst {
@@ -341,6 +307,37 @@ func TestSharedClientKeepsWithinKubeletLimit(t *testing.T) {
 		}
 		if !shared && calls <= n {
 			t.Errorf("%d calls for %d plain Gets: the kubelet's limiter refused none, the test proves nothing", calls, n)
+		}
+	}
+}
+
+// devicesAtOnce asks n times at once for pod ns/p's devices (3 of res), each
+// time with the client client gives (and done with it after), and fails the
+// test on any error or wrong answer.
+func devicesAtOnce(t *testing.T, n int, what string, client func() (*podresources.Client, func(), error)) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for range n {
+		wg.Go(func() {
+			c, done, err := client()
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer done()
+			ids, err := c.Devices(context.Background(), "ns", "p", res)
+			if err == nil && len(ids) != 3 {
+				err = fmt.Errorf("got %v", ids)
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
 		}
 	}
 }

@@ -148,7 +148,7 @@ func (s *claimStore) get(namespace, name string) (*resourcev1.ResourceClaim, boo
 		return nil, false
 	}
 	for _, r := range claim.Status.ReservedFor {
-		if pod, ok := s.c.pod(namespace, r.Name); ok && pod.UID == r.UID {
+		if _, ok := s.c.pod(namespace, r.Name, string(r.UID)); ok && r.UID != "" {
 			return claim, true
 		}
 	}

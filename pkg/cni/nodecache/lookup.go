@@ -22,8 +22,7 @@ const (
 
 // Pod is kube.Cache's: this node's pod of uid (any, when empty).
 func (c *Cache) Pod(namespace, name, uid string) (*corev1.Pod, bool) {
-	pod, ok := c.pod(namespace, name)
-	ok = ok && (uid == "" || string(pod.UID) == uid)
+	pod, ok := c.pod(namespace, name, uid)
 	c.metrics.lookup(kindPod, ok)
 	if !ok {
 		return nil, false
@@ -44,8 +43,8 @@ func (c *Cache) AwaitPod(namespace, name, uid, rv string) (*corev1.Pod, bool) {
 	defer timeout.Stop()
 	for {
 		seen := c.nextPodEvent()
-		pod, ok := c.pod(namespace, name)
-		if ok && (uid == "" || string(pod.UID) == uid) && (rv == "" || pod.ResourceVersion != rv) {
+		pod, ok := c.pod(namespace, name, uid)
+		if ok && (rv == "" || pod.ResourceVersion != rv) {
 			c.metrics.lookup(kindPod, true)
 			return pod.DeepCopy(), true
 		}
@@ -64,7 +63,8 @@ func (c *Cache) AwaitPod(namespace, name, uid, rv string) (*corev1.Pod, bool) {
 	return nil, false
 }
 
-func (c *Cache) pod(namespace, name string) (*corev1.Pod, bool) {
+// pod is the cached pod namespace/name, if it has uid (any, when empty).
+func (c *Cache) pod(namespace, name, uid string) (*corev1.Pod, bool) {
 	if c.closed() || !c.pods.HasSynced() {
 		return nil, false
 	}
@@ -73,7 +73,7 @@ func (c *Cache) pod(namespace, name string) (*corev1.Pod, bool) {
 		return nil, false
 	}
 	pod, ok := obj.(*corev1.Pod)
-	return pod, ok
+	return pod, ok && (uid == "" || string(pod.UID) == uid)
 }
 
 // ResourceClaim is kube.Cache's: a claim of one of this node's pods, read

@@ -21,11 +21,16 @@ var codecs = sync.OnceValue(func() serializer.CodecFactory {
 	return serializer.NewCodecFactory(s)
 })
 
-// restClients are REST clients of core/v1 and resource.k8s.io/v1.
+// restClients are REST clients of core/v1 and resource.k8s.io/v1. They ask
+// for protobuf, as the kubelet's own watches do: every change of a pod on the
+// node (each network-status patch among them) reaches the watch, and
+// protobuf costs the API server and the agent less to encode and decode.
 func restClients(cfg *rest.Config) (core, res rest.Interface, err error) {
 	restFor := func(gv *schema.GroupVersion, apiPath string) (rest.Interface, error) {
 		c := rest.CopyConfig(cfg)
 		c.GroupVersion, c.APIPath = gv, apiPath
+		c.ContentType = runtime.ContentTypeProtobuf
+		c.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 		c.NegotiatedSerializer = codecs().WithoutConversion()
 		return rest.RESTClientFor(c)
 	}
