@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/devplumb/devplumb/pkg/cni/agent/agenttest"
 	"github.com/devplumb/devplumb/pkg/cni/agentproto"
@@ -103,8 +105,12 @@ func TestDelRemovalAfterAnswerBeforeNextAdd(t *testing.T) {
 	if o := e.call(agentproto.CmdDel, "net1"); o.Err != nil || o.Committed.Error != nil {
 		t.Fatalf("DEL: %+v, %v", o.Committed, o.Err)
 	}
-	if n := e.agent.later.len(); n != 1 {
-		t.Fatalf("%d removals pending when DEL answered: want its own, held", n)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(e.agent.Collectors()...)
+	held := "# HELP devplumb_agent_pending_removals DELs' API server removals (network-status, the claim's networkData) not yet written.\n" +
+		"# TYPE devplumb_agent_pending_removals gauge\ndevplumb_agent_pending_removals 1\n"
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(held), "devplumb_agent_pending_removals"); err != nil {
+		t.Fatalf("when DEL answered, its removal held: %v", err)
 	}
 	// The removal is let go when the next ADD sets its entry (it did not
 	// wait: the order below fails) or after 2 s (it waits, as it must).
