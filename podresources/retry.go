@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -46,7 +47,7 @@ func (c *Client) retry(ctx context.Context, method string, call func(context.Con
 			// The deadline passed during a retry: the cause is the limiter.
 			return c.limitedErr(method, attempt, limited)
 		}
-		if status.Code(err) != codes.ResourceExhausted {
+		if !rateLimited(err) {
 			return c.describe(method, err)
 		}
 		limited = err
@@ -61,6 +62,13 @@ func (c *Client) retry(ctx context.Context, method string, call func(context.Con
 		case <-t.C:
 		}
 	}
+}
+
+// rateLimited tells a refusal of the kubelet's rate limiter from gRPC's own
+// ResourceExhausted for a message past the size limit, which no retry mends.
+func rateLimited(err error) bool {
+	st := status.Convert(err)
+	return st.Code() == codes.ResourceExhausted && !strings.Contains(st.Message(), "larger than max")
 }
 
 func (c *Client) limitedErr(method string, attempts int, err error) error {

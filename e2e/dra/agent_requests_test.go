@@ -86,19 +86,19 @@ func TestAgentAPIRequests(t *testing.T) {
 	}
 }
 
-// awaitRemovals waits until the removals of a DEL through the agent, which
-// it writes after DEL answered, are on the API server: the pod's
-// network-status entry and the claim's networkData gone.
+// awaitRemovals checks that a DEL through the agent removed the claim's
+// networkData before it answered (the claim may be deallocated right after)
+// and waits until the pod's network-status entry, which the agent removes
+// after DEL answered, is gone too.
 func awaitRemovals(t *testing.T, n *cniNode, pod *corev1.Pod, claimName string) {
 	t.Helper()
+	if st := deviceStatus(t, claimName, n.driver, "dev-0"); st != nil && st.NetworkData != nil {
+		t.Errorf("claim %s still has devplumb's networkData when DEL answered", claimName)
+	}
 	deadline := time.Now().Add(30 * time.Second)
-	for {
-		st := deviceStatus(t, claimName, n.driver, "dev-0")
-		if len(e2etest.NetworkStatus(t, srv.Client, cniNS, pod.Name)) == 0 && (st == nil || st.NetworkData == nil) {
-			return
-		}
+	for len(e2etest.NetworkStatus(t, srv.Client, cniNS, pod.Name)) != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("the DEL's removals on pod %s and claim %s not written 30 s after DEL answered", pod.Name, claimName)
+			t.Fatalf("the DEL's network-status removal on pod %s not written 30 s after DEL answered", pod.Name)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -107,7 +107,7 @@ func TestDelRemovalAfterAnswerBeforeNextAdd(t *testing.T) {
 	}
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(e.agent.Collectors()...)
-	held := "# HELP devplumb_agent_pending_removals DELs' API server removals (network-status, the claim's networkData) not yet written.\n" +
+	held := "# HELP devplumb_agent_pending_removals DELs' network-status removals not yet written to the API server.\n" +
 		"# TYPE devplumb_agent_pending_removals gauge\ndevplumb_agent_pending_removals 1\n"
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(held), "devplumb_agent_pending_removals"); err != nil {
 		t.Fatalf("when DEL answered, its removal held: %v", err)

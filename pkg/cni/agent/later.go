@@ -6,12 +6,12 @@ import (
 	"time"
 )
 
-// laterWrites runs DEL's API server removals after DEL has answered
+// laterWrites runs DEL's network-status removals after DEL has answered
 // (plugin.WriteQueue): the runtime's DEL need not wait for the API server,
-// whose answer changes nothing in it. Writes that share a key (a pod, a
-// claim) run one after the other in the order taken, and an ADD awaits those
-// of its keys before its own write, so a removal never lands after the entry
-// a later ADD wrote.
+// whose answer changes nothing in it. Writes that share a key (a pod) run
+// one after the other in the order taken, and an ADD awaits those of its
+// keys before its own write, so a removal never lands after the entry a
+// later ADD wrote.
 type laterWrites struct {
 	max int // writes taken and not done at most; beyond, DEL writes itself
 

@@ -34,7 +34,7 @@ func newMetrics(t *pendingTable, l *laterWrites) *metrics {
 		}, func() float64 { return float64(t.len()) }),
 		later: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "devplumb_agent_pending_removals",
-			Help: "DELs' API server removals (network-status, the claim's networkData) not yet written.",
+			Help: "DELs' network-status removals not yet written to the API server.",
 		}, func() float64 { return float64(l.len()) }),
 	}
 }

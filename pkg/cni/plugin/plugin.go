@@ -80,14 +80,14 @@ type Plugin struct {
 	// Exec runs the delegates (libcni's invoke.Exec); nil runs the plugin binaries found
 	// on CNI_PATH. Tests stand in for a delegate with it.
 	Exec invoke.Exec
-	// Later, when set, takes DEL's API server removals to run after DEL
+	// Later, when set, takes DEL's network-status removal to run after DEL
 	// has answered (the node agent's: its process outlives the call); unset,
 	// DEL removes before it returns, as devplumb-direct must.
 	Later WriteQueue
 }
 
 // WriteQueue runs API server writes after the call that asked for them has
-// answered, in order per key (a pod, a claim).
+// answered, in order per key (a pod).
 type WriteQueue interface {
 	// Defer runs write once the writes taken before for any of keys are
 	// done; false: it took none, and the caller writes now.

@@ -76,19 +76,15 @@ func (w *statusWriter) podOf(rec *attachment.Record) attachment.Pod {
 	return w.pod
 }
 
-// keys are what the attachment's writes are ordered by in a WriteQueue:
-// its pod and its claim.
+// keys are what the attachment's network-status writes are ordered by in a
+// WriteQueue: its pod.
 func (w *statusWriter) keys(rec *attachment.Record) []string {
-	keys := []string{"pod " + w.podOf(rec).String()}
-	if rec != nil && rec.Claim != nil {
-		keys = append(keys, "claim "+rec.Claim.Namespace+"/"+rec.Claim.Name)
-	}
-	return keys
+	return []string{"pod " + w.podOf(rec).String()}
 }
 
-// awaitLater waits for the removals a WriteQueue holds for the
-// attachment's pod and claim, so that none lands after the entries an ADD
-// writes next.
+// awaitLater waits for the network-status removals a WriteQueue holds for
+// the attachment's pod, so that none lands after the entry an ADD writes
+// next.
 func (w *statusWriter) awaitLater(rec *attachment.Record) {
 	if w.later == nil {
 		return
@@ -99,22 +95,20 @@ func (w *statusWriter) awaitLater(rec *attachment.Record) {
 }
 
 // removeAll removes the attachment's entries on the API server (DEL's last
-// step): with a WriteQueue after DEL has answered, else now. replaced
-// reports that a later ADD of the same pod, network and interface holds
-// them now (one that ran outside the queue's order: devplumb-direct
-// while the agent held this removal): then they stay.
+// step). The claim's goes first and before DEL answers: once the pod's
+// sandboxes are gone the kubelet unprepares the claim and it is deallocated,
+// and devplumb's entry must be gone by then. The pod's network-status entry
+// goes with a WriteQueue after DEL has answered, else now; replaced reports
+// that a later ADD of the same pod, network and interface holds it now (one
+// the queue could not order: devplumb-direct while the agent held this
+// removal), and then it stays.
 func (w *statusWriter) removeAll(rec *attachment.Record, networks []string, replaced func() bool) {
-	later := func() {
-		w.removePodUnless(rec, networks, replaced)
-		if !replaced() {
-			w.removeClaim(rec)
-		}
-	}
+	w.removeClaim(rec)
+	later := func() { w.removePodUnless(rec, networks, replaced) }
 	if w.later != nil && w.later.Defer(w.keys(rec), later) {
 		return
 	}
 	w.removePod(rec, networks)
-	w.removeClaim(rec)
 }
 
 // removePod drops the attachment's network-status entry, under any of
