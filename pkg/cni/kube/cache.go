@@ -37,9 +37,12 @@ func (c *Client) cachedPodMeta(namespace, name, uid string, await bool, stale st
 	if c.cache == nil {
 		return nil
 	}
-	pod, ok := c.cache.Pod(namespace, name, uid)
+	var pod *corev1.Pod
+	var ok bool
 	if await || stale != "" {
 		pod, ok = c.cache.AwaitPod(namespace, name, uid, stale)
+	} else {
+		pod, ok = c.cache.Pod(namespace, name, uid)
 	}
 	if !ok {
 		return nil
