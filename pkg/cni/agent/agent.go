@@ -58,7 +58,6 @@ type Agent struct {
 	kube    *kubeCache
 	kubelet *kubeletCache
 	later   *laterWrites
-	timeout time.Duration
 	metrics *metrics
 }
 
@@ -78,7 +77,6 @@ func New(cfg Config) *Agent {
 		kube:    &kubeCache{build: cfg.NewKube, log: log},
 		kubelet: &kubeletCache{dial: podresources.New, log: log},
 		later:   newLaterWrites(defaultMaxLater),
-		timeout: cfg.Timeout,
 	}
 	if a.pending.max <= 0 {
 		a.pending.max = DefaultMaxPending
@@ -107,7 +105,7 @@ func orDefault(d, def time.Duration) time.Duration {
 // the API server, and closes the kubelet connections and API clients.
 func (a *Agent) Close() {
 	a.pending.closeAll()
-	if !a.later.close(a.timeout) {
+	if !a.later.close(a.plugin.Timeout) {
 		a.log.Warn("exiting with DEL removals not yet written to the API server: " +
 			"their network-status entries stay on pods being torn down")
 	}

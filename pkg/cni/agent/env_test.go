@@ -181,10 +181,6 @@ func (k *statusKube) SetNetworkStatus(_ context.Context, _, _, _ string, entry n
 	return nil
 }
 
-func (k *statusKube) RemoveNetworkStatus(ctx context.Context, namespace, name, uid, network, ifName string) error {
-	return k.RemoveNetworkStatusUnless(ctx, namespace, name, uid, network, ifName, nil)
-}
-
 // RemoveNetworkStatusUnless asks keep after the hold, as the real client
 // asks it after reading the pod.
 func (k *statusKube) RemoveNetworkStatusUnless(_ context.Context, namespace, name, _, network, ifName string, keep func() bool) error {

@@ -78,7 +78,10 @@ func (f *fakeKube) SetNetworkStatus(_ context.Context, ns, name, uid string, e n
 	return nil
 }
 
-func (f *fakeKube) RemoveNetworkStatus(_ context.Context, ns, name, uid, network, ifName string) error {
+func (f *fakeKube) RemoveNetworkStatusUnless(_ context.Context, ns, name, uid, network, ifName string, keep func() bool) error {
+	if keep != nil && keep() {
+		return nil
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.removed = append(f.removed, strings.Join([]string{ns, name, uid, network, ifName}, "/"))

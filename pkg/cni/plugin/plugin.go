@@ -45,15 +45,11 @@ const (
 // Kube is what the plugin needs from the API server; nil when the config has no kubeconfig.
 type Kube interface {
 	SetNetworkStatus(ctx context.Context, namespace, name, uid string, entry nadv1.NetworkStatus) error
-	RemoveNetworkStatus(ctx context.Context, namespace, name, uid, network, ifName string) error
-	NADResourceName(ctx context.Context, namespace, name string) (string, error)
-}
-
-// GuardedRemover is a Kube that can leave the entry it is removing when,
-// asked with the pod it read, keep reports that a later ADD wrote it (a
-// removal that runs after DEL answered: Plugin.Later).
-type GuardedRemover interface {
+	// RemoveNetworkStatusUnless removes the entry of network and ifName unless keep (nil:
+	// never), asked with every read of the pod, reports that a later ADD wrote it (a
+	// removal that runs after DEL answered: Plugin.Later).
 	RemoveNetworkStatusUnless(ctx context.Context, namespace, name, uid, network, ifName string, keep func() bool) error
+	NADResourceName(ctx context.Context, namespace, name string) (string, error)
 }
 
 // Plugin holds what does not come from a CNI call.

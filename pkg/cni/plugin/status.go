@@ -118,7 +118,7 @@ func (w *statusWriter) removePod(rec *attachment.Record, networks []string) {
 }
 
 // removePodUnless is removePod leaving the entry when keep reports a later
-// ADD's (asked with each read of the pod when the client can).
+// ADD's (asked with each read of the pod).
 func (w *statusWriter) removePodUnless(rec *attachment.Record, networks []string, keep func() bool) {
 	pod := w.podOf(rec)
 	k, err := w.api.get()
@@ -132,7 +132,7 @@ func (w *statusWriter) removePodUnless(rec *attachment.Record, networks []string
 		ctx, cancel := w.ctx()
 		defer cancel()
 		for _, network := range networks {
-			if err = removeOne(ctx, k, pod, network, w.ifName, keep); err != nil {
+			if err = k.RemoveNetworkStatusUnless(ctx, pod.Namespace, pod.Name, pod.UID, network, w.ifName, keep); err != nil {
 				break
 			}
 		}
@@ -141,17 +141,6 @@ func (w *statusWriter) removePodUnless(rec *attachment.Record, networks []string
 		// DEL must not fail on the API server: the pod may be gone already.
 		w.log.Warn(fmt.Sprintf("removing network-status of pod %s failed", pod), "err", err)
 	}
-}
-
-// removeOne removes one network-status entry, unless keep.
-func removeOne(ctx context.Context, k Kube, pod attachment.Pod, network, ifName string, keep func() bool) error {
-	if g, ok := k.(GuardedRemover); ok && keep != nil {
-		return g.RemoveNetworkStatusUnless(ctx, pod.Namespace, pod.Name, pod.UID, network, ifName, keep)
-	}
-	if keep != nil && keep() {
-		return nil
-	}
-	return k.RemoveNetworkStatus(ctx, pod.Namespace, pod.Name, pod.UID, network, ifName)
 }
 
 // setAll writes the pod's network-status entry and, for a DRA device, the
