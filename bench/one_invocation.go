@@ -55,7 +55,8 @@ func p4(cfg Config, r *Report) error {
 	}
 	defer e.close()
 	bins := []struct{ label, path string }{{"bridge", cfg.plugin("bridge")}, {"devplumb (entry point)", cfg.Devplumb},
-		{"devplumb-direct", directBeside(cfg.Devplumb)}, {"devplumb baseline", cfg.Baseline}, {"Multus thin", cfg.Multus}}
+		{"devplumb-direct", directBeside(cfg.Devplumb)}, {"devplumb baseline", cfg.Baseline}, {passP4Label, cfg.Passthrough},
+		{"Multus thin", cfg.Multus}}
 	t := Table{Title: "P4: one invocation",
 		Header: []string{"binary", "size", "package inits", "init time (inittrace)", "VERSION wall", "VERSION ÷ bridge's", "VERSION peak RSS", "− bridge's", "ADD peak RSS"}}
 	startup := Panel{Title: "P4: start-up (CNI VERSION, process wall time)", Unit: "ms"}
@@ -76,11 +77,15 @@ func p4(cfg Config, r *Report) error {
 	}
 	t.Notes = []string{"Targets: the entry point's start-up at most 1.2 × bridge's and its VERSION peak RSS at most bridge's + 2 MiB (issue 24); devplumb-direct's start-up at most 2 × bridge's, peak RSS of one ADD at most 20 MiB (issue 16).",
 		"Peak RSS is the child's maxrss from wait4 (getrusage) as GNU time reports it (GNU time forks; the bench's Go runtime starts children with vfork, whose maxrss would include the bench's own memory); for ADD the largest of the plugin and the plugins it ran (bridge, host-local). The ratios take the medians. The entry point answers VERSION itself; its ADD here finds no agent and execs devplumb-direct (one process: maxrss spans the exec), which looks the device up in PodResources.",
+		"The Go pass-through (bench/passthrough, P1's reference meta-plugin) links the CNI library and nothing of devplumb's: its start-up is what any CNI plugin in Go that runs its delegates with libcni pays on this machine.",
 		"init time sums the clock time GODEBUG=inittrace=1 reports per package; under load it includes time the process was not running."}
 	r.Tables = append(r.Tables, t)
 	r.Panels = append(r.Panels, startup)
 	return nil
 }
+
+// passP4Label is bench/passthrough's row: VERSION only.
+const passP4Label = "Go pass-through (libcni)"
 
 // directBeside is devplumb-direct beside the entry point, where the entry point finds it.
 func directBeside(entry string) string { return filepath.Join(filepath.Dir(entry), "devplumb-direct") }
@@ -124,7 +129,7 @@ func measureP4(e *env, label, bin string) (*p4Row, error) {
 		rss = append(rss, mib)
 	}
 	addRSS := "–"
-	if label != "Multus thin" {
+	if label != "Multus thin" && label != passP4Label { // their ADDs take other configs
 		s, err := addPeakRSS(e, label, bin)
 		if err != nil {
 			return nil, err
