@@ -23,10 +23,18 @@ type p8Mode struct {
 	env   []string // the entry point's extra environment
 }
 
+// paths is how the burst's ADDs went: through the agent or fell back (at which step), or,
+// without an agent, all by devplumb-direct.
+func (m p8Mode) paths(n map[string]int) string {
+	if len(m.env) == 0 {
+		return "devplumb-direct " + fmt.Sprint(agentBurstPods)
+	}
+	return describePaths(n)
+}
+
 // p8Counts is what one burst (ADD or DEL) cost.
 type p8Counts struct {
-	failed        int
-	took          time.Duration
+	burstResult
 	calls, served int64          // PodResources calls made, and answered past the limiter
 	requests      map[string]int // API requests through the counting proxy
 }
@@ -59,7 +67,7 @@ func p8(cfg Config, r *Report) error {
 	if err := b.warmUp(a); err != nil {
 		return err
 	}
-	t := Table{Title: p8Title, Header: []string{"path", "ADDs", "failed ADDs", "all ADDs done in", "PodResources calls per ADD", "refused (rate limit)",
+	t := Table{Title: p8Title, Header: []string{"path", "ADDs", "failed ADDs", "how each ADD went", "all ADDs done in", "PodResources calls per ADD", "refused (rate limit)",
 		"API requests per ADD: reads", "writes", "ADD requests", "failed DELs", "API requests per DEL: reads, writes", "records left", "agent cache lookups (ADD and DEL)"}}
 	for _, m := range []p8Mode{{label: "no agent"}, {label: "via the agent", env: []string{a.env()}}} {
 		before, err := b.lookups()
@@ -83,6 +91,7 @@ func p8(cfg Config, r *Report) error {
 
 func p8Notes(cfg Config) []string {
 	n := []string{"Targets (issue 24): through the agent, writes only (no reads) and at most one PodResources call per ADD, none refused, no ADD failed.",
+		"How each ADD went is read from the entry point's one line on stderr when it falls back to devplumb-direct (as in P9): an agent that does not answer its hello within 1 s (starved of CPU by the burst, say) leaves the call to devplumb-direct, which reads the pod and asks PodResources itself.",
 		"Each ADD: cnitool -> devplumb -> bridge + host-local in its pod's own netns; all 110 at once, then all DELs at once. PodResources calls are counted at the bench's PodResources server (the project's kubelet PodResources v1 server at the kubelet's default limit); refused ones are those its limiter turned away (each is a retry, or a failure, for the caller). API requests are counted by a TLS proxy in front of the kube-apiserver that the networks' kubeconfig (and the agent's) points to; reads are GETs (get, list, watch), writes POST, PUT, PATCH and DELETE; per ADD is the burst's total ÷ 110. The agent ran one ADD and DEL before the bursts: its first call with a kubeconfig builds the client and starts the node's watches (their list and watch requests are not counted in the bursts)."}
 	if cfg.kube == nil {
 		n = append(n, "No API server (-kube not given): the networks have no kubeconfig and make no API requests.")
@@ -176,7 +185,7 @@ func (b *p8Burst) run(m p8Mode, calls *atomic.Int64) ([]string, error) {
 	left, _ := filepath.Glob(filepath.Join(b.state, "attachments", "*.json"))
 	addReads, addWrites := splitRequests(add.requests)
 	delReads, delWrites := splitRequests(del.requests)
-	return []string{m.label, fmt.Sprint(agentBurstPods), fmt.Sprint(add.failed), add.took.Round(time.Millisecond).String(),
+	return []string{m.label, fmt.Sprint(agentBurstPods), fmt.Sprint(add.failed), m.paths(add.paths), add.took.Round(time.Millisecond).String(),
 		perCall(int(add.calls), agentBurstPods), fmt.Sprint(add.calls - add.served),
 		perCall(addReads, agentBurstPods), perCall(addWrites, agentBurstPods), describeTotal(add.requests),
 		fmt.Sprint(del.failed), perCall(delReads, agentBurstPods) + ", " + perCall(delWrites, agentBurstPods),
@@ -190,7 +199,7 @@ func (b *p8Burst) burst(cmd string, m p8Mode, calls *atomic.Int64) p8Counts {
 	}
 	calls0, served0 := calls.Load(), b.e.pods.served.Load()
 	var c p8Counts
-	c.failed, c.took = burst(b.e, cmd, []string{"p8"}, b.netns, m.env...)
+	c.burstResult = burst(b.e, cmd, []string{"p8"}, b.netns, m.env...)
 	c.calls, c.served = calls.Load()-calls0, b.e.pods.served.Load()-served0
 	if b.rc != nil {
 		c.requests = b.rc.Take()

@@ -168,7 +168,7 @@ func (f *fallbackNode) killedBurst() ([]string, error) {
 	if total != complete {
 		f.e.cfg.logf("   %d records, %d complete", total, complete)
 	}
-	delFailed, _ := burst(f.e, "del", []string{"p9"}, f.netns)
+	delFailed := burst(f.e, "del", []string{"p9"}, f.netns).failed
 	left, _, err := countRecords(f.state)
 	if err != nil {
 		return nil, err

@@ -35,43 +35,55 @@ func p3(cfg Config, r *Report) error {
 			return err
 		}
 	}
-	addFail, addTime := burst(e, "add", nets, netns)
+	add := burst(e, "add", nets, netns)
 	addCalls := calls.Load()
 	double, wrong, err := checkClaims(state)
 	if err != nil {
 		return err
 	}
-	delFail, delTime := burst(e, "del", nets, netns)
+	del := burst(e, "del", nets, netns)
 	left, _ := filepath.Glob(filepath.Join(state, "attachments", "*.json"))
 	total := cfg.Pods * len(nets)
 	r.Tables = append(r.Tables, Table{Title: fmt.Sprintf("P3: %d pods × 2 attachments added at once, PodResources limited to 100 QPS, burst 10", cfg.Pods),
 		Header: []string{"ADDs", "failed ADDs", "devices claimed twice", "devices not the pod's", "all ADDs done in", "PodResources calls (refused ones included)", "failed DELs", "all DELs done in", "records left"},
-		Rows: [][]string{{fmt.Sprint(total), fmt.Sprint(addFail), fmt.Sprint(double), fmt.Sprint(wrong), addTime.Round(time.Millisecond).String(),
-			fmt.Sprint(addCalls), fmt.Sprint(delFail), delTime.Round(time.Millisecond).String(), fmt.Sprint(len(left))}},
+		Rows: [][]string{{fmt.Sprint(total), fmt.Sprint(add.failed), fmt.Sprint(double), fmt.Sprint(wrong), add.took.Round(time.Millisecond).String(),
+			fmt.Sprint(addCalls), fmt.Sprint(del.failed), del.took.Round(time.Millisecond).String(), fmt.Sprint(len(left))}},
 		Notes: []string{"Target: 0 failures, 0 double claims. Every ADD runs cnitool -> devplumb -> bridge + host-local in its pod's own netns."}})
 	return nil
 }
 
-// burst runs cmd for every pod and network at once and returns the failures and the time
-// until the last one ended.
-func burst(e *env, cmd string, nets, netns []string, extraEnv ...string) (int, time.Duration) {
+// burstResult is what a burst of calls did: how many failed, the time until the last one
+// ended, and how each went through the entry point (fallbackPath; only meaningful when the
+// calls were given an agent).
+type burstResult struct {
+	failed int
+	took   time.Duration
+	paths  map[string]int
+}
+
+// burst runs cmd for every pod and network at once.
+func burst(e *env, cmd string, nets, netns []string, extraEnv ...string) burstResult {
 	var wg sync.WaitGroup
-	var failed atomic.Int64
+	var mu sync.Mutex
+	r := burstResult{paths: map[string]int{}}
 	start := time.Now()
 	for i, ns := range netns {
 		for j, n := range nets {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if _, err := e.cnitool(cmd, n, ns, fmt.Sprintf("net%d", j+1), podName(i), extraEnv...); err != nil {
-					failed.Add(1)
+			wg.Go(func() {
+				_, out, err := e.cnitoolOutput(cmd, n, ns, fmt.Sprintf("net%d", j+1), podName(i), extraEnv...)
+				mu.Lock()
+				defer mu.Unlock()
+				r.paths[fallbackPath(out)]++
+				if err != nil {
+					r.failed++
 					e.cfg.logf("   %s pod %d %s: %v", cmd, i, n, err)
 				}
-			}()
+			})
 		}
 	}
 	wg.Wait()
-	return int(failed.Load()), time.Since(start)
+	r.took = time.Since(start)
+	return r
 }
 
 // checkClaims reads devplumb's records: devices held by two attachments, and devices
