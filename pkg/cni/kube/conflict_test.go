@@ -30,6 +30,7 @@ type podServer struct {
 	gets     int
 	patches  []map[string]any
 	conflict int // PATCHes still to refuse with a conflict
+	lost     int // PATCHes still to write and answer with a timeout (504)
 	gone     bool
 }
 
@@ -66,6 +67,11 @@ func (s *podServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		s.rv++
+		if s.lost > 0 {
+			s.lost--
+			writeStatus(w, apierrors.NewTimeoutError("request did not complete within the allotted timeout", 0))
+			return
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(metav1.PartialObjectMetadata{

@@ -3,7 +3,9 @@ package kube
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"syscall"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -68,7 +70,9 @@ func (c *Client) RemoveNetworkStatusUnless(ctx context.Context, namespace, name,
 // and UID that were read: the API server rejects the patch with a conflict when the pod
 // changed in between, and the read-edit-patch cycle is retried within the bound. The
 // first attempt starts from the pod this client last read or patched, else from its
-// cache's (an ADD's, await, waits a moment for a pod the watch has not brought yet).
+// cache's (an ADD's, await, waits a moment for a pod the watch has not brought yet); one
+// after a conflict, or after a write that may have landed though it failed, waits a
+// moment for the watch's newer pod before it reads the pod.
 func (c *Client) editStatus(ctx context.Context, namespace, name, uid string, await bool,
 	edit func(statusList) (statusList, bool, error)) error {
 	if namespace == "" || name == "" {
@@ -106,8 +110,11 @@ func (c *Client) editStatus(ctx context.Context, namespace, name, uid string, aw
 			return true, err
 		}
 		patched, err := pods.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
-		if apierrors.IsConflict(err) {
-			stale = pod.ResourceVersion // the next attempt waits for the watch's newer pod
+		if apierrors.IsConflict(err) || mayHaveLanded(err) {
+			// The next attempt waits for the watch's pod past this version: a
+			// conflict's writer, or this patch itself, written before its answer was
+			// lost; only when none comes is the pod read.
+			stale = pod.ResourceVersion
 		}
 		if err != nil {
 			return podError(err, namespace, name)
@@ -115,6 +122,21 @@ func (c *Client) editStatus(ctx context.Context, namespace, name, uid string, aw
 		c.keepPatched(patched)
 		return true, nil
 	})
+}
+
+// mayHaveLanded tells whether a write that failed with err may have been made all
+// the same: the API server timed out after taking it (504), or its answer never came
+// (the request's own timeout, a connection lost). An overloaded API server answers
+// this way, and the retry then costs it a read unless the watch shows the write.
+func mayHaveLanded(err error) bool {
+	if err == nil {
+		return false
+	}
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return apierrors.IsTimeout(err)
+	}
+	return !errors.Is(err, syscall.ECONNREFUSED) // refused: it never reached the server
 }
 
 // podError maps an API error on the pod: not found is final, the rest is for retry to judge.
