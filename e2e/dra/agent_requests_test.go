@@ -12,7 +12,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/e2e/kubeapi"
@@ -29,8 +28,8 @@ import (
 // (the pod's network-status and the claim's status), on the local path and
 // on the API path alike, where devplumb-direct reads the pod, the claim and
 // the slices (TestCNIAPIRequests). The first ADD builds the client and
-// starts the watches; the claim is read when its pod changes on the node,
-// as a pod reaches a node once the scheduler reserved its claims.
+// starts the watches; a claim is read when its pod reaches the node, which
+// the pod does (bound) once the scheduler reserved its claims.
 func TestAgentAPIRequests(t *testing.T) {
 	rc := newRequestCounter(t)
 	n := newCNINode(t)
@@ -57,13 +56,14 @@ func TestAgentAPIRequests(t *testing.T) {
 		if i == 0 { // the slice's one device, moved in by each ADD and back by its DEL
 			dev, pod, claimName = n.oneDevicePod(false)
 		} else {
-			pod = n.pod("pod-"+cniRandom(), claimName, false)
+			// As the scheduler does: the claim reserved for the pod, then the pod bound.
+			pod = n.podOn("", "pod-"+cniRandom(), claimName, false)
 			n.claim(claimName, nil, []*corev1.Pod{pod}, "dev-0")
+			bind(t, pod, n.name)
 		}
 		if tc.report {
 			n.report(pod, claimName, []string{"dev-0"}, []string{dev})
 		}
-		touchPod(t, pod)
 		if i > 0 {
 			waitHeld(t, m, i+1)
 		}
@@ -104,13 +104,14 @@ func awaitRemovals(t *testing.T, n *cniNode, pod *corev1.Pod, claimName string) 
 	}
 }
 
-// touchPod changes the pod on the node, as its binding does after the
-// scheduler reserved its claims.
-func touchPod(t *testing.T, pod *corev1.Pod) {
+// bind binds pod to node, as the scheduler does once it reserved the pod's
+// claims: the pod reaches the node's watch with its claims reserved.
+func bind(t *testing.T, pod *corev1.Pod, node string) {
 	t.Helper()
-	_, err := srv.Client.CoreV1().Pods(pod.Namespace).Patch(e2etest.Ctx(t), pod.Name, types.MergePatchType,
-		[]byte(`{"metadata":{"labels":{"bound":"yes"}}}`), metav1.PatchOptions{})
-	e2etest.Must(t, err)
+	b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+		Target: corev1.ObjectReference{Kind: "Node", Name: node}}
+	e2etest.Must(t, srv.Client.CoreV1().Pods(pod.Namespace).Bind(e2etest.Ctx(t), b, metav1.CreateOptions{}))
+	pod.Spec.NodeName = node
 }
 
 // waitHeld waits until the agent's watches hold pods and claims pods each.

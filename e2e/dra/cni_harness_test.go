@@ -180,6 +180,13 @@ func attrs(id, res string) map[string]string {
 // made from a template (named in status.resourceClaimStatuses).
 func (n *cniNode) pod(name, claimName string, template bool) *corev1.Pod {
 	n.t.Helper()
+	return n.podOn(n.name, name, claimName, template)
+}
+
+// podOn is pod with node as its nodeName: "" makes a pod the scheduler has
+// not bound yet.
+func (n *cniNode) podOn(node, name, claimName string, template bool) *corev1.Pod {
+	n.t.Helper()
 	e2etest.Must(n.t, srv.DeletePod(e2etest.Ctx(n.t), cniNS, name))
 	pc := corev1.PodResourceClaim{Name: "net", ResourceClaimName: &claimName}
 	if template {
@@ -187,7 +194,7 @@ func (n *cniNode) pod(name, claimName string, template bool) *corev1.Pod {
 		pc = corev1.PodResourceClaim{Name: "net", ResourceClaimTemplateName: &tmpl}
 	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: cniNS, Name: name},
-		Spec: corev1.PodSpec{NodeName: n.name, ResourceClaims: []corev1.PodResourceClaim{pc},
+		Spec: corev1.PodSpec{NodeName: node, ResourceClaims: []corev1.PodResourceClaim{pc},
 			Containers: []corev1.Container{{Name: "c", Image: "busybox", ImagePullPolicy: corev1.PullNever}}}}
 	out, err := srv.Client.CoreV1().Pods(cniNS).Create(e2etest.Ctx(n.t), pod, metav1.CreateOptions{})
 	e2etest.Must(n.t, err)

@@ -32,12 +32,13 @@ type claimStore struct {
 	mu      sync.Mutex
 	enabled bool
 	claims  map[string]*resourcev1.ResourceClaim
-	queued  map[string]bool
+	queued  map[string]bool // waiting or being read
+	again   map[string]bool // wanted while being read: read once more after
 }
 
 func newClaimStore(c *Cache) *claimStore {
 	return &claimStore{c: c, queue: make(chan string, claimQueue),
-		claims: map[string]*resourcev1.ResourceClaim{}, queued: map[string]bool{}}
+		claims: map[string]*resourcev1.ResourceClaim{}, queued: map[string]bool{}, again: map[string]bool{}}
 }
 
 // enable starts reading claims: those of the pods already here, and of
@@ -90,14 +91,25 @@ func (s *claimStore) want(pod *corev1.Pod) {
 	}
 	for _, name := range claimNames(pod) {
 		key := pod.Namespace + "/" + name
-		if c := s.claims[key]; (c != nil && reservedFor(c, pod.UID)) || s.queued[key] {
-			continue
+		switch c := s.claims[key]; {
+		case c != nil && reservedFor(c, pod.UID):
+		case s.queued[key]:
+			// A read under way may have started before the claim was reserved
+			// for this pod (one made with its nodeName, say): read it again after.
+			s.again[key] = true
+		default:
+			s.enqueue(key)
 		}
-		select {
-		case s.queue <- key:
-			s.queued[key] = true
-		default: // full: the ADD reads it itself
-		}
+	}
+}
+
+// enqueue queues key's read; a full queue leaves the claim to the ADD's own
+// read. s.mu is held.
+func (s *claimStore) enqueue(key string) {
+	select {
+	case s.queue <- key:
+		s.queued[key] = true
+	default:
 	}
 }
 
@@ -106,6 +118,7 @@ func (s *claimStore) forget(pod *corev1.Pod) {
 	defer s.mu.Unlock()
 	for _, name := range claimNames(pod) {
 		delete(s.claims, pod.Namespace+"/"+name)
+		delete(s.again, pod.Namespace+"/"+name)
 	}
 }
 
@@ -131,6 +144,10 @@ func (s *claimStore) readOne(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.queued, key)
+	if s.again[key] {
+		delete(s.again, key)
+		s.enqueue(key)
+	}
 	if err != nil {
 		s.c.log.Debug("nodecache: claim not read; an ADD reads it itself", "claim", key, "err", err)
 		return
