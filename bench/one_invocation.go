@@ -54,9 +54,9 @@ func p4(cfg Config, r *Report) error {
 		return err
 	}
 	defer e.close()
-	bins := []struct{ label, path string }{{"bridge", cfg.plugin("bridge")}, {"devplumb (entry point)", cfg.Devplumb},
-		{"devplumb-direct", directBeside(cfg.Devplumb)}, {"devplumb baseline", cfg.Baseline}, {passP4Label, cfg.Passthrough},
-		{"Multus thin", cfg.Multus}}
+	bins := []p4Bin{{"bridge", cfg.plugin("bridge"), false}, {"devplumb (entry point)", cfg.Devplumb, false},
+		{"devplumb-direct", directBeside(cfg.Devplumb), false}, {"devplumb baseline", cfg.Baseline, false},
+		{"Go pass-through (libcni)", cfg.Passthrough, true}, {"Multus thin", cfg.Multus, true}}
 	t := Table{Title: "P4: one invocation",
 		Header: []string{"binary", "size", "package inits", "init time (inittrace)", "VERSION wall", "VERSION ÷ bridge's", "VERSION peak RSS", "− bridge's", "ADD peak RSS"}}
 	startup := Panel{Title: "P4: start-up (CNI VERSION, process wall time)", Unit: "ms"}
@@ -65,7 +65,7 @@ func p4(cfg Config, r *Report) error {
 		if b.path == "" {
 			continue
 		}
-		row, err := measureP4(e, b.label, b.path)
+		row, err := measureP4(e, b)
 		if err != nil {
 			return err
 		}
@@ -84,8 +84,12 @@ func p4(cfg Config, r *Report) error {
 	return nil
 }
 
-// passP4Label is bench/passthrough's row: VERSION only.
-const passP4Label = "Go pass-through (libcni)"
+// p4Bin is one binary P4 measures; versionOnly: no ADD (its config is not
+// devplumb's or bridge's).
+type p4Bin struct {
+	label, path string
+	versionOnly bool
+}
 
 // directBeside is devplumb-direct beside the entry point, where the entry point finds it.
 func directBeside(entry string) string { return filepath.Join(filepath.Dir(entry), "devplumb-direct") }
@@ -103,7 +107,8 @@ func (r *p4Row) cells(bridge *p4Row) []string {
 		fmt.Sprintf("%+.2f MiB", r.rss.Median-bridge.rss.Median), r.addRSS}
 }
 
-func measureP4(e *env, label, bin string) (*p4Row, error) {
+func measureP4(e *env, b p4Bin) (*p4Row, error) {
+	label, bin := b.label, b.path
 	st, err := os.Stat(bin)
 	if err != nil {
 		return nil, err
@@ -129,7 +134,7 @@ func measureP4(e *env, label, bin string) (*p4Row, error) {
 		rss = append(rss, mib)
 	}
 	addRSS := "–"
-	if label != "Multus thin" && label != passP4Label { // their ADDs take other configs
+	if !b.versionOnly {
 		s, err := addPeakRSS(e, label, bin)
 		if err != nil {
 			return nil, err

@@ -92,7 +92,7 @@ func (s *claimStore) want(pod *corev1.Pod) {
 	for _, name := range claimNames(pod) {
 		key := pod.Namespace + "/" + name
 		switch c := s.claims[key]; {
-		case c != nil && reservedFor(c, pod.UID):
+		case c != nil && reservedFor(c, pod.UID): // held for this pod: nothing to read
 		case s.queued[key]:
 			// A read under way may have started before the claim was reserved
 			// for this pod (one made with its nodeName, say): read it again after.
