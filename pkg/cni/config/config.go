@@ -15,14 +15,15 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig"
 )
 
-// Defaults of DESIGN.md.
+// Defaults of DESIGN.md: the node config's (pkg/cni/nodeconfig), where
+// the paths are set.
 const (
-	DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
-	DefaultDeviceInfoDir      = devinfo.DefaultDir
-	DefaultStateDir           = "/var/lib/cni/devplumb"
+	DefaultPodResourcesSocket = nodeconfig.DefaultPodResourcesSocket
+	DefaultDeviceInfoDir      = nodeconfig.DefaultDeviceInfoDir
+	DefaultStateDir           = nodeconfig.DefaultStateDir
 	DefaultInjectKey          = "deviceID"
 
 	NetworkStatusRequired   = "required"
@@ -57,8 +58,17 @@ type RuntimeConfig struct {
 	Raw map[string]any `json:"-"`
 }
 
+// ErrNodeKey is matched (errors.Is) by the error of a network config that
+// sets a key only the node config may hold (nodeconfig.Keys).
+var ErrNodeKey = errors.New("key reserved to the node config")
+
 // NetConf is a validated devplumb network config with defaults applied.
 type NetConf struct {
+	// Node is the node administrator's part: host paths, the credential and
+	// trustDeviceID. It never comes from the network config (whose author
+	// may be any namespace user), only from the node config Parse is given.
+	nodeconfig.Node `json:"-"`
+
 	CNIVersion   string `json:"cniVersion"`
 	Name         string `json:"name"`
 	Type         string `json:"type"`
@@ -66,28 +76,20 @@ type NetConf struct {
 	// ResourceClaim is a pod-spec claim name (pod.spec.resourceClaims[].name)
 	// whose allocated device this attachment takes (DRA); Request narrows it
 	// to one request of the claim.
-	ResourceClaim      string          `json:"resourceClaim,omitempty"`
-	Request            string          `json:"request,omitempty"`
-	PodResourcesSocket string          `json:"podResourcesSocket,omitempty"`
-	DeviceInfoDir      string          `json:"deviceInfoDir,omitempty"`
-	StateDir           string          `json:"stateDir,omitempty"`
-	Kubeconfig         string          `json:"kubeconfig,omitempty"`
-	NetworkStatus      string          `json:"networkStatus,omitempty"`
-	Events             string          `json:"events,omitempty"`
-	NAD                string          `json:"networkAttachmentDefinition,omitempty"`
-	InjectDeviceID     []string        `json:"injectDeviceID,omitempty"`
-	Capabilities       map[string]bool `json:"capabilities,omitempty"`
-	RuntimeConfig      RuntimeConfig   `json:"-"`
-	DeviceID           string          `json:"deviceID,omitempty"`
-	// TrustDeviceID takes an explicit device ID without asking the kubelet
-	// whether it assigned that device to the pod (docs/security.md).
-	TrustDeviceID bool   `json:"trustDeviceID,omitempty"`
-	PCIBusID      string `json:"pciBusID,omitempty"`
-	DisableCheck  bool   `json:"disableCheck,omitempty"`
-	DisableGC     bool   `json:"disableGC,omitempty"`
+	ResourceClaim  string          `json:"resourceClaim,omitempty"`
+	Request        string          `json:"request,omitempty"`
+	NetworkStatus  string          `json:"networkStatus,omitempty"`
+	Events         string          `json:"events,omitempty"`
+	NAD            string          `json:"networkAttachmentDefinition,omitempty"`
+	InjectDeviceID []string        `json:"injectDeviceID,omitempty"`
+	Capabilities   map[string]bool `json:"capabilities,omitempty"`
+	RuntimeConfig  RuntimeConfig   `json:"-"`
+	DeviceID       string          `json:"deviceID,omitempty"`
+	PCIBusID       string          `json:"pciBusID,omitempty"`
+	DisableCheck   bool            `json:"disableCheck,omitempty"`
+	DisableGC      bool            `json:"disableGC,omitempty"`
 	// Log control per network, with Multus's keys (see logging.go).
 	LogLevel    string `json:"logLevel,omitempty"`
-	LogFile     string `json:"logFile,omitempty"`
 	LogToStderr *bool  `json:"logToStderr,omitempty"`
 
 	// Delegates holds the delegate plugin configs in chain order: one for
@@ -99,9 +101,8 @@ type NetConf struct {
 
 // devplumbKeys are the keys devplumb itself defines.
 var devplumbKeys = []string{
-	"resourceName", "resourceClaim", "request", "podResourcesSocket", "deviceInfoDir", "stateDir", "kubeconfig",
-	"networkStatus", "events", "networkAttachmentDefinition", "injectDeviceID", "delegate", "delegates",
-	"deviceID", "trustDeviceID", "pciBusID", "logLevel", "logFile", "logToStderr",
+	"resourceName", "resourceClaim", "request", "networkStatus", "events", "networkAttachmentDefinition",
+	"injectDeviceID", "delegate", "delegates", "deviceID", "pciBusID", "logLevel", "logToStderr",
 }
 
 // cniKeys are top-level keys the CNI specification (or libcni on GC) may set.
@@ -119,11 +120,16 @@ var (
 	pluginRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
 )
 
-// Parse decodes, validates and defaults a devplumb network config.
-func Parse(data []byte) (*NetConf, error) {
+// Parse decodes, validates and defaults a devplumb network config, with the
+// node's settings from node (nil: the defaults of a node without a node
+// config).
+func Parse(data []byte, node *nodeconfig.Node) (*NetConf, error) {
 	raw := map[string]json.RawMessage{}
 	if err := json.Unmarshal(data, &raw); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrDecode, err)
+	}
+	if err := checkNodeKeys(raw); err != nil {
+		return nil, err
 	}
 	if err := checkKeys(raw); err != nil {
 		return nil, err
@@ -131,7 +137,10 @@ func Parse(data []byte) (*NetConf, error) {
 	if err := checkTopIPAM(raw["ipam"]); err != nil {
 		return nil, err
 	}
-	c := &NetConf{}
+	if node == nil {
+		node = nodeconfig.Defaults()
+	}
+	c := &NetConf{Node: *node.WithDefaults()}
 	if err := decodeFields(data, raw, c); err != nil {
 		return nil, err
 	}
@@ -140,6 +149,26 @@ func Parse(data []byte) (*NetConf, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// checkNodeKeys refuses what only the node's administrator may set: a
+// network config's author could otherwise name a credential (a kubeconfig
+// whose exec plugin runs as root), a socket or a directory, or switch the
+// kubelet check off. The error says where the setting lives now.
+func checkNodeKeys(raw map[string]json.RawMessage) error {
+	var found []string
+	for _, k := range nodeconfig.Keys {
+		if _, ok := raw[k]; ok {
+			found = append(found, fmt.Sprintf("%q", k))
+		}
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s may not be set in a network config, whose author (a NetworkAttachmentDefinition's) "+
+		"may be any namespace user: remove it, and set it in the node config %s (or the file $%s names), "+
+		"which the node's administrator writes (docs/security.md, \"Migrating\")",
+		ErrNodeKey, strings.Join(found, ", "), nodeconfig.DefaultPath, nodeconfig.Env)
 }
 
 func checkKeys(raw map[string]json.RawMessage) error {
@@ -241,15 +270,6 @@ func decodeDelegates(raw map[string]json.RawMessage, c *NetConf) error {
 }
 
 func (c *NetConf) applyDefaults() {
-	if c.PodResourcesSocket == "" {
-		c.PodResourcesSocket = DefaultPodResourcesSocket
-	}
-	if c.DeviceInfoDir == "" {
-		c.DeviceInfoDir = DefaultDeviceInfoDir
-	}
-	if c.StateDir == "" {
-		c.StateDir = DefaultStateDir
-	}
 	if c.NetworkStatus == "" {
 		c.NetworkStatus = NetworkStatusRequired
 	}

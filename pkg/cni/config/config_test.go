@@ -6,19 +6,20 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig"
 )
 
 const good = `{
   "cniVersion": "1.0.0", "name": "fast-net", "type": "devplumb",
   "resourceName": "example.com/netdev",
-  "stateDir": "/tmp/x/state",
   "capabilities": {"deviceID": true, "CNIDeviceInfoFile": true},
   "runtimeConfig": {"portMappings": [], "deviceID": "0000:01:02.3"},
   "delegate": {"type": "host-device", "capabilities": {"deviceID": true}}
 }`
 
 func TestParseGoodAppliesDefaults(t *testing.T) {
-	c, err := Parse([]byte(good))
+	c, err := Parse([]byte(good), &nodeconfig.Node{StateDir: "/tmp/x/state"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func TestParseAllVersionsAndChain(t *testing.T) {
 		conf := `{"cniVersion":"` + v + `","name":"n","type":"devplumb","deviceID":"eth1","pciBusID":"0000:00:01.0",
 		  "delegates":[{"type":"macvlan"},{"type":"tuning"}],"disableCheck":true,"dns":{},"args":{},"ipam":{},"prevResult":{},
 		  "cni.dev/valid-attachments":[{"containerID":"c1","ifname":"net1"}]}`
-		c, err := Parse([]byte(conf))
+		c, err := Parse([]byte(conf), nil)
 		if err != nil {
 			t.Fatalf("%s: %v", v, err)
 		}
@@ -80,9 +81,7 @@ func TestParseErrors(t *testing.T) {
 		{"resourceName traversal", base(`,"resourceName":"../../etc"`), `"resourceName" "../../etc"`, false},
 		{"resourceName dots", base(`,"resourceName":"example.com/.."`), `"resourceName"`, false},
 		{"bad logLevel", base(`,"logLevel":"loud"`), `"logLevel" "loud": want one of debug, error, info, panic, verbose, warn, warning`, false},
-		{"relative logFile", base(`,"logFile":"devplumb.log"`), `"logFile" "devplumb.log" must be an absolute path`, false},
 		{"logs nowhere", base(`,"logToStderr":false`), `the logs would go nowhere`, false},
-		{"logFile not a log", base(`,"logFile":"/etc/cron.d/devplumb"`), `must name a file ending in ".log"`, false},
 		{"wrong type logToStderr", base(`,"logToStderr":"no"`), `key "logToStderr" must be of type bool`, true},
 		// The kubelet refuses a device plugin resource without a domain: so does the config.
 		{"resourceName without domain", base(`,"resourceName":"netdev"`), `must be domain-qualified`, false},
@@ -92,8 +91,6 @@ func TestParseErrors(t *testing.T) {
 		{"resourceName deviceclass traversal", base(`,"resourceName":"deviceclass.resource.kubernetes.io/../x"`), `DeviceClass name "../x"`, false},
 		{"deviceID traversal", base(`,"deviceID":"../x"`), `deviceID "../x" is not a valid device ID`, false},
 		{"deviceID slash", base(`,"runtimeConfig":{"deviceID":"a/b"}`), `runtimeConfig.deviceID "a/b"`, false},
-		{"relative stateDir", base(`,"stateDir":"state"`), `"stateDir" "state" must be an absolute path`, false},
-		{"dotdot devinfo", base(`,"deviceInfoDir":"/var/../etc"`), `"deviceInfoDir"`, false},
 		{"cni file dotdot", base(`,"runtimeConfig":{"CNIDeviceInfoFile":"/a/../b"}`), `CNIDeviceInfoFile`, false},
 		{"cni file elsewhere", base(`,"runtimeConfig":{"CNIDeviceInfoFile":"/etc/passwd"}`),
 			`"runtimeConfig.CNIDeviceInfoFile" "/etc/passwd" must be a file directly in /var/run/k8s.cni.cncf.io/devinfo/cni`, false},
@@ -102,7 +99,7 @@ func TestParseErrors(t *testing.T) {
 		{"cni file NUL", base(`,"runtimeConfig":{"CNIDeviceInfoFile":"/var/run/k8s.cni.cncf.io/devinfo/cni/a\u0000b"}`), `contains a NUL byte`, false},
 		{"cni file name too long", base(`,"runtimeConfig":{"CNIDeviceInfoFile":"/var/run/k8s.cni.cncf.io/devinfo/cni/` + strings.Repeat("x", 256) + `"}`),
 			`file name of 256 bytes`, false},
-		{"cni file in dp", base(`,"deviceInfoDir":"/d","runtimeConfig":{"CNIDeviceInfoFile":"/d/dp/x"}`), `directly in /d/cni or /var/run`, false},
+		{"cni file in dp", base(`,"runtimeConfig":{"CNIDeviceInfoFile":"/var/run/k8s.cni.cncf.io/devinfo/dp/x"}`), `directly in /var/run/k8s.cni.cncf.io/devinfo/cni`, false},
 		{"top-level ipam", base(`,"ipam":{"type":"host-local"}`), `"ipam" at the top level is not used by devplumb: move it into "delegate"`, false},
 		{"both delegates", base(`,"delegates":[{"type":"x"}]`), `both "delegate" and "delegates"`, false},
 		{"no delegate", `{"cniVersion":"1.0.0","name":"n","type":"devplumb"}`, `no delegate`, false},
@@ -118,7 +115,7 @@ func TestParseErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Parse([]byte(tc.conf))
+			_, err := Parse([]byte(tc.conf), nil)
 			if err == nil {
 				t.Fatalf("no error for %s", tc.conf)
 			}
@@ -136,8 +133,8 @@ func TestParseErrors(t *testing.T) {
 // in the default one Multus hard-codes.
 func TestCNIDeviceInfoFileAllowed(t *testing.T) {
 	for _, f := range []string{"/d/cni/net-c1_net1", "/var/run/k8s.cni.cncf.io/devinfo/cni/ns-nad-c1_net1"} {
-		c, err := Parse([]byte(`{"cniVersion":"1.0.0","name":"n","type":"devplumb","deviceInfoDir":"/d",` +
-			`"runtimeConfig":{"CNIDeviceInfoFile":"` + f + `"},"delegate":{"type":"host-device"}}`))
+		c, err := Parse([]byte(`{"cniVersion":"1.0.0","name":"n","type":"devplumb",`+
+			`"runtimeConfig":{"CNIDeviceInfoFile":"`+f+`"},"delegate":{"type":"host-device"}}`), &nodeconfig.Node{DeviceInfoDir: "/d"})
 		if err != nil || c.RuntimeConfig.CNIDeviceInfoFile != f {
 			t.Errorf("%s: %v", f, err)
 		}
@@ -164,10 +161,10 @@ func TestLogControl(t *testing.T) {
 	}{
 		{"", slog.LevelWarn, true},
 		{`,"logLevel":"debug"`, slog.LevelDebug, true},
-		{`,"logLevel":"verbose","logFile":"/var/log/devplumb.log","logToStderr":false`, slog.LevelInfo, false},
+		{`,"logLevel":"verbose","logToStderr":false`, slog.LevelInfo, false},
 		{`,"logLevel":"panic"`, slog.LevelError, true},
 	} {
-		conf, err := Parse([]byte(fmt.Sprintf(base, c.extra)))
+		conf, err := Parse([]byte(fmt.Sprintf(base, c.extra)), &nodeconfig.Node{LogFile: "/var/log/devplumb.log"})
 		if err != nil {
 			t.Fatalf("%s: %v", c.extra, err)
 		}
@@ -183,8 +180,36 @@ func TestLogControl(t *testing.T) {
 func TestParseDeviceClassResourceName(t *testing.T) {
 	const res = "deviceclass.resource.kubernetes.io/hostdev.example.com"
 	conf := `{"cniVersion":"1.0.0","name":"n","type":"devplumb","resourceName":"` + res + `","delegate":{"type":"host-device"}}`
-	c, err := Parse([]byte(conf))
+	c, err := Parse([]byte(conf), nil)
 	if err != nil || c.ResourceName != res {
 		t.Fatalf("Parse: %v, %+v", err, c)
+	}
+}
+
+// A network config's author may be any namespace user: the keys that name
+// a host path, a credential or a socket, or switch a check off, are refused
+// with where they belong now, whatever their value, and the node's values
+// stay in force.
+func TestNodeKeysRefused(t *testing.T) {
+	node := &nodeconfig.Node{Kubeconfig: "/etc/cni/net.d/devplumb.d/devplumb.kubeconfig", StateDir: "/var/lib/cni/devplumb"}
+	for _, k := range nodeconfig.Keys {
+		val := `"/etc/cni/net.d/devplumb.d/devplumb.kubeconfig"`
+		if k == "trustDeviceID" {
+			val = "true"
+		}
+		conf := `{"cniVersion":"1.0.0","name":"n","type":"devplumb","delegate":{"type":"x"},"` + k + `":` + val + `}`
+		_, err := Parse([]byte(conf), node)
+		if !errors.Is(err, ErrNodeKey) {
+			t.Fatalf("%s: error %v, want ErrNodeKey", k, err)
+		}
+		for _, want := range []string{`"` + k + `" may not be set in a network config`, nodeconfig.DefaultPath, "$DEVPLUMB_NODE_CONFIG"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: error %q does not say %q", k, err, want)
+			}
+		}
+	}
+	c, err := Parse([]byte(`{"cniVersion":"1.0.0","name":"n","type":"devplumb","delegate":{"type":"x"}}`), node)
+	if err != nil || c.Kubeconfig != node.Kubeconfig || c.StateDir != node.StateDir || c.TrustDeviceID {
+		t.Fatalf("node settings not applied: %v %+v", err, c)
 	}
 }

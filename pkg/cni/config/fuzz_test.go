@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig"
 )
 
 // FuzzParse: no input panics, and an accepted config never carries a name,
@@ -13,12 +15,18 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(good))
 	f.Add([]byte(`{"cniVersion":"0.3.1","name":"n","type":"devplumb","deviceID":"eth0","delegates":[{"type":"macvlan"}]}`))
 	f.Add([]byte(`{"cniVersion":"1.0.0","name":"../x","type":"devplumb","delegate":{"type":"x"}}`))
-	f.Add([]byte(`{"cniVersion":"1.0.0","name":"n","type":"devplumb","deviceInfoDir":"/d",` +
+	f.Add([]byte(`{"cniVersion":"1.0.0","name":"n","type":"devplumb",` +
 		`"runtimeConfig":{"CNIDeviceInfoFile":"/d/cni/x"},"delegate":{"type":"x"}}`))
+	f.Add([]byte(`{"cniVersion":"1.0.0","name":"n","type":"devplumb","kubeconfig":"/tmp/k","delegate":{"type":"x"}}`))
+	node := &nodeconfig.Node{DeviceInfoDir: "/d", StateDir: "/s", PodResourcesSocket: "/p.sock"}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		c, err := Parse(data)
+		c, err := Parse(data, node)
 		if err != nil {
 			return
+		}
+		// Only the node config names a credential or switches a check off.
+		if c.Kubeconfig != "" || c.TrustDeviceID || c.LogFile != "" || c.StateDir != "/s" {
+			t.Fatalf("a network config set a node setting: %+v", c.Node)
 		}
 		for _, s := range []string{c.Name, c.ResourceName, c.DeviceID, c.RuntimeConfig.DeviceID} {
 			if strings.Contains(s, "..") {

@@ -28,13 +28,8 @@ func (c *NetConf) validateLog() error {
 		slices.Sort(names)
 		return fmt.Errorf(`"logLevel" %q: want one of %s`, c.LogLevel, strings.Join(names, ", "))
 	}
-	// A NAD's author writes this path and devplumb appends to it as root:
-	// only a "*.log" file, which no cron, profile or unit directory reads.
-	if c.LogFile != "" && (!strings.HasSuffix(c.LogFile, ".log") || strings.ContainsRune(c.LogFile, 0)) {
-		return fmt.Errorf(`"logFile" %q must name a file ending in ".log"`, c.LogFile)
-	}
 	if c.LogToStderr != nil && !*c.LogToStderr && c.LogFile == "" {
-		return fmt.Errorf(`"logToStderr" is false and there is no "logFile": the logs would go nowhere`)
+		return fmt.Errorf(`"logToStderr" is false and the node config has no "logFile": the logs would go nowhere`)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/devplumb/devplumb/pkg/base/resourcename"
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig"
 )
 
 // reservedKeys may not be used to inject the device ID: they carry CNI meaning.
@@ -49,19 +50,9 @@ func (c *NetConf) validateIdentity() error {
 	return nil
 }
 
+// validatePaths checks the one path a network config's caller may give
+// (the node config's were checked when it was read).
 func (c *NetConf) validatePaths() error {
-	paths := []struct{ key, val string }{
-		{"podResourcesSocket", c.PodResourcesSocket},
-		{"deviceInfoDir", c.DeviceInfoDir},
-		{"stateDir", c.StateDir},
-		{"kubeconfig", c.Kubeconfig},
-		{"logFile", c.LogFile},
-	}
-	for _, p := range paths {
-		if err := checkPath(p.key, p.val); err != nil {
-			return err
-		}
-	}
 	return c.checkCNIDeviceInfoFile()
 }
 
@@ -178,7 +169,8 @@ func (c *NetConf) validateClaim() error {
 		}
 	}
 	if c.Kubeconfig == "" {
-		return fmt.Errorf(`"resourceClaim" %q needs "kubeconfig": devplumb reads the pod and its ResourceClaim from the API server`, c.ResourceClaim)
+		return fmt.Errorf(`"resourceClaim" %q needs a "kubeconfig" in the node config (%s): devplumb reads the pod and its ResourceClaim from the API server`,
+			c.ResourceClaim, nodeconfig.DefaultPath)
 	}
 	if c.DeviceID != "" || c.PCIBusID != "" {
 		return errors.New(`"resourceClaim" and "deviceID"/"pciBusID" are both set: the device comes from the claim, remove "deviceID"/"pciBusID"`)

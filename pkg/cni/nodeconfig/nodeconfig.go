@@ -72,10 +72,12 @@ func Path() string {
 }
 
 // Defaults is the node config of a node without the file.
-func Defaults() *Node {
-	n := &Node{}
+func Defaults() *Node { return Node{}.WithDefaults() }
+
+// WithDefaults is a copy of n with the default of every path it leaves unset.
+func (n Node) WithDefaults() *Node {
 	n.applyDefaults()
-	return n
+	return &n
 }
 
 // Load reads the node config at path. A missing file is the defaults (a node
