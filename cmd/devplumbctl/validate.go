@@ -15,18 +15,23 @@ import (
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/base/safefile"
 	"github.com/devplumb/devplumb/pkg/cni/config"
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig"
 )
 
 var validators = map[string]func(path string, data []byte) error{
 	"devinfo": func(_ string, data []byte) error { _, err := devinfo.Parse(data); return err },
 	"netconf": validateNetconf,
+	"node":    func(_ string, data []byte) error { _, err := nodeconfig.Parse(data); return err },
 	"cdi":     validateCDI,
 }
 
-const validateUsage = `usage: devplumbctl validate devinfo|netconf|cdi FILE...
+const validateUsage = `usage: devplumbctl validate devinfo|netconf|node|cdi FILE...
   devinfo  an NPWG device-info file (spec 1.1.0)
   netconf  a devplumb network config, a conflist with devplumb entries, or a
-           NetworkAttachmentDefinition (JSON or YAML) whose config is either
+           NetworkAttachmentDefinition (JSON or YAML) whose config is either,
+           checked with this node's node config ($DEVPLUMB_NODE_CONFIG or
+           /etc/cni/net.d/devplumb.d/node.json; none: the defaults)
+  node     a devplumb node config (docs/security.md, "Trust model")
   cdi      a CDI spec file, read and checked by the CDI library
 exit 0 when all are valid, else one "FILE: reason" line each and exit 1
 `
@@ -99,8 +104,7 @@ func validateConf(data []byte) error {
 		if err := devplumbType(top); err != nil {
 			return err
 		}
-		_, err := config.Parse(data)
-		return err
+		return parseConf(data)
 	}
 	list, err := libcni.ConfListFromBytes(data)
 	if err != nil {
@@ -114,7 +118,7 @@ func validateConf(data []byte) error {
 		found = true
 		conf, err := inject(p.Bytes, list.Name, list.CNIVersion)
 		if err == nil {
-			_, err = config.Parse(conf)
+			err = parseConf(conf)
 		}
 		if err != nil {
 			return fmt.Errorf("conflist %q: plugins[%d]: %w", list.Name, i, err)
@@ -196,5 +200,15 @@ func validateCDI(path string, data []byte) error {
 		return errors.New("empty CDI spec")
 	}
 	_, err := cdi.ReadSpec(path, 0)
+	return err
+}
+
+// parseConf parses a devplumb network config as this node's devplumb would.
+func parseConf(data []byte) error {
+	node, err := nodeconfig.Load(nodeconfig.Path())
+	if err != nil {
+		return err
+	}
+	_, err = config.Parse(data, node)
 	return err
 }

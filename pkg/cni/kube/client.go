@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -83,11 +84,24 @@ func New(kubeconfig string, timeout time.Duration, log *slog.Logger) (*Client, e
 	return newFromConfig(cfg, timeout, log)
 }
 
-// LoadConfig loads a kubeconfig file, as New does.
+// LoadConfig loads a kubeconfig file, as New does: only one whose users
+// run no command and whose credential files are beside it (checkCredentials).
 func LoadConfig(kubeconfig string) (*rest.Config, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	kubeconfig = filepath.Clean(kubeconfig)
+	api, err := clientcmd.LoadFromFile(kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("kube: load kubeconfig %s: %w", kubeconfig, err)
+	}
+	// Relative file names are the kubeconfig's directory's, as kubectl reads them.
+	if err := clientcmd.ResolveLocalPaths(api); err != nil {
+		return nil, fmt.Errorf("kube: kubeconfig %s: %w", kubeconfig, err)
+	}
+	if err := checkCredentials(kubeconfig, api); err != nil {
+		return nil, fmt.Errorf("kube: %w", err)
+	}
+	cfg, err := clientcmd.NewDefaultClientConfig(*api, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kube: kubeconfig %s: %w", kubeconfig, err)
 	}
 	return cfg, nil
 }

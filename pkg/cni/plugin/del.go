@@ -14,6 +14,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/cni/config"
 	"github.com/devplumb/devplumb/pkg/cni/delegate"
 	"github.com/devplumb/devplumb/pkg/cni/leftover"
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig"
 )
 
 // Del is CNI DEL: ADD's steps backwards (delegate DEL, the CNI device-info
@@ -89,32 +90,40 @@ func (c *call) markUndone(rec *attachment.Record) {
 	}
 }
 
-// withoutBadCNIFile drops a runtimeConfig.CNIDeviceInfoFile that ADD
-// refused (outside the device-info dirs, a NUL byte, a name too long): ADD
-// never wrote it, so DEL has nothing to remove there, and failing on it
-// would make DEL fail for ever. DEL then removes only the file of the
-// deterministic name, in devplumb's own directory.
-// Del calls it only for a config that does not parse.
-func (p *Plugin) withoutBadCNIFile(args *skel.CmdArgs) *skel.CmdArgs {
+// forDel drops from a config that does not parse what ADD would refuse
+// but DEL must get past: a runtimeConfig.CNIDeviceInfoFile that ADD refused
+// (outside the device-info dirs, a NUL byte, a name too long: ADD never wrote
+// it, so DEL removes only the file of the deterministic name, in devplumb's
+// own directory), and the node config's keys (a network config written
+// before they moved there: its pods attached with the node's settings only
+// if they were the same, and DEL uses the node's). Failing on either would
+// make DEL fail for ever. Del calls it only for a config that does not parse.
+func (p *Plugin) forDel(args *skel.CmdArgs) *skel.CmdArgs {
 	var raw map[string]any
 	dec := json.NewDecoder(bytes.NewReader(args.StdinData))
 	dec.UseNumber() // numbers in the delegate config pass through as written
-	if dec.Decode(&raw) != nil {
+	if dec.Decode(&raw) != nil || raw == nil {
 		return args
 	}
-	rc, ok := raw["runtimeConfig"].(map[string]any)
-	if !ok || rc["CNIDeviceInfoFile"] == nil {
-		return args
+	var dropped []string
+	for _, k := range nodeconfig.Keys {
+		if _, ok := raw[k]; ok {
+			delete(raw, k)
+			dropped = append(dropped, k)
+		}
 	}
-	delete(rc, "CNIDeviceInfoFile")
+	if rc, ok := raw["runtimeConfig"].(map[string]any); ok && rc["CNIDeviceInfoFile"] != nil {
+		delete(rc, "CNIDeviceInfoFile")
+		dropped = append(dropped, "runtimeConfig.CNIDeviceInfoFile")
+	}
 	stdin, err := json.Marshal(raw)
-	if err != nil {
+	if len(dropped) == 0 || err != nil {
 		return args
 	}
-	if _, err := config.Parse(stdin); err != nil {
+	if _, err := config.Parse(stdin, nil); err != nil {
 		return args // something else is wrong: report that
 	}
-	p.Log.Warn("DEL ignores runtimeConfig.CNIDeviceInfoFile, which ADD refuses", "file", rc["CNIDeviceInfoFile"])
+	p.Log.Warn("DEL ignores keys that ADD refuses", "keys", dropped)
 	own := *args
 	own.StdinData = stdin
 	return &own

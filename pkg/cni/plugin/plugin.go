@@ -26,6 +26,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
 	"github.com/devplumb/devplumb/pkg/cni/config"
 	"github.com/devplumb/devplumb/pkg/cni/delegate"
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig"
 	"github.com/devplumb/devplumb/pkg/cni/phasespool"
 	"github.com/devplumb/devplumb/podresources"
 )
@@ -56,6 +57,10 @@ type Kube interface {
 type Plugin struct {
 	Log     *slog.Logger
 	Timeout time.Duration
+	// NodeConfig is the node config file (pkg/cni/nodeconfig), read by each
+	// call: the node's paths and credential, which no network config sets.
+	// Empty: the file $DEVPLUMB_NODE_CONFIG names, else the default.
+	NodeConfig string
 	// LogTo, when set, is where each call logs, at its network's logLevel
 	// and to its logFile (config logLevel, logFile, logToStderr); unset,
 	// every call logs through Log.
@@ -206,7 +211,11 @@ func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Err
 // parseInputs parses the network config and the pod identity in CNI_ARGS;
 // with strictArgs, CNI_ARGS that do not parse fail the call.
 func (p *Plugin) parseInputs(args *skel.CmdArgs, strictArgs bool) (*config.NetConf, attachment.Pod, *types.Error) {
-	conf, err := config.Parse(args.StdinData)
+	node, err := nodeconfig.Load(p.nodeConfig())
+	if err != nil {
+		return nil, attachment.Pod{}, cniError(types.ErrInvalidNetworkConfig, "invalid devplumb node config: "+err.Error(), nil)
+	}
+	conf, err := config.Parse(args.StdinData, node)
 	if err != nil {
 		code := types.ErrInvalidNetworkConfig
 		if errors.Is(err, config.ErrDecode) {
@@ -223,6 +232,14 @@ func (p *Plugin) parseInputs(args *skel.CmdArgs, strictArgs bool) (*config.NetCo
 		p.Log.Warn("ignoring unparsable CNI_ARGS", "err", err)
 	}
 	return conf, pod, nil
+}
+
+// nodeConfig is the node config file this plugin reads.
+func (p *Plugin) nodeConfig() string {
+	if p.NodeConfig != "" {
+		return p.NodeConfig
+	}
+	return nodeconfig.Path()
 }
 
 // invoker runs delegates with one libcni cache per devplumb network: GC of

@@ -50,7 +50,7 @@ func (p *Plugin) PrepareDel(args *skel.CmdArgs) (*PreparedDel, error) {
 		p.Log.Warn("DEL does nothing", "err", err)
 		return nil, nil
 	}
-	_, perr := config.Parse(args.StdinData)
+	_, perr := config.Parse(args.StdinData, nil)
 	if errors.Is(perr, config.ErrSelfDelegation) {
 		// ADD refused this config (a delegate of devplumb's own type; a link or copy under
 		// another name is caught when the delegate runs: selfCheck, tooDeep) before it set
@@ -60,7 +60,7 @@ func (p *Plugin) PrepareDel(args *skel.CmdArgs) (*PreparedDel, error) {
 		return nil, nil
 	}
 	if perr != nil {
-		args = p.withoutBadCNIFile(args)
+		args = p.forDel(args)
 	}
 	c, cerr := p.newCall(args, false)
 	if cerr != nil {
