@@ -28,12 +28,13 @@ import (
 	"github.com/devplumb/devplumb/pkg/cni/agent"
 	"github.com/devplumb/devplumb/pkg/cni/agentproto"
 	"github.com/devplumb/devplumb/pkg/cni/nodecache"
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig"
 	"github.com/devplumb/devplumb/pkg/cni/phasemetrics"
 	"github.com/devplumb/devplumb/pkg/cni/phasespool"
 	"github.com/devplumb/devplumb/podresources"
 )
 
-const usage = `usage: devplumb-agent [--socket PATH] [--node-name NAME] [--kubeconfig FILE] [--timeout D]
+const usage = `usage: devplumb-agent [--socket PATH] [--node-name NAME] [--node-config FILE] [--kubeconfig FILE] [--timeout D]
          [--metrics-socket PATH] [--log-level L] [--log-format F]
   serve devplumb's CNI entry point on a root-only unix socket (the node agent); run it on
   each node (the devplumb DaemonSet does); without it, calls run whole in devplumb-direct
@@ -41,8 +42,8 @@ const usage = `usage: devplumb-agent [--socket PATH] [--node-name NAME] [--kubec
 
 // flags are devplumb-agent's settings.
 type flags struct {
-	socket, node, kubeconfig, metrics *string
-	timeout                           *time.Duration
+	socket, node, kubeconfig, metrics, nodeConfig *string
+	timeout                                       *time.Duration
 }
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -55,8 +56,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	f := flags{
 		socket: fs.String("socket", agentproto.DefaultSocket, "listen on this unix socket (its directory is made 0700)"),
 		node:   fs.String("node-name", defaultNodeName(), "the node whose pods and ResourceSlices the agent watches ($NODE_NAME, else the host name)"),
-		kubeconfig: fs.String("kubeconfig", "", "start this kubeconfig's client and watches at once (the one the node's configs name), "+
-			"waiting for the file if it is not there yet; without it they start at the first call naming it"),
+		nodeConfig: fs.String("node-config", nodeconfig.Path(), "the node config every call reads (the node's paths and kubeconfig; "+
+			"$"+nodeconfig.Env+", else the default); an entry point naming another is left to devplumb-direct"),
+		kubeconfig: fs.String("kubeconfig", "", "start this kubeconfig's client and watches at once, waiting for the file if it is "+
+			"not there yet; empty: the node config's kubeconfig"),
 		timeout: fs.Duration("timeout", podresources.DefaultTimeout, "bound of each request to the kubelet or the API server"),
 		metrics: fs.String("metrics-socket", agentproto.DefaultMetricsSocket, "serve /metrics on this root-only unix socket; empty: none"),
 	}
@@ -105,7 +108,7 @@ func serve(ctx context.Context, f flags, log *slog.Logger) error {
 	cacheMetrics := nodecache.NewMetrics()
 	phases := phasemetrics.NewHistograms(log)
 	a := agent.New(agent.Config{Build: version.Get().String(), Log: log, Timeout: *f.timeout,
-		NewKube: agent.NodeKube(*f.node, cacheMetrics),
+		NodeConfig: *f.nodeConfig, NewKube: agent.NodeKube(*f.node, cacheMetrics),
 		Phases: func(r phasespool.Record) {
 			if err := phases.Observe(r, phasemetrics.PathAgent); err != nil {
 				log.Warn("phase timings not observed", "err", err)
@@ -124,14 +127,28 @@ func serve(ctx context.Context, f flags, log *slog.Logger) error {
 			return err
 		}
 	}
-	if *f.kubeconfig != "" {
-		go warm(ctx, a, *f.kubeconfig, log)
+	if kc := warmKubeconfig(f, log); kc != "" {
+		go warm(ctx, a, kc, log)
 	}
 	log.Info("devplumb agent serving", "socket", *f.socket, "node", *f.node, "build", a.Build())
 	// Serve closes l when ctx ends, which removes the socket file.
 	err = (&agentproto.Server{Handler: a, Log: log}).Serve(ctx, l)
 	stop()
 	return errors.Join(err, metricsDone())
+}
+
+// warmKubeconfig is the kubeconfig whose client starts at once: --kubeconfig,
+// else the node config's (none: no client until a call needs one).
+func warmKubeconfig(f flags, log *slog.Logger) string {
+	if *f.kubeconfig != "" {
+		return *f.kubeconfig
+	}
+	n, err := nodeconfig.Load(*f.nodeConfig)
+	if err != nil {
+		log.Warn("node config not usable yet: the Kubernetes client starts at the first call", "err", err)
+		return ""
+	}
+	return n.Kubeconfig
 }
 
 // warm starts the kubeconfig's client and watches, retrying until the file

@@ -44,7 +44,10 @@ type Config struct {
 	NewKube func(kubeconfig string, timeout time.Duration, log *slog.Logger) (plugin.Kube, error)
 	// Phases gets each call's phase timings (the node's histograms); nil:
 	// they go to the phase spool, as devplumb-direct's do.
-	Phases     func(phasespool.Record)
+	Phases func(phasespool.Record)
+	// NodeConfig is the node config file (pkg/cni/nodeconfig) every call
+	// reads: the node's paths and kubeconfig. Empty: nodeconfig.Path().
+	NodeConfig string
 	PendingTTL time.Duration
 	MaxPending int
 }
@@ -86,7 +89,7 @@ func New(cfg Config) *Agent {
 	// (its level and format), not a network's logFile; a DEL's removals
 	// outlive its call.
 	a.plugin = &plugin.Plugin{Log: log, Timeout: cfg.Timeout, PodResources: a.kubelet.get, Phases: cfg.Phases,
-		Later: a.later}
+		Later: a.later, NodeConfig: cfg.NodeConfig}
 	if cfg.NewKube != nil {
 		a.plugin.NewKube = a.kube.get
 	}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -13,56 +14,89 @@ import (
 	"github.com/devplumb/devplumb/podresources"
 )
 
-// maxKubeconfigs bounds the clients kept: a node's configs name a few
-// kubeconfigs; more are dropped and built again when used.
-const maxKubeconfigs = 32
+// maxKubeconfigs bounds the clients kept: a node config names one
+// kubeconfig; one it named before a change is kept until it is the oldest.
+const maxKubeconfigs = 4
 
-// kubeCache keeps one Kubernetes client per kubeconfig path, built again
-// when the file's content changes (a rotated token or certificate written
-// into it). Files the kubeconfig only names are client-go's to reload. A
-// client that is an io.Closer (one with informers) is closed when replaced
-// or dropped: a call still using it reads what it held, or the API server.
+// kubeCache keeps one Kubernetes client per kubeconfig file, by its cleaned
+// path and the file's identity (device and inode: another spelling of the
+// path is the same client, a file replaced is a new one), built again when
+// the content changes (a rotated token or certificate written into it).
+// Files the kubeconfig only names are client-go's to reload. A client that
+// is an io.Closer (one with informers) is closed when replaced or dropped: a
+// call still using it reads what it held, or the API server.
 type kubeCache struct {
 	build func(kubeconfig string, timeout time.Duration, log *slog.Logger) (plugin.Kube, error)
 	log   *slog.Logger
 
 	mu      sync.Mutex // held while building: each kubeconfig is built once
-	clients map[string]kubeClient
+	clients map[kubeKey]kubeClient
+	built   uint64 // builds so far: the oldest client is dropped first
+}
+
+type kubeKey struct {
+	path string
+	file fileID
 }
 
 type kubeClient struct {
 	sum     [sha256.Size]byte
 	timeout time.Duration
 	client  plugin.Kube
+	seq     uint64
 }
 
 // get is plugin.Plugin.NewKube. The client logs through the agent's logger,
 // not the first call's: it outlives that call.
 func (k *kubeCache) get(kubeconfig string, timeout time.Duration, _ *slog.Logger) (plugin.Kube, error) {
+	kubeconfig = filepath.Clean(kubeconfig)
+	id, idOK := statID(kubeconfig)
 	data, err := os.ReadFile(kubeconfig)
-	if err != nil {
+	if err != nil || !idOK {
 		return k.build(kubeconfig, timeout, k.log) // it says what is wrong with the file
 	}
-	sum := sha256.Sum256(data)
+	key, sum := kubeKey{path: kubeconfig, file: id}, sha256.Sum256(data)
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if c, ok := k.clients[kubeconfig]; ok && c.sum == sum && c.timeout == timeout {
+	if c, ok := k.clients[key]; ok && c.sum == sum && c.timeout == timeout {
 		return c.client, nil
 	}
 	client, err := k.build(kubeconfig, timeout, k.log)
 	if err != nil {
 		return nil, err
 	}
-	if old, ok := k.clients[kubeconfig]; ok {
-		closeClient(old.client)
-		delete(k.clients, kubeconfig)
+	k.dropLocked(func(kk kubeKey) bool { return kk.path == kubeconfig || kk == key })
+	if len(k.clients) >= maxKubeconfigs {
+		k.dropOldestLocked()
 	}
-	if k.clients == nil || len(k.clients) >= maxKubeconfigs {
-		k.closeLocked()
-		k.clients = map[string]kubeClient{}
+	if k.clients == nil {
+		k.clients = map[kubeKey]kubeClient{}
 	}
-	k.clients[kubeconfig] = kubeClient{sum: sum, timeout: timeout, client: client}
+	k.built++
+	k.clients[key] = kubeClient{sum: sum, timeout: timeout, client: client, seq: k.built}
 	return client, nil
+}
+
+// dropLocked closes and forgets the clients whose key matches.
+func (k *kubeCache) dropLocked(match func(kubeKey) bool) {
+	for key, c := range k.clients {
+		if match(key) {
+			closeClient(c.client)
+			delete(k.clients, key)
+		}
+	}
+}
+
+func (k *kubeCache) dropOldestLocked() {
+	var oldest *kubeKey
+	for key, c := range k.clients {
+		if oldest == nil || c.seq < k.clients[*oldest].seq {
+			oldest = &key
+		}
+	}
+	if oldest != nil {
+		k.dropLocked(func(kk kubeKey) bool { return kk == *oldest })
+	}
 }
 
 func (k *kubeCache) closeAll() {
