@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/devplumb/devplumb/pkg/cni/agent/agenttest"
 	"github.com/devplumb/devplumb/pkg/cni/agentproto"
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig/nodeconfigtest"
 	"github.com/devplumb/devplumb/pkg/cni/plugin"
 	"github.com/devplumb/devplumb/pkg/cni/plugin/plugintest"
 	"github.com/devplumb/devplumb/podresources"
@@ -105,10 +105,7 @@ func (e *agentEnv) direct() *plugin.Plugin {
 }
 
 func (e *agentEnv) args(ifName string) *skel.CmdArgs {
-	data, err := json.Marshal(e.conf)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	data := nodeconfigtest.SplitEnv(e.t, e.conf)
 	return &skel.CmdArgs{ContainerID: "c1", Netns: e.Pod.Path(), IfName: ifName, Path: e.CNIPath,
 		Args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=p1;K8S_POD_UID=u1", StdinData: data}
 }

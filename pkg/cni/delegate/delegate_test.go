@@ -10,7 +10,7 @@ import (
 
 func parse(t *testing.T, s string) *config.NetConf {
 	t.Helper()
-	c, err := config.Parse([]byte(s))
+	c, err := config.Parse([]byte(s), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

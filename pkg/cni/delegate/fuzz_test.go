@@ -13,7 +13,7 @@ func FuzzBuildList(f *testing.F) {
 	f.Add([]byte(`{"cniVersion":"1.1.0","name":"n","type":"devplumb","injectDeviceID":["master","device"],` +
 		`"runtimeConfig":{"ips":["10.0.0.1/24"],"deviceID":"x"},"delegates":[{"type":"macvlan","ipam":{}},{"type":"tuning","capabilities":{"mac":true}}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		c, err := config.Parse(data)
+		c, err := config.Parse(data, nil)
 		if err != nil {
 			return
 		}

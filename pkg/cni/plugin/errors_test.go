@@ -11,6 +11,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/devplumb/devplumb/pkg/cni/config"
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig"
 	"github.com/devplumb/devplumb/pkg/cni/kube"
 )
 
@@ -41,7 +42,7 @@ func TestDelegateErrorCodes(t *testing.T) {
 func TestClaimStatusPermissionError(t *testing.T) {
 	perm := &kube.PermissionError{Verb: "associated-node:patch", Group: "resource.k8s.io", Resource: "resourceclaims/driver",
 		Name: "d.example.com", Namespace: "ns", Err: errors.New("the API server's words")}
-	w := &statusWriter{conf: &config.NetConf{Kubeconfig: "/k/devplumb.kubeconfig"}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	w := &statusWriter{conf: &config.NetConf{Node: nodeconfig.Node{Kubeconfig: "/k/devplumb.kubeconfig"}}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	got := w.failed("writing the status of ResourceClaim ns/c", fmt.Errorf("kube: apply: %w", perm))
 	for _, s := range []string{"writing the status of ResourceClaim ns/c failed", "/k/devplumb.kubeconfig",
 		`verb "associated-node:patch" on resource "resourceclaims/driver"`, `name "d.example.com"`, `namespace "ns"`} {

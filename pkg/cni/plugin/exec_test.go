@@ -23,6 +23,7 @@ import (
 
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig/nodeconfigtest"
 	"github.com/devplumb/devplumb/pkg/cni/plugin/plugintest"
 	"github.com/devplumb/devplumb/pkg/testenv"
 	"github.com/devplumb/devplumb/podresources/podresourcestest"
@@ -130,10 +131,7 @@ func (e *execEnv) state() []*attachment.Record { return stateRecords(e.t, e.root
 // podCall is a CNI call of pod default/p1 (container c1) with conf as stdin.
 func podCall(t *testing.T, conf map[string]any, netns, ifName, cniPath string) *skel.CmdArgs {
 	t.Helper()
-	data, err := json.Marshal(conf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := nodeconfigtest.SplitEnv(t, conf)
 	return &skel.CmdArgs{ContainerID: "c1", Netns: netns, IfName: ifName, Path: cniPath,
 		Args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=p1;K8S_POD_UID=u1", StdinData: data}
 }
@@ -331,11 +329,7 @@ func (e *execEnv) argsFor(name, ifName string, edit func(map[string]any)) *skel.
 	conf["name"] = name
 	edit(conf)
 	a := e.args(ifName)
-	data, err := json.Marshal(conf)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	a.StdinData = data
+	a.StdinData = nodeconfigtest.SplitEnv(e.t, conf)
 	return a
 }
 

@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net"
@@ -23,6 +22,7 @@ import (
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
 	"github.com/devplumb/devplumb/pkg/cni/kube"
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig/nodeconfigtest"
 	"github.com/devplumb/devplumb/pkg/testenv"
 	"github.com/devplumb/devplumb/podresources/podresourcestest"
 )
@@ -142,10 +142,7 @@ func newKubeEnv(t *testing.T) *kubeEnv {
 }
 
 func (k *kubeEnv) args() *skel.CmdArgs {
-	data, err := json.Marshal(k.conf)
-	if err != nil {
-		k.t.Fatal(err)
-	}
+	data := nodeconfigtest.SplitEnv(k.t, k.conf)
 	return &skel.CmdArgs{ContainerID: "c1", Netns: "/var/run/netns/test", IfName: "net1", Path: k.bin,
 		Args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=p1;K8S_POD_UID=u1", StdinData: data}
 }
