@@ -50,6 +50,7 @@ func newAgentEnv(t *testing.T, devices int, cfg Config) *agentEnv {
 	e.conf = e.Conf(map[string]any{"type": "host-device", "ipam": map[string]any{"type": "host-local",
 		"ranges": [][]map[string]string{{{"subnet": "192.0.2.0/24"}}}, "dataDir": filepath.Join(e.Root, "ipam")}})
 	e.conf["kubeconfig"], e.conf["events"] = kubeconfig, "none"
+	nodeconfigtest.SplitEnv(t, e.conf) // before any call: t.Setenv may not run beside them
 	e.start(cfg)
 	return e
 }

@@ -86,13 +86,29 @@ func Env(path string) string { return nodeconfig.Env + "=" + path }
 // SplitEnv is Split for a test that runs devplumb in its own process: it
 // names the node config in the environment for the rest of the test
 // (t.Setenv: not for parallel tests) and returns the network config in JSON.
+// A node config equal to the one the environment names already is kept
+// (concurrent calls of one test with the same node make no new file and
+// do not touch the environment).
 func SplitEnv(t testing.TB, conf map[string]any) []byte {
 	t.Helper()
-	net, path := Split(t, conf)
-	t.Setenv(nodeconfig.Env, path)
+	net, node := SplitMap(conf)
+	if !named(node) {
+		t.Setenv(nodeconfig.Env, Write(t, node))
+	}
 	data, err := json.Marshal(net)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return data
+}
+
+// named says whether the environment names a node config holding node.
+func named(node map[string]any) bool {
+	want, err := json.Marshal(node)
+	path := os.Getenv(nodeconfig.Env)
+	if err != nil || path == "" {
+		return false
+	}
+	have, err := os.ReadFile(path)
+	return err == nil && string(have) == string(want)
 }
