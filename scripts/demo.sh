@@ -91,7 +91,7 @@ mkdir -p "$ROOT/net.d" "$ROOT/vhost" "$ROOT/cdi" "$ROOT/logs"
 
 # cnitool with the pod's identity, as a container runtime would call it.
 cni() { # cni add|del NETWORK IFNAME
-	CNI_PATH="$BIN:$CNI_BIN" NETCONFPATH="$ROOT/net.d" CNI_IFNAME="$3" \
+	CNI_PATH="$BIN:$CNI_BIN" NETCONFPATH="$ROOT/net.d" CNI_IFNAME="$3" DEVPLUMB_NODE_CONFIG="$ROOT/node.json" \
 	CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=$POD_NS;K8S_POD_NAME=$POD_NAME;K8S_POD_UID=$POD_UID;K8S_POD_INFRA_CONTAINER_ID=$SANDBOX" \
 		"$CNI_BIN/cnitool" "$1" "$2" "/var/run/netns/$NETNS"
 }
@@ -129,12 +129,15 @@ echo "--- the pod's allocation (device IDs, and netdev-dp's AllocateResponse wit
 
 say "3. the pod's network namespace, and devplumb through cnitool three times"
 ip netns add "$NETNS"
+# The node's paths are the node config's (the node's administrator writes it; a network
+# config may not name them): the runtime's environment names it, as cni() does.
+cat >"$ROOT/node.json" <<JSON
+{"podResourcesSocket": "$ROOT/pod-resources/kubelet.sock", "deviceInfoDir": "$ROOT/devinfo", "stateDir": "$ROOT/devplumb"}
+JSON
 netconf() { # netconf NAME RESOURCE INJECT-KEYS DELEGATE-JSON
 	cat >"$ROOT/net.d/$1.conflist" <<JSON
 {"cniVersion": "1.0.0", "name": "$1", "plugins": [{
   "type": "devplumb", "resourceName": "$2", "injectDeviceID": $3,
-  "podResourcesSocket": "$ROOT/pod-resources/kubelet.sock",
-  "deviceInfoDir": "$ROOT/devinfo", "stateDir": "$ROOT/devplumb",
   "delegate": $4}]}
 JSON
 }
