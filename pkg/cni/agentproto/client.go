@@ -160,6 +160,9 @@ func (c *Client) call(ctx context.Context, req *request, kind string) (*response
 // roundTrip sends req and reads its answer by the connection's deadline.
 func (c *Client) roundTrip(req *request, kind string) (*response, error) {
 	if err := writeFrame(c.conn, req); err != nil {
+		if errors.Is(err, ErrTooLarge) { // nothing was sent: the agent is fine
+			return nil, fmt.Errorf("%s: %w", kind, err)
+		}
 		// A refused peer is answered and closed before it is read: the
 		// refusal says more than the broken pipe.
 		var resp response
