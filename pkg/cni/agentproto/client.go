@@ -33,13 +33,22 @@ func unavailable(format string, args ...any) error {
 }
 
 // Dial connects to the agent at path and exchanges hello within bound (the
-// design's 1 s), telling the agent this entry point's build.
+// design's 1 s), telling the agent this entry point's build. It talks only
+// to a root process listening in a directory only root may write: anything
+// else is ErrUnavailable, before a byte is sent.
 func Dial(path string, bound time.Duration, build string) (*Client, error) {
+	if err := checkSocketDir(path); err != nil {
+		return nil, err
+	}
 	deadline := time.Now().Add(bound)
 	d := net.Dialer{Deadline: deadline}
 	conn, err := d.Dial("unix", path)
 	if err != nil {
 		return nil, dialError(path, bound, err)
+	}
+	if err := checkPeerRoot(conn, path); err != nil {
+		conn.Close()
+		return nil, err
 	}
 	c := &Client{conn: conn, path: path}
 	if err := conn.SetDeadline(deadline); err != nil {
