@@ -130,7 +130,7 @@ func (a *Agent) Build() string { return a.build }
 // point's fallback (devplumb-direct) runs it whole.
 func (a *Agent) Prepare(ctx context.Context, p *agentproto.Prepare) (*agentproto.PrepareAnswer, error) {
 	ans, err := a.prepare(p)
-	if err == nil && ans.Attachment != "" {
+	if err == nil && ans != nil && ans.Attachment != "" {
 		a.pending.bind(ctx, ans.Attachment) // only this connection may commit it
 	}
 	a.metrics.count("prepare", p.Command, ans != nil && ans.Error != nil, err)
