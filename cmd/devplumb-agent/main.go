@@ -35,7 +35,8 @@ import (
 )
 
 const usage = `usage: devplumb-agent [--socket PATH] [--node-name NAME] [--node-config FILE] [--kubeconfig FILE] [--timeout D]
-         [--metrics-socket PATH] [--log-level L] [--log-format F]
+         [--metrics-socket PATH] [--max-conns N] [--max-inflight BYTES] [--frame-wait D]
+         [--log-level L] [--log-format F]
   serve devplumb's CNI entry point on a root-only unix socket (the node agent); run it on
   each node (the devplumb DaemonSet does); without it, calls run whole in devplumb-direct
 `
@@ -43,7 +44,9 @@ const usage = `usage: devplumb-agent [--socket PATH] [--node-name NAME] [--node-
 // flags are devplumb-agent's settings.
 type flags struct {
 	socket, node, kubeconfig, metrics, nodeConfig *string
-	timeout                                       *time.Duration
+	timeout, frameWait                            *time.Duration
+	maxConns                                      *int
+	maxInflight                                   *int64
 }
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -62,6 +65,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 			"not there yet; empty: the node config's kubeconfig"),
 		timeout: fs.Duration("timeout", podresources.DefaultTimeout, "bound of each request to the kubelet or the API server"),
 		metrics: fs.String("metrics-socket", agentproto.DefaultMetricsSocket, "serve /metrics on this root-only unix socket; empty: none"),
+		maxConns: fs.Int("max-conns", agentproto.DefaultMaxConns, "connections served at once; more are refused at once "+
+			"(the entry point does those calls with devplumb-direct)"),
+		maxInflight: fs.Int64("max-inflight", agentproto.DefaultMaxInflight, "bytes of requests all connections may hold "+
+			"(at least twice the 4 MiB frame); a frame that cannot get its bytes within a second is refused"),
+		frameWait: fs.Duration("frame-wait", agentproto.DefaultFrameWait, "bound on a request from its first byte to its last"),
 	}
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	logFlags := logging.Register(fs)
@@ -80,8 +88,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "devplumb-agent: %v\n", err)
 		return 2
 	}
-	if *f.timeout <= 0 {
-		fmt.Fprintf(stderr, "devplumb-agent: --timeout %v: must be positive\n", *f.timeout)
+	if err := f.check(); err != nil {
+		fmt.Fprintf(stderr, "devplumb-agent: %v\n", err)
 		return 2
 	}
 	// Before the socket exists: a signal from then on ends the agent cleanly.
@@ -92,6 +100,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// check refuses settings the agent cannot serve with.
+func (f flags) check() error {
+	switch {
+	case *f.timeout <= 0:
+		return fmt.Errorf("--timeout %v: must be positive", *f.timeout)
+	case *f.frameWait <= 0:
+		return fmt.Errorf("--frame-wait %v: must be positive", *f.frameWait)
+	case *f.maxConns <= 0:
+		return fmt.Errorf("--max-conns %d: must be positive", *f.maxConns)
+	case *f.maxInflight < 2*agentproto.MaxFrame:
+		return fmt.Errorf("--max-inflight %d: must be at least %d (two frames of the maximum)", *f.maxInflight, 2*agentproto.MaxFrame)
+	}
+	return nil
 }
 
 // defaultNodeName is the DaemonSet's NODE_NAME (the downward API's
@@ -132,7 +155,8 @@ func serve(ctx context.Context, f flags, log *slog.Logger) error {
 	}
 	log.Info("devplumb agent serving", "socket", *f.socket, "node", *f.node, "build", a.Build())
 	// Serve closes l when ctx ends, which removes the socket file.
-	err = (&agentproto.Server{Handler: a, Log: log}).Serve(ctx, l)
+	srv := &agentproto.Server{Handler: a, Log: log, MaxConns: *f.maxConns, MaxInflight: *f.maxInflight, FrameWait: *f.frameWait}
+	err = srv.Serve(ctx, l)
 	stop()
 	return errors.Join(err, metricsDone())
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/devplumb/devplumb/pkg/cni/agentproto"
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig"
 )
 
 // entry is one CNI call of the entry point.
@@ -20,51 +21,71 @@ type entry struct {
 }
 
 // call does ADD, DEL or CHECK through the agent: prepare, the delegates run
-// here, commit. Every agent failure ends in devplumb-direct, which does the
-// whole call from the records: no call fails because of the agent.
+// here, commit. An agent that is not there (no socket, nobody listening, not
+// one to trust, another protocol version, lost mid-call) ends in
+// devplumb-direct, which does the whole call from the records; an agent that
+// answers is believed only as far as its answer names this call.
 func (e *entry) call(cmd string, args *skel.CmdArgs) error {
 	if depth() > 0 {
 		return refuseDepth(cmd, args)
 	}
-	c, err := agentproto.Dial(e.socket, dialBound, e.build)
+	node, err := nodeconfig.Load(nodeconfig.Path())
 	if err != nil {
-		// No agent, a silent one, or another protocol version.
+		// Without the node's settings no answer can be checked;
+		// devplumb-direct reads them too and says what is wrong.
 		return execDirect(args, err)
 	}
+	c, err := agentproto.Dial(e.socket, dialBound, e.build)
+	if err != nil {
+		// No agent, a silent one, an untrusted one, or another protocol version.
+		return execDirect(args, err)
+	}
+	defer c.Close()             // after a refused answer too: the agent drops what it prepared
 	ctx := context.Background() // the calls' own DefaultCallTimeout bounds them
 	ans, err := c.Prepare(ctx, prepareOf(cmd, args))
 	if err != nil {
 		// Lost before prepare answered: the agent may have claimed the
 		// device, but nothing ran; devplumb-direct's ADD treats an
 		// incomplete record as a crash after claim and does it afresh.
-		c.Close()
-		return execDirect(args, err)
+		return agentFailed(args, err)
 	}
-	if ans.Error != nil {
-		c.Close()
+	switch {
+	case ans.Error != nil:
 		return ans.Error // the agent judged the call: the runtime sees its error
-	}
-	if len(ans.Result) > 0 {
-		c.Close()
+	case len(ans.Result) > 0:
 		return printResult(ans.Result) // a repeated ADD: the result it had
-	}
-	if ans.Delegate == nil {
-		c.Close()
-		if cmd == agentproto.CmdAdd {
-			// An ADD prints a result, and this answer has none to print:
-			// devplumb-direct does the ADD (or replays it) from the record.
-			return execDirect(args, errors.New("the agent answered an ADD with nothing to run or print"))
-		}
+	case ans.Delegate == nil && cmd == agentproto.CmdAdd:
+		// An ADD prints a result, and this answer has none to print:
+		// devplumb-direct does the ADD (or replays it) from the record.
+		return execDirect(args, errors.New("the agent answered an ADD with nothing to run or print"))
+	case ans.Delegate == nil:
 		return nil // a DEL or CHECK with nothing left to do
 	}
+	if err := checkDelegate(node, args, ans.Delegate); err != nil {
+		return err // a lying agent: neither its delegates nor devplumb-direct run
+	}
 	return e.commit(ctx, c, cmd, args, ans)
+}
+
+// agentFailed is what a failed round trip with the agent comes to: an agent
+// that is not there (ErrUnavailable) is devplumb-direct's call; a config
+// too large for the protocol is a CNI error, not a fallback, which would
+// hand devplumb-direct what the agent could not take.
+func agentFailed(args *skel.CmdArgs, err error) error {
+	switch {
+	case errors.Is(err, agentproto.ErrUnavailable):
+		return execDirect(args, err)
+	case errors.Is(err, agentproto.ErrTooLarge):
+		return &types.Error{Code: types.ErrInvalidNetworkConfig, Msg: "the network config is too large for the devplumb agent",
+			Details: err.Error()}
+	}
+	return &types.Error{Code: types.ErrInternal, Msg: fmt.Sprintf("devplumb agent: %v", err)}
 }
 
 // commit runs the delegates the agent answered, reports their outcome and
 // prints what the agent answers.
 func (e *entry) commit(ctx context.Context, c *agentproto.Client, cmd string, args *skel.CmdArgs,
 	ans *agentproto.PrepareAnswer) error {
-	defer c.Close()
 	if err := os.Setenv(depthEnv, "1"); err != nil { // libcni passes it on to the delegates
 		return execDirect(args, fmt.Errorf("mark the delegates' depth: %w", err))
 	}
@@ -82,7 +103,7 @@ func (e *entry) commit(ctx context.Context, c *agentproto.Client, cmd string, ar
 		// libcni cache) and adds afresh; its DEL runs the delegates' DEL
 		// again, which a delegate must tolerate, and frees the device.
 		c.Close()
-		return execDirect(args, err)
+		return agentFailed(args, err)
 	}
 	if out.Undo {
 		rollback(ctx, c, ans.Attachment, run)
@@ -123,7 +144,8 @@ func printResult(result []byte) error {
 // and stdin as skel read them.
 func prepareOf(cmd string, args *skel.CmdArgs) *agentproto.Prepare {
 	return &agentproto.Prepare{Command: cmd, ContainerID: args.ContainerID, Netns: args.Netns,
-		IfName: args.IfName, Args: args.Args, Path: args.Path, StdinData: args.StdinData}
+		IfName: args.IfName, Args: args.Args, Path: args.Path, StdinData: args.StdinData,
+		NodeConfig: nodeconfig.Path()}
 }
 
 // cniError is err as the CNI error Commit carries: a delegate's own CNI

@@ -15,11 +15,6 @@ import (
 	"github.com/devplumb/devplumb/pkg/cni/agentproto"
 )
 
-// defaultStateDir is pkg/cni/config's DefaultStateDir (main_test.go keeps
-// them equal): where devplumb keeps its records and the delegates' libcni
-// cache when the config names no stateDir.
-const defaultStateDir = "/var/lib/cni/devplumb"
-
 // delegateRun is the delegate list the agent answered, as libcni runs it in
 // this process, so the delegates keep the runtime's environment, netns and
 // timeout (unlike a daemon running them), with CNI_PATH as the runtime gave
@@ -31,20 +26,15 @@ type delegateRun struct {
 	cacheDir string
 }
 
-// newDelegateRun reads the answered run: the agent's runtime arguments when
-// it sends them (a DEL runs with what its ADD recorded), else this call's;
-// its cache directory, else the one derived from the config.
+// newDelegateRun reads the answered run (checkDelegate accepted it): the
+// agent's runtime arguments when it sends them (a DEL of a gone netns runs
+// with none), else this call's, and its cache directory.
 func newDelegateRun(args *skel.CmdArgs, d *agentproto.Delegate) (*delegateRun, error) {
 	list, err := libcni.NetworkConfFromBytes(d.ConfList)
 	if err != nil {
 		return nil, fmt.Errorf("the agent's delegate config: %w", err)
 	}
 	cacheDir := d.CacheDir
-	if cacheDir == "" {
-		if cacheDir, err = libcniCacheDir(args.StdinData); err != nil {
-			return nil, err
-		}
-	}
 	rt := &libcni.RuntimeConf{ContainerID: args.ContainerID, NetNS: args.Netns, IfName: args.IfName,
 		Args: libcnicache.SplitArgs(args.Args)}
 	if r := d.Runtime; r != nil {
@@ -101,23 +91,4 @@ func (r *delegateRun) add(ctx context.Context) ([]byte, *types.Error) {
 // del runs the delegates' DEL: a DEL's own run, or the undo of an ADD.
 func (r *delegateRun) del(ctx context.Context) error {
 	return r.cni.DelNetworkList(ctx, r.list, r.rt)
-}
-
-// libcniCacheDir is pkg/cni/delegate's CacheDir of the call's network,
-// <stateDir>/libcni/<name>: DEL, CHECK and GC of either path (agent or
-// devplumb-direct) find the delegates' results there. An agent before
-// agentproto.Delegate.CacheDir does not send it: it is read from the config
-// the agent accepted.
-func libcniCacheDir(stdin []byte) (string, error) {
-	var conf struct {
-		Name     string `json:"name"`
-		StateDir string `json:"stateDir"`
-	}
-	if err := json.Unmarshal(stdin, &conf); err != nil || conf.Name == "" {
-		return "", fmt.Errorf("the network config has no network name for the delegates' cache (%v)", err)
-	}
-	if conf.StateDir == "" {
-		conf.StateDir = defaultStateDir
-	}
-	return filepath.Join(conf.StateDir, "libcni", conf.Name), nil
 }

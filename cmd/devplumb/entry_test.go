@@ -17,6 +17,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/devplumb/devplumb/pkg/cni/agentproto"
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig"
 )
 
 // Without an agent socket the entry point is devplumb-direct: the same
@@ -129,17 +130,17 @@ func TestAgentDelegateRunsHere(t *testing.T) {
 
 // A commit that fails after the delegates' ADD succeeded, asking for the
 // undo: the entry point runs the delegates' DEL (the interface leaves the
-// pod), rolls back, and prints the commit's error. The agent's runtime
-// arguments and cache directory are the ones used.
+// pod), rolls back, and prints the commit's error. The agent's cache
+// directory is the one used.
 func TestAgentCommitUndone(t *testing.T) {
 	n := newNode(t)
-	cache := filepath.Join(n.root, "agent-cache")
+	cache := n.cacheDir()
 	a := n.bridgeAgent(&agentproto.Delegate{CacheDir: cache,
-		Runtime: &agentproto.Runtime{ContainerID: "c1", NetNS: n.pod.Path(), IfName: "eth7"}})
+		Runtime: &agentproto.Runtime{ContainerID: "c1", NetNS: n.pod.Path(), IfName: "eth1"}})
 	refused := &types.Error{Code: 106, Msg: "test agent: network-status refused"}
 	inPod := false
 	a.commit = func(c *agentproto.Commit) (*agentproto.CommitAnswer, error) {
-		inPod = n.hasLink("eth7") // the agent's interface name, not the call's eth1
+		inPod = n.hasLink("eth1")
 		cached, _ := filepath.Glob(filepath.Join(cache, "results", "*"))
 		if len(cached) != 1 {
 			t.Errorf("libcni cache %v, want the ADD's result in the agent's cache directory", cached)
@@ -153,8 +154,8 @@ func TestAgentCommitUndone(t *testing.T) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if !inPod || n.hasLink("eth7") || len(a.rollbacks) != 1 || a.rollbacks[0].Attachment != "att-eth1" || a.rollbacks[0].Error != nil {
-		t.Errorf("eth7 in pod at commit %v, after %v; rollbacks %+v: want the delegates' DEL run and rolled back", inPod, n.hasLink("eth7"), a.rollbacks)
+	if !inPod || n.hasLink("eth1") || len(a.rollbacks) != 1 || a.rollbacks[0].Attachment != "att-eth1" || a.rollbacks[0].Error != nil {
+		t.Errorf("eth1 in pod at commit %v, after %v; rollbacks %+v: want the delegates' DEL run and rolled back", inPod, n.hasLink("eth7"), a.rollbacks)
 	}
 }
 
@@ -182,7 +183,7 @@ func (n *node) bridgeAgent(d *agentproto.Delegate) *testAgent {
 		n.t.Fatal(err)
 	}
 	if d == nil {
-		d = &agentproto.Delegate{}
+		d = &agentproto.Delegate{CacheDir: n.cacheDir()}
 	}
 	d.ConfList = list
 	return &testAgent{prepare: func(p *agentproto.Prepare) (*agentproto.PrepareAnswer, error) {
@@ -246,7 +247,7 @@ func loneEntry(t *testing.T, n *node) string {
 func (n *node) loneRun(binary, cmd string, env []string) ([]byte, error) {
 	c := exec.Command(binary)
 	c.Env = append([]string{"CNI_COMMAND=" + cmd, "CNI_CONTAINERID=c1", "CNI_NETNS=" + n.pod.Path(), "CNI_IFNAME=eth1",
-		"CNI_PATH=" + n.bin, socketEnv + "=" + n.socket}, env...)
+		"CNI_PATH=" + n.bin, socketEnv + "=" + n.socket, nodeconfig.Env + "=" + n.nodeConfig}, env...)
 	c.Stdin = bytes.NewReader(n.stdin())
 	return c.Output()
 }

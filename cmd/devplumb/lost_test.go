@@ -35,11 +35,8 @@ func (a *lostAgent) Prepare(_ context.Context, p *agentproto.Prepare) (*agentpro
 	if prep.Delegate == nil {
 		return nil, errors.New("test agent: nothing to run")
 	}
-	if dir, err := libcniCacheDir(p.StdinData); err != nil || dir != prep.Delegate.CacheDir {
-		a.t.Errorf("the entry point would cache in %q (%v), the plugin in %q", dir, err, prep.Delegate.CacheDir)
-	}
 	return &agentproto.PrepareAnswer{Attachment: "att", Delegate: &agentproto.Delegate{
-		ConfList: prep.Delegate.ConfList, CapabilityArgs: prep.Delegate.Runtime.CapabilityArgs}}, nil
+		ConfList: prep.Delegate.ConfList, CapabilityArgs: prep.Delegate.Runtime.CapabilityArgs, CacheDir: prep.Delegate.CacheDir}}, nil
 }
 
 func (a *lostAgent) Commit(ctx context.Context, _ *agentproto.Commit) (*agentproto.CommitAnswer, error) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/devplumb/devplumb/pkg/cni/config"
 	"github.com/devplumb/devplumb/pkg/cni/delegate"
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig"
 	"github.com/devplumb/devplumb/pkg/cni/plugin"
 )
 
@@ -21,18 +22,22 @@ func TestCopiesAreConfigs(t *testing.T) {
 	if depthEnv != plugin.DepthEnv {
 		t.Errorf("depth variable %s, the plugin's %s", depthEnv, plugin.DepthEnv)
 	}
-	if defaultStateDir != config.DefaultStateDir {
-		t.Errorf("default stateDir %s, config's %s", defaultStateDir, config.DefaultStateDir)
+	if nodeconfig.DefaultStateDir != config.DefaultStateDir {
+		t.Errorf("node config's default stateDir %s, config's %s", nodeconfig.DefaultStateDir, config.DefaultStateDir)
 	}
-	for conf, want := range map[string]string{
-		`{"name":"n1","stateDir":"/tmp/s"}`: delegate.CacheDir("/tmp/s", "n1"),
-		`{"name":"n2"}`:                     delegate.CacheDir(config.DefaultStateDir, "n2"),
+	node, err := nodeconfig.Parse([]byte(`{"stateDir":"/tmp/s"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n, want := range map[*nodeconfig.Node]string{
+		node:                  delegate.CacheDir("/tmp/s", "n1"),
+		nodeconfig.Defaults(): delegate.CacheDir(config.DefaultStateDir, "n1"),
 	} {
-		if got, err := libcniCacheDir([]byte(conf)); err != nil || got != want {
-			t.Errorf("cache dir of %s: %q, %v; want %q", conf, got, err, want)
+		if got := n.CacheDir("n1"); got != want {
+			t.Errorf("cache dir of n1 under %s: %q, want %q", n.StateDir, got, want)
 		}
 	}
-	if _, err := libcniCacheDir([]byte(`{"stateDir":"/tmp/s"}`)); err == nil || !strings.Contains(err.Error(), "network name") {
+	if _, err := networkName([]byte(`{"stateDir":"/tmp/s"}`)); err == nil || !strings.Contains(err.Error(), "network name") {
 		t.Errorf("a config without a name: %v, want an error naming the missing name", err)
 	}
 }
@@ -40,7 +45,8 @@ func TestCopiesAreConfigs(t *testing.T) {
 // The entry point starts about as fast as the bridge plugin only while it
 // links little more: the standard library, golang.org/x/sys/unix, the CNI
 // library (with what libcni itself links) and, of devplumb, only the agent
-// protocol and the version stamp. Client-go, gRPC or any other devplumb
+// protocol, the node config (to check the agent's answers), the version
+// stamp, the libcni cache lock and safefile. Client-go, gRPC or any other devplumb
 // package would put back the start-up the entry point exists to avoid.
 func TestImportsStayLight(t *testing.T) {
 	allowed := map[string]bool{
@@ -48,6 +54,8 @@ func TestImportsStayLight(t *testing.T) {
 		"github.com/devplumb/devplumb/pkg/cni/agentproto":   true,
 		"github.com/devplumb/devplumb/pkg/base/version":     true,
 		"github.com/devplumb/devplumb/pkg/base/libcnicache": true,
+		"github.com/devplumb/devplumb/pkg/cni/nodeconfig":   true,
+		"github.com/devplumb/devplumb/pkg/base/safefile":    true,
 		"golang.org/x/sys/unix":                             true,
 	}
 	// What the CNI library links is the CNI library's (otel's propagation in
@@ -62,7 +70,7 @@ func TestImportsStayLight(t *testing.T) {
 	for _, d := range deps {
 		if !allowed[d] || forbidden(d) {
 			t.Errorf("the entry point links %s: only the standard library, golang.org/x/sys/unix, the CNI library, "+
-				"pkg/cni/agentproto, pkg/base/version and pkg/base/libcnicache are allowed", d)
+				"pkg/cni/agentproto, pkg/cni/nodeconfig, pkg/base/version, pkg/base/libcnicache and pkg/base/safefile are allowed", d)
 		}
 	}
 }
@@ -75,7 +83,8 @@ func forbidden(pkg string) bool {
 		}
 	}
 	return strings.HasPrefix(pkg, "github.com/devplumb/devplumb/") &&
-		!slices.Contains([]string{"cmd/devplumb", "pkg/cni/agentproto", "pkg/base/version", "pkg/base/libcnicache"}, strings.TrimPrefix(pkg, "github.com/devplumb/devplumb/"))
+		!slices.Contains([]string{"cmd/devplumb", "pkg/cni/agentproto", "pkg/cni/nodeconfig",
+			"pkg/base/version", "pkg/base/libcnicache", "pkg/base/safefile"}, strings.TrimPrefix(pkg, "github.com/devplumb/devplumb/"))
 }
 
 // goListDeps are the non-standard packages pkgs link, themselves included.

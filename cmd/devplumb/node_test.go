@@ -17,6 +17,7 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig"
 	"github.com/devplumb/devplumb/pkg/testenv"
 	"github.com/devplumb/devplumb/podresources/podresourcestest"
 )
@@ -26,13 +27,14 @@ import (
 // PodResources server giving pod default/p1 one device, a pod netns, and an
 // agent socket path nothing listens on unless a test starts an agent.
 type node struct {
-	t      *testing.T
-	bin    string
-	root   string
-	socket string
-	pod    ns.NetNS
-	bridge string
-	conf   map[string]any
+	t          *testing.T
+	bin        string
+	root       string
+	socket     string
+	nodeConfig string
+	pod        ns.NetNS
+	bridge     string
+	conf       map[string]any
 }
 
 const podArgs = "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=p1;K8S_POD_UID=uid-p1"
@@ -43,6 +45,13 @@ func newNode(t *testing.T) *node {
 	n := &node{t: t, bin: testenv.Build(t, "./cmd/devplumb"), root: t.TempDir(), pod: testenv.NetNS(t),
 		bridge: testenv.UniqueName("dpent")}
 	n.socket = filepath.Join(n.root, "agent", "agent.sock")
+	n.nodeConfig = filepath.Join(n.root, "node.json")
+	if err := os.WriteFile(n.nodeConfig, []byte(`{"stateDir":"`+n.stateDir()+`"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The node's settings, for the entry point's checks of the agent's
+	// answers: this node's state directory (its configs name it too).
+	t.Setenv(nodeconfig.Env, n.nodeConfig)
 	pr := podresourcestest.NewServer(t)
 	pr.SetPod(&v1.PodResources{Namespace: "default", Name: "p1", Containers: []*v1.ContainerResources{{
 		Name: "app", Devices: []*v1.ContainerDevices{{ResourceName: "example.com/netdev", DeviceIds: []string{"dev-a"}}},
@@ -147,3 +156,7 @@ var randomRE = regexp.MustCompile(`"mac":\s*"[0-9a-f:]+"|"veth[0-9a-f]+"`)
 func sameResult(a, b string) bool {
 	return randomRE.ReplaceAllString(a, `""`) == randomRE.ReplaceAllString(b, `""`)
 }
+
+// cacheDir is the libcni cache of the node's network: what the agent must
+// answer.
+func (n *node) cacheDir() string { return filepath.Join(n.stateDir(), "libcni", "br-net") }

@@ -131,8 +131,11 @@ func (a *Agent) Build() string { return a.build }
 
 // Prepare runs the first step of ADD or DEL. CHECK is not served: the entry
 // point's fallback (devplumb-direct) runs it whole.
-func (a *Agent) Prepare(_ context.Context, p *agentproto.Prepare) (*agentproto.PrepareAnswer, error) {
+func (a *Agent) Prepare(ctx context.Context, p *agentproto.Prepare) (*agentproto.PrepareAnswer, error) {
 	ans, err := a.prepare(p)
+	if err == nil && ans != nil && ans.Attachment != "" {
+		a.pending.bind(ctx, ans.Attachment) // only this connection may commit it
+	}
 	a.metrics.count("prepare", p.Command, ans != nil && ans.Error != nil, err)
 	return ans, err
 }
@@ -150,8 +153,8 @@ func (a *Agent) prepare(p *agentproto.Prepare) (*agentproto.PrepareAnswer, error
 }
 
 // Commit runs the second step of the prepared call the commit names.
-func (a *Agent) Commit(_ context.Context, c *agentproto.Commit) (*agentproto.CommitAnswer, error) {
-	e, err := a.pending.take(c.Attachment)
+func (a *Agent) Commit(ctx context.Context, c *agentproto.Commit) (*agentproto.CommitAnswer, error) {
+	e, err := a.pending.take(ctx, c.Attachment)
 	if err != nil {
 		a.metrics.count("commit", "", false, err)
 		return nil, err
@@ -173,14 +176,14 @@ func (a *Agent) Commit(_ context.Context, c *agentproto.Commit) (*agentproto.Com
 
 // Rollback ends an ADD whose commit asked for an undo, once the entry point
 // ran the delegates' DEL.
-func (a *Agent) Rollback(_ context.Context, r *agentproto.Rollback) (*agentproto.RollbackAnswer, error) {
-	ans, err := a.rollback(r)
+func (a *Agent) Rollback(ctx context.Context, r *agentproto.Rollback) (*agentproto.RollbackAnswer, error) {
+	ans, err := a.rollback(ctx, r)
 	a.metrics.count("rollback", agentproto.CmdAdd, false, err)
 	return ans, err
 }
 
-func (a *Agent) rollback(r *agentproto.Rollback) (*agentproto.RollbackAnswer, error) {
-	e, err := a.pending.take(r.Attachment)
+func (a *Agent) rollback(ctx context.Context, r *agentproto.Rollback) (*agentproto.RollbackAnswer, error) {
+	e, err := a.pending.take(ctx, r.Attachment)
 	if err != nil {
 		return nil, err
 	}

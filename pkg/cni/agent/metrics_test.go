@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -27,8 +28,13 @@ func TestAgentMetricsAndPhases(t *testing.T) {
 			t.Fatalf("%s: %+v, %v", cmd, o.Committed, o.Err)
 		}
 	}
-	c, _, _ := e.prepareAndRun("net1")
-	if _, err := c.Commit(t.Context(), &agentproto.Commit{Attachment: "unknown"}); err == nil {
+	e.prepareAndRun("net1") // its connection stays open: the call stays pending
+	other, err := agentproto.Dial(e.socket, 5*time.Second, "entry-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.Commit(t.Context(), &agentproto.Commit{Attachment: "unknown"}); err == nil {
 		t.Fatal("commit of an unknown call: no error")
 	}
 	want := `

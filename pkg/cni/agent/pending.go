@@ -1,13 +1,16 @@
 package agent
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/devplumb/devplumb/pkg/cni/agentproto"
 	"github.com/devplumb/devplumb/pkg/cni/plugin"
 )
 
@@ -16,6 +19,9 @@ import (
 type entry struct {
 	add *plugin.PreparedAdd
 	del *plugin.PreparedDel
+	// conn is the connection that prepared the call: only it may commit or
+	// roll it back. nil: prepared outside a server (a direct call).
+	conn *agentproto.Conn
 }
 
 // close gives the call up as a crash would.
@@ -48,6 +54,9 @@ type slot struct {
 	timer *time.Timer
 }
 
+// errNotYours is a commit or rollback of a call another connection prepared.
+var errNotYours = errors.New("prepared on another connection: only the connection that prepared a call may finish it")
+
 func newPendingTable(ttl time.Duration, max int, log *slog.Logger) *pendingTable {
 	return &pendingTable{ttl: ttl, max: max, log: log, entries: map[string]*slot{}}
 }
@@ -77,13 +86,34 @@ func (t *pendingTable) putBack(id string, e *entry) error {
 	return nil
 }
 
-// take removes and returns the call id names.
-func (t *pendingTable) take(id string) (*entry, error) {
+// bind ties the call id names to the connection of ctx, before its id is
+// answered (nobody else can name it yet): only that connection may take it,
+// and when the connection ends without finishing it, it is given up as a
+// crash would (the record stays in progress for the next ADD, DEL,
+// devplumb-direct or gc to repair), not kept for the ttl.
+func (t *pendingTable) bind(ctx context.Context, id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	sl := t.entries[id]
+	if sl == nil {
+		return
+	}
+	e := sl.e
+	e.conn = agentproto.ConnOf(ctx)
+	context.AfterFunc(ctx, func() { t.drop(id, e) })
+}
+
+// take removes and returns the call id names, if the connection of ctx is
+// the one that prepared it; another's is refused and left waiting.
+func (t *pendingTable) take(ctx context.Context, id string) (*entry, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	sl := t.entries[id]
 	if sl == nil {
 		return nil, fmt.Errorf("attachment %q: %w", id, errUnknown)
+	}
+	if c := agentproto.ConnOf(ctx); c != sl.e.conn {
+		return nil, fmt.Errorf("attachment %q: %w", id, errNotYours)
 	}
 	delete(t.entries, id)
 	sl.timer.Stop()
@@ -103,6 +133,23 @@ func (t *pendingTable) expire(id string, sl *slot) {
 	t.log.Warn("a prepared call was never committed: giving it up for the next ADD, DEL or gc to undo",
 		"attachment", id, "after", t.ttl)
 	sl.e.close()
+}
+
+// drop gives e up when it still waits under id: its connection ended
+// without its commit or rollback.
+func (t *pendingTable) drop(id string, e *entry) {
+	t.mu.Lock()
+	sl := t.entries[id]
+	if sl == nil || sl.e != e {
+		t.mu.Unlock()
+		return
+	}
+	delete(t.entries, id)
+	sl.timer.Stop()
+	t.mu.Unlock()
+	t.log.Warn("a prepared call's connection ended before its commit: giving it up for the next ADD, DEL or gc to undo",
+		"attachment", id)
+	e.close()
 }
 
 // closeAll gives up every pending call and refuses new ones.

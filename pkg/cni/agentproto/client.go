@@ -33,13 +33,22 @@ func unavailable(format string, args ...any) error {
 }
 
 // Dial connects to the agent at path and exchanges hello within bound (the
-// design's 1 s), telling the agent this entry point's build.
+// design's 1 s), telling the agent this entry point's build. It talks only
+// to a root process listening in a directory only root may write: anything
+// else is ErrUnavailable, before a byte is sent.
 func Dial(path string, bound time.Duration, build string) (*Client, error) {
+	if err := checkSocketDir(path); err != nil {
+		return nil, err
+	}
 	deadline := time.Now().Add(bound)
 	d := net.Dialer{Deadline: deadline}
 	conn, err := d.Dial("unix", path)
 	if err != nil {
 		return nil, dialError(path, bound, err)
+	}
+	if err := checkPeerRoot(conn, path); err != nil {
+		conn.Close()
+		return nil, err
 	}
 	c := &Client{conn: conn, path: path}
 	if err := conn.SetDeadline(deadline); err != nil {
@@ -160,6 +169,9 @@ func (c *Client) call(ctx context.Context, req *request, kind string) (*response
 // roundTrip sends req and reads its answer by the connection's deadline.
 func (c *Client) roundTrip(req *request, kind string) (*response, error) {
 	if err := writeFrame(c.conn, req); err != nil {
+		if errors.Is(err, ErrTooLarge) { // nothing was sent: the agent is fine
+			return nil, fmt.Errorf("%s: %w", kind, err)
+		}
 		// A refused peer is answered and closed before it is read: the
 		// refusal says more than the broken pipe.
 		var resp response

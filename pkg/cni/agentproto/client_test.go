@@ -85,7 +85,7 @@ func TestVersionSkew(t *testing.T) {
 		}
 	}()
 	_, err = Dial(path, 5*time.Second, "entry-v1")
-	wantUnavailable(t, err, "protocol version skew", "entry-v1", "agent-v9", "speaks 1", "speaks 2")
+	wantUnavailable(t, err, "protocol version skew", "entry-v1", "agent-v9", fmt.Sprintf("speaks %d", ProtocolVersion), fmt.Sprintf("speaks %d", ProtocolVersion+1))
 }
 
 // Each way of the agent not being there is ErrUnavailable within the bound,

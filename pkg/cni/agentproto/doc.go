@@ -19,16 +19,32 @@
 //	        the entry point prints
 //	rollback only after a commit answered with Undo: the delegates' DEL ran
 //
+// The client dials only a socket whose directory is root's and not
+// writable by group or others, and talks only to a peer whose SO_PEERCRED
+// uid is 0; the server serves only uid 0, at most MaxConns connections, one
+// prepare per connection, each frame within FrameWait of its first byte,
+// with memory for a frame as its bytes arrive, out of a budget shared by
+// all connections (MaxInflight). A call prepared on a connection is that
+// connection's: only it may commit or roll it back, and the handler's
+// context (ConnOf) ends with it, when the agent gives the call up.
+//
 // What the entry point must do with each answer:
 //
 //   - Any client error (ErrUnavailable) before the delegates ran: exec
 //     devplumb-direct with the same arguments, environment and stdin. The
 //     agent of pkg/cni/agent answers CHECK so, as it runs CHECK not at all.
+//     An untrusted socket or listener is ErrUnavailable too: the entry
+//     point does not talk to it. ErrTooLarge (a config too large for a
+//     frame) is not: print it as a CNI error (code 7), do not fall back.
 //   - PrepareAnswer with Error: print it, exit non-zero. With Result: print
 //     it, exit 0 (a repeated ADD). With none of Delegate, Error, Result:
 //     print nothing, exit 0.
-//   - PrepareAnswer with Delegate: run the command (ADD or DEL) on the
-//     delegates with libcni: Delegate.ConfList, a RuntimeConf of
+//   - PrepareAnswer with Delegate: check that it is the call's (CacheDir the
+//     node config's <stateDir>/libcni/<network name>; Runtime, when set,
+//     with the call's ContainerID and IfName and its netns or none); if it
+//     is not, print a CNI error naming the field, run nothing and do not
+//     fall back. Then run the command (ADD or DEL) on the delegates with
+//     libcni: Delegate.ConfList, a RuntimeConf of
 //     Delegate.Runtime (or, unset, its own CNI_* arguments) and
 //     Delegate.CapabilityArgs, CacheDir Delegate.CacheDir when set, the
 //     plugins found on its CNI_PATH, its own environment with
@@ -49,7 +65,9 @@
 //     print the commit's Error and exit non-zero whatever Rollback answers.
 //
 // The delegate runs between prepare and commit in the entry point, so it keeps
-// the runtime's environment, netns and timeout. Any failure after hello is
-// ErrUnavailable too: the fallback (devplumb-direct) repairs a half-done call
-// from the records, so the entry point never has to tell the cases apart.
+// the runtime's environment, netns and timeout. A connection lost after hello
+// is ErrUnavailable too: the fallback (devplumb-direct) repairs a half-done
+// call from the records, so the entry point never has to tell the cases
+// apart. An answer too large for a frame is answered as the CNI error it is
+// (code 7), never as a closed connection, which would mean a fallback.
 package agentproto

@@ -2,6 +2,8 @@ package agentproto
 
 import (
 	"bytes"
+	"encoding/binary"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -38,20 +40,47 @@ func TestFrameRoundTrip(t *testing.T) {
 }
 
 // Whatever arrives, readFrame returns a message or an error, never panics,
-// and never reads past the frame its prefix announces.
+// never reads past the frame its prefix announces, and allocates for a frame
+// not what its prefix announces but what arrived, plus one chunk: a peer
+// announcing 4 MiB and sending ten bytes costs the reader kilobytes.
 func FuzzReadFrame(f *testing.F) {
 	f.Add(frame(helloFrame))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
 	f.Add(append([]byte{0, 0, 0, 100}, "0123456789"...))
+	f.Add(append([]byte{0, 0x3f, 0xff, 0xf0}, "0123456789"...)) // almost MaxFrame announced, 10 bytes sent
+	f.Add(append([]byte{0, 0x40, 0, 0}, bytes.Repeat([]byte("x"), 3*frameChunk+7)...))
 	f.Add(frame(`{"prepare":{"stdinData":"not base64"}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r := bytes.NewReader(b)
 		var req request
-		if err := readFrame(r, &req); err == nil {
+		var err error
+		alloc := allocated(func() { err = readFrame(r, &req) })
+		if err == nil {
 			if read := len(b) - r.Len(); read > 4+MaxFrame {
 				t.Errorf("read %d bytes", read)
 			}
 			_, _ = req.kind()
 		}
+		if len(b) < 4 {
+			return
+		}
+		// A frame that came whole is decoded too: the JSON's values are
+		// allocated, a small multiple of its bytes.
+		bound := uint64(len(b)) + frameChunk + 4<<10
+		if announced := binary.BigEndian.Uint32(b); uint64(len(b)-4) >= uint64(announced) {
+			bound = 8*uint64(len(b)) + frameChunk + 4<<10
+		}
+		if alloc > bound {
+			t.Errorf("reading %d bytes announcing %d allocated %d bytes, more than %d", len(b), binary.BigEndian.Uint32(b), alloc, bound)
+		}
 	})
+}
+
+// allocated is the bytes fn allocates on the heap.
+func allocated(fn func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	fn()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
 }

@@ -11,7 +11,7 @@ import (
 // change of the messages' meaning: a skewed pair then falls back to
 // devplumb-direct instead of misreading each other. Hello's shape never
 // changes, so that every version can still tell the other which it speaks.
-const ProtocolVersion = 1
+const ProtocolVersion = 2
 
 // Hello opens a connection (entry point -> agent) and answers it (agent ->
 // entry point).
@@ -40,6 +40,11 @@ type Prepare struct {
 	// StdinData is the network config as the runtime gave it: bytes (base64
 	// in JSON), since a malformed config must reach the agent to be reported.
 	StdinData []byte `json:"stdinData"`
+	// NodeConfig is the node config file the entry point reads
+	// (nodeconfig.Path() in its environment): the agent serves only calls
+	// whose node config is its own, whose settings the entry point checks
+	// the answer against.
+	NodeConfig string `json:"nodeConfig,omitempty"`
 }
 
 // PrepareAnswer holds at most one of Delegate, Error and Result; with none

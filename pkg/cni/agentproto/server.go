@@ -8,8 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"sync"
 	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
 )
 
 // Handler is the agent's side of a call. An error it returns is answered as
@@ -29,11 +30,27 @@ type RollbackHandler interface {
 	Rollback(ctx context.Context, r *Rollback) (*RollbackAnswer, error)
 }
 
-// Defaults of Server's waits.
+// Defaults of Server's waits and caps.
 const (
 	DefaultHelloWait  = time.Second
 	DefaultCommitWait = 5 * time.Minute
+	// DefaultFrameWait bounds a frame from its first byte to its last: a
+	// peer has the commit wait to start its next request (the delegates run
+	// in between), not to trickle it in.
+	DefaultFrameWait = 5 * time.Second
+	// DefaultMaxConns is more than a node's pods attach at once (a burst of
+	// 110 pods on 2 CPUs keeps far fewer calls open): beyond it, calls fall
+	// back to devplumb-direct rather than queue.
+	DefaultMaxConns = 128
+	// DefaultMaxInflight is two frames of the maximum: the agent's requests
+	// are kilobytes, and its DaemonSet's memory limit (96 MiB) must hold
+	// what peers send plus its caches.
+	DefaultMaxInflight = 2 * MaxFrame
+	// DefaultBudgetWait is how long a frame waits for bytes of the budget
+	// before the connection is refused.
+	DefaultBudgetWait = time.Second
 	writeWait         = 5 * time.Second
+	refuseWait        = 100 * time.Millisecond
 )
 
 // Server serves Handler on a listener. The zero values of its fields are the
@@ -44,10 +61,24 @@ type Server struct {
 	// HelloWait bounds how long a new connection may stay silent; the entry
 	// point gives up on its own hello far sooner.
 	HelloWait time.Duration
-	// CommitWait bounds the wait for each later request. The delegate runs
-	// between prepare and commit, so it is the runtime's CNI timeout, not
-	// the hello's: a silent client still frees its goroutine in the end.
+	// CommitWait bounds the wait for each later request to begin. The
+	// delegate runs between prepare and commit, so it is the runtime's CNI
+	// timeout, not the hello's: a silent client still frees its goroutine
+	// in the end.
 	CommitWait time.Duration
+	// FrameWait bounds each frame once its first byte came.
+	FrameWait time.Duration
+	// MaxConns bounds the connections served at once; one more is answered
+	// a refusal and closed at once.
+	MaxConns int
+	// MaxInflight bounds the bytes of requests all connections hold: a
+	// connection takes them as its frames arrive and gives them back when
+	// it ends. Below 2*MaxFrame it is raised to that, so one call of the
+	// largest frames always fits.
+	MaxInflight int64
+	// BudgetWait bounds a frame's wait for MaxInflight bytes others hold;
+	// then its connection is refused.
+	BudgetWait time.Duration
 }
 
 // Serve serves h on l with the default waits and logger.
@@ -59,22 +90,17 @@ func Serve(ctx context.Context, l net.Listener, h Handler) error {
 // connections and waits for their goroutines. A bad connection is answered
 // an error, closed and logged; it never stops the server.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		conns = map[net.Conn]struct{}{}
-	)
+	conns := &connSet{max: s.MaxConns}
+	if conns.max <= 0 {
+		conns.max = DefaultMaxConns
+	}
+	b := newBudget(max(s.MaxInflight, 2*MaxFrame))
 	stop := context.AfterFunc(ctx, func() {
 		l.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for c := range conns {
-			// Lost mid-call is what the entry point's fallback is for.
-			c.Close()
-		}
+		conns.closeAll()
 	})
 	defer stop()
-	defer wg.Wait()
+	defer conns.wg.Wait()
 	backoff := time.Duration(0)
 	for {
 		c, err := l.Accept()
@@ -93,21 +119,29 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 			continue
 		}
 		backoff = 0
-		mu.Lock()
-		if ctx.Err() != nil { // the AfterFunc may have run already: it would miss c
-			mu.Unlock()
+		switch err := conns.add(c); {
+		case errors.Is(err, errStopping):
 			c.Close()
 			return nil
+		case err != nil:
+			s.refuse(c, fmt.Errorf("%w: %d served at once, the most this agent serves", err, conns.max))
+			continue
 		}
-		conns[c] = struct{}{}
-		mu.Unlock()
-		wg.Go(func() {
-			s.serveConn(ctx, c)
-			mu.Lock()
-			delete(conns, c)
-			mu.Unlock()
+		conns.wg.Go(func() {
+			s.serveConn(ctx, c, b)
+			conns.remove(c)
 		})
 	}
+}
+
+// refuse answers a connection the server cannot take and closes it at once:
+// the entry point falls back to devplumb-direct instead of waiting. The
+// answer is a few bytes on a fresh connection, so the write does not block.
+func (s *Server) refuse(c net.Conn, err error) {
+	defer c.Close()
+	s.log().Warn("agent connection refused", "err", err)
+	c.SetWriteDeadline(time.Now().Add(refuseWait))
+	_ = writeFrame(c, &response{Error: err.Error()}) // best effort
 }
 
 // sleep waits d or until ctx ends.
@@ -120,18 +154,32 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// readRequest reads one request within wait; io.EOF (unwrapped) is a clean end.
-func readRequest(c net.Conn, wait time.Duration) (*request, error) {
-	if err := c.SetReadDeadline(time.Now().Add(wait)); err != nil {
+// readRequest reads one request: its first byte within wait, the rest within
+// FrameWait of it (and within wait, for the hello), its bytes taken from h.
+// io.EOF (unwrapped) is a clean end.
+func (s *Server) readRequest(c net.Conn, wait time.Duration, h *held) (*request, error) {
+	deadline := time.Now().Add(wait)
+	if err := c.SetReadDeadline(deadline); err != nil {
 		return nil, fmt.Errorf("read request: %w", err)
 	}
+	frameWait := orDefault(s.FrameWait, DefaultFrameWait)
+	began := false
+	fr := frameReader{take: h.take, started: func() error {
+		began = true
+		if d := time.Now().Add(frameWait); d.Before(deadline) {
+			return c.SetReadDeadline(d)
+		}
+		return nil
+	}}
 	var req request
-	err := readFrame(c, &req)
+	err := fr.read(c, &req)
 	switch {
 	case err == nil || err == io.EOF:
 		return &req, err
-	case errors.Is(err, os.ErrDeadlineExceeded):
+	case errors.Is(err, os.ErrDeadlineExceeded) && !began:
 		return nil, fmt.Errorf("no request within %v: %w", wait, err)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return nil, fmt.Errorf("request not complete within %v of its first byte: %w", min(frameWait, wait), err)
 	}
 	return nil, fmt.Errorf("read request: %w", err)
 }
@@ -153,7 +201,7 @@ func orDefault(d, def time.Duration) time.Duration {
 
 // serveConn checks the peer, then answers requests until the peer closes,
 // a request is bad, or a wait runs out.
-func (s *Server) serveConn(ctx context.Context, c net.Conn) {
+func (s *Server) serveConn(ctx context.Context, c net.Conn, b *budget) {
 	defer c.Close()
 	log := s.log().With("component", "agentproto")
 	cred, err := peerCred(c)
@@ -165,13 +213,17 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 		return
 	}
 	log = log.With("peer_pid", cred.Pid)
+	h := &held{b: b, wait: orDefault(s.BudgetWait, DefaultBudgetWait)}
+	defer h.release()
+	ctx, end := withConn(ctx, &Conn{PeerPID: cred.Pid})
+	defer end() // before the release: the handler drops what the connection left
 	sess := session{h: s.Handler}
 	for {
 		wait := orDefault(s.CommitWait, DefaultCommitWait)
 		if !sess.helloed {
 			wait = orDefault(s.HelloWait, DefaultHelloWait)
 		}
-		req, err := readRequest(c, wait)
+		req, err := s.readRequest(c, wait, h)
 		if err != nil {
 			// io.EOF: the peer is done; net.ErrClosed: the server stops.
 			if err != io.EOF && !errors.Is(err, net.ErrClosed) {
@@ -184,7 +236,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 			s.fail(c, log, err)
 			return
 		}
-		if err := s.send(c, resp); err != nil {
+		if err := s.send(c, log, resp); err != nil {
 			log.Warn("agent connection: cannot answer", "err", err)
 			return
 		}
@@ -199,10 +251,39 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 // closes the connection.
 func (s *Server) fail(c net.Conn, log *slog.Logger, err error) {
 	log.Warn("agent connection refused or failed", "err", err)
-	_ = s.send(c, &response{Error: err.Error()}) // best effort: the peer may be gone
+	_ = s.send(c, log, &response{Error: err.Error()}) // best effort: the peer may be gone
 }
 
-func (s *Server) send(c net.Conn, resp *response) error {
+// send writes resp. An answer too large for a frame is answered as the CNI
+// error it is: a closed connection would send the entry point to
+// devplumb-direct with the same config.
+func (s *Server) send(c net.Conn, log *slog.Logger, resp *response) error {
+	buf, err := encodeFrame(resp)
+	if errors.Is(err, ErrTooLarge) {
+		log.Warn("agent answer too large for a frame: answered as a CNI error", "err", err)
+		buf, err = encodeFrame(tooLarge(resp, err))
+	}
+	if err != nil {
+		return err
+	}
 	c.SetWriteDeadline(time.Now().Add(writeWait))
-	return writeFrame(c, resp)
+	if _, err := c.Write(buf); err != nil {
+		return fmt.Errorf("send frame: %w", err)
+	}
+	return nil
+}
+
+// tooLarge is what answers resp when resp does not fit in a frame: the
+// prepare's or commit's CNI error (code 7: the config makes it so large),
+// keeping a commit's Undo, so the entry point still runs the delegates' DEL.
+func tooLarge(resp *response, err error) *response {
+	te := types.NewError(types.ErrInvalidNetworkConfig,
+		"the network config is too large for the devplumb agent: its answer does not fit in a frame", err.Error())
+	switch {
+	case resp.Prepare != nil:
+		return &response{Prepare: &PrepareAnswer{Error: te}}
+	case resp.Commit != nil:
+		return &response{Commit: &CommitAnswer{Error: te, Undo: resp.Commit.Undo}}
+	}
+	return &response{Error: te.Error()}
 }

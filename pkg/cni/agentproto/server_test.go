@@ -3,6 +3,7 @@ package agentproto
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -14,7 +15,7 @@ func frame(body string) []byte {
 	return append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), body...)
 }
 
-const helloFrame = `{"hello":{"protocol":1,"build":"raw"}}`
+var helloFrame = fmt.Sprintf(`{"hello":{"protocol":%d,"build":"raw"}}`, ProtocolVersion)
 
 // Every malformed or out-of-order request is answered with an error naming
 // what was wrong, the connection is closed and logged, and the server goes
@@ -38,7 +39,8 @@ func TestMalformedRequests(t *testing.T) {
 		{"second hello", append(frame(helloFrame), frame(helloFrame)...), false, "second hello"},
 		{"bad command", append(frame(helloFrame), frame(`{"prepare":{"command":"VERSION","containerID":"c","ifName":"e"}}`)...), false, `command "VERSION"`},
 		{"commit without attachment", append(frame(helloFrame), frame(`{"commit":{}}`)...), false, "attachment is required"},
-		{"future protocol", frame(`{"hello":{"protocol":2,"build":"ep-v9"}}`), false, "protocol version 2 (build ep-v9) not served: the agent (build agent-test) speaks 1"},
+		{"future protocol", frame(fmt.Sprintf(`{"hello":{"protocol":%d,"build":"ep-v9"}}`, ProtocolVersion+1)), false,
+			fmt.Sprintf("protocol version %d (build ep-v9) not served: the agent (build agent-test) speaks %d", ProtocolVersion+1, ProtocolVersion)},
 		{"silent", nil, false, "no request within 300ms"},
 	}
 	for _, tc := range cases {

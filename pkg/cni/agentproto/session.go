@@ -6,10 +6,13 @@ import (
 	"fmt"
 )
 
-// session is one connection's state: the hello must come first, once.
+// session is one connection's state: the hello must come first, once, and
+// one call is prepared per connection, so what a connection can leave
+// prepared in the agent is one call's.
 type session struct {
-	h       Handler
-	helloed bool
+	h        Handler
+	helloed  bool
+	prepared bool
 }
 
 // handle answers one request. An error ends the connection: it is answered
@@ -49,9 +52,13 @@ func (s *session) hello(h *Hello) (*response, error) {
 }
 
 func (s *session) prepare(ctx context.Context, p *Prepare) (*response, error) {
+	if s.prepared {
+		return nil, errors.New("second prepare on one connection: one CNI call per connection")
+	}
 	if err := p.check(); err != nil {
 		return nil, err
 	}
+	s.prepared = true
 	a, err := checked(s.h.Prepare(ctx, p))
 	if err != nil {
 		return nil, fmt.Errorf("prepare %s %s/%s: %w", p.Command, p.ContainerID, p.IfName, err)

@@ -11,8 +11,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/devplumb/devplumb/pkg/cni/config"
-	"github.com/devplumb/devplumb/pkg/cni/nodeconfig"
 	"github.com/devplumb/devplumb/pkg/cni/kube"
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig"
 )
 
 // A delegate's CNI spec code reaches the runtime; its own 100+ codes (and
