@@ -145,11 +145,24 @@ func (a *Agent) prepare(p *agentproto.Prepare) (*agentproto.PrepareAnswer, error
 		Path: p.Path, StdinData: p.StdinData}
 	switch p.Command {
 	case agentproto.CmdAdd:
-		return a.prepareAdd(args)
+		return a.prepareAdd(a.forCall(p), args)
 	case agentproto.CmdDel:
-		return a.prepareDel(args)
+		return a.prepareDel(a.forCall(p), args)
 	}
 	return nil, fmt.Errorf("%s is not served by the agent: run devplumb-direct", p.Command)
+}
+
+// forCall is the agent's plugin with the node config the call's entry point
+// reads: the runtime's environment names it, and only root reaches the
+// agent, so it is the node's as much as the agent's own --node-config.
+// The entry point checks the answer against that same file.
+func (a *Agent) forCall(p *agentproto.Prepare) *plugin.Plugin {
+	if p.NodeConfig == "" || p.NodeConfig == a.plugin.NodeConfig {
+		return a.plugin
+	}
+	pl := *a.plugin
+	pl.NodeConfig = p.NodeConfig
+	return &pl
 }
 
 // Commit runs the second step of the prepared call the commit names.

@@ -19,7 +19,9 @@ import (
 	"github.com/devplumb/devplumb/pkg/cni/agent/agenttest"
 	"github.com/devplumb/devplumb/pkg/cni/agentproto"
 	"github.com/devplumb/devplumb/pkg/cni/kube"
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig/nodeconfigtest"
 	"github.com/devplumb/devplumb/pkg/cni/plugin"
+	"github.com/devplumb/devplumb/pkg/cni/plugin/plugintest"
 	"github.com/devplumb/devplumb/pkg/testenv"
 	"github.com/devplumb/devplumb/podresources/podresourcestest"
 )
@@ -399,5 +401,35 @@ func TestKubeletSocketReplacedGetsANewClient(t *testing.T) {
 	if dials := e.dials.Load(); dials != 2 || restarted.Calls("Get")+restarted.Calls("List") == 0 {
 		t.Errorf("PodResources clients made %d, calls to the new kubelet %d: want a second client, used",
 			dials, restarted.Calls("Get")+restarted.Calls("List"))
+	}
+}
+
+// The agent serves a call with the node config its entry point reads (the
+// runtime's environment names it): the call's state and the delegates'
+// cache are that node config's, not the agent's own.
+func TestCallsNodeConfigIsServed(t *testing.T) {
+	e := newAgentEnv(t, 1, Config{})
+	stateDir := filepath.Join(e.Root, "other-state")
+	node := nodeconfigtest.Write(t, map[string]any{"stateDir": stateDir, "podResourcesSocket": e.PodResources.Socket,
+		"deviceInfoDir": filepath.Join(e.Root, "devinfo")})
+	p := e.prepare(agentproto.CmdAdd, "net1")
+	p.NodeConfig = node
+	o := agenttest.Call(t, e.socket, &p)
+	if o.Err != nil || o.Prepared == nil || o.Prepared.Delegate == nil {
+		t.Fatalf("ADD: %+v, %v", o.Prepared, o.Err)
+	}
+	if want := filepath.Join(stateDir, "libcni", "fast-net"); o.Prepared.Delegate.CacheDir != want {
+		t.Errorf("cache dir %q, want the call's node config's %q", o.Prepared.Delegate.CacheDir, want)
+	}
+	if got := plugintest.Records(t, stateDir); len(got) != 1 || len(e.Records()) != 0 {
+		t.Errorf("records: %d in the call's state dir, %d in the agent's: want 1 and 0", len(got), len(e.Records()))
+	}
+	p = e.prepare(agentproto.CmdDel, "net1")
+	p.NodeConfig = node
+	if o := agenttest.Call(t, e.socket, &p); o.Err != nil || (o.Prepared != nil && o.Prepared.Error != nil) {
+		t.Fatalf("DEL: %+v, %v", o.Prepared, o.Err)
+	}
+	if got := plugintest.Records(t, stateDir); len(got) != 0 || !e.onHost(0) {
+		t.Errorf("after DEL: %d records, device on host %v", len(got), e.onHost(0))
 	}
 }

@@ -12,8 +12,8 @@ import (
 	"github.com/devplumb/devplumb/pkg/cni/plugin"
 )
 
-func (a *Agent) prepareAdd(args *skel.CmdArgs) (*agentproto.PrepareAnswer, error) {
-	prep, err := a.plugin.PrepareAdd(args)
+func (a *Agent) prepareAdd(pl *plugin.Plugin, args *skel.CmdArgs) (*agentproto.PrepareAnswer, error) {
+	prep, err := pl.PrepareAdd(args)
 	if err != nil {
 		return &agentproto.PrepareAnswer{Error: cniError(err)}, nil
 	}
@@ -32,8 +32,8 @@ func (a *Agent) prepareAdd(args *skel.CmdArgs) (*agentproto.PrepareAnswer, error
 	return &agentproto.PrepareAnswer{Attachment: id, Delegate: wireDelegate(prep.Delegate)}, nil
 }
 
-func (a *Agent) prepareDel(args *skel.CmdArgs) (*agentproto.PrepareAnswer, error) {
-	prep, err := a.plugin.PrepareDel(args)
+func (a *Agent) prepareDel(pl *plugin.Plugin, args *skel.CmdArgs) (*agentproto.PrepareAnswer, error) {
+	prep, err := pl.PrepareDel(args)
 	switch {
 	case err != nil:
 		return &agentproto.PrepareAnswer{Error: cniError(err)}, nil
