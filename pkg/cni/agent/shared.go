@@ -15,7 +15,8 @@ import (
 )
 
 // maxKubeconfigs bounds the clients kept: a node config names one
-// kubeconfig; one it named before a change is kept until it is the oldest.
+// kubeconfig; one it named before a change is kept until it is the one
+// unused longest.
 const maxKubeconfigs = 4
 
 // kubeCache keeps one Kubernetes client per kubeconfig file, by its cleaned
@@ -31,7 +32,7 @@ type kubeCache struct {
 
 	mu      sync.Mutex // held while building: each kubeconfig is built once
 	clients map[kubeKey]kubeClient
-	built   uint64 // builds so far: the oldest client is dropped first
+	uses    uint64 // gets so far: the client unused longest is dropped first
 }
 
 type kubeKey struct {
@@ -43,7 +44,7 @@ type kubeClient struct {
 	sum     [sha256.Size]byte
 	timeout time.Duration
 	client  plugin.Kube
-	seq     uint64
+	used    uint64 // the get that last returned it
 }
 
 // get is plugin.Plugin.NewKube. The client logs through the agent's logger,
@@ -58,7 +59,10 @@ func (k *kubeCache) get(kubeconfig string, timeout time.Duration, _ *slog.Logger
 	key, sum := kubeKey{path: kubeconfig, file: id}, sha256.Sum256(data)
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.uses++
 	if c, ok := k.clients[key]; ok && c.sum == sum && c.timeout == timeout {
+		c.used = k.uses
+		k.clients[key] = c
 		return c.client, nil
 	}
 	client, err := k.build(kubeconfig, timeout, k.log)
@@ -72,8 +76,7 @@ func (k *kubeCache) get(kubeconfig string, timeout time.Duration, _ *slog.Logger
 	if k.clients == nil {
 		k.clients = map[kubeKey]kubeClient{}
 	}
-	k.built++
-	k.clients[key] = kubeClient{sum: sum, timeout: timeout, client: client, seq: k.built}
+	k.clients[key] = kubeClient{sum: sum, timeout: timeout, client: client, used: k.uses}
 	return client, nil
 }
 
@@ -90,7 +93,7 @@ func (k *kubeCache) dropLocked(match func(kubeKey) bool) {
 func (k *kubeCache) dropOldestLocked() {
 	var oldest *kubeKey
 	for key, c := range k.clients {
-		if oldest == nil || c.seq < k.clients[*oldest].seq {
+		if oldest == nil || c.used < k.clients[*oldest].used {
 			oldest = &key
 		}
 	}
