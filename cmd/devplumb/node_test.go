@@ -18,6 +18,7 @@ import (
 
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
 	"github.com/devplumb/devplumb/pkg/cni/nodeconfig"
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig/nodeconfigtest"
 	"github.com/devplumb/devplumb/pkg/testenv"
 	"github.com/devplumb/devplumb/podresources/podresourcestest"
 )
@@ -45,14 +46,16 @@ func newNode(t *testing.T) *node {
 	n := &node{t: t, bin: testenv.Build(t, "./cmd/devplumb"), root: t.TempDir(), pod: testenv.NetNS(t),
 		bridge: testenv.UniqueName("dpent")}
 	n.socket = filepath.Join(n.root, "agent", "agent.sock")
-	n.nodeConfig = filepath.Join(n.root, "node.json")
-	if err := os.WriteFile(n.nodeConfig, []byte(`{"stateDir":"`+n.stateDir()+`"}`), 0o644); err != nil {
+	pr := podresourcestest.NewServer(t)
+	// The node's settings: the entry point checks the agent's answers
+	// against them, and the agent and devplumb-direct use them.
+	node := map[string]any{"stateDir": n.stateDir(), "podResourcesSocket": pr.Socket,
+		"deviceInfoDir": filepath.Join(n.root, "devinfo")}
+	var err error
+	if n.nodeConfig, err = nodeconfigtest.WriteIn(n.root, node); err != nil {
 		t.Fatal(err)
 	}
-	// The node's settings, for the entry point's checks of the agent's
-	// answers: this node's state directory (its configs name it too).
 	t.Setenv(nodeconfig.Env, n.nodeConfig)
-	pr := podresourcestest.NewServer(t)
 	pr.SetPod(&v1.PodResources{Namespace: "default", Name: "p1", Containers: []*v1.ContainerResources{{
 		Name: "app", Devices: []*v1.ContainerDevices{{ResourceName: "example.com/netdev", DeviceIds: []string{"dev-a"}}},
 	}}})
@@ -62,9 +65,7 @@ func newNode(t *testing.T) *node {
 		}
 	})
 	n.conf = map[string]any{"cniVersion": "1.0.0", "name": "br-net", "type": "devplumb",
-		"resourceName": "example.com/netdev", "podResourcesSocket": pr.Socket,
-		"deviceInfoDir": filepath.Join(n.root, "devinfo"), "stateDir": n.stateDir(),
-		"delegate": n.bridgeConf("192.0.2.10/24")}
+		"resourceName": "example.com/netdev", "delegate": n.bridgeConf("192.0.2.10/24")}
 	return n
 }
 

@@ -165,10 +165,10 @@ func checkNodeKeys(raw map[string]json.RawMessage) error {
 	if len(found) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: %s may not be set in a network config, whose author (a NetworkAttachmentDefinition's) "+
+	return fmt.Errorf("%s may not be set in a network config, whose author (a NetworkAttachmentDefinition's) "+
 		"may be any namespace user: remove it, and set it in the node config %s (or the file $%s names), "+
-		"which the node's administrator writes (docs/security.md, \"Migrating\")",
-		ErrNodeKey, strings.Join(found, ", "), nodeconfig.DefaultPath, nodeconfig.Env)
+		"which the node's administrator writes (docs/security.md, \"Migrating\") (%w)",
+		strings.Join(found, ", "), nodeconfig.DefaultPath, nodeconfig.Env, ErrNodeKey)
 }
 
 func checkKeys(raw map[string]json.RawMessage) error {
