@@ -28,6 +28,10 @@ const (
 
 	NetworkStatusRequired   = "required"
 	NetworkStatusBestEffort = "best-effort"
+	// NetworkStatusNone writes no network-status entry (it is still kept in
+	// the state record): for a network whose caller writes the whole list
+	// (Multus's delegation), on a node whose node config has a kubeconfig.
+	NetworkStatusNone = "none"
 
 	// Values of "events": which ADDs leave a Kubernetes Event on the pod.
 	// Failures by default: a pod stuck in ContainerCreating then says why in

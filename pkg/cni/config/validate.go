@@ -246,8 +246,9 @@ func (c *NetConf) validateDelegates() error {
 }
 
 func (c *NetConf) validateMisc() error {
-	if c.NetworkStatus != NetworkStatusRequired && c.NetworkStatus != NetworkStatusBestEffort {
-		return fmt.Errorf(`"networkStatus" %q is invalid: use %q or %q`, c.NetworkStatus, NetworkStatusRequired, NetworkStatusBestEffort)
+	if !slices.Contains([]string{NetworkStatusRequired, NetworkStatusBestEffort, NetworkStatusNone}, c.NetworkStatus) {
+		return fmt.Errorf(`"networkStatus" %q is invalid: use %q (the default), %q or %q`,
+			c.NetworkStatus, NetworkStatusRequired, NetworkStatusBestEffort, NetworkStatusNone)
 	}
 	if c.Events != EventsFailures && c.Events != EventsAll && c.Events != EventsNone {
 		return fmt.Errorf(`"events" %q is invalid: use %q (the default), %q or %q`, c.Events, EventsFailures, EventsAll, EventsNone)

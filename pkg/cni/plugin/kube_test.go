@@ -327,3 +327,23 @@ func mustCIDR(t *testing.T, s string) *net.IPNet {
 	n.IP = ip
 	return n
 }
+
+// "networkStatus": "none" (a network Multus delegates to, which writes the
+// whole list itself) writes and removes no entry although the node config
+// has a kubeconfig; the NAD is still read and the record keeps the entry.
+func TestNetworkStatusNone(t *testing.T) {
+	k := newKubeEnv(t)
+	k.conf["networkStatus"] = "none"
+	if err := k.p.Add(k.args()); err != nil {
+		t.Fatal(err)
+	}
+	if len(k.kube.set) != 0 || len(k.kube.nadAsked) != 1 {
+		t.Errorf("ADD set %v, asked NADs %v: want no entry written and the NAD read", k.kube.set, k.kube.nadAsked)
+	}
+	if c := k.records(); len(c) != 1 || c[0].NetworkStatus == nil {
+		t.Errorf("records %+v: want the entry kept in the record", c)
+	}
+	if err := k.p.Del(k.args()); err != nil || len(k.kube.removed) != 0 {
+		t.Errorf("DEL: %v, removed %v: want nothing removed", err, k.kube.removed)
+	}
+}

@@ -50,6 +50,9 @@ func (w *statusWriter) failed(what string, err error) *types.Error {
 
 // setPod adds or replaces the pod's network-status entry.
 func (w *statusWriter) setPod(entry *nadv1.NetworkStatus) *types.Error {
+	if w.conf.NetworkStatus == config.NetworkStatusNone {
+		return nil // the caller writes the list (Multus)
+	}
 	k, err := w.api.get()
 	if err != nil {
 		return w.failed("building the Kubernetes client", err)
@@ -120,6 +123,9 @@ func (w *statusWriter) removePod(rec *attachment.Record, networks []string) {
 // removePodUnless is removePod leaving the entry when keep reports a later
 // ADD's (asked with each read of the pod).
 func (w *statusWriter) removePodUnless(rec *attachment.Record, networks []string, keep func() bool) {
+	if w.conf.NetworkStatus == config.NetworkStatusNone {
+		return // not written at ADD; an entry of that name is the caller's
+	}
 	pod := w.podOf(rec)
 	k, err := w.api.get()
 	if err == nil && k == nil {
