@@ -34,15 +34,23 @@ import (
 )
 
 const usage = `usage: devplumb-agent [--socket PATH] [--node-name NAME] [--kubeconfig FILE] [--timeout D]
-         [--metrics-socket PATH] [--log-level L] [--log-format F]
+         [--metrics-socket PATH] [--metrics-socket-gid GID --metrics-peer-uid UID]
+         [--metrics-state-dir DIR] [--log-level L] [--log-format F]
   serve devplumb's CNI entry point on a root-only unix socket (the node agent); run it on
   each node (the devplumb DaemonSet does); without it, calls run whole in devplumb-direct
 `
+
+// spoolDrainInterval keeps the phase spool small between scrapes.
+const spoolDrainInterval = 10 * time.Second
 
 // flags are devplumb-agent's settings.
 type flags struct {
 	socket, node, kubeconfig, metrics *string
 	timeout                           *time.Duration
+	// Who besides root may scrape the metrics socket, and whose phase spool
+	// the agent serves: the DaemonSet's non-root metrics container's.
+	metricsGID, metricsUID *int
+	metricsStateDir        *string
 }
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -59,6 +67,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 			"waiting for the file if it is not there yet; without it they start at the first call naming it"),
 		timeout: fs.Duration("timeout", podresources.DefaultTimeout, "bound of each request to the kubelet or the API server"),
 		metrics: fs.String("metrics-socket", agentproto.DefaultMetricsSocket, "serve /metrics on this root-only unix socket; empty: none"),
+		metricsGID: fs.Int("metrics-socket-gid", -1, "give the metrics socket to this group (mode 0660; a directory the agent "+
+			"makes for it 0750); with --metrics-peer-uid; -1: root's only (0600)"),
+		metricsUID: fs.Int("metrics-peer-uid", -1, "admit this peer uid on the metrics socket besides root (SO_PEERCRED); -1: root only"),
+		metricsStateDir: fs.String("metrics-state-dir", "", "serve devplumb-direct's phase timings too, from the phase spool "+
+			"the agent keeps below this devplumb state directory (path=\"direct\"); empty: none"),
 	}
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	logFlags := logging.Register(fs)
@@ -79,6 +92,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if *f.timeout <= 0 {
 		fmt.Fprintf(stderr, "devplumb-agent: --timeout %v: must be positive\n", *f.timeout)
+		return 2
+	}
+	if err := (metricsAccess{gid: *f.metricsGID, uid: *f.metricsUID}).check(); err != nil {
+		fmt.Fprintf(stderr, "devplumb-agent: %v\n", err)
 		return 2
 	}
 	// Before the socket exists: a signal from then on ends the agent cleanly.
@@ -102,8 +119,22 @@ func defaultNodeName() string {
 }
 
 func serve(ctx context.Context, f flags, log *slog.Logger) error {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 	cacheMetrics := nodecache.NewMetrics()
-	phases := phasemetrics.NewHistograms(log)
+	spoolDir := *f.metricsStateDir
+	if *f.metrics == "" {
+		spoolDir = "" // no one would see the spool's series
+	}
+	phases, err := phaseHistograms(ctx, spoolDir, spoolDrainInterval, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := phases.Close(); err != nil {
+			log.Error("remove phase spool", "err", err)
+		}
+	}()
 	a := agent.New(agent.Config{Build: version.Get().String(), Log: log, Timeout: *f.timeout,
 		NewKube: agent.NodeKube(*f.node, cacheMetrics),
 		Phases: func(r phasespool.Record) {
@@ -116,11 +147,10 @@ func serve(ctx context.Context, f flags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
 	metricsDone := func() error { return nil }
 	if *f.metrics != "" {
-		if metricsDone, err = serveMetrics(ctx, stop, *f.metrics, append(a.Collectors(), cacheMetrics, phases)...); err != nil {
+		acc := metricsAccess{gid: *f.metricsGID, uid: *f.metricsUID}
+		if metricsDone, err = serveMetrics(ctx, stop, *f.metrics, acc, log, append(a.Collectors(), cacheMetrics, phases)...); err != nil {
 			return err
 		}
 	}
