@@ -147,11 +147,14 @@ func TestNodePolicyDevplumb(t *testing.T) {
 // RBAC that would allow all of it (pods create, update, delete), a network-status patch
 // goes through; a patch of labels, another annotation, finalizers, ownerReferences or the
 // spec (a container's image), a pod create or delete, and a claim status write that
-// clears reservedFor are all refused with the policy's message. (The policy before this
+// clears reservedFor (with resourceclaims/binding granted, which 1.37 also asks) are all
+// refused with the policy's message. (The policy before this
 // one held only the node: it let every one of these patches through.)
 func TestNodePolicyDevplumbEditsOnlyNetworkStatus(t *testing.T) {
-	bindCNIRole(t, "cni-all-pod-writes", append(shippedRules(t), rbacv1.PolicyRule{APIGroups: []string{""},
-		Resources: []string{"pods"}, Verbs: []string{"create", "update", "delete"}}))
+	bindCNIRole(t, "cni-all-pod-writes", append(shippedRules(t),
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "update", "delete"}},
+		// Kubernetes 1.37 asks for this too before a write may change reservedFor.
+		rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/binding"}, Verbs: []string{"patch"}}))
 	applyManifest(t, "node-policy.yaml")
 	a, b := newCNINode(t), newCNINode(t)
 	_, podA, claimA := a.oneDevicePod(false)
@@ -192,7 +195,7 @@ func TestNodePolicyDevplumbEditsOnlyNetworkStatus(t *testing.T) {
 	})
 	refusedWith(t, "devplumb-node-scope", "may not create pods", func(ctx context.Context) error {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: cniNS, Name: "made-by-devplumb-" + cniRandom()},
-			Spec: corev1.PodSpec{NodeName: a.name, Containers: podA.Spec.Containers}}
+			Spec: corev1.PodSpec{NodeName: a.name, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
 		_, err := asA.CoreV1().Pods(cniNS).Create(ctx, p, metav1.CreateOptions{})
 		return err
 	})
