@@ -1,10 +1,12 @@
 package deployments
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -14,6 +16,7 @@ import (
 
 	"github.com/devplumb/devplumb/pkg/cni/agentproto"
 	"github.com/devplumb/devplumb/pkg/cni/config"
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig"
 )
 
 // kubeconfigPath is where the devplumb DaemonSet keeps the kubeconfig on the host, and what
@@ -134,6 +137,9 @@ func TestAgentContainer(t *testing.T) {
 	if got := hostPathOf(spec, c, args["--kubeconfig"]); got != kubeconfigPath {
 		t.Errorf("--kubeconfig %q is %q on the host, want the installer's %s, which the configs name", args["--kubeconfig"], got, kubeconfigPath)
 	}
+	if got := hostPathOf(spec, c, args["--node-config"]); got != nodeconfig.DefaultPath {
+		t.Errorf("--node-config %q is %q on the host, want the installer's %s", args["--node-config"], got, nodeconfig.DefaultPath)
+	}
 	if args["--node-name"] != "$(NODE_NAME)" || !nodeNameFromSpec(c) {
 		t.Errorf("--node-name %q, env %+v: want $(NODE_NAME), NODE_NAME from the pod's spec.nodeName", args["--node-name"], c.Env)
 	}
@@ -142,21 +148,42 @@ func TestAgentContainer(t *testing.T) {
 	}
 }
 
-// TestMetricsContainer: the metrics container keeps the spool in the host's state directory,
-// where devplumb-direct writes, reads the agent's metrics from the socket the agent serves
-// them on, serves /metrics secured, and its probes ask the port it listens on over HTTPS.
+// TestMetricsContainer: the metrics container scrapes the agent's metrics socket (the same
+// host file), which alone of the host it mounts: a directory of its own, not the agent's
+// CNI socket directory (a connect there could prepare and commit any pod's ADD or DEL), not
+// devplumb's state (--state-dir "": the agent drains the phase spool, --metrics-state-dir,
+// and serves its series). It runs as non-root, the uid and group the agent's socket admits.
+// /metrics is secured and its probes reach /healthz on --listen.
 func TestMetricsContainer(t *testing.T) {
 	ds := daemonSet(t, decode(t)["devplumb-daemonset.yaml"])
 	spec := ds.Spec.Template.Spec
-	c := container(t, ds, "metrics")
-	args := metricsArgs(t, c)
-	agentSock := agentArgs(t, container(t, ds, "agent"))["--metrics-socket"]
+	c, agent := container(t, ds, "metrics"), container(t, ds, "agent")
+	args, agentFlags := metricsArgs(t, c), agentArgs(t, agent)
+	agentSock := agentFlags["--metrics-socket"]
 	if args["--agent-metrics"] != agentSock || hostPathOf(spec, c, agentSock) == "" ||
-		hostPathOf(spec, c, agentSock) != hostPathOf(spec, container(t, ds, "agent"), agentSock) {
+		hostPathOf(spec, c, agentSock) != hostPathOf(spec, agent, agentSock) {
 		t.Errorf("--agent-metrics %q: want the agent's --metrics-socket %q, the same host file", args["--agent-metrics"], agentSock)
 	}
-	if got := hostPathOf(spec, c, args["--state-dir"]); got != config.DefaultStateDir {
-		t.Errorf("--state-dir %s is %q on the host, want %s", args["--state-dir"], got, config.DefaultStateDir)
+	sockDir := hostPathOf(spec, agent, filepath.Dir(agentSock))
+	if len(c.VolumeMounts) != 1 || hostPathOf(spec, c, c.VolumeMounts[0].MountPath) != sockDir ||
+		sockDir == hostPathOf(spec, agent, filepath.Dir(agentproto.DefaultSocket)) {
+		t.Errorf("metrics container mounts %+v: want only the agent's metrics socket directory, not its CNI socket's", c.VolumeMounts)
+	}
+	if got := hostPathOf(spec, c, agentproto.DefaultSocket); got != "" {
+		t.Errorf("the agent's CNI socket is %s in the metrics container, want out of its reach", got)
+	}
+	if dir, ok := args["--state-dir"]; !ok || dir != "" {
+		t.Errorf("--state-dir %q: want \"\" (the agent keeps the phase spool)", dir)
+	}
+	if got := hostPathOf(spec, agent, agentFlags["--metrics-state-dir"]); got != config.DefaultStateDir {
+		t.Errorf("agent --metrics-state-dir %q is %q on the host, want %s", agentFlags["--metrics-state-dir"], got, config.DefaultStateDir)
+	}
+	sc := c.SecurityContext
+	if sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.RunAsUser == nil || *sc.RunAsUser == 0 ||
+		sc.RunAsGroup == nil || strconv.FormatInt(*sc.RunAsUser, 10) != agentFlags["--metrics-peer-uid"] ||
+		strconv.FormatInt(*sc.RunAsGroup, 10) != agentFlags["--metrics-socket-gid"] {
+		t.Errorf("metrics container %+v: want runAsNonRoot, the uid and group of the agent's --metrics-peer-uid %s and --metrics-socket-gid %s",
+			sc, agentFlags["--metrics-peer-uid"], agentFlags["--metrics-socket-gid"])
 	}
 	if _, ok := args["--secure-metrics"]; !ok {
 		t.Errorf("args %q serve /metrics to anyone on the node's network: want --secure-metrics", c.Args)
@@ -232,7 +259,8 @@ func mountOf(c corev1.Container, path string) *corev1.VolumeMount {
 }
 
 // TestOnlyTheAgentHasCapabilities: the install and metrics containers have none; the agent
-// exactly CAP_DAC_OVERRIDE (docs/security.md says why; e2e/node fails without it).
+// exactly CAP_DAC_OVERRIDE (docs/security.md says why; e2e/node fails without it). Only
+// the metrics container, which writes nothing of the host, runs as non-root.
 func TestOnlyTheAgentHasCapabilities(t *testing.T) {
 	ds := daemonSet(t, decode(t)["devplumb-daemonset.yaml"])
 	want := map[string][]corev1.Capability{"install": nil, "agent": {"DAC_OVERRIDE"}, "metrics": nil}
@@ -244,6 +272,9 @@ func TestOnlyTheAgentHasCapabilities(t *testing.T) {
 		if sc == nil || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) ||
 			!slices.Equal(slices.Sorted(slices.Values(sc.Capabilities.Add)), caps) {
 			t.Errorf("container %s: capabilities %+v, want drop ALL, add %v", name, sc, caps)
+		}
+		if nonRoot := sc != nil && sc.RunAsNonRoot != nil && *sc.RunAsNonRoot; nonRoot != (name == "metrics") {
+			t.Errorf("container %s: runAsNonRoot %v, want it only for metrics", name, nonRoot)
 		}
 	}
 }
@@ -294,13 +325,24 @@ func TestNetdevDPDirsAreMountedFromTheHost(t *testing.T) {
 
 // Example NADs are used through Multus, which replaces the whole network-status list after
 // its delegates: an entry devplumb wrote with a kubeconfig would be lost, and an
-// unreachable API server would only slow ADD down.
+// unreachable API server would only slow ADD down. Nor do they carry any other node
+// setting (nodeconfig.Keys: host paths, the credential, trustDeviceID): a NAD's author is
+// not the node's administrator, and those come from the installer's node config.
 func TestExampleNADsLeaveNetworkStatusToMultus(t *testing.T) {
 	for f, objs := range decode(t) {
 		for _, o := range objs {
 			nad, ok := o.(*nadv1.NetworkAttachmentDefinition)
 			if !ok {
 				continue
+			}
+			var raw map[string]any
+			if err := json.Unmarshal([]byte(nad.Spec.Config), &raw); err != nil {
+				t.Errorf("%s: NAD %s: %v", f, nad.Name, err)
+			}
+			for _, k := range nodeconfig.Keys {
+				if _, ok := raw[k]; ok {
+					t.Errorf("%s: NAD %s sets %q, a node config setting", f, nad.Name, k)
+				}
 			}
 			conf, err := config.Parse([]byte(nad.Spec.Config))
 			if err != nil {

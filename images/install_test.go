@@ -5,10 +5,12 @@ package images
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,6 +19,8 @@ import (
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig"
 )
 
 // bound is how long the script may take to notice a change or a signal: a bound on a
@@ -264,4 +268,117 @@ func busyboxTools(t *testing.T) string {
 		must(t, os.Symlink("/bin/busybox", filepath.Join(dir, a)))
 	}
 	return dir
+}
+
+// TestInstallScriptWritesNodeConfig: under busybox, as the image runs it, and under umask
+// 077, the installer writes devplumb's node config: KUBECONFIG_DIR/node.json, mode 0644,
+// naming the kubeconfig's host path and, only when set, POD_RESOURCES_SOCKET, STATE_DIR
+// and DEVICE_INFO_DIR; a file devplumb's own parser accepts, replacing the file there.
+func TestInstallScriptWritesNodeConfig(t *testing.T) {
+	tools := busyboxTools(t)
+	for _, tc := range []struct {
+		env  []string
+		want map[string]any
+	}{
+		{nil, map[string]any{"kubeconfig": "/etc/cni/net.d/devplumb.d/devplumb.kubeconfig"}},
+		{[]string{"POD_RESOURCES_SOCKET=/run/kubelet/pr.sock", "STATE_DIR=/var/lib/dp", "DEVICE_INFO_DIR=/run/devinfo",
+			"HOST_KUBECONFIG_DIR=/etc/kc"}, map[string]any{"kubeconfig": "/etc/kc/devplumb.kubeconfig",
+			"podResourcesSocket": "/run/kubelet/pr.sock", "stateDir": "/var/lib/dp", "deviceInfoDir": "/run/devinfo"}},
+		{[]string{"STATE_DIR="}, map[string]any{"kubeconfig": "/etc/cni/net.d/devplumb.d/devplumb.kubeconfig"}},
+	} {
+		in := newInstaller(t)
+		path := filepath.Join(in.kcDir, "node.json")
+		must(t, os.MkdirAll(in.kcDir, 0o755))
+		must(t, os.WriteFile(path, []byte(`{"stateDir": "/old"}`), 0o600))
+		old, err := os.Stat(path)
+		must(t, err)
+		if out, err := in.installCmd(t, true, tools, tc.env...).CombinedOutput(); err != nil {
+			t.Fatalf("install.sh %v: %v\n%s", tc.env, err, out)
+		}
+		st, err := os.Stat(path)
+		must(t, err)
+		if st.Mode().Perm() != 0o644 || os.SameFile(st, old) {
+			t.Errorf("%v: node.json mode %v (want 0644), the old file replaced: %v", tc.env, st.Mode(), !os.SameFile(st, old))
+		}
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Getuid() {
+			t.Errorf("node.json owned by uid %d, not the installer's %d", sys.Uid, os.Getuid())
+		}
+		b, err := os.ReadFile(path)
+		must(t, err)
+		var got map[string]any
+		if err := json.Unmarshal(b, &got); err != nil || !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%v: node.json %s (%v), want %v", tc.env, b, err, tc.want)
+		}
+		if _, err := nodeconfig.Parse(b); err != nil {
+			t.Errorf("devplumb refuses the node config: %v", err)
+		}
+	}
+}
+
+// TestInstallScriptWritesNodeConfigAtomically: node.json is a temp file in its own
+// directory, synced, then renamed into place (busybox's shell runs its own mv and sync,
+// so this runs the script under sh with mv and sync wrapped to log their calls, each
+// running busybox's).
+func TestInstallScriptWritesNodeConfigAtomically(t *testing.T) {
+	in := newInstaller(t)
+	calls := filepath.Join(t.TempDir(), "calls")
+	shims := t.TempDir()
+	for _, tool := range []string{"mv", "sync"} {
+		shim := "#!/bin/sh\necho \"" + tool + " $*\" >> " + calls + "\nexec /bin/busybox " + tool + " \"$@\"\n"
+		must(t, os.WriteFile(filepath.Join(shims, tool), []byte(shim), 0o755))
+	}
+	if out, err := in.installCmd(t, false, shims+":"+os.Getenv("PATH")).CombinedOutput(); err != nil {
+		t.Fatalf("install.sh: %v\n%s", err, out)
+	}
+	checkAtomic(t, calls, in.kcDir)
+}
+
+// checkAtomic: the calls log shows node.json came from a synced temp file in its directory.
+func checkAtomic(t *testing.T, calls, dir string) {
+	t.Helper()
+	log, err := os.ReadFile(calls)
+	must(t, err)
+	tmp := filepath.Join(dir, ".node.json.tmp")
+	syncAt := strings.Index(string(log), "sync "+tmp+"\n")
+	mvAt := strings.Index(string(log), "mv -f "+tmp+" "+filepath.Join(dir, "node.json")+"\n")
+	if syncAt < 0 || mvAt < syncAt {
+		t.Errorf("node.json not written as a synced temp file renamed into place; calls:\n%s", log)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".*")); len(left) > 0 {
+		t.Errorf("temp files left: %v", left)
+	}
+}
+
+// TestInstallScriptRefusesABadNodeConfigPath: a setting that is not an absolute path, or
+// that JSON would need escaped, fails the install naming the value; no node.json is written.
+func TestInstallScriptRefusesABadNodeConfigPath(t *testing.T) {
+	tools := busyboxTools(t)
+	for _, env := range []string{"STATE_DIR=var/lib/dp", `DEVICE_INFO_DIR=/run/a"b`, `POD_RESOURCES_SOCKET=/run/a\b`} {
+		in := newInstaller(t)
+		out, err := in.installCmd(t, true, tools, env).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), strings.SplitN(env, "=", 2)[1]) {
+			t.Errorf("%s: install.sh %v, want a refusal naming the value:\n%s", env, err, out)
+		}
+		if _, err := os.Stat(filepath.Join(in.kcDir, "node.json")); err == nil {
+			t.Errorf("%s: node.json written", env)
+		}
+	}
+}
+
+// installCmd is `install.sh install` with umask 077 and PATH path, under busybox's shell
+// or sh.
+func (in *installer) installCmd(t *testing.T, busybox bool, path string, env ...string) *exec.Cmd {
+	t.Helper()
+	cmd := in.cmd("60", "install")
+	shell := "sh"
+	if busybox {
+		shell = "/bin/busybox sh"
+		cmd.Path = "/bin/busybox"
+		cmd.Args = []string{"busybox", "sh"}
+	} else {
+		cmd.Args = []string{"sh"}
+	}
+	cmd.Args = append(cmd.Args, "-c", `umask 077 && exec `+shell+` "$0" "$@"`, in.script, "install")
+	cmd.Env = append(append(cmd.Env, "PATH="+path), env...)
+	return cmd
 }

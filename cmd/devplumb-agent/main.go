@@ -35,11 +35,14 @@ import (
 )
 
 const usage = `usage: devplumb-agent [--socket PATH] [--node-name NAME] [--node-config FILE] [--kubeconfig FILE] [--timeout D]
-         [--metrics-socket PATH] [--max-conns N] [--max-inflight BYTES] [--frame-wait D]
-         [--log-level L] [--log-format F]
+         [--metrics-socket PATH] [--metrics-socket-gid GID --metrics-peer-uid UID] [--metrics-state-dir DIR]
+         [--max-conns N] [--max-inflight BYTES] [--frame-wait D] [--log-level L] [--log-format F]
   serve devplumb's CNI entry point on a root-only unix socket (the node agent); run it on
   each node (the devplumb DaemonSet does); without it, calls run whole in devplumb-direct
 `
+
+// spoolDrainInterval keeps the phase spool small between scrapes.
+const spoolDrainInterval = 10 * time.Second
 
 // flags are devplumb-agent's settings.
 type flags struct {
@@ -47,6 +50,10 @@ type flags struct {
 	timeout, frameWait                            *time.Duration
 	maxConns                                      *int
 	maxInflight                                   *int64
+	// Who besides root may scrape the metrics socket, and whose phase spool
+	// the agent serves: the DaemonSet's non-root metrics container's.
+	metricsGID, metricsUID *int
+	metricsStateDir        *string
 }
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -70,6 +77,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		maxInflight: fs.Int64("max-inflight", agentproto.DefaultMaxInflight, "bytes of requests all connections may hold "+
 			"(at least twice the 4 MiB frame); a frame that cannot get its bytes within a second is refused"),
 		frameWait: fs.Duration("frame-wait", agentproto.DefaultFrameWait, "bound on a request from its first byte to its last"),
+		metricsGID: fs.Int("metrics-socket-gid", -1, "give the metrics socket to this group (mode 0660; a directory the agent "+
+			"makes for it 0750); with --metrics-peer-uid; -1: root's only (0600)"),
+		metricsUID: fs.Int("metrics-peer-uid", -1, "admit this peer uid on the metrics socket besides root (SO_PEERCRED); -1: root only"),
+		metricsStateDir: fs.String("metrics-state-dir", "", "serve devplumb-direct's phase timings too, from the phase spool "+
+			"the agent keeps below this devplumb state directory (path=\"direct\"); empty: none"),
 	}
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	logFlags := logging.Register(fs)
@@ -89,6 +101,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if err := f.check(); err != nil {
+		fmt.Fprintf(stderr, "devplumb-agent: %v\n", err)
+		return 2
+	}
+	if err := (metricsAccess{gid: *f.metricsGID, uid: *f.metricsUID}).check(); err != nil {
 		fmt.Fprintf(stderr, "devplumb-agent: %v\n", err)
 		return 2
 	}
@@ -128,8 +144,22 @@ func defaultNodeName() string {
 }
 
 func serve(ctx context.Context, f flags, log *slog.Logger) error {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 	cacheMetrics := nodecache.NewMetrics()
-	phases := phasemetrics.NewHistograms(log)
+	spoolDir := *f.metricsStateDir
+	if *f.metrics == "" {
+		spoolDir = "" // no one would see the spool's series
+	}
+	phases, err := phaseHistograms(ctx, spoolDir, spoolDrainInterval, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := phases.Close(); err != nil {
+			log.Error("remove phase spool", "err", err)
+		}
+	}()
 	a := agent.New(agent.Config{Build: version.Get().String(), Log: log, Timeout: *f.timeout,
 		NodeConfig: *f.nodeConfig, NewKube: agent.NodeKube(*f.node, cacheMetrics),
 		Phases: func(r phasespool.Record) {
@@ -142,11 +172,10 @@ func serve(ctx context.Context, f flags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
 	metricsDone := func() error { return nil }
 	if *f.metrics != "" {
-		if metricsDone, err = serveMetrics(ctx, stop, *f.metrics, append(a.Collectors(), cacheMetrics, phases)...); err != nil {
+		acc := metricsAccess{gid: *f.metricsGID, uid: *f.metricsUID}
+		if metricsDone, err = serveMetrics(ctx, stop, *f.metrics, acc, log, append(a.Collectors(), cacheMetrics, phases)...); err != nil {
 			return err
 		}
 	}

@@ -31,7 +31,8 @@ const metricsUsage = `usage: devplumbctl metrics [--listen ADDR] [--state-dir DI
   record of its phases, which this daemon turns into devplumb_phase_duration_seconds and
   devplumb_call_duration_seconds{path="direct"}; the node agent's metrics (its calls,
   path="agent", its requests and watches) are served beside them; run it on each node
-  (the devplumb DaemonSet does)
+  (the devplumb DaemonSet does, with --state-dir "": the agent keeps the spool and serves
+  its series, so this daemon runs as non-root with no access to devplumb's state)
 `
 
 // metrics serves until SIGINT or SIGTERM, then removes the spool so devplumb stops
@@ -41,7 +42,8 @@ func metrics(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), metricsUsage); fs.PrintDefaults() }
 	listen := fs.String("listen", ":9111", "serve /metrics and /healthz on this address (host:port)")
-	stateDir := fs.String("state-dir", config.DefaultStateDir, "the devplumb state directory of the node's configs")
+	stateDir := fs.String("state-dir", config.DefaultStateDir, "the devplumb state directory of the node's configs, whose "+
+		"phase spool this daemon keeps; empty: none (the node agent keeps it: devplumb-agent --metrics-state-dir)")
 	every := fs.Duration("drain-interval", 10*time.Second, "drain the spool this often between scrapes, so it stays small")
 	agentMetrics := fs.String("agent-metrics", agentproto.DefaultMetricsSocket,
 		"serve the node agent's metrics from its unix socket beside these (none while it does not answer); empty: not")
@@ -70,7 +72,7 @@ func serveMetrics(ctx context.Context, addr, stateDir string, every time.Duratio
 	if every <= 0 {
 		return fmt.Errorf("--drain-interval %v: must be positive", every)
 	}
-	c, err := phasemetrics.NewCollector(stateDir, log)
+	c, err := spoolCollector(stateDir, log)
 	if err != nil {
 		return err
 	}
@@ -80,7 +82,10 @@ func serveMetrics(ctx context.Context, addr, stateDir string, every time.Duratio
 		}
 	}()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(c, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if stateDir != "" {
+		reg.MustRegister(c)
+	}
 	gatherers := prometheus.Gatherers{reg}
 	if agentSocket != "" {
 		gatherers = append(gatherers, agentGatherer(agentSocket, log))
@@ -111,4 +116,15 @@ func serveMetrics(ctx context.Context, addr, stateDir string, every time.Duratio
 			}
 		}
 	}
+}
+
+// spoolCollector keeps the phase spool below stateDir; without one (the
+// DaemonSet's metrics container, which runs as non-root and has no access to
+// devplumb's state: the node agent serves the spool's series) it is
+// histograms no one registers, whose Drain and Close do nothing.
+func spoolCollector(stateDir string, log *slog.Logger) (*phasemetrics.Collector, error) {
+	if stateDir == "" {
+		return phasemetrics.NewHistograms(log), nil
+	}
+	return phasemetrics.NewCollector(stateDir, log)
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -66,10 +67,19 @@ func removeManifest(t *testing.T, file string) {
 // for write to be refused by the admission policy, and fails the test if it is not.
 func refusedBy(t *testing.T, policy string, write func(context.Context) error) {
 	t.Helper()
+	refusedWith(t, policy, "", write)
+}
+
+// refusedWith is refusedBy where the refusal must also say msg.
+func refusedWith(t *testing.T, policy, msg string, write func(context.Context) error) {
+	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
 		err := write(e2etest.Ctx(t))
 		if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+policy+"'") {
+			if !strings.Contains(err.Error(), msg) {
+				t.Fatalf("refused by %s, but not saying %q: %v", policy, msg, err)
+			}
 			return
 		}
 		if time.Now().After(deadline) {
@@ -84,10 +94,18 @@ func tokenClient(t *testing.T, token string) kubernetes.Interface {
 	return drvClientFor(t, kubeapi.Kubeconfig(srv.URL, token))
 }
 
+// patchPod patches the pod's network-status annotation, as devplumb does (a JSON merge
+// patch of that annotation alone).
 func patchPod(c kubernetes.Interface, name string) func(context.Context) error {
+	return patchPodWith(c, name, types.MergePatchType, `{"metadata":{"annotations":{`+networkStatusKey+`}}}`)
+}
+
+// networkStatusKey is a network-status annotation of one entry, a JSON object member.
+const networkStatusKey = `"k8s.v1.cni.cncf.io/network-status":"[{\"name\":\"net\",\"interface\":\"net1\"}]"`
+
+func patchPodWith(c kubernetes.Interface, name string, pt types.PatchType, patch string) func(context.Context) error {
 	return func(ctx context.Context) error {
-		_, err := c.CoreV1().Pods(cniNS).Patch(ctx, name, types.MergePatchType,
-			[]byte(`{"metadata":{"annotations":{"devplumb.io/test":"x"}}}`), metav1.PatchOptions{})
+		_, err := c.CoreV1().Pods(cniNS).Patch(ctx, name, pt, []byte(patch), metav1.PatchOptions{})
 		return err
 	}
 }
@@ -124,8 +142,86 @@ func TestNodePolicyDevplumb(t *testing.T) {
 	refusedBy(t, "devplumb-node-scope", patchPod(noNode, podA.Name))
 }
 
+// node-policy.yaml holds devplumb's pod writes to the network-status annotation and its
+// claim writes to status.devices: with node A's token, on A's own pod and claim, and
+// RBAC that would allow all of it (pods create, update, delete), a network-status patch
+// goes through; a patch of labels, another annotation, finalizers, ownerReferences or the
+// spec (a container's image), a pod create or delete, and a claim status write that
+// clears reservedFor (with resourceclaims/binding granted, which 1.37 also asks) are all
+// refused with the policy's message. (The policy before this
+// one held only the node: it let every one of these patches through.)
+func TestNodePolicyDevplumbEditsOnlyNetworkStatus(t *testing.T) {
+	bindCNIRole(t, "cni-all-pod-writes", append(shippedRules(t),
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "update", "delete"}},
+		// Kubernetes 1.37 asks for this too before a write may change reservedFor.
+		rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/binding"}, Verbs: []string{"patch"}}))
+	applyManifest(t, "node-policy.yaml")
+	a, b := newCNINode(t), newCNINode(t)
+	_, podA, claimA := a.oneDevicePod(false)
+	_, podB, _ := b.oneDevicePod(false)
+	asA := tokenClient(t, podBoundToken(t, "devplumb-daemonset.yaml", a.name))
+	refusedBy(t, "devplumb-node-scope", patchPod(asA, podB.Name)) // the policy is in force
+
+	e2etest.Must(t, patchPod(asA, podA.Name)(e2etest.Ctx(t)))
+	merge := func(patch func() string) func(context.Context) error {
+		return func(ctx context.Context) error {
+			return patchPodWith(asA, podA.Name, types.MergePatchType, patch())(ctx)
+		}
+	}
+	for _, tc := range []struct {
+		changes string
+		patch   func() string // new each time, so no retry is a no-op
+	}{
+		{"labels", func() string { return `{"metadata":{"labels":{"app":"` + cniRandom() + `"}}}` }},
+		{"other annotations", func() string { return `{"metadata":{"annotations":{"devplumb.io/test":"` + cniRandom() + `"}}}` }},
+		{"finalizers", func() string { return `{"metadata":{"finalizers":["devplumb.io/` + cniRandom() + `"]}}` }},
+		{"ownerReferences", func() string {
+			return `{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"x","uid":"` + cniRandom() + `"}]}}`
+		}},
+		// With network-status beside it: the one allowed change does not carry another.
+		{"labels", func() string {
+			return `{"metadata":{"labels":{"app":"` + cniRandom() + `"},"annotations":{` + networkStatusKey + `}}}`
+		}},
+	} {
+		refusedWith(t, "devplumb-node-scope", "also changes its "+tc.changes, merge(tc.patch))
+	}
+	image := func(ctx context.Context) error {
+		return patchPodWith(asA, podA.Name, types.StrategicMergePatchType,
+			`{"spec":{"containers":[{"name":"c","image":"busybox:`+cniRandom()+`"}]}}`)(ctx)
+	}
+	refusedWith(t, "devplumb-node-scope", "also changes its spec", image)
+	refusedWith(t, "devplumb-node-scope", "may not delete pods", func(ctx context.Context) error {
+		return asA.CoreV1().Pods(cniNS).Delete(ctx, podA.Name, metav1.DeleteOptions{})
+	})
+	refusedWith(t, "devplumb-node-scope", "may not create pods", func(ctx context.Context) error {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: cniNS, Name: "made-by-devplumb-" + cniRandom()},
+			Spec: corev1.PodSpec{NodeName: a.name, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+		_, err := asA.CoreV1().Pods(cniNS).Create(ctx, p, metav1.CreateOptions{})
+		return err
+	})
+
+	e2etest.Must(t, applyClaimStatus(asA, claimA, a.driver, a.name)(e2etest.Ctx(t)))
+	refusedWith(t, "devplumb-node-scope", "also changes its status.reservedFor", func(ctx context.Context) error {
+		_, err := asA.ResourceV1().ResourceClaims(cniNS).Patch(ctx, claimA, types.MergePatchType,
+			[]byte(`{"status":{"reservedFor":null}}`), metav1.PatchOptions{}, "status")
+		return err
+	})
+	rc, err := srv.Client.ResourceV1().ResourceClaims(cniNS).Get(e2etest.Ctx(t), claimA, metav1.GetOptions{})
+	e2etest.Must(t, err)
+	if len(rc.Status.ReservedFor) != 1 || rc.Status.Allocation == nil {
+		t.Errorf("claim after the refused writes: reservedFor %+v, allocation %v", rc.Status.ReservedFor, rc.Status.Allocation)
+	}
+	pod, err := srv.Client.CoreV1().Pods(cniNS).Get(e2etest.Ctx(t), podA.Name, metav1.GetOptions{})
+	e2etest.Must(t, err)
+	if len(pod.Labels) != 0 || len(pod.Finalizers) != 0 || len(pod.OwnerReferences) != 0 || len(pod.Annotations) != 1 ||
+		pod.Spec.Containers[0].Image != podA.Spec.Containers[0].Image {
+		t.Errorf("pod after the refused writes: %+v", pod.ObjectMeta)
+	}
+}
+
 // dra/node-policy.yaml: netdev-dp's token of node A creates, updates and deletes A's
-// ResourceSlices and none of node B's.
+// ResourceSlices of its own driver (netdev.devplumb.io), none of node B's, and none of
+// another driver on A.
 func TestNodePolicyNetdevDP(t *testing.T) {
 	applyDRADeployment(t)
 	applyManifest(t, "dra/node-policy.yaml")
@@ -133,6 +229,16 @@ func TestNodePolicyNetdevDP(t *testing.T) {
 	asA := tokenClient(t, podBoundToken(t, "dra/netdev-dp-dra.yaml", nodeA))
 	slices := asA.ResourceV1().ResourceSlices()
 	refusedBy(t, "netdev-dp-node-scope", sliceProbe(asA, nodeB))
+	// Its own node, another driver's name: refused (the policy before this one allowed it).
+	refusedWith(t, "netdev-dp-node-scope", "only ResourceSlices of its driver", func(ctx context.Context) error {
+		s := testSlice(nodeA+"-other", nodeA)
+		s.Spec.Driver = "other.example.com"
+		_, err := slices.Create(ctx, s, metav1.CreateOptions{})
+		if err == nil {
+			_ = srv.Client.ResourceV1().ResourceSlices().Delete(ctx, s.Name, metav1.DeleteOptions{})
+		}
+		return err
+	})
 	for c, node := range map[kubernetes.Interface]string{srv.Client: nodeB, asA: nodeA} { // B's own driver made B's
 		_, err := c.ResourceV1().ResourceSlices().Create(e2etest.Ctx(t), testSlice(node, node), metav1.CreateOptions{})
 		e2etest.Must(t, err)

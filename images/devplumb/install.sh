@@ -6,14 +6,21 @@
 #            CA changes (the kubelet rotates projected tokens), until SIGTERM
 # Env: CNI_BIN_DIR (/host/opt/cni/bin), KUBECONFIG_DIR (/host/etc/cni/net.d/devplumb.d),
 #      REFRESH_SECONDS (60), SA_DIR (the service account mount), API_SERVER (the API
-#      server's URL as the node reaches it; default the "kubernetes" service address). Every file is written to a
-#      temp name and renamed into place, so a CNI call never sees a half-written binary or
-#      kubeconfig.
+#      server's URL as the node reaches it; default the "kubernetes" service address),
+#      HOST_KUBECONFIG_DIR (/etc/cni/net.d/devplumb.d: KUBECONFIG_DIR's path on the host),
+#      and, each only when set, POD_RESOURCES_SOCKET, STATE_DIR, DEVICE_INFO_DIR (host
+#      paths for the node config's podResourcesSocket, stateDir, deviceInfoDir).
+#      Every file is written to a temp name and renamed into place, so a CNI call never
+#      sees a half-written binary, kubeconfig or node config.
+# It also writes devplumb's node config, KUBECONFIG_DIR/node.json (mode 0644; package
+# pkg/cni/nodeconfig): the settings a NetworkAttachmentDefinition may not carry, first of
+# all the kubeconfig's host path.
 set -eu
 CNI_BIN_DIR=${CNI_BIN_DIR:-/host/opt/cni/bin}
 KUBECONFIG_DIR=${KUBECONFIG_DIR:-/host/etc/cni/net.d/devplumb.d}
 REFRESH_SECONDS=${REFRESH_SECONDS:-60}
 SA=${SA_DIR:-/var/run/secrets/kubernetes.io/serviceaccount}
+HOST_KUBECONFIG_DIR=${HOST_KUBECONFIG_DIR:-/etc/cni/net.d/devplumb.d}
 
 log() { echo "devplumb-install: $*" >&2; }
 
@@ -27,6 +34,40 @@ install_bin() {
 		mv -f "$CNI_BIN_DIR/.$b.tmp" "$CNI_BIN_DIR/$b"
 		log "installed $CNI_BIN_DIR/$b"
 	done
+}
+
+# member prints the node config's member "$1": "$2" (after a comma and a newline). A
+# value is a host path the administrator chose: one that is not absolute, or that JSON
+# would need escaped (a quote, a backslash, a control character), is refused rather than
+# escaped here.
+member() {
+	case "$2" in
+	*[\"\\]* | *[[:cntrl:]]*) log "$1 \"$2\": a quote, backslash or control character in a path"; return 1 ;;
+	/*) ;;
+	*) log "$1 \"$2\": not an absolute path"; return 1 ;;
+	esac
+	printf ',\n  "%s": "%s"' "$1" "$2"
+}
+
+# write_node_config writes KUBECONFIG_DIR/node.json: a temp file in the same directory,
+# synced, then renamed over the old one, so devplumb reads either the old file or the
+# new one whole, also after a power loss. The env settings come only when set: unset,
+# devplumb's defaults apply.
+write_node_config() {
+	body=$(member kubeconfig "$HOST_KUBECONFIG_DIR/devplumb.kubeconfig") || return 1
+	for kv in "podResourcesSocket=${POD_RESOURCES_SOCKET:-}" "stateDir=${STATE_DIR:-}" \
+		"deviceInfoDir=${DEVICE_INFO_DIR:-}"; do
+		[ -n "${kv#*=}" ] || continue
+		m=$(member "${kv%%=*}" "${kv#*=}") || return 1
+		body="$body$m"
+	done
+	mkdir -p "$KUBECONFIG_DIR" || return 1
+	tmp="$KUBECONFIG_DIR/.node.json.tmp"
+	printf '{%s\n}\n' "${body#,}" > "$tmp" || return 1
+	chmod 0644 "$tmp" || return 1
+	sync "$tmp" || return 1
+	mv -f "$tmp" "$KUBECONFIG_DIR/node.json" || return 1
+	log "wrote $KUBECONFIG_DIR/node.json"
 }
 
 # server is the URL devplumb uses. It runs in the host's network namespace (the runtime
@@ -127,11 +168,14 @@ run() {
 
 case "${1:-run}" in
 install)
+	write_node_config
 	install_bin
 	write_kubeconfig
 	;;
 run)
 	stop_on_term
+	# The node config first: a call of the new binary finds its settings there.
+	write_node_config
 	install_bin
 	last=$(credentials)
 	write_kubeconfig
