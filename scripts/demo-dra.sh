@@ -83,7 +83,7 @@ KUBECONFIG_FILE=$ROOT/api/kubeconfig
 
 k() { "$BIN/kubeapi" "$1" "$KUBECONFIG_FILE" "${@:2}"; }
 cni() { # cni add|del: cnitool with the pod's identity, as a container runtime calls it (ifname $IFNAME)
-	CNI_PATH="$BIN:$CNI_BIN" NETCONFPATH="$ROOT/net.d" CNI_IFNAME="${IFNAME:-net1}" \
+	DEVPLUMB_NODE_CONFIG="$ROOT/node.json" CNI_PATH="$BIN:$CNI_BIN" NETCONFPATH="$ROOT/net.d" CNI_IFNAME="${IFNAME:-net1}" \
 	CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=$POD_NS;K8S_POD_NAME=$POD_NAME;K8S_POD_UID=$POD_UID" \
 		"$CNI_BIN/cnitool" "$1" fast-dra "/var/run/netns/$NETNS"
 }
@@ -143,12 +143,16 @@ say "4. the pod's network namespace, and devplumb through cnitool"
 ip netns add "$NETNS"
 # The config a NetworkAttachmentDefinition would hold: resourceName finds the device of
 # any of the pod's claims whose attribute k8s.cni.cncf.io/resourceName names it, through
-# the kubelet's PodResources (no API read); the kubeconfig is for the two status writes.
+# the kubelet's PodResources (no API read). The node's paths and the kubeconfig (for the
+# two status writes) are in devplumb's node config, which the runtime's environment names
+# (cni): a NetworkAttachmentDefinition may not set them.
+cat >"$ROOT/node.json" <<JSON
+{"podResourcesSocket": "$ROOT/node/pod-resources/kubelet.sock",
+ "deviceInfoDir": "$ROOT/devinfo", "stateDir": "$ROOT/devplumb", "kubeconfig": "$KUBECONFIG_FILE"}
+JSON
 cat >"$ROOT/net.d/fast-dra.conf" <<JSON
 {"cniVersion": "1.0.0", "name": "fast-dra", "type": "devplumb",
  "resourceName": "example.com/hostdev", "injectDeviceID": ["device"],
- "podResourcesSocket": "$ROOT/node/pod-resources/kubelet.sock",
- "deviceInfoDir": "$ROOT/devinfo", "stateDir": "$ROOT/devplumb", "kubeconfig": "$KUBECONFIG_FILE",
  "delegate": {"type": "host-device", "ipam": {"type": "static", "addresses": [{"address": "10.77.1.2/24"}]}}}
 JSON
 echo "--- cnitool add fast-dra (ifname net1)"

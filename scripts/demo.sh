@@ -89,9 +89,17 @@ forget_killed_runs "/tmp/devplumb-demo.*"
 ROOT=$(mktemp -d /tmp/devplumb-demo.XXXXXX)
 mkdir -p "$ROOT/net.d" "$ROOT/vhost" "$ROOT/cdi" "$ROOT/logs"
 
-# cnitool with the pod's identity, as a container runtime would call it.
+# devplumb's node config (the node's paths: a network config may not name them), as
+# the DaemonSet's install container writes /etc/cni/net.d/devplumb.d/node.json.
+cat >"$ROOT/node.json" <<JSON
+{"podResourcesSocket": "$ROOT/pod-resources/kubelet.sock",
+ "deviceInfoDir": "$ROOT/devinfo", "stateDir": "$ROOT/devplumb"}
+JSON
+
+# cnitool with the pod's identity, as a container runtime would call it; the runtime's
+# environment names devplumb's node config.
 cni() { # cni add|del NETWORK IFNAME
-	CNI_PATH="$BIN:$CNI_BIN" NETCONFPATH="$ROOT/net.d" CNI_IFNAME="$3" \
+	DEVPLUMB_NODE_CONFIG="$ROOT/node.json" CNI_PATH="$BIN:$CNI_BIN" NETCONFPATH="$ROOT/net.d" CNI_IFNAME="$3" \
 	CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=$POD_NS;K8S_POD_NAME=$POD_NAME;K8S_POD_UID=$POD_UID;K8S_POD_INFRA_CONTAINER_ID=$SANDBOX" \
 		"$CNI_BIN/cnitool" "$1" "$2" "/var/run/netns/$NETNS"
 }
@@ -133,8 +141,6 @@ netconf() { # netconf NAME RESOURCE INJECT-KEYS DELEGATE-JSON
 	cat >"$ROOT/net.d/$1.conflist" <<JSON
 {"cniVersion": "1.0.0", "name": "$1", "plugins": [{
   "type": "devplumb", "resourceName": "$2", "injectDeviceID": $3,
-  "podResourcesSocket": "$ROOT/pod-resources/kubelet.sock",
-  "deviceInfoDir": "$ROOT/devinfo", "stateDir": "$ROOT/devplumb",
   "delegate": $4}]}
 JSON
 }
