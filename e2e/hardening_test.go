@@ -263,7 +263,8 @@ func TestHostileStateRecords(t *testing.T) {
 // A link at <deviceInfoDir>/cni, stateDir/lock, stateDir/attachments or
 // stateDir/libcni, or a stateDir others can write, makes ADD fail with a
 // state or I/O error: devplumb writes nothing in the link's target and runs
-// no delegate.
+// no delegate. The directories are the node config's (e.run moves them
+// there).
 func TestLinkedDirectoriesAreRefused(t *testing.T) {
 	cases := map[string]func(e *env, target string) error{
 		"devinfo cni": func(e *env, target string) error { return os.Symlink(target, filepath.Join(e.devinfoDir, "cni")) },
@@ -516,7 +517,9 @@ func TestDeviceInfoForAnotherDevice(t *testing.T) {
 // A podResourcesSocket or kubeconfig that someone other than root could
 // have made (in a directory others can write, or a file others can write)
 // is refused: the kubelet's answer decides who gets a device, and a
-// kubeconfig names the API server devplumb trusts.
+// kubeconfig names the API server devplumb trusts. The node config names
+// them (e.run moves them there): a network config may not
+// (TestNADCannotNameNodeSettings).
 func TestUntrustedSocketAndKubeconfig(t *testing.T) {
 	e := newEnv(t)
 	pod := testenv.NetNS(t)
