@@ -194,6 +194,9 @@ func startAgentIfRun(e *env, vs []*variant) error {
 }
 
 // baselineConf is devplumb's network run by the baseline binary, linked as another type.
+// Its node keys go to a node config like every network's (writeNet): a baseline built
+// before node configs existed reads them from the network config only, and would run
+// with the default paths.
 func baselineConf(e *env) map[string]any {
 	c := e.devplumbConf("dpbase", "10.123.3.0/24", filepath.Join(e.dir, "state"))
 	if e.cfg.Baseline == "" {
