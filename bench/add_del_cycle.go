@@ -161,7 +161,9 @@ func p1Prepare(e *env, n p1Net, v *variant) error {
 	return e.writeNet(n.conf)
 }
 
-// startAgentIfRun starts P1's node agent when a row runs through it.
+// startAgentIfRun starts P1's node agents when a row runs through one: an agent per node
+// config of those rows (the agent reads its own node config: the rows with network-status
+// name a kubeconfig in theirs, the plain row none).
 func startAgentIfRun(e *env, vs []*variant) error {
 	if !slices.ContainsFunc(vs, func(v *variant) bool { return v.agent }) {
 		return nil
@@ -170,19 +172,31 @@ func startAgentIfRun(e *env, vs []*variant) error {
 	if e.cfg.kube != nil {
 		kc = e.cfg.kube.srv.Kubeconfig
 	}
-	a, err := e.startAgent("agent", agentFlags(e.cfg, kc)...)
-	if err != nil {
-		return err
-	}
+	agents := map[string]*agentProc{}
 	for _, v := range vs {
-		if v.agent {
-			v.env = []string{a.env()}
+		if !v.agent {
+			continue
 		}
+		e.mu.Lock()
+		node := e.nodeConfigs[v.net]
+		e.mu.Unlock()
+		a := agents[node]
+		if a == nil {
+			var err error
+			if a, err = e.startAgent(fmt.Sprintf("agent%d", len(agents)), append(agentFlags(e.cfg, kc), "--node-config", node)...); err != nil {
+				return err
+			}
+			agents[node] = a
+		}
+		v.env = []string{a.env()}
 	}
 	return nil
 }
 
 // baselineConf is devplumb's network run by the baseline binary, linked as another type.
+// Its node keys go to a node config like every network's (writeNet): a baseline built
+// before node configs existed reads them from the network config only, and would run
+// with the default paths.
 func baselineConf(e *env) map[string]any {
 	c := e.devplumbConf("dpbase", "10.123.3.0/24", filepath.Join(e.dir, "state"))
 	if e.cfg.Baseline == "" {
@@ -211,7 +225,7 @@ func p1Table(vs []*variant, cfg Config) Table {
 	}
 	t.Notes = append(t.Notes, "Targets: no agent, devplumb's cycle at most 1.3 × the floor, its added time at most half of Multus thin's (issue 16). Through the agent (issue 24): at most 1.2 × the floor; with network-status (API) at most 1.3 × the floor and its added time at most 0.4 of Multus thick's; the same for the DRA row.",
 		"devplumb asks the PodResources server for the pod's device on every ADD; without a kubeconfig, as Multus thin here, unless the row says API: then it writes and removes its network-status entry on a real kube-apiserver (make bench runs one); the DRA rows also apply and remove the claim's status.devices[] entry (networkData), the kubelet reporting the claim (P6's local path).",
-		"No agent: the entry point devplumb finds no socket and execs devplumb-direct, which does the whole call (today's path on a node without the agent). Via the agent: one `devplumb-agent` started for P1 (as the DaemonSet would run it) prepares and commits each call over its unix socket; the entry point runs bridge + host-local itself.")
+		"No agent: the entry point devplumb finds no socket and execs devplumb-direct, which does the whole call (today's path on a node without the agent). Via the agent: a `devplumb-agent` started for P1 (as the DaemonSet would run it; one per node config: the API rows' names a kubeconfig, the plain row's none) prepares and commits each call over its unix socket; the entry point runs bridge + host-local itself.")
 	if pass := addedOf(vs, "pass", floor); pass >= 0 {
 		t.Notes = append(t.Notes, fmt.Sprintf("The pass-through row (bench/passthrough: a CNI plugin that runs its delegate with libcni in its own "+
 			"process and does nothing else) is the least a meta-plugin in Go costs on this machine: %.1f ms over the floor, %.2f × it. "+

@@ -3,7 +3,6 @@ package bench
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -36,7 +35,7 @@ func p5(cfg Config, r *Report) error {
 				return err
 			}
 		}
-		if run.stdin, err = json.Marshal(conf); err != nil {
+		if run.stdin, run.nodeEnv, err = e.directStdin(conf); err != nil {
 			return err
 		}
 	}
@@ -65,13 +64,14 @@ type p5Run struct {
 	col, state string
 	kube       bool
 	stdin      []byte
+	nodeEnv    string // names its node config
 	ops        map[string]*opPhases
 }
 
 // cycle runs ADD then DEL, keeping their phases unless it is a warm-up.
 func (run *p5Run) cycle(e *env, netns, containerID string, keep bool) error {
 	for _, op := range []string{"ADD", "DEL"} {
-		p, err := runPlugin(e.cfg.Devplumb, e.cniEnv(op, netns, containerID, true), run.stdin)
+		p, err := runPlugin(e.cfg.Devplumb, append(e.cniEnv(op, netns, containerID, true), run.nodeEnv), run.stdin)
 		if err != nil {
 			return err
 		}

@@ -96,6 +96,14 @@ func agentFlags(cfg Config, kubeconfig string) []string {
 	return f
 }
 
+// nodeConfigFlag is the agent's --node-config: the node config of the network net it
+// serves (writeNet wrote it).
+func (e *env) nodeConfigFlag(net string) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return []string{"--node-config", e.nodeConfigs[net]}
+}
+
 // scrape reads the metrics the agent serves on its metrics socket.
 func (a *agentProc) scrape() (string, error) {
 	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{

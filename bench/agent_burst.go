@@ -163,7 +163,9 @@ func (b *p8Burst) warmUp(a *agentProc) error {
 }
 
 // agentFlags are the agent's flags for this node: its API server through the proxy.
-func (b *p8Burst) agentFlags() []string { return agentFlags(b.e.cfg, b.kc) }
+func (b *p8Burst) agentFlags() []string {
+	return append(agentFlags(b.e.cfg, b.kc), b.e.nodeConfigFlag("p8")...)
+}
 
 // lookups is the agent's cache lookups so far by kind and result, from its metrics.
 func (b *p8Burst) lookups() (map[string]float64, error) {

@@ -118,7 +118,7 @@ func newClusterRun(e *env) (*clusterRun, error) {
 		}
 	}
 	if c.netns, err = e.newNetns(); err == nil {
-		c.agent, err = e.startAgent("agent", agentFlags(e.cfg, kc)...)
+		c.agent, err = e.startAgent("agent", append(agentFlags(e.cfg, kc), e.nodeConfigFlag("p7")...)...)
 	}
 	if err != nil {
 		c.proxy.close()

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -24,6 +23,7 @@ type p6Variant struct {
 	dra          bool // a DRA device: devplumb writes the claim's status
 	extended     bool // the pod asks an extended resource a DRA driver serves
 	stdin        []byte
+	nodeEnv      string // names its node config
 	netns        string
 	add, del     []float64
 	addReq       []map[string]int
@@ -123,7 +123,7 @@ func p6Setup(e *env, proxyURL string) ([]*p6Variant, error) {
 			conf["resourceClaim"] = draPodClaim
 		}
 		var err error
-		if v.stdin, err = json.Marshal(conf); err != nil {
+		if v.stdin, v.nodeEnv, err = e.directStdin(conf); err != nil {
 			return nil, err
 		}
 		if v.netns, err = e.newNetns(); err != nil {
@@ -153,7 +153,7 @@ func (v *p6Variant) cycle(e *env, rc *kubeapi.RequestCounter, containerID string
 	var reqs [2]map[string]int
 	for i, op := range []string{"ADD", "DEL"} {
 		rc.Take()
-		p, err := runPlugin(e.cfg.Devplumb, e.cniEnvFor(op, v.netns, containerID, v.pod, false), v.stdin)
+		p, err := runPlugin(e.cfg.Devplumb, append(e.cniEnvFor(op, v.netns, containerID, v.pod, false), v.nodeEnv), v.stdin)
 		if err != nil {
 			return err
 		}

@@ -1,8 +1,11 @@
 package bench
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +19,7 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig"
 	"github.com/devplumb/devplumb/pkg/kubeletsim/podresourcesserver"
 )
 
@@ -41,6 +45,8 @@ type env struct {
 	netns  []ns.NetNS
 	thick  *thickDaemon // P1's multus-daemon, when it runs
 	agents []*agentProc // the node agents it started
+	// nodeConfigs is each written network's node config (writeNet).
+	nodeConfigs map[string]string
 }
 
 func newEnv(cfg Config, prCfg podresourcesserver.Config) (*env, error) {
@@ -201,13 +207,76 @@ func (e *env) devplumbConf(name, subnet, stateDir string) map[string]any {
 		"stateDir": stateDir, "delegate": e.bridge(subnet)}
 }
 
-// writeNet writes a network config for cnitool under its name.
+// writeNet writes a network config for cnitool under its name; its node keys (the
+// PodResources socket, directories, kubeconfig) go to a node config (splitNode) that
+// cnitoolCmd names to devplumb.
 func (e *env) writeNet(conf map[string]any) error {
-	b, err := json.Marshal(conf)
+	net, node, err := e.splitNode(conf)
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(e.netDir, conf["name"].(string)+".conf"), b, 0o644)
+	b, err := json.Marshal(net)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	if e.nodeConfigs == nil {
+		e.nodeConfigs = map[string]string{}
+	}
+	e.nodeConfigs[net["name"].(string)] = node
+	e.mu.Unlock()
+	return os.WriteFile(filepath.Join(e.netDir, net["name"].(string)+".conf"), b, 0o644)
+}
+
+// splitNode returns conf without the node config's keys (nodeconfig.Keys: a network
+// config may not set them) and the path of a node config holding them, as a node's
+// administrator writes it: one file per content under e.dir/node, so the networks of
+// one node config (and the agent serving them) name the same file.
+func (e *env) splitNode(conf map[string]any) (map[string]any, string, error) {
+	net, node := maps.Clone(conf), map[string]any{}
+	for _, k := range nodeconfig.Keys {
+		if v, ok := net[k]; ok {
+			delete(net, k)
+			if v != "" && v != nil && v != false {
+				node[k] = v
+			}
+		}
+	}
+	data, err := json.Marshal(node) // keys sorted
+	if err != nil {
+		return nil, "", err
+	}
+	if _, err := nodeconfig.Parse(data); err != nil {
+		return nil, "", fmt.Errorf("node config %s: %w", data, err)
+	}
+	sum := sha256.Sum256(data)
+	dir := filepath.Join(e.dir, "node", hex.EncodeToString(sum[:8]))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, "", err
+	}
+	path := filepath.Join(dir, "node.json")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		return nil, "", err
+	}
+	return net, path, nil
+}
+
+// directStdin is the stdin of a direct devplumb call of conf and the environment entry
+// naming its node config (splitNode).
+func (e *env) directStdin(conf map[string]any) (stdin []byte, nodeEnv string, err error) {
+	net, node, err := e.splitNode(conf)
+	if err != nil {
+		return nil, "", err
+	}
+	stdin, err = json.Marshal(net)
+	return stdin, nodeconfig.Env + "=" + node, err
+}
+
+// nodeConfigOf is the node config of conf's node keys (splitNode): an agent serving
+// conf's network reads it.
+func (e *env) nodeConfigOf(conf map[string]any) (string, error) {
+	_, node, err := e.splitNode(conf)
+	return node, err
 }
 
 // cniArgs is the pod identity a runtime passes: the UID of the pod in the API server,
@@ -269,6 +338,12 @@ func (e *env) cnitoolOutput(cmd, net, netns, ifName, pod string, extraEnv ...str
 func (e *env) cnitoolCmd(cmd, net, netns, ifName, cniArgs string, extraEnv []string) *exec.Cmd {
 	c := exec.Command(filepath.Join(e.bin, "cnitool"), cmd, net, netns)
 	c.Env = append(os.Environ(), "CNI_PATH="+e.bin, "NETCONFPATH="+e.netDir, "CNI_IFNAME="+ifName, "CNI_ARGS="+cniArgs, e.noAgent())
+	e.mu.Lock()
+	node := e.nodeConfigs[net]
+	e.mu.Unlock()
+	if node != "" {
+		c.Env = append(c.Env, nodeconfig.Env+"="+node)
+	}
 	c.Env = append(c.Env, extraEnv...)
 	return c
 }

@@ -75,11 +75,11 @@ func (f *fallbackNode) setup() error {
 // cost times ADD and DEL of one pod by path, in turn: through a live agent, against a
 // killed agent's socket, and with no socket.
 func (f *fallbackNode) cost() (Table, error) {
-	live, err := f.e.startAgent("agent-live")
+	live, err := f.e.startAgent("agent-live", f.e.nodeConfigFlag("p9")...)
 	if err != nil {
 		return Table{}, err
 	}
-	dead, err := f.e.startAgent("agent-dead")
+	dead, err := f.e.startAgent("agent-dead", f.e.nodeConfigFlag("p9")...)
 	if err != nil {
 		return Table{}, err
 	}
@@ -123,7 +123,7 @@ func (f *fallbackNode) cost() (Table, error) {
 // killedBurst runs fallbackADDs ADDs at once through a fresh agent, kills the agent as the
 // first returns, then deletes them all without an agent.
 func (f *fallbackNode) killedBurst() ([]string, error) {
-	a, err := f.e.startAgent("agent-killed")
+	a, err := f.e.startAgent("agent-killed", f.e.nodeConfigFlag("p9")...)
 	if err != nil {
 		return nil, err
 	}

@@ -3,7 +3,6 @@ package bench
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -185,7 +184,7 @@ func addPeakRSS(e *env, label, bin string) (Summary, error) {
 	if label != "bridge" {
 		conf = e.devplumbConf("rss", "10.125.1.0/24", filepath.Join(e.dir, "state"))
 	}
-	stdin, err := json.Marshal(conf)
+	stdin, nodeEnv, err := e.directStdin(conf)
 	if err != nil {
 		return Summary{}, err
 	}
@@ -195,12 +194,12 @@ func addPeakRSS(e *env, label, bin string) (Summary, error) {
 	}
 	var rss []float64
 	for i := range rssRuns {
-		mib, err := peakRSS(bin, e.cniEnv("ADD", netns, fmt.Sprintf("rss%d", i), false), stdin)
+		mib, err := peakRSS(bin, append(e.cniEnv("ADD", netns, fmt.Sprintf("rss%d", i), false), nodeEnv), stdin)
 		if err != nil {
 			return Summary{}, err
 		}
 		rss = append(rss, mib)
-		if _, err := runPlugin(bin, e.cniEnv("DEL", netns, fmt.Sprintf("rss%d", i), false), stdin); err != nil {
+		if _, err := runPlugin(bin, append(e.cniEnv("DEL", netns, fmt.Sprintf("rss%d", i), false), nodeEnv), stdin); err != nil {
 			return Summary{}, err
 		}
 	}

@@ -28,7 +28,7 @@ func TestAgentMetricsServedByDevplumbctl(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	socket, metricsSocket := filepath.Join(dir, "agent.sock"), filepath.Join(dir, "agent-metrics.sock")
-	stopAgent := startAgent(t, socket, metricsSocket)
+	stopAgent := startAgent(t, socket, metricsSocket, e.nodeConfigs["mv-net"])
 	t.Setenv("DEVPLUMB_AGENT_SOCKET", socket)
 	url, _ := startPhaseMetrics(t, e.stateDir, metricsSocket)
 
@@ -59,12 +59,13 @@ func TestAgentMetricsServedByDevplumbctl(t *testing.T) {
 	}
 }
 
-// startAgent runs devplumb-agent on socket until the returned stop (SIGTERM,
-// which must end it with status 0).
-func startAgent(t *testing.T, socket, metricsSocket string) (stop func()) {
+// startAgent runs devplumb-agent on socket, with the node config nodeConfig
+// (the one the test's calls name), until the returned stop (SIGTERM, which
+// must end it with status 0).
+func startAgent(t *testing.T, socket, metricsSocket, nodeConfig string) (stop func()) {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(testenv.Build(t, "./cmd/devplumb-agent"), "devplumb-agent"),
-		"--socket", socket, "--metrics-socket", metricsSocket, "--node-name", "e2e-node")
+		"--socket", socket, "--metrics-socket", metricsSocket, "--node-name", "e2e-node", "--node-config", nodeConfig)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

@@ -35,6 +35,9 @@ func TestBadInput(t *testing.T) {
 		args        string
 		code        uint
 		msg         string
+		// verbatim: stdin keeps the node config's keys (e.run moves them
+		// to a node config otherwise).
+		verbatim bool
 	}{
 		{name: "broken JSON", stdin: []byte(`{"cniVersion":"1.0.0",`), code: types.ErrDecodingFailure, msg: "network config"},
 		{name: "wrong type", stdin: good(set("resourceName", 5)), code: types.ErrDecodingFailure, msg: `"resourceName" must be of type string`},
@@ -47,7 +50,10 @@ func TestBadInput(t *testing.T) {
 		{name: "CNIDeviceInfoFile traversal", stdin: good(set("runtimeConfig", map[string]string{"CNIDeviceInfoFile": "/tmp/../evil"})),
 			code: types.ErrInvalidNetworkConfig, msg: "CNIDeviceInfoFile"},
 		{name: "name traversal", stdin: good(set("name", "../evil")), msg: "network name"},
-		{name: "stateDir relative", stdin: good(set("stateDir", "evil")), code: types.ErrInvalidNetworkConfig, msg: "stateDir"},
+		// A node's setting in a network config is refused whatever its value
+		// (TestNADCannotNameNodeSettings has each key).
+		{name: "stateDir relative", stdin: good(set("stateDir", "evil")), verbatim: true, code: types.ErrInvalidNetworkConfig,
+			msg: `"stateDir" may not be set in a network config`},
 		{name: "ifname traversal", stdin: good(nil), ifName: "../evil", msg: "interface name"},
 		{name: "containerID traversal", stdin: good(nil), cid: "../evil", msg: "container"},
 		{name: "kubelet device ID traversal", stdin: good(nil), args: podArgs("default", "evil"), code: 100, msg: "no usable device"},
@@ -81,7 +87,9 @@ func TestBadInput(t *testing.T) {
 			if tc.args != "" {
 				a = tc.args
 			}
+			e.verbatim = tc.verbatim
 			_, ce := e.run("ADD", tc.stdin, cid, pod.Path(), ifName, a)
+			e.verbatim = false
 			if ce == nil {
 				t.Fatal("ADD succeeded")
 			}
@@ -122,7 +130,7 @@ func TestInvalidDPDeviceInfo(t *testing.T) {
 // file, no claim, and nothing named evil anywhere near it.
 func (e *env) assertNothingWritten(t *testing.T) {
 	t.Helper()
-	allowed := []string{e.devinfoDir, e.stateDir, e.confDir, e.recordDir}
+	allowed := []string{e.devinfoDir, e.stateDir, e.confDir, e.recordDir, e.nodeDir()}
 	err := filepath.WalkDir(filepath.Dir(e.root), func(p string, d fs.DirEntry, err error) error {
 		if err != nil || p == filepath.Dir(e.root) || p == e.root {
 			return nil

@@ -7,6 +7,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/sha512"
 	"encoding/json"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig/nodeconfigtest"
 	"github.com/devplumb/devplumb/pkg/testenv"
 	"github.com/devplumb/devplumb/podresources/podresourcestest"
 )
@@ -40,6 +42,12 @@ type env struct {
 	// environment.
 	exe      string
 	extraEnv []string
+	// verbatim, when set, runs devplumb with its stdin as given: the node
+	// config's keys in it are not moved to a node config (a test of their
+	// refusal in a network config).
+	verbatim bool
+	// nodeConfigs is the node config of each installed network (cnitool).
+	nodeConfigs map[string]string
 }
 
 // cniPath is the CNI_PATH devplumb runs with.
@@ -83,9 +91,68 @@ func (e *env) recorder(extra map[string]any) map[string]any {
 	return d
 }
 
-// install writes conf as a one-plugin conflist cnitool finds by name.
+// nodeDir holds the node configs of the env's calls: the node's settings a
+// test writes beside its network config (e.conf's directories, a kubeconfig)
+// go to a node config, one per distinct content, as a node's administrator
+// would write it (a network config may not set them).
+func (e *env) nodeDir() string { return filepath.Join(e.root, "node") }
+
+// split moves the node config's keys out of conf into a node config file of
+// the env (the same file for the same keys and values) and returns conf
+// without them and that file's path.
+func (e *env) split(conf map[string]any) (map[string]any, string) {
+	e.t.Helper()
+	net, node := nodeconfigtest.SplitMap(conf)
+	data, err := json.Marshal(node) // keys sorted: one file per content
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	dir := filepath.Join(e.nodeDir(), fmt.Sprintf("%x", sum[:8]))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+	path, err := nodeconfigtest.WriteIn(dir, node)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return net, path
+}
+
+// nodeConfig is the node config file of conf's node keys (as run and
+// install name it to devplumb): an agent started for the env reads it.
+func (e *env) nodeConfig(conf map[string]any) string {
+	_, path := e.split(conf)
+	return path
+}
+
+// splitStdin is split of a network config in JSON; stdin that is not a JSON
+// object is returned as it is, with no node config.
+func (e *env) splitStdin(stdin []byte) ([]byte, string) {
+	e.t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(stdin))
+	dec.UseNumber()
+	var conf map[string]any
+	if err := dec.Decode(&conf); err != nil || dec.More() || conf == nil {
+		return stdin, ""
+	}
+	net, path := e.split(conf)
+	data, err := json.Marshal(net)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return data, path
+}
+
+// install writes conf as a one-plugin conflist cnitool finds by name, its
+// node keys in a node config that cnitool names to devplumb.
 func (e *env) install(conf map[string]any) {
 	e.t.Helper()
+	conf, node := e.split(conf)
+	if e.nodeConfigs == nil {
+		e.nodeConfigs = map[string]string{}
+	}
+	e.nodeConfigs[conf["name"].(string)] = node
 	list := map[string]any{"cniVersion": conf["cniVersion"], "name": conf["name"], "plugins": []any{conf}}
 	data, err := json.Marshal(list)
 	if err != nil {
@@ -104,6 +171,9 @@ func (e *env) cnitool(cmd, network, netns, ifName, cniArgs, capArgs string) (str
 	c := exec.Command(filepath.Join(e.bin, "cnitool"), cmd, network, netns)
 	c.Env = append(os.Environ(), "CNI_PATH="+e.bin, "NETCONFPATH="+e.confDir, "CNI_IFNAME="+ifName,
 		"CNI_ARGS="+cniArgs, "CAP_ARGS="+capArgs)
+	if node := e.nodeConfigs[network]; node != "" {
+		c.Env = append(c.Env, nodeconfigtest.Env(node))
+	}
 	var out, errOut bytes.Buffer
 	c.Stdout, c.Stderr = &out, &errOut
 	err := c.Run()
@@ -166,8 +236,13 @@ func (e *env) run(cmd string, stdin []byte, containerID, netns, ifName, args str
 
 // command is the devplumb run of a CNI command, with its output buffers.
 // e.exe, when set, is the devplumb binary (one built with failpoints), and
-// e.extraEnv is added to its environment.
+// e.extraEnv is added to its environment. Unless e.verbatim, the node
+// config's keys in stdin go to a node config named in the environment.
 func (e *env) command(ctx context.Context, cmd string, stdin []byte, containerID, netns, ifName, args string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
+	node := ""
+	if !e.verbatim {
+		stdin, node = e.splitStdin(stdin)
+	}
 	exe := e.exe
 	if exe == "" {
 		exe = filepath.Join(e.bin, "devplumb")
@@ -175,6 +250,9 @@ func (e *env) command(ctx context.Context, cmd string, stdin []byte, containerID
 	c := exec.CommandContext(ctx, exe)
 	c.Env = append(os.Environ(), "CNI_COMMAND="+cmd, "CNI_CONTAINERID="+containerID, "CNI_NETNS="+netns,
 		"CNI_IFNAME="+ifName, "CNI_ARGS="+args, "CNI_PATH="+e.cniPath())
+	if node != "" {
+		c.Env = append(c.Env, nodeconfigtest.Env(node))
+	}
 	c.Env = append(c.Env, e.extraEnv...)
 	c.Stdin = bytes.NewReader(stdin)
 	var out, errOut bytes.Buffer

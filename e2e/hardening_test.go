@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig"
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig/nodeconfigtest"
 	"github.com/devplumb/devplumb/pkg/testenv"
 	"github.com/devplumb/devplumb/podresources/podresourcestest"
 )
@@ -260,7 +263,8 @@ func TestHostileStateRecords(t *testing.T) {
 // A link at <deviceInfoDir>/cni, stateDir/lock, stateDir/attachments or
 // stateDir/libcni, or a stateDir others can write, makes ADD fail with a
 // state or I/O error: devplumb writes nothing in the link's target and runs
-// no delegate.
+// no delegate. The directories are the node config's (e.run moves them
+// there).
 func TestLinkedDirectoriesAreRefused(t *testing.T) {
 	cases := map[string]func(e *env, target string) error{
 		"devinfo cni": func(e *env, target string) error { return os.Symlink(target, filepath.Join(e.devinfoDir, "cni")) },
@@ -513,7 +517,9 @@ func TestDeviceInfoForAnotherDevice(t *testing.T) {
 // A podResourcesSocket or kubeconfig that someone other than root could
 // have made (in a directory others can write, or a file others can write)
 // is refused: the kubelet's answer decides who gets a device, and a
-// kubeconfig names the API server devplumb trusts.
+// kubeconfig names the API server devplumb trusts. The node config names
+// them (e.run moves them there): a network config may not
+// (TestNADCannotNameNodeSettings).
 func TestUntrustedSocketAndKubeconfig(t *testing.T) {
 	e := newEnv(t)
 	pod := testenv.NetNS(t)
@@ -544,4 +550,129 @@ func TestUntrustedSocketAndKubeconfig(t *testing.T) {
 		t.Errorf("ADD with a world-writable kubeconfig: %+v", ce)
 	}
 	e.assertNoAttachments(t, "untrusted socket and kubeconfig")
+}
+
+// A network config reaches devplumb from a NetworkAttachmentDefinition's
+// author, any namespace user: it may not name any of the node's settings
+// (nodeconfig.Keys), which only the node config sets. For each key, with
+// and without the node agent: ADD fails with code 7 naming the key and the
+// node config, claims and writes nothing (no state record, no device-info
+// file, nothing in the directories it names), never runs the kubeconfig's
+// exec plugin; DEL of the same config succeeds. A config padded to ~700 KB
+// gets the same error (no fallback runs it).
+func TestNADCannotNameNodeSettings(t *testing.T) {
+	for _, withAgent := range []bool{false, true} {
+		name := "no agent"
+		if withAgent {
+			name = "agent"
+		}
+		t.Run(name, func(t *testing.T) { testNADCannotNameNodeSettings(t, withAgent) })
+	}
+}
+
+func testNADCannotNameNodeSettings(t *testing.T, withAgent bool) {
+	e := newEnv(t)
+	pod := testenv.NetNS(t)
+	e.pciPod("p1", "0000:05:00.1")
+	e.pr.SetAllocatable(&v1.AllocatableResourcesResponse{})
+	// The env's own node config (its kubelet, directories): the calls name it.
+	net, node := e.split(e.conf("fast-net", e.recorder(nil)))
+	e.extraEnv = []string{nodeconfigtest.Env(node)}
+	e.verbatim = true
+	t.Cleanup(func() { e.extraEnv, e.verbatim = nil, false })
+	var url string
+	if withAgent {
+		dir, err := os.MkdirTemp("", "agent") // t.TempDir() may be too long for a socket path
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		socket, metricsSocket := filepath.Join(dir, "agent.sock"), filepath.Join(dir, "agent-metrics.sock")
+		startAgent(t, socket, metricsSocket, node)
+		t.Setenv("DEVPLUMB_AGENT_SOCKET", socket)
+		url, _ = startPhaseMetrics(t, e.stateDir, metricsSocket)
+	} else {
+		t.Setenv("DEVPLUMB_AGENT_SOCKET", filepath.Join(t.TempDir(), "none.sock"))
+	}
+
+	// What a hostile author would name: a root-owned kubeconfig whose user
+	// is an exec plugin (devplumb runs as root), a socket, directories and a
+	// log file in /tmp, the kubelet check switched off.
+	hostile := t.TempDir()
+	marker := filepath.Join(hostile, "MARKER")
+	kcDir := filepath.Join(e.root, "kc")
+	kubeconfig := filepath.Join(kcDir, "kubeconfig")
+	if err := os.Mkdir(kcDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: sh, args: ["-c", "touch `+marker+`"], interactiveMode: Never}}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stateDir, devinfoDir := filepath.Join(hostile, "state"), filepath.Join(hostile, "devinfo")
+	logFile := filepath.Join(hostile, "devplumb.log")
+	values := map[string]any{
+		"kubeconfig":         kubeconfig,
+		"podResourcesSocket": filepath.Join(hostile, "kubelet.sock"),
+		"deviceInfoDir":      devinfoDir,
+		"stateDir":           stateDir,
+		"logFile":            logFile,
+		"trustDeviceID":      true,
+	}
+	if len(values) != len(nodeconfig.Keys) {
+		t.Fatalf("keys %v, test has %d", nodeconfig.Keys, len(values))
+	}
+	padded := maps.Clone(net)
+	padded["delegate"] = e.recorder(map[string]any{"padding": strings.Repeat("x", 700<<10)})
+	padded["kubeconfig"] = kubeconfig
+	type tc struct {
+		name, key string
+		conf      map[string]any
+	}
+	var cases []tc
+	for _, k := range nodeconfig.Keys {
+		c := maps.Clone(net)
+		c[k] = values[k]
+		if k == "trustDeviceID" {
+			c["deviceID"] = "0000:05:00.1"
+		}
+		cases = append(cases, tc{k, k, c})
+	}
+	cases = append(cases, tc{"kubeconfig in a 700 KB config", "kubeconfig", padded})
+	args := podArgs("default", "p1")
+	for _, c := range cases {
+		stdin := mustJSON(t, c.conf)
+		_, ce := e.run("ADD", stdin, "c1", pod.Path(), "net1", args)
+		if ce == nil || ce.Code != types.ErrInvalidNetworkConfig || !contains(ce.Msg, `"`+c.key+`"`) || !contains(ce.Msg, "node config") {
+			t.Errorf("%s: ADD %+v, want code 7 naming %q and the node config", c.name, ce, c.key)
+		}
+		if st := e.state(); len(st) != 0 {
+			t.Errorf("%s: ADD claimed %+v", c.name, st)
+		}
+		e.assertNoAttachments(t, c.name)
+		if _, err := os.Stat(e.recordDir); err == nil {
+			t.Errorf("%s: the delegate ran", c.name)
+		}
+		if _, ce := e.run("DEL", stdin, "c1", pod.Path(), "net1", args); ce != nil {
+			t.Errorf("%s: DEL %+v", c.name, ce)
+		}
+		if ents, _ := os.ReadDir(hostile); len(ents) != 0 {
+			t.Errorf("%s: written in the directory the network config names: %v", c.name, ents)
+		}
+		os.RemoveAll(e.recordDir) // DEL ran the delegate's DEL
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the kubeconfig's exec plugin ran")
+	}
+	if withAgent {
+		fams := scrape(t, url)
+		if got := counter(fams, "devplumb_agent_requests_total", map[string]string{"request": "prepare", "command": "ADD"}); got != float64(len(cases)) {
+			t.Errorf("the agent prepared %v ADDs, want %d", got, len(cases))
+		}
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/cni/agent/agenttest"
 	"github.com/devplumb/devplumb/pkg/cni/agentproto"
 	"github.com/devplumb/devplumb/pkg/cni/nodecache"
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig/nodeconfigtest"
 	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
@@ -36,9 +37,10 @@ func TestAgentAPIRequests(t *testing.T) {
 	kc := filepath.Join(n.dir, "counted.kubeconfig")
 	e2etest.Must(t, os.WriteFile(kc, []byte(kubeapi.Kubeconfig(rc.URL, srv.Token)), 0o600))
 	m := nodecache.NewMetrics()
+	conf, nodeConfig := nodeconfigtest.Split(t, n.conf(map[string]any{"resourceName": cniResource, "kubeconfig": kc}))
 	socket := e2etest.ServeAgent(t, agent.Config{Build: "e2e", Log: slog.New(slog.NewTextHandler(os.Stderr, nil)),
-		Timeout: 10 * time.Second, NewKube: agent.NodeKube(n.name, m)})
-	raw, err := json.Marshal(n.conf(map[string]any{"resourceName": cniResource, "kubeconfig": kc}))
+		Timeout: 10 * time.Second, NewKube: agent.NodeKube(n.name, m), NodeConfig: nodeConfig})
+	raw, err := json.Marshal(conf)
 	e2etest.Must(t, err)
 	call := func(cmd string, pod *corev1.Pod, netns string) agenttest.Outcome {
 		return agenttest.Call(t, socket, &agentproto.Prepare{Command: cmd, ContainerID: "c-" + pod.Name, Netns: netns,

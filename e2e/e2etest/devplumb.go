@@ -12,6 +12,8 @@ import (
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig/nodeconfigtest"
 )
 
 // CNICall is one run of the devplumb binary: the CNI_* environment and the
@@ -22,7 +24,19 @@ type CNICall struct {
 	NetNS       string // path
 	IfName      string
 	Args        string // CNI_ARGS
-	Conf        map[string]any
+	// Conf is the network config: the node config's keys in it
+	// (nodeconfig.Keys: a test's directories, kubelet socket, kubeconfig)
+	// go to a node config of the call's own, named to devplumb in
+	// $DEVPLUMB_NODE_CONFIG, as a node's administrator would set them (a
+	// network config may not), unless NodeConfig or Verbatim.
+	Conf map[string]any
+	// NodeConfig, when set, is the node config devplumb is run with (one an
+	// agent the test runs reads too); the node config's keys in Conf are
+	// dropped (the file holds them: nodeconfigtest.Split).
+	NodeConfig string
+	// Verbatim passes Conf as it is, node config keys and all: a test of
+	// their refusal.
+	Verbatim bool
 }
 
 // CNIResult is devplumb's stdout: a result, or a CNI error (Code != 0).
@@ -42,7 +56,15 @@ type CNIResult struct {
 // and stdout disagree on success.
 func RunDevplumb(t testing.TB, bin string, call CNICall) CNIResult {
 	t.Helper()
-	stdin, err := json.Marshal(call.Conf)
+	conf, node := call.Conf, call.NodeConfig
+	if !call.Verbatim {
+		var keys map[string]any
+		conf, keys = nodeconfigtest.SplitMap(call.Conf)
+		if node == "" {
+			node = nodeconfigtest.Write(t, keys)
+		}
+	}
+	stdin, err := json.Marshal(conf)
 	Must(t, err)
 	// Bounded, so a hanging plugin fails this test instead of stalling CI until -timeout.
 	c := exec.CommandContext(Ctx(t), filepath.Join(bin, "devplumb"))
@@ -50,6 +72,9 @@ func RunDevplumb(t testing.TB, bin string, call CNICall) CNIResult {
 	c.Stdin = bytes.NewReader(stdin)
 	c.Env = append(os.Environ(), "CNI_COMMAND="+call.Command, "CNI_CONTAINERID="+call.ContainerID,
 		"CNI_NETNS="+call.NetNS, "CNI_IFNAME="+call.IfName, "CNI_PATH="+bin, "CNI_ARGS="+call.Args)
+	if node != "" {
+		c.Env = append(c.Env, nodeconfigtest.Env(node))
+	}
 	var stdout, stderr bytes.Buffer
 	c.Stdout, c.Stderr = &stdout, &stderr
 	runErr := c.Run()
@@ -67,7 +92,8 @@ func RunDevplumb(t testing.TB, bin string, call CNICall) CNIResult {
 
 // HostDeviceConf is a devplumb network config whose delegate is host-device with
 // the static address 192.0.2.10/24, its device-info and state under dir; extra
-// keys override.
+// keys override. Its node keys (the socket, directories and kubeconfig) are
+// for a node config: RunDevplumb moves them there, nodeconfigtest.Split too.
 func HostDeviceConf(network, podResourcesSocket, dir, kubeconfig string, extra map[string]any) map[string]any {
 	c := map[string]any{
 		"cniVersion": "1.0.0", "name": network, "type": "devplumb",

@@ -18,6 +18,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/cni/agent/agenttest"
 	"github.com/devplumb/devplumb/pkg/cni/agentproto"
 	"github.com/devplumb/devplumb/pkg/cni/kube"
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig/nodeconfigtest"
 	"github.com/devplumb/devplumb/pkg/cni/plugin"
 	"github.com/devplumb/devplumb/pkg/testenv"
 )
@@ -30,7 +31,8 @@ import (
 // host. One Kubernetes client serves all the calls.
 func TestAgentNetworkStatus(t *testing.T) {
 	n := newNode(t)
-	socket, builds := startAgent(t)
+	_, nodeConfig := nodeconfigtest.Split(t, n.conf(nil))
+	socket, builds := startAgent(t, nodeConfig)
 	pod, err := srv.CreatePod(e2etest.Ctx(t), "default", "dp-agent", nodeName, annotationWith(t, otherEntry))
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +40,7 @@ func TestAgentNetworkStatus(t *testing.T) {
 	n.givePod(pod.Name)
 	netns := testenv.NetNS(t).Path()
 	call := func(cmd, podName, uid string) agenttest.Outcome {
-		conf, err := json.Marshal(n.conf(nil))
+		conf, err := json.Marshal(n.netConf(nil))
 		e2etest.Must(t, err)
 		return agenttest.Call(t, socket, &agentproto.Prepare{Command: cmd, ContainerID: "c1", Netns: netns,
 			IfName: "net1", Args: n.podArgs(podName, uid), Path: testenv.CNIPlugins(t), StdinData: conf})
@@ -79,12 +81,14 @@ func TestAgentNetworkStatus(t *testing.T) {
 	}
 }
 
-// startAgent serves an agent with the real Kubernetes client until the test
-// ends; it returns the socket and the count of clients built.
-func startAgent(t *testing.T) (string, *atomic.Int32) {
+// startAgent serves an agent with the real Kubernetes client and the node
+// config nodeConfig until the test ends; it returns the socket and the count
+// of clients built.
+func startAgent(t *testing.T, nodeConfig string) (string, *atomic.Int32) {
 	t.Helper()
 	builds := &atomic.Int32{}
 	socket := e2etest.ServeAgent(t, agent.Config{Build: "e2e", Log: slog.New(slog.NewTextHandler(os.Stderr, nil)), Timeout: 10 * time.Second,
+		NodeConfig: nodeConfig,
 		NewKube: func(kubeconfig string, timeout time.Duration, log *slog.Logger) (plugin.Kube, error) {
 			builds.Add(1)
 			c, err := kube.New(kubeconfig, timeout, log)
@@ -103,12 +107,13 @@ func startAgent(t *testing.T) (string, *atomic.Int32) {
 // of a pod the kubelet lists no device for.
 func TestAgentNodeKubeRecordsEvents(t *testing.T) {
 	n := newNode(t)
+	_, nodeConfig := nodeconfigtest.Split(t, n.conf(nil))
 	socket := e2etest.ServeAgent(t, agent.Config{Build: "e2e", Log: slog.New(slog.NewTextHandler(os.Stderr, nil)),
-		Timeout: 10 * time.Second, NewKube: agent.NodeKube(nodeName, nil)})
+		Timeout: 10 * time.Second, NewKube: agent.NodeKube(nodeName, nil), NodeConfig: nodeConfig})
 	pod, err := srv.CreatePod(e2etest.Ctx(t), "default", "dp-agent-events", nodeName, nil)
 	e2etest.Must(t, err)
 	n.givePod(pod.Name)
-	conf, err := json.Marshal(n.conf(map[string]any{"events": "all"}))
+	conf, err := json.Marshal(n.netConf(map[string]any{"events": "all"}))
 	e2etest.Must(t, err)
 	call := func(cmd, netns string) agenttest.Outcome {
 		return agenttest.Call(t, socket, &agentproto.Prepare{Command: cmd, ContainerID: "c1", Netns: netns,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/pkg/cni/kube"
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig/nodeconfigtest"
 	"github.com/devplumb/devplumb/pkg/testenv"
 	"github.com/devplumb/devplumb/podresources/podresourcestest"
 )
@@ -168,6 +169,13 @@ func (n *node) givePod(name string) {
 
 func (n *node) conf(extra map[string]any) map[string]any {
 	return e2etest.HostDeviceConf(n.network, n.pr.Socket, n.dir, srv.Kubeconfig, extra)
+}
+
+// netConf is conf without the node config's keys: the network config an
+// agent given conf's node config (nodeconfigtest.Split) is sent.
+func (n *node) netConf(extra map[string]any) map[string]any {
+	net, _ := nodeconfigtest.SplitMap(n.conf(extra))
+	return net
 }
 
 func (n *node) podArgs(pod, uid string) string {

@@ -25,6 +25,9 @@ type env struct {
 	multusLog    string
 	npwgDir      string // mounted at /var/run/k8s.cni.cncf.io for Multus
 	podResources *podresourcestest.Server
+	// nodeConfig is devplumb's node config (createNAD writes it), named in
+	// Multus's environment.
+	nodeConfig string
 }
 
 func newEnv(t *testing.T) *env {

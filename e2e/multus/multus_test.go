@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/devplumb/devplumb/e2e/e2etest"
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig/nodeconfigtest"
 	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
@@ -138,8 +139,14 @@ func (e *env) createNAD(namespace string) *nadv1.NetworkAttachmentDefinition {
 	if err := json.Unmarshal([]byte(nad.Spec.Config), &conf); err != nil {
 		t.Fatalf("multus-delegation.yaml config: %v", err)
 	}
+	// The node's paths go to devplumb's node config, named in the runtime's
+	// environment, which Multus thin passes on to its delegates.
 	conf["stateDir"] = filepath.Join(e.dir, "devplumb-state")
 	conf["podResourcesSocket"] = e.podResources.Socket
+	conf, node := nodeconfigtest.SplitMap(conf)
+	if e.nodeConfig, err = nodeconfigtest.WriteIn(e.dir, node); err != nil {
+		t.Fatal(err)
+	}
 	b, _ := json.Marshal(conf)
 	if nad.Annotations["k8s.v1.cni.cncf.io/resourceName"] != resourceName {
 		t.Fatalf("multus-delegation.yaml: resourceName annotation %q, test serves %s", nad.Annotations["k8s.v1.cni.cncf.io/resourceName"], resourceName)
@@ -162,6 +169,9 @@ func (e *env) multus(cmd, netns, args string) []byte {
 	c.Stdin = bytes.NewReader(e.multusConf)
 	c.Env = append(os.Environ(), "CNI_COMMAND="+cmd, "CNI_CONTAINERID="+containerID, "CNI_NETNS="+netns,
 		"CNI_IFNAME=eth0", "CNI_PATH="+e.binDir, "CNI_ARGS="+args)
+	if e.nodeConfig != "" {
+		c.Env = append(c.Env, nodeconfigtest.Env(e.nodeConfig))
+	}
 	var stdout, stderr bytes.Buffer
 	c.Stdout, c.Stderr = &stdout, &stderr
 	if err := c.Run(); err != nil {

@@ -25,7 +25,9 @@ import (
 
 // hostDeviceConflist is devplumb alone as the node's network named network: the pod's
 // eth0 is its device of resourceName, moved by host-device with the static address, and
-// devplumb writes its own network-status entry through the kubeconfig its installer wrote.
+// devplumb writes its own network-status entry through the kubeconfig its installer wrote
+// and named in the node config (/etc/cni/net.d/devplumb.d/node.json): a network config
+// may not name one.
 func hostDeviceConflist(network, resourceName, address string) []byte {
 	return []byte(`{
   "cniVersion": "1.0.0",
@@ -34,7 +36,6 @@ func hostDeviceConflist(network, resourceName, address string) []byte {
     "type": "devplumb",
     "resourceName": "` + resourceName + `",
     "injectDeviceID": ["device"],
-    "kubeconfig": "/etc/cni/net.d/devplumb.d/devplumb.kubeconfig",
     "delegate": {"type": "host-device", "ipam": {"type": "static", "addresses": [{"address": "` + address + `"}]}}
   }]
 }`)

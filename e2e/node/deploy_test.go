@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/devplumb/devplumb/e2e/e2etest"
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig"
 	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
@@ -94,8 +95,9 @@ func deploy(t *testing.T) {
 }
 
 // checkInstalled: the installer put the image's devplumb (the entry point) and
-// devplumb-direct (which it execs without an agent) into /opt/cni/bin, and its
-// kubeconfig reaches the API server (TLS verified) as the devplumb service account.
+// devplumb-direct (which it execs without an agent) into /opt/cni/bin, its node config
+// (/etc/cni/net.d/devplumb.d/node.json) names its kubeconfig, and that kubeconfig
+// reaches the API server (TLS verified) as the devplumb service account.
 func checkInstalled(t *testing.T) {
 	t.Helper()
 	for _, b := range []string{"devplumb", "devplumb-direct"} {
@@ -107,7 +109,13 @@ func checkInstalled(t *testing.T) {
 			t.Errorf("/opt/cni/bin/%s (%d bytes) is not the image's %s (%d bytes)", b, len(got), b, len(want))
 		}
 	}
-	kc := nd.HostPath("/etc/cni/net.d/devplumb.d/devplumb.kubeconfig")
+	data, err := os.ReadFile(nd.HostPath(nodeconfig.DefaultPath))
+	e2etest.Must(t, err)
+	n, err := nodeconfig.Parse(data)
+	if err != nil || n.Kubeconfig != "/etc/cni/net.d/devplumb.d/devplumb.kubeconfig" {
+		t.Fatalf("the installer's node config %s: %+v, %v: want its kubeconfig named", data, n, err)
+	}
+	kc := nd.HostPath(n.Kubeconfig)
 	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
 	e2etest.Must(t, err)
 	cs, err := kubernetes.NewForConfig(cfg)

@@ -216,13 +216,13 @@ func TestDRAUnderMultus(t *testing.T) {
 }
 
 // draNAD creates, from the applied deployments/nads/multus-delegation.yaml, a NAD whose
-// devplumb config also has "resourceName" (the annotation's) and devplumb's kubeconfig,
-// and returns its name.
+// devplumb config also has "resourceName" (the annotation's), and returns its name.
+// devplumb's kubeconfig is the node config's (the installer's node.json): a NAD may not
+// name one.
 func draNAD(t *testing.T) string {
 	t.Helper()
 	return nadVariant(t, "netdev-net", "netdev-dra", func(conf map[string]any, annotations map[string]string) {
 		conf["resourceName"] = annotations["k8s.v1.cni.cncf.io/resourceName"]
-		conf["kubeconfig"] = "/etc/cni/net.d/devplumb.d/devplumb.kubeconfig"
 	})
 }
 

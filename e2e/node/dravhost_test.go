@@ -24,7 +24,6 @@ const draVhostConflist = `{
   "plugins": [{
     "type": "devplumb",
     "resourceClaim": "net",
-    "kubeconfig": "/etc/cni/net.d/devplumb.d/devplumb.kubeconfig",
     "delegate": {"type": "macvlan", "master": "` + vhostMaster + `", "mode": "bridge",
       "ipam": {"type": "static", "addresses": [{"address": "203.0.113.30/24"}]}}
   }]

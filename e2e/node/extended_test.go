@@ -27,14 +27,13 @@ import (
 // dynamic_resources, and devplumb finds the devices there by the same resourceName.
 
 // extNAD is the NAD both modes use: the shipped multus-delegation.yaml's, whose devplumb
-// config also names the resource and devplumb's kubeconfig (what a DRA pod needs under
-// Multus v4.3.0, which passes no device for it) and, for two attachments of one pod, no
-// IPAM (a static address would be the same on both).
+// config also names the resource (what a DRA pod needs under Multus v4.3.0, which passes
+// no device for it, with the kubeconfig of the installer's node config) and, for two
+// attachments of one pod, no IPAM (a static address would be the same on both).
 func extNAD(t *testing.T) string {
 	t.Helper()
 	return nadVariant(t, "netdev-net", "netdev-ext", func(conf map[string]any, annotations map[string]string) {
 		conf["resourceName"] = annotations["k8s.v1.cni.cncf.io/resourceName"]
-		conf["kubeconfig"] = "/etc/cni/net.d/devplumb.d/devplumb.kubeconfig"
 		conf["delegate"] = map[string]any{"type": "host-device"}
 	})
 }
