@@ -213,7 +213,7 @@ func TestNADConfigsAreValidDevplumbConfigs(t *testing.T) {
 				continue
 			}
 			n++
-			conf, err := config.Parse([]byte(nad.Spec.Config))
+			conf, err := config.Parse([]byte(nad.Spec.Config), nil)
 			if err != nil {
 				t.Errorf("%s: NAD %s: %v", f, nad.Name, err)
 				continue
