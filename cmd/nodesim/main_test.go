@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/pkg/kubeletsim/kubeletsimtest"
@@ -188,6 +189,34 @@ func TestWaitTimesOut(t *testing.T) {
 	_, err := nodesim(t, "wait", "--root", root, "--resource", vf, "--timeout", "100ms")
 	if err == nil || !strings.Contains(err.Error(), "device plugin example.com/vf not registered") {
 		t.Fatalf("wait with no plugin: %v", err)
+	}
+}
+
+// A script starts `nodesim serve` and its plugin, then `nodesim wait` at once (scripts/demo.sh,
+// scripts/demo-dra.sh): on a busy machine wait runs before serve has made its control socket,
+// and must wait for serve within its timeout rather than fail.
+func TestWaitForStartingServe(t *testing.T) {
+	root := shortRoot(t)
+	waited := make(chan error, 1)
+	go func() {
+		_, err := nodesim(t, "wait", "--root", root, "--resource", vf, "--timeout", "20s")
+		waited <- err
+	}()
+	time.Sleep(500 * time.Millisecond) // serve starts late
+	select {
+	case err := <-waited:
+		t.Fatalf("wait ended before serve started: %v", err)
+	default:
+	}
+	startServe(t, root)
+	plugin := kubeletsimtest.NewPlugin(t, kubeletsim.PluginDir(root), vf, "vf.sock", kubeletsimtest.Dev("d1", 0))
+	plugin.Start(t.Context(), true)
+	if err := <-waited; err != nil {
+		t.Fatalf("wait started before serve: %v", err)
+	}
+	_, err := nodesim(t, "wait", "--root", shortRoot(t), "--resource", vf, "--timeout", "200ms")
+	if err == nil || !strings.Contains(err.Error(), "control socket") || !strings.Contains(err.Error(), "deadline exceeded") {
+		t.Fatalf("wait with no serve: %v", err)
 	}
 }
 
