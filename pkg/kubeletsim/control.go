@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/devplumb/devplumb/pkg/base/resourcename"
@@ -167,19 +168,20 @@ func NewControlClient(root string) (*ControlClient, error) {
 	if !isSocket(sock) {
 		return nil, fmt.Errorf("no nodesim serving root %s: control socket %s missing (start `nodesim serve --root %s`)", abs, sock, root)
 	}
-	return newControlClient(sock), nil
+	return newControlClient(sock, false), nil
 }
 
 // WaitControlClient is NewControlClient for a node that may still be starting
 // (a script that started `nodesim serve` and goes on at once): it waits for
-// the control socket until ctx ends.
+// the control socket until ctx ends, and the client's calls wait for a socket
+// that refuses them (left by a killed nodesim) until their ctx ends.
 func WaitControlClient(ctx context.Context, root string) (*ControlClient, error) {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		c, err := NewControlClient(root)
 		if err == nil {
-			return c, nil
+			return newControlClient(c.socket, true), nil
 		}
 		select {
 		case <-ctx.Done():
@@ -194,12 +196,29 @@ func isSocket(path string) bool {
 	return err == nil && fi.Mode()&os.ModeSocket != 0
 }
 
-func newControlClient(sock string) *ControlClient {
-	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", sock)
-	}}
+func newControlClient(sock string, wait bool) *ControlClient {
+	tr := &http.Transport{DialContext: dialControl(sock, wait)}
 	return &ControlClient{socket: sock, http: &http.Client{Transport: tr}}
+}
+
+// dialControl dials the control socket; with wait, a socket that is gone or
+// refuses (a killed nodesim's, until the starting one replaces it) is dialed
+// again until ctx ends.
+func dialControl(sock string, wait bool) func(context.Context, string, string) (net.Conn, error) {
+	return func(ctx context.Context, _, _ string) (net.Conn, error) {
+		for {
+			var d net.Dialer
+			conn, err := d.DialContext(ctx, "unix", sock)
+			if err == nil || !wait || !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.ENOENT) {
+				return conn, err
+			}
+			select {
+			case <-ctx.Done():
+				return nil, err
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
 }
 
 // AddPod asks the node to admit a pod.
