@@ -163,18 +163,19 @@ func (n *soakNode) startDaemons(vhost string) error {
 	return nil
 }
 
-// waitControl waits for nodesim's control socket.
+// waitControl waits until nodesim answers on its control socket: it makes it
+// first and serves it once its other sockets are up.
 func waitControl(root string) (*kubeletsim.ControlClient, error) {
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, err := os.Stat(kubeletsim.ControlSocket(root)); err == nil {
-			return kubeletsim.NewControlClient(root)
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("nodesim's control socket %s did not appear", kubeletsim.ControlSocket(root))
-		}
-		time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := kubeletsim.WaitControlClient(ctx, root)
+	if err != nil {
+		return nil, err
 	}
+	if _, err := c.Pods(ctx); err != nil {
+		return nil, fmt.Errorf("nodesim does not answer: %w", err)
+	}
+	return c, nil
 }
 
 // close stops the daemons, last started first (netdev-dp asks nodesim at its stop), then

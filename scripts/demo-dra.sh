@@ -120,7 +120,8 @@ say "2. the node: veth ends, nodesim (the kubelet), netdev-dp --mode dra (the DR
 for v in "${VETHS[@]}"; do ip link add "$v" type veth peer name "${v}p"; ip link set "${v}p" up; done
 echo "veth pool: ${VETHS[*]}"
 start nodesim "$BIN/nodesim" serve --root "$ROOT/node" --kubeconfig "$KUBECONFIG_FILE" --node-name "$NODE"
-wait_for 20 "nodesim" test -S "$ROOT/node/pod-resources/kubelet.sock"
+# nodesim answers on its control socket once all its sockets are up (DRA registration too).
+wait_for 20 "nodesim" timeout 20 "$BIN/nodesim" pods --root "$ROOT/node"
 echo '{"resources": [{"resourceName": "example.com/hostdev", "netdevs": {"names": ["dpdra[0-9]"]}}]}' >"$ROOT/netdev-dp.json"
 start netdev-dp "$BIN/netdev-dp" --mode dra --config "$ROOT/netdev-dp.json" --kubeconfig "$KUBECONFIG_FILE" \
 	--node-name "$NODE" --kubelet-registrar-dir "$ROOT/node/plugins_registry" --kubelet-plugins-dir "$ROOT/node/plugins" \

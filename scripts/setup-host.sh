@@ -21,7 +21,11 @@ if [ "$(id -u)" != 0 ] || ! have apt-get; then
 	echo "setup-host: missing Debian packages: ${need[*]} (run make test as root to install them)" >&2
 	exit 0
 fi
+
+# shellcheck source=scripts/apt-lib.sh
+. "${0%/*}/apt-lib.sh"
+APT_WHO=setup-host
 echo "setup-host: installing Debian packages: ${need[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq >&2
-apt-get install -y -qq --no-install-recommends "${need[@]}" >&2
+apt_get update -qq
+apt_get install -y -qq --no-install-recommends "${need[@]}"

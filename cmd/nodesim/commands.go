@@ -315,12 +315,14 @@ func wait(ctx context.Context, args []string) error {
 	if (*res == "") == (*driver == "") {
 		return fmt.Errorf("%w: wait: give one of --resource and --driver", errUsage)
 	}
-	c, err := kubeletsim.NewControlClient(*root)
+	// The timeout covers a nodesim still starting too: a script starts
+	// `nodesim serve` and its plugin, then waits here for both.
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	c, err := kubeletsim.WaitControlClient(ctx, *root)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
 	if *driver != "" {
 		if err := c.WaitDRADriver(ctx, *driver); err != nil {
 			return fmt.Errorf("DRA driver %s not registered: %w", *driver, err)

@@ -87,7 +87,8 @@ Usage:
 
   nodesim wait --root DIR (--resource RES | --driver DRIVER) [--timeout 30s]
       Wait until a device plugin for RES has registered and advertised its devices, or the DRA
-      driver has registered (exit 1 when the timeout passes first).
+      driver has registered (exit 1 when the timeout passes first). A nodesim serve that is
+      still starting is waited for within the same timeout.
 
   nodesim drivers --root DIR
       Print the registered DRA drivers (name, endpoint, gRPC service) as JSON.

@@ -5,12 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/pkg/kubeletsim/kubeletsimtest"
@@ -188,6 +191,59 @@ func TestWaitTimesOut(t *testing.T) {
 	_, err := nodesim(t, "wait", "--root", root, "--resource", vf, "--timeout", "100ms")
 	if err == nil || !strings.Contains(err.Error(), "device plugin example.com/vf not registered") {
 		t.Fatalf("wait with no plugin: %v", err)
+	}
+}
+
+// A script starts `nodesim serve` and its plugin, then `nodesim wait` at once (scripts/demo.sh,
+// scripts/demo-dra.sh): on a busy machine wait runs before serve has made its control socket,
+// and must wait for serve within its timeout rather than fail; so too where a killed nodesim
+// left its control socket, which refuses until the new serve replaces it.
+func TestWaitForStartingServe(t *testing.T) {
+	for _, stale := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stale socket %v", stale), func(t *testing.T) {
+			root := shortRoot(t)
+			if stale {
+				leaveSocket(t, kubeletsim.ControlSocket(root))
+			}
+			waitBeforeServe(t, root)
+		})
+	}
+	_, err := nodesim(t, "wait", "--root", shortRoot(t), "--resource", vf, "--timeout", "200ms")
+	if err == nil || !strings.Contains(err.Error(), "control socket") || !strings.Contains(err.Error(), "deadline exceeded") {
+		t.Fatalf("wait with no serve: %v", err)
+	}
+}
+
+// leaveSocket makes a socket file no one listens on, as a killed process leaves it.
+func leaveSocket(t *testing.T, path string) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis.SetUnlinkOnClose(false)
+	lis.Close()
+}
+
+func waitBeforeServe(t *testing.T, root string) {
+	waited := make(chan error, 1)
+	go func() {
+		_, err := nodesim(t, "wait", "--root", root, "--resource", vf, "--timeout", "20s")
+		waited <- err
+	}()
+	time.Sleep(500 * time.Millisecond) // serve starts late
+	select {
+	case err := <-waited:
+		t.Fatalf("wait ended before serve started: %v", err)
+	default:
+	}
+	startServe(t, root)
+	plugin := kubeletsimtest.NewPlugin(t, kubeletsim.PluginDir(root), vf, "vf.sock", kubeletsimtest.Dev("d1", 0))
+	plugin.Start(t.Context(), true)
+	if err := <-waited; err != nil {
+		t.Fatalf("wait started before serve: %v", err)
 	}
 }
 

@@ -96,7 +96,7 @@ func (n *driverNode) startNodesim() string {
 	sim, err := kubeapi.Spawn(n.dir, "nodesim", bin, "serve", "--root", n.dir, "--kubeconfig", srv.Kubeconfig, "--node-name", n.name)
 	e2etest.Must(t, err)
 	t.Cleanup(func() { sim.Terminate(10 * time.Second) })
-	simWaitFile(t, kubeletsim.ControlSocket(n.dir), sim, n.dir)
+	simWaitServing(t, n.dir, sim)
 	return bin
 }
 

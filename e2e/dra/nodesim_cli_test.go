@@ -31,8 +31,7 @@ func TestNodesimDRACommandLine(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Not kubelet.sock: a stopped kubelet (and nodesim) leaves it behind.
-		simWaitFile(t, kubeletsim.ControlSocket(root), p, root)
+		simWaitServing(t, root, p)
 		return p
 	}
 	p := serve()
@@ -95,6 +94,22 @@ func simCLI(t *testing.T, bin string, args ...string) string {
 }
 
 // waitFile waits for a file the process creates when ready.
+// simWaitServing waits until the nodesim serve p answers on its control socket, which
+// it makes first and serves once its other sockets are up. Not kubelet.sock: a stopped
+// kubelet (and nodesim) leaves it behind.
+func simWaitServing(t *testing.T, root string, p *kubeapi.Proc) {
+	t.Helper()
+	simWaitFile(t, kubeletsim.ControlSocket(root), p, root)
+	c, err := kubeletsim.NewControlClient(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Pods(e2etest.Ctx(t)); err != nil {
+		log, _ := os.ReadFile(filepath.Join(root, "nodesim.log"))
+		t.Fatalf("nodesim serve does not answer: %v\n%s", err, log)
+	}
+}
+
 func simWaitFile(t *testing.T, path string, p *kubeapi.Proc, logDir string) {
 	t.Helper()
 	c := e2etest.Ctx(t)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/devplumb/devplumb/pkg/base/resourcename"
@@ -44,8 +45,12 @@ type controlServer struct {
 	done chan struct{}
 }
 
-func startControl(n *Node) (*controlServer, error) {
-	path := ControlSocket(n.root)
+// listenControl makes the control socket. The node makes it before any socket
+// that announces it (PodResources, plugin registration) and serves it once all
+// are up: a client that sees the node announced finds the control socket, and
+// its requests wait in the listen backlog until the node answers them.
+func listenControl(root string) (net.Listener, error) {
+	path := ControlSocket(root)
 	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
 		os.Remove(path) // left by a killed nodesim
 	}
@@ -53,6 +58,11 @@ func startControl(n *Node) (*controlServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on control socket %s: %w", path, err)
 	}
+	return lis, nil
+}
+
+// serveControl answers the control API on lis until stop.
+func serveControl(n *Node, lis net.Listener) *controlServer {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/pods", n.handleAdd)
 	mux.HandleFunc("DELETE /v1/pods/{namespace}/{name}", n.handleDel)
@@ -65,7 +75,7 @@ func startControl(n *Node) (*controlServer, error) {
 		defer close(c.done)
 		_ = c.srv.Serve(lis) // returns at stop
 	}()
-	return c, nil
+	return c
 }
 
 func (c *controlServer) stop() {
@@ -155,14 +165,60 @@ func NewControlClient(root string) (*ControlClient, error) {
 		return nil, fmt.Errorf("root %s: %w", root, err)
 	}
 	sock := ControlSocket(abs)
-	if fi, err := os.Stat(sock); err != nil || fi.Mode()&os.ModeSocket == 0 {
+	if !isSocket(sock) {
 		return nil, fmt.Errorf("no nodesim serving root %s: control socket %s missing (start `nodesim serve --root %s`)", abs, sock, root)
 	}
-	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", sock)
-	}}
-	return &ControlClient{socket: sock, http: &http.Client{Transport: tr}}, nil
+	return newControlClient(sock, false), nil
+}
+
+// WaitControlClient is NewControlClient for a node that may still be starting
+// (a script that started `nodesim serve` and goes on at once): it waits for
+// the control socket until ctx ends, and the client's calls wait for a socket
+// that refuses them (left by a killed nodesim) until their ctx ends.
+func WaitControlClient(ctx context.Context, root string) (*ControlClient, error) {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		c, err := NewControlClient(root)
+		if err == nil {
+			return newControlClient(c.socket, true), nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w; waited for it until %w", err, context.Cause(ctx))
+		case <-tick.C:
+		}
+	}
+}
+
+func isSocket(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode()&os.ModeSocket != 0
+}
+
+func newControlClient(sock string, wait bool) *ControlClient {
+	tr := &http.Transport{DialContext: dialControl(sock, wait)}
+	return &ControlClient{socket: sock, http: &http.Client{Transport: tr}}
+}
+
+// dialControl dials the control socket; with wait, a socket that is gone or
+// refuses (a killed nodesim's, until the starting one replaces it) is dialed
+// again until ctx ends.
+func dialControl(sock string, wait bool) func(context.Context, string, string) (net.Conn, error) {
+	return func(ctx context.Context, _, _ string) (net.Conn, error) {
+		for {
+			var d net.Dialer
+			conn, err := d.DialContext(ctx, "unix", sock)
+			if err == nil || !wait || !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.ENOENT) {
+				return conn, err
+			}
+			select {
+			case <-ctx.Done():
+				return nil, err
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
 }
 
 // AddPod asks the node to admit a pod.

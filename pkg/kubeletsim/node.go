@@ -18,6 +18,10 @@
 // free devices only, GetPreferredAllocation when offered, Allocate once per
 // container and resource, PreStartContainer when the plugin asks for it.
 //
+// The control socket appears before the others and answers once they are all
+// served: scripts that see any socket can use it, and an answer means the node
+// is up.
+//
 // A restart on the same root is a kubelet restart: assignments come back from
 // the checkpoint, every socket in ROOT/device-plugins is removed and
 // kubelet.sock is created anew, so plugins must register again.
@@ -174,22 +178,40 @@ func (n *Node) startAll(opts Options) error {
 	if err := os.MkdirAll(n.stateDir(), 0o750); err != nil {
 		return fmt.Errorf("create state directory: %w", err)
 	}
+	// First the control socket, so that whoever sees any of the node's sockets
+	// can use it (`nodesim wait`, `nodesim pod add`); served last, so that an
+	// answer on it means the node is up, which kubelet.sock, left behind by a
+	// stopped node, cannot tell.
+	lis, err := listenControl(n.root)
+	if err != nil {
+		return err
+	}
+	if err := n.startServers(opts); err != nil {
+		lis.Close()
+		return err
+	}
+	n.ctl = serveControl(n, lis)
+	return nil
+}
+
+// startServers starts the PodResources server, DRA and plugin registration.
+func (n *Node) startServers(opts Options) error {
 	pr, err := podresourcesserver.Start(n.PodResourcesSocket(), n, opts.PodResources)
 	if err != nil {
 		return err
 	}
 	n.pr = pr
+	podResourcesServed()
 	if err := n.startDRA(opts.DRA); err != nil {
 		return err
 	}
-	ctl, err := startControl(n)
-	if err != nil {
-		return err
-	}
-	n.ctl = ctl
 	// Last: kubelet.sock appearing tells plugins (and scripts) the node is ready.
 	return n.startRegistration()
 }
+
+// podResourcesServed is a test's look at the node as its PodResources socket
+// appears, which scripts take for the node being there.
+var podResourcesServed = func() {}
 
 // Stop ends every server and plugin connection. Assignments stay in the
 // checkpoint for the next Start. Calling Stop again does nothing.
