@@ -73,7 +73,7 @@ e2e: shallow-note setup
 pkgs_with = $$(grep -rl --include='*_test.go' '^func $(1)' . | xargs -r -n1 dirname | sort -u)
 
 # P1-P9 of devplumb's cost per pod start, as root, with Multus thin and thick, a real
-# kube-apiserver and the node agent (bin/devplumbctl agent): a table, and
+# kube-apiserver and the node agent (bin/devplumb-agent): a table, and
 # bench/results/results.md and chart.png. About 15 minutes on 2 CPUs with -runs 10.
 # BENCHFLAGS e.g. "-runs 10 -baseline old/devplumb", "-only P1,P7 -soak 0".
 BENCHFLAGS ?=
