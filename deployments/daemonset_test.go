@@ -185,6 +185,12 @@ func TestMetricsContainer(t *testing.T) {
 		t.Errorf("metrics container %+v: want runAsNonRoot, the uid and group of the agent's --metrics-peer-uid %s and --metrics-socket-gid %s",
 			sc, agentFlags["--metrics-peer-uid"], agentFlags["--metrics-socket-gid"])
 	}
+	// The agent has no CAP_CHOWN: it may give its socket only to a group it is in.
+	if psc := spec.SecurityContext; psc == nil ||
+		!slices.ContainsFunc(psc.SupplementalGroups, func(g int64) bool { return strconv.FormatInt(g, 10) == agentFlags["--metrics-socket-gid"] }) {
+		t.Errorf("pod securityContext %+v: want supplementalGroups with the agent's --metrics-socket-gid %s (no CAP_CHOWN: chgrp needs membership)",
+			psc, agentFlags["--metrics-socket-gid"])
+	}
 	if _, ok := args["--secure-metrics"]; !ok {
 		t.Errorf("args %q serve /metrics to anyone on the node's network: want --secure-metrics", c.Args)
 	}
