@@ -158,3 +158,60 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// The agent of the DaemonSet holds no CAP_CHOWN (CAP_DAC_OVERRIDE only): it
+// gives its metrics socket to the metrics group because it is a member (the
+// pod's supplementalGroups), as an owner may; not a member, it fails at start
+// saying so. Run as the DaemonSet runs it, under setpriv.
+func TestMetricsSocketGroupWithoutChown(t *testing.T) {
+	setpriv, err := exec.LookPath("setpriv")
+	if os.Getuid() != 0 || err != nil {
+		t.Skip("needs root and setpriv (util-linux)")
+	}
+	bin := filepath.Join(testenv.Build(t, "./cmd/devplumb-agent"), "devplumb-agent")
+	for _, member := range []bool{true, false} {
+		dir, err := os.MkdirTemp("", "agent") // t.TempDir() may be too long for a socket path
+		must(t, err)
+		defer os.RemoveAll(dir)
+		metricsSocket := filepath.Join(dir, "metrics", "agent-metrics.sock")
+		groups := "0"
+		if member {
+			groups = fmt.Sprint(metricsUser)
+		}
+		cmd := exec.CommandContext(t.Context(), setpriv, "--bounding-set=-all,+dac_override", "--inh-caps=-all", "--groups="+groups, "--",
+			bin, "--socket", filepath.Join(dir, "agent.sock"), "--metrics-socket", metricsSocket, "--node-config", filepath.Join(dir, "node.json"),
+			"--metrics-socket-gid", fmt.Sprint(metricsUser), "--metrics-peer-uid", fmt.Sprint(metricsUser))
+		var stderr syncWriter
+		cmd.Stderr = &stderr
+		must(t, cmd.Start())
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		if !member {
+			if err := <-exited; err == nil || !strings.Contains(stderr.String(), "operation not permitted") {
+				t.Errorf("not in group %d: exit %v, stderr %s: want a start failure naming the chown", metricsUser, err, stderr.String())
+			}
+			continue
+		}
+		waitFile(t, metricsSocket, exited, &stderr)
+		checkOwner(t, metricsSocket, 0o660)
+		must(t, cmd.Process.Signal(syscall.SIGTERM))
+		if err := <-exited; err != nil {
+			t.Errorf("exit after SIGTERM: %v: %s", err, stderr.String())
+		}
+	}
+}
+
+// waitFile waits for path while the process has not exited.
+func waitFile(t *testing.T, path string, exited <-chan error, stderr fmt.Stringer) {
+	t.Helper()
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("exited before %s: %v: %s", path, err, stderr)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
