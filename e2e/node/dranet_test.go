@@ -2,7 +2,6 @@ package node_test
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -237,27 +236,28 @@ func checkNoCNIFiles(t *testing.T) {
 }
 
 // TestDRAShippedNADUnderMultus: the shipped deployments/nads/multus-delegation.yaml as it
-// is does not serve a DRA pod under Multus v4.3.0 thick: Multus looks the NAD's
-// resourceName up among the pod's device-plugin resources and its DRA claims by claim
-// name, finds nothing and passes devplumb no device; devplumb, whose config leaves the
-// device to Multus, fails ADD with its error saying what is missing (which the daemon
-// hands back through multus-shim), and the pod does not start (TestDRAUnderMultus shows the NAD that works).
+// is serves a DRA pod under Multus v4.3.0 thick. Multus looks the NAD's resourceName up
+// among the pod's device-plugin resources and its DRA claims by claim name, finds nothing
+// and passes devplumb no device; devplumb then reads the NAD's resourceName annotation
+// itself, with the node config's kubeconfig (which every network on the node has since a
+// NAD may no longer name one), and takes the pod's claim device of that resource: net1 is
+// that device and the claim's networkData says so; the NAD's "networkStatus": "none"
+// leaves the network-status list to Multus.
 func TestDRAShippedNADUnderMultus(t *testing.T) {
 	draMode(t)
 	multusAsNodeCNI(t, multusThick)
 	tmpl := claimTemplate(t, "hostdev-shipped", draClass)
 	pod := createClaimPod(t, "dra-shipped-nad", tmpl, true, map[string]string{nadv1.NetworkAttachmentAnnot: "netdev-net@net1"})
-	waitFor(t, "pod "+pod.Name+"'s sandbox failing with devplumb's error", func(c context.Context) error {
-		if evs := events(c, pod); !strings.Contains(evs, "passed no runtimeConfig.deviceID") {
-			return fmt.Errorf("events: %s", evs)
-		}
-		return nil
-	})
-	p, err := nd.Client.CoreV1().Pods(pod.Namespace).Get(ctx(t), pod.Name, metav1.GetOptions{})
-	e2etest.Must(t, err)
-	if p.Status.Phase == corev1.PodRunning {
-		t.Errorf("pod %s runs", pod.Name)
-	}
+	waitRunning(t, pod)
+	d := allocated(t, pod, draResource)
+	checkInterface(t, pod, podView(t, pod), "net1", d.id)
+	entry := networkStatus(t, pod, "default/netdev-net", "net1")
+	checkNetworkData(t, d, "net1", "198.51.100.10/24", entry.Mac)
 	deletePod(t, pod)
+	waitFor(t, d.id+" back on the host", func(context.Context) error {
+		_, err := netlink.LinkByName(d.id)
+		return err
+	})
+	waitUnprepared(t, d)
 	checkNoCNIFiles(t)
 }
