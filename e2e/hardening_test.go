@@ -580,25 +580,67 @@ func testNADCannotNameNodeSettings(t *testing.T, withAgent bool) {
 	e.extraEnv = []string{nodeconfigtest.Env(node)}
 	e.verbatim = true
 	t.Cleanup(func() { e.extraEnv, e.verbatim = nil, false })
-	var url string
-	if withAgent {
-		dir, err := os.MkdirTemp("", "agent") // t.TempDir() may be too long for a socket path
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.RemoveAll(dir) })
-		socket, metricsSocket := filepath.Join(dir, "agent.sock"), filepath.Join(dir, "agent-metrics.sock")
-		startAgent(t, socket, metricsSocket, node)
-		t.Setenv("DEVPLUMB_AGENT_SOCKET", socket)
-		url, _ = startPhaseMetrics(t, e.stateDir, metricsSocket)
-	} else {
-		t.Setenv("DEVPLUMB_AGENT_SOCKET", filepath.Join(t.TempDir(), "none.sock"))
-	}
-
-	// What a hostile author would name: a root-owned kubeconfig whose user
-	// is an exec plugin (devplumb runs as root), a socket, directories and a
-	// log file in /tmp, the kubelet check switched off.
+	url := agentOrNone(t, e, node, withAgent)
 	hostile := t.TempDir()
+	values, marker := hostileNodeSettings(t, e, hostile)
+	padded := maps.Clone(net)
+	padded["delegate"] = e.recorder(map[string]any{"padding": strings.Repeat("x", 700<<10)})
+	padded["kubeconfig"] = values["kubeconfig"]
+	cases := []nodeKeyCase{{"kubeconfig in a 700 KB config", "kubeconfig", padded}}
+	for _, k := range nodeconfig.Keys {
+		c := maps.Clone(net)
+		c[k] = values[k]
+		if k == "trustDeviceID" {
+			c["deviceID"] = "0000:05:00.1"
+		}
+		cases = append(cases, nodeKeyCase{k, k, c})
+	}
+	for _, c := range cases {
+		checkNodeKeyRefused(t, e, c, pod.Path(), hostile)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the kubeconfig's exec plugin ran")
+	}
+	if withAgent {
+		fams := scrape(t, url)
+		if got := counter(fams, "devplumb_agent_requests_total", map[string]string{"request": "prepare", "command": "ADD"}); got != float64(len(cases)) {
+			t.Errorf("the agent prepared %v ADDs, want %d", got, len(cases))
+		}
+	}
+}
+
+// nodeKeyCase is a network config setting key, a node config setting.
+type nodeKeyCase struct {
+	name, key string
+	conf      map[string]any
+}
+
+// agentOrNone starts a real agent serving the calls with node (its metrics'
+// URL), or names a socket nobody serves.
+func agentOrNone(t *testing.T, e *env, node string, withAgent bool) string {
+	t.Helper()
+	if !withAgent {
+		t.Setenv("DEVPLUMB_AGENT_SOCKET", filepath.Join(t.TempDir(), "none.sock"))
+		return ""
+	}
+	dir, err := os.MkdirTemp("", "agent") // t.TempDir() may be too long for a socket path
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	socket, metricsSocket := filepath.Join(dir, "agent.sock"), filepath.Join(dir, "agent-metrics.sock")
+	startAgent(t, socket, metricsSocket, node)
+	t.Setenv("DEVPLUMB_AGENT_SOCKET", socket)
+	url, _ := startPhaseMetrics(t, e.stateDir, metricsSocket)
+	return url
+}
+
+// hostileNodeSettings are what a hostile author would name, one per node
+// config key: a root-owned kubeconfig whose user is an exec plugin (devplumb
+// runs as root; it would create marker), a socket, directories and a log
+// file in hostile, the kubelet check switched off.
+func hostileNodeSettings(t *testing.T, e *env, hostile string) (map[string]any, string) {
+	t.Helper()
 	marker := filepath.Join(hostile, "MARKER")
 	kcDir := filepath.Join(e.root, "kc")
 	kubeconfig := filepath.Join(kcDir, "kubeconfig")
@@ -614,65 +656,42 @@ current-context: c
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	stateDir, devinfoDir := filepath.Join(hostile, "state"), filepath.Join(hostile, "devinfo")
-	logFile := filepath.Join(hostile, "devplumb.log")
 	values := map[string]any{
 		"kubeconfig":         kubeconfig,
 		"podResourcesSocket": filepath.Join(hostile, "kubelet.sock"),
-		"deviceInfoDir":      devinfoDir,
-		"stateDir":           stateDir,
-		"logFile":            logFile,
+		"deviceInfoDir":      filepath.Join(hostile, "devinfo"),
+		"stateDir":           filepath.Join(hostile, "state"),
+		"logFile":            filepath.Join(hostile, "devplumb.log"),
 		"trustDeviceID":      true,
 	}
 	if len(values) != len(nodeconfig.Keys) {
 		t.Fatalf("keys %v, test has %d", nodeconfig.Keys, len(values))
 	}
-	padded := maps.Clone(net)
-	padded["delegate"] = e.recorder(map[string]any{"padding": strings.Repeat("x", 700<<10)})
-	padded["kubeconfig"] = kubeconfig
-	type tc struct {
-		name, key string
-		conf      map[string]any
-	}
-	var cases []tc
-	for _, k := range nodeconfig.Keys {
-		c := maps.Clone(net)
-		c[k] = values[k]
-		if k == "trustDeviceID" {
-			c["deviceID"] = "0000:05:00.1"
-		}
-		cases = append(cases, tc{k, k, c})
-	}
-	cases = append(cases, tc{"kubeconfig in a 700 KB config", "kubeconfig", padded})
+	return values, marker
+}
+
+// checkNodeKeyRefused: ADD of c's config fails with code 7 naming the key
+// and the node config, claims, writes and runs nothing; DEL succeeds.
+func checkNodeKeyRefused(t *testing.T, e *env, c nodeKeyCase, netns, hostile string) {
+	t.Helper()
 	args := podArgs("default", "p1")
-	for _, c := range cases {
-		stdin := mustJSON(t, c.conf)
-		_, ce := e.run("ADD", stdin, "c1", pod.Path(), "net1", args)
-		if ce == nil || ce.Code != types.ErrInvalidNetworkConfig || !contains(ce.Msg, `"`+c.key+`"`) || !contains(ce.Msg, "node config") {
-			t.Errorf("%s: ADD %+v, want code 7 naming %q and the node config", c.name, ce, c.key)
-		}
-		if st := e.state(); len(st) != 0 {
-			t.Errorf("%s: ADD claimed %+v", c.name, st)
-		}
-		e.assertNoAttachments(t, c.name)
-		if _, err := os.Stat(e.recordDir); err == nil {
-			t.Errorf("%s: the delegate ran", c.name)
-		}
-		if _, ce := e.run("DEL", stdin, "c1", pod.Path(), "net1", args); ce != nil {
-			t.Errorf("%s: DEL %+v", c.name, ce)
-		}
-		if ents, _ := os.ReadDir(hostile); len(ents) != 0 {
-			t.Errorf("%s: written in the directory the network config names: %v", c.name, ents)
-		}
-		os.RemoveAll(e.recordDir) // DEL ran the delegate's DEL
+	stdin := mustJSON(t, c.conf)
+	_, ce := e.run("ADD", stdin, "c1", netns, "net1", args)
+	if ce == nil || ce.Code != types.ErrInvalidNetworkConfig || !contains(ce.Msg, `"`+c.key+`"`) || !contains(ce.Msg, "node config") {
+		t.Errorf("%s: ADD %+v, want code 7 naming %q and the node config", c.name, ce, c.key)
 	}
-	if _, err := os.Stat(marker); err == nil {
-		t.Error("the kubeconfig's exec plugin ran")
+	if st := e.state(); len(st) != 0 {
+		t.Errorf("%s: ADD claimed %+v", c.name, st)
 	}
-	if withAgent {
-		fams := scrape(t, url)
-		if got := counter(fams, "devplumb_agent_requests_total", map[string]string{"request": "prepare", "command": "ADD"}); got != float64(len(cases)) {
-			t.Errorf("the agent prepared %v ADDs, want %d", got, len(cases))
-		}
+	e.assertNoAttachments(t, c.name)
+	if _, err := os.Stat(e.recordDir); err == nil {
+		t.Errorf("%s: the delegate ran", c.name)
 	}
+	if _, ce := e.run("DEL", stdin, "c1", netns, "net1", args); ce != nil {
+		t.Errorf("%s: DEL %+v", c.name, ce)
+	}
+	if ents, _ := os.ReadDir(hostile); len(ents) != 0 {
+		t.Errorf("%s: written in the directory the network config names: %v", c.name, ents)
+	}
+	os.RemoveAll(e.recordDir) // DEL ran the delegate's DEL
 }
