@@ -17,6 +17,7 @@ import (
 
 	"github.com/devplumb/devplumb/pkg/base/libcnicache"
 	"github.com/devplumb/devplumb/pkg/cni/config"
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig"
 )
 
 // Capability names of the Device Information Spec and Multus.
@@ -119,9 +120,10 @@ func NewWithExec(cniPath, cacheDir string, exec invoke.Exec) *Invoker {
 
 // CacheDir is libcni's result cache of one devplumb network: GC of one
 // network must never see (and DEL) another network's delegates, even if
-// they share a name.
+// they share a name. The layout is nodeconfig's, which the entry point
+// checks the agent's answers against.
 func CacheDir(stateDir, network string) string {
-	return filepath.Join(stateDir, "libcni", network)
+	return (&nodeconfig.Node{StateDir: stateDir}).CacheDir(network)
 }
 
 // Add runs ADD through the chain. It holds the cache lock shared, so no DEL
