@@ -42,9 +42,11 @@ cni-plugins:
 	@mkdir -p $(BIN)/cni
 	$(GO) build -o $(BIN)/cni/ $$($(GO) list -f '{{.ImportPath}}' tool | grep -v '^$$')
 
-# The Debian packages the tests need (installed when root; scripts/setup-host.sh says which).
+# The Debian packages the tests need (installed when root; scripts/setup-host.sh says which),
+# and QEMU >= 8.0 for e2e/vm (scripts/setup-qemu.sh: on Debian 12 from bookworm-backports).
 setup:
 	@scripts/setup-host.sh
+	@scripts/setup-qemu.sh
 
 # A shallow clone (git clone --depth 1, many CI systems' default) lacks the earlier release
 # e2e/node's upgrade test builds: the test fetches it from origin, or is skipped. Said first.
