@@ -355,7 +355,7 @@ func TestExampleNADsLeaveNetworkStatusToMultus(t *testing.T) {
 				continue // reported by TestNADConfigsAreValidDevplumbConfigs
 			}
 			if conf.NetworkStatus != config.NetworkStatusNone {
-				t.Errorf(`%s: NAD %s writes network-status; under Multus it must not: "networkStatus": "none" (see README: who writes network-status)`, f, nad.Name)
+				t.Errorf(`%s: NAD %s writes network-status; under Multus it must not: "networkStatus": "none" (see deployments/README.md, "Who writes network-status")`, f, nad.Name)
 			}
 		}
 	}
