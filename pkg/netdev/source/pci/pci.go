@@ -1,8 +1,11 @@
 // Package pci is the device source that finds network PCI devices (PFs and
-// VFs) in sysfs for one resource, selected by vendor, device ID, driver, PF
-// name and link type. The device ID is the PCI address. A PF with VFs
-// configured is left out: its VFs are the devices. A device bound to
-// vfio-pci needs /dev/vfio/vfio and its IOMMU group's node in the container.
+// VFs) in sysfs for one resource, selected with the SR-IOV network device
+// plugin's selectors (see Selectors). The device ID is the PCI address. A PF
+// with VFs configured is left out: its VFs are the devices. A container
+// gets what its device needs: /dev/vfio/vfio and the IOMMU group's node for
+// a vfio-pci bound device, the RDMA char devices when the resource asks for
+// RDMA, /dev/vhost-net and /dev/net/tun when it asks for vhost-net, the
+// vhost-vdpa node of a vhost vDPA device.
 //
 // Health: a device stays in sysfs while a CNI plugin moves its netdev into a
 // pod (only the netdev changes namespace), so in-use devices stay Healthy. A
@@ -17,7 +20,6 @@ package pci
 import (
 	"fmt"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sync"
 
@@ -25,22 +27,15 @@ import (
 	"github.com/devplumb/devplumb/pkg/deviceplugin"
 	"github.com/devplumb/devplumb/pkg/netdev/source"
 	"github.com/devplumb/devplumb/pkg/netdev/source/sysfs"
+	"github.com/devplumb/devplumb/pkg/netdev/source/vdpa"
 )
-
-// Selectors choose devices; an empty list matches everything, a device must
-// match every non-empty list.
-type Selectors struct {
-	Vendors   []string `json:"vendors,omitempty"`   // "8086"
-	Devices   []string `json:"devices,omitempty"`   // "154c"
-	Drivers   []string `json:"drivers,omitempty"`   // "iavf", "vfio-pci"
-	PFNames   []string `json:"pfNames,omitempty"`   // PF netdev names (for a PF: its own)
-	LinkTypes []string `json:"linkTypes,omitempty"` // "ether", "infiniband"
-}
 
 // Source is the PCI source of one resource.
 type Source struct {
 	root string
 	sel  Selectors
+	// pfNames and rootDevices are sel's entries parsed.
+	pfNames, rootDevices []pfEntry
 
 	mu    sync.Mutex
 	known map[string]source.Device // devices seen, kept when they leave sysfs
@@ -54,29 +49,10 @@ func New(root string, sel Selectors) (*Source, error) {
 	if root == "" {
 		root = sysfs.DefaultRoot
 	}
-	return &Source{root: root, sel: sel, known: map[string]source.Device{}}, nil
-}
-
-// hexID is how sysfs IDs are compared: four lower-case hex digits, no "0x".
-var hexID = regexp.MustCompile(`^[0-9a-f]{4}$`)
-
-// Validate refuses IDs written in a form that can never match (sysfs shows
-// "0x8086"; selectors take "8086"), which would leave the source silently
-// empty, and empty names.
-func (sel Selectors) Validate() error {
-	for what, ids := range map[string][]string{"vendors": sel.Vendors, "devices": sel.Devices} {
-		for _, id := range ids {
-			if !hexID.MatchString(id) {
-				return fmt.Errorf("pci source: %s: %q is not a PCI ID of four lower-case hex digits without 0x, like \"8086\"", what, id)
-			}
-		}
-	}
-	for what, names := range map[string][]string{"drivers": sel.Drivers, "pfNames": sel.PFNames, "linkTypes": sel.LinkTypes} {
-		if slices.Contains(names, "") {
-			return fmt.Errorf("pci source: %s: empty name", what)
-		}
-	}
-	return nil
+	s := &Source{root: root, sel: sel, known: map[string]source.Device{}}
+	s.pfNames, _ = parsePFList(sel.PFNames) // Validate parsed them
+	s.rootDevices, _ = parsePFList(sel.RootDevices)
+	return s, nil
 }
 
 // Kind is "pci".
@@ -98,7 +74,7 @@ func (s *Source) Scan() ([]source.Device, error) {
 			return nil, fmt.Errorf("pci source: %w", err)
 		}
 		if s.selected(d) {
-			found[addr] = s.withPFLink(device(d), d)
+			found[addr] = s.withPFLink(s.device(d), d)
 		}
 	}
 	s.mu.Lock()
@@ -112,23 +88,27 @@ func (s *Source) selected(d *sysfs.Device) bool {
 	if !d.IsNetwork() || d.NumVFs > 0 {
 		return false
 	}
-	if !match(s.sel.Vendors, d.Vendor) || !match(s.sel.Devices, d.DeviceID) || !match(s.sel.Drivers, d.Driver) {
+	if !match(s.sel.Vendors, d.Vendor) || !match(s.sel.Devices, d.DeviceID) || !match(s.sel.Drivers, d.Driver) ||
+		!match(s.sel.PCIAddresses, d.Address) || !match(s.sel.ACPIIndexes, d.ACPIIndex) {
 		return false
 	}
-	if len(s.sel.PFNames) > 0 && !anyIn(s.sel.PFNames, s.pfNames(d)) {
+	if len(s.pfNames) > 0 && (d.PFAddress == "" || !selects(s.pfNames, s.pfNetDevs(d), d.VFIndex)) {
+		return false
+	}
+	if len(s.rootDevices) > 0 && (d.PFAddress == "" || !selects(s.rootDevices, []string{d.PFAddress}, d.VFIndex)) {
 		return false
 	}
 	if len(s.sel.LinkTypes) > 0 && !anyIn(s.sel.LinkTypes, s.linkTypes(d)) {
 		return false
 	}
-	return true
+	if s.sel.IsRDMA && len(d.RDMA) == 0 {
+		return false
+	}
+	return s.sel.VDPAType == "" || s.vdpa(d) != nil
 }
 
-// pfNames are the netdev names of the device's PF, or its own for a PF.
-func (s *Source) pfNames(d *sysfs.Device) []string {
-	if d.PFAddress == "" {
-		return d.NetDevs
-	}
+// pfNetDevs are the netdev names of a VF's PF.
+func (s *Source) pfNetDevs(d *sysfs.Device) []string {
 	pf, err := sysfs.Read(s.root, d.PFAddress)
 	if err != nil {
 		return nil
@@ -164,13 +144,24 @@ func anyIn(list, vals []string) bool {
 	return false
 }
 
-// device turns a sysfs device into a source device.
-func device(d *sysfs.Device) source.Device {
-	return source.Device{
+// device turns a sysfs device into a source device: the pci device-info
+// (vdpa for a vdpaType resource) and the device nodes its selectors ask for.
+func (s *Source) device(d *sysfs.Device) source.Device {
+	dev := source.Device{
 		Device:   deviceplugin.Device{ID: d.Address, Healthy: true, NUMANode: d.NUMANode},
 		Info:     Info(d),
 		DevNodes: VFIONodes(d),
 	}
+	if s.sel.IsRDMA {
+		dev.DevNodes = append(dev.DevNodes, RDMANodes(s.root, d)...)
+	}
+	if s.sel.NeedVhostNet {
+		dev.DevNodes = append(dev.DevNodes, rw("/dev/vhost-net"), rw("/dev/net/tun"))
+	}
+	if v := s.vdpa(d); s.sel.VDPAType != "" && v != nil {
+		dev.Info, dev.DevNodes = v.Info, append(dev.DevNodes, v.DevNodes...)
+	}
+	return dev
 }
 
 // Info is the pci device-info of a device.
@@ -187,11 +178,39 @@ func VFIONodes(d *sysfs.Device) []source.DevNode {
 	if d.Driver != "vfio-pci" || d.IOMMUGroup == "" {
 		return nil
 	}
-	group := filepath.Join("/dev/vfio", d.IOMMUGroup)
-	return []source.DevNode{
-		{HostPath: "/dev/vfio/vfio", ContainerPath: "/dev/vfio/vfio", Permissions: "rw"},
-		{HostPath: group, ContainerPath: group, Permissions: "rw"},
+	return []source.DevNode{rw("/dev/vfio/vfio"), rw(filepath.Join("/dev/vfio", d.IOMMUGroup))}
+}
+
+// RDMANodes are the /dev/infiniband nodes of the device's RDMA devices.
+func RDMANodes(root string, d *sysfs.Device) []source.DevNode {
+	var out []source.DevNode
+	for _, ibdev := range d.RDMA {
+		for _, n := range sysfs.RDMACharDevices(root, ibdev) {
+			if !slices.ContainsFunc(out, func(x source.DevNode) bool { return x.HostPath == n }) {
+				out = append(out, rw(n))
+			}
+		}
 	}
+	return out
+}
+
+// rw is host node path at the same path in the container, read-write.
+func rw(path string) source.DevNode {
+	return source.DevNode{HostPath: path, ContainerPath: path, Permissions: "rw"}
+}
+
+// vdpa is the device's vDPA device bound to the resource's vdpaType, nil
+// when it has none (or the resource asks for none).
+func (s *Source) vdpa(d *sysfs.Device) *source.Device {
+	if s.sel.VDPAType == "" {
+		return nil
+	}
+	for _, v := range vdpa.OnPCI(s.root, d.Address) {
+		if v.Info.Vdpa.Driver == s.sel.VDPAType {
+			return &v
+		}
+	}
+	return nil
 }
 
 // withPFLink marks a VF unhealthy while its PF's link is down. A PF whose

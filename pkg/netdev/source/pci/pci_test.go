@@ -40,7 +40,8 @@ func TestSelectors(t *testing.T) {
 		{Selectors{Vendors: []string{"8086"}}, []string{"0000:01:01.0", "0000:01:01.1"}},
 		{Selectors{Drivers: []string{"vfio-pci"}}, []string{"0000:01:01.1"}},
 		{Selectors{PFNames: []string{"ens1f0"}}, []string{"0000:01:01.0", "0000:01:01.1"}},
-		{Selectors{PFNames: []string{"ens2"}}, []string{"0000:02:00.0"}},
+		{Selectors{PFNames: []string{"ens2"}}, nil}, // a PF is not its own VF: select it by pciAddresses
+		{Selectors{PCIAddresses: []string{"0000:02:00.0"}}, []string{"0000:02:00.0"}},
 		{Selectors{Devices: []string{"1889"}, LinkTypes: []string{"ether"}}, []string{"0000:01:01.0", "0000:01:01.1"}},
 		{Selectors{LinkTypes: []string{"infiniband"}}, nil},
 	}

@@ -32,8 +32,10 @@ type Device struct {
 	NUMANode   int      // -1 when the kernel reports none
 	PFAddress  string   // the PF of a VF, else ""
 	NumVFs     int      // configured VFs of a PF
+	VFIndex    int      // a VF's index N among its PF's virtfnN links, else -1
+	ACPIIndex  string   // the firmware's acpi_index ("101"), "" when none
 	NetDevs    []string // interface names in the host netns
-	RDMA       []string // RDMA device names
+	RDMA       []string // RDMA device names: its own, then soft-RoCE ones on its netdevs
 	IOMMUGroup string   // "" without an IOMMU
 }
 
@@ -70,7 +72,7 @@ func Read(root, addr string) (*Device, error) {
 	if _, err := os.Stat(dir); err != nil {
 		return nil, fmt.Errorf("PCI device %s: %w", addr, err)
 	}
-	d := &Device{Address: addr, NUMANode: -1}
+	d := &Device{Address: addr, NUMANode: -1, VFIndex: -1}
 	var err error
 	if d.Vendor, err = readHex(dir, "vendor"); err != nil {
 		return nil, err
@@ -90,8 +92,12 @@ func Read(root, addr string) (*Device, error) {
 	if n, err := readInt(dir, "sriov_numvfs"); err == nil {
 		d.NumVFs = n
 	}
+	if d.PFAddress != "" {
+		d.VFIndex = vfIndex(filepath.Join(DevicesDir(root), d.PFAddress), addr)
+	}
+	d.ACPIIndex = readTrim(dir, "acpi_index")
 	d.NetDevs = dirNames(netDir(dir))
-	d.RDMA = dirNames(filepath.Join(dir, "infiniband"))
+	d.RDMA = append(dirNames(filepath.Join(dir, "infiniband")), softRDMA(root, d.NetDevs)...)
 	return d, nil
 }
 
@@ -113,6 +119,29 @@ func readHex(dir, name string) (string, error) {
 		return "", fmt.Errorf("PCI device %s: %w", filepath.Base(dir), err)
 	}
 	return strings.TrimPrefix(strings.TrimSpace(string(b)), "0x"), nil
+}
+
+// readTrim is the trimmed content of a file, "" when it cannot be read.
+func readTrim(dir, name string) string {
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// vfIndex is N of the PF's virtfnN link that points at the VF, the index
+// the kernel (and VF ranges like "ens1f0#0-3") count VFs by; -1 when no
+// link does.
+func vfIndex(pfDir, vf string) int {
+	links, _ := filepath.Glob(filepath.Join(pfDir, "virtfn*"))
+	for _, l := range links {
+		n, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(l), "virtfn"))
+		if err == nil && linkBase(pfDir, filepath.Base(l)) == vf {
+			return n
+		}
+	}
+	return -1
 }
 
 func readInt(dir, name string) (int, error) {

@@ -21,11 +21,11 @@ func TestReadAndNetDev(t *testing.T) {
 		t.Fatalf("List: %v %v", addrs, err)
 	}
 	pf, err := sysfs.Read(root, "0000:01:00.0")
-	if err != nil || pf.Vendor != "8086" || pf.DeviceID != "1592" || !pf.IsNetwork() || pf.NUMANode != 1 || pf.NumVFs != 2 || pf.Driver != "ice" {
+	if err != nil || pf.VFIndex != -1 || pf.ACPIIndex != "" || pf.Vendor != "8086" || pf.DeviceID != "1592" || !pf.IsNetwork() || pf.NUMANode != 1 || pf.NumVFs != 2 || pf.Driver != "ice" {
 		t.Fatalf("PF %+v %v", pf, err)
 	}
 	vf, err := sysfs.Read(root, "0000:01:01.0")
-	if err != nil || vf.PFAddress != "0000:01:00.0" || vf.IOMMUGroup != "7" || vf.NUMANode != -1 || !slices.Equal(vf.RDMA, []string{"irdma0"}) {
+	if err != nil || vf.PFAddress != "0000:01:00.0" || vf.VFIndex != 0 || vf.IOMMUGroup != "7" || vf.NUMANode != -1 || !slices.Equal(vf.RDMA, []string{"irdma0"}) {
 		t.Fatalf("VF %+v %v", vf, err)
 	}
 	if got := sysfs.LinkType(root, "0000:01:00.0", "ens1f0"); got != "ether" {

@@ -86,23 +86,31 @@ func (s *Source) Scan() ([]source.Device, error) {
 // read describes one vDPA device; ok is false when it is not selected or not
 // bound to a vDPA bus driver.
 func (s *Source) read(name string) (source.Device, bool) {
-	dir := filepath.Join(s.devicesDir(), name)
 	if !s.nameSelected(name) {
 		return source.Device{}, false
 	}
+	d, ok := describe(s.root, name)
+	if !ok || (len(s.sel.Drivers) > 0 && !slices.Contains(s.sel.Drivers, d.Info.Vdpa.Driver)) {
+		return source.Device{}, false
+	}
+	return d, true
+}
+
+// describe is vDPA device name as a source device; ok is false when it is
+// not bound to a vDPA bus driver.
+func describe(root, name string) (source.Device, bool) {
+	dir := filepath.Join(root, "bus", "vdpa", "devices", name)
 	driver, path, node := busDriver(dir)
-	if driver == "" || (len(s.sel.Drivers) > 0 && !slices.Contains(s.sel.Drivers, driver)) {
+	if driver == "" {
 		return source.Device{}, false
 	}
 	info := &devinfo.VdpaDevice{ParentDevice: name, Driver: driver, Path: path}
 	d := source.Device{Device: deviceplugin.Device{ID: name, Healthy: true, NUMANode: deviceplugin.NoNUMA}}
-	if target, err := filepath.EvalSymlinks(dir); err == nil {
-		if parent := filepath.Base(filepath.Dir(target)); sysfs.IsAddress(parent) {
-			info.PciAddress = parent
-			if pd, err := sysfs.Read(s.root, parent); err == nil {
-				info.PfPciAddress = pd.PFAddress
-				d.NUMANode = pd.NUMANode
-			}
+	if parent := pciParent(dir); parent != "" {
+		info.PciAddress = parent
+		if pd, err := sysfs.Read(root, parent); err == nil {
+			info.PfPciAddress = pd.PFAddress
+			d.NUMANode = pd.NUMANode
 		}
 	}
 	d.Info = &devinfo.DeviceInfo{Type: devinfo.TypeVDPA, Version: devinfo.Version, Vdpa: info}
@@ -110,6 +118,35 @@ func (s *Source) read(name string) (source.Device, bool) {
 		d.DevNodes = []source.DevNode{{HostPath: node, ContainerPath: node, Permissions: "rw"}}
 	}
 	return d, true
+}
+
+// pciParent is the PCI address of the function a vDPA device sits on, else
+// "".
+func pciParent(dir string) string {
+	target, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return ""
+	}
+	if parent := filepath.Base(filepath.Dir(target)); sysfs.IsAddress(parent) {
+		return parent
+	}
+	return ""
+}
+
+// OnPCI lists the vDPA devices bound to a vDPA bus driver that sit on PCI
+// function addr, sorted by name.
+func OnPCI(root, addr string) []source.Device {
+	entries, _ := os.ReadDir(filepath.Join(root, "bus", "vdpa", "devices"))
+	var out []source.Device
+	for _, e := range entries {
+		if pciParent(filepath.Join(root, "bus", "vdpa", "devices", e.Name())) != addr {
+			continue
+		}
+		if d, ok := describe(root, e.Name()); ok {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 func (s *Source) nameSelected(name string) bool {

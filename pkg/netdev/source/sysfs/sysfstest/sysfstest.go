@@ -19,6 +19,7 @@ type PCI struct {
 	NumVFs                              int
 	Net, RDMA                           []string
 	IOMMUGroup                          string
+	ACPIIndex                           string // acpi_index, written when set
 }
 
 func pciDir(root, addr string) string {
@@ -41,6 +42,10 @@ func AddPCI(t testing.TB, root string, d PCI) {
 	}
 	if d.PF != "" {
 		link(t, filepath.Join("..", d.PF), filepath.Join(dir, "physfn"))
+		addVirtfn(t, root, d.PF, d.Addr)
+	}
+	if d.ACPIIndex != "" {
+		write(t, filepath.Join(dir, "acpi_index"), d.ACPIIndex)
 	}
 	if d.IOMMUGroup != "" {
 		mkdir(t, filepath.Join(root, "kernel", "iommu_groups", d.IOMMUGroup))
@@ -57,9 +62,35 @@ func AddPCI(t testing.TB, root string, d PCI) {
 	link(t, filepath.Join("..", "..", "..", "devices", "pci0000:00", d.Addr), filepath.Join(root, "bus", "pci", "devices", d.Addr))
 }
 
+// addVirtfn links the PF's lowest free virtfnN to the VF, as the kernel
+// numbers VFs: the VFs of a PF get indexes 0, 1, ... in the order they are
+// added. A PF that AddPCI has not made gets no link.
+func addVirtfn(t testing.TB, root, pf, vf string) {
+	t.Helper()
+	pfDir := pciDir(root, pf)
+	if _, err := os.Stat(pfDir); err != nil {
+		return
+	}
+	for i := 0; ; i++ {
+		l := filepath.Join(pfDir, fmt.Sprintf("virtfn%d", i))
+		if _, err := os.Lstat(l); os.IsNotExist(err) {
+			link(t, filepath.Join("..", vf), l)
+			return
+		}
+	}
+}
+
 // RemovePCI removes the device, as a hot unplug or VF removal does.
 func RemovePCI(t testing.TB, root, addr string) {
 	t.Helper()
+	if pf, err := os.Readlink(filepath.Join(pciDir(root, addr), "physfn")); err == nil {
+		links, _ := filepath.Glob(filepath.Join(pciDir(root, filepath.Base(pf)), "virtfn*"))
+		for _, l := range links {
+			if target, _ := os.Readlink(l); filepath.Base(target) == addr {
+				os.Remove(l)
+			}
+		}
+	}
 	if err := os.RemoveAll(pciDir(root, addr)); err != nil {
 		t.Fatal(err)
 	}
@@ -106,6 +137,29 @@ func link(t testing.TB, target, path string) {
 	if err := os.Symlink(target, path); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// AddRDMAChar creates the class devices of RDMA device ibdev's user-space
+// char devices (uverbsN, umadN, issmN) and the rdma_cm misc device, as
+// ib_uverbs, ib_umad and rdma_ucm do.
+func AddRDMAChar(t testing.TB, root, ibdev string, n int) {
+	t.Helper()
+	for _, c := range [][2]string{{"infiniband_verbs", "uverbs"}, {"infiniband_mad", "umad"}, {"infiniband_mad", "issm"}} {
+		dir := filepath.Join(root, "class", c[0], fmt.Sprintf("%s%d", c[1], n))
+		mkdir(t, dir)
+		write(t, filepath.Join(dir, "ibdev"), ibdev)
+	}
+	mkdir(t, filepath.Join(root, "class", "misc", "rdma_cm"))
+}
+
+// AddSoftRoCE creates soft-RoCE device ibdev on netdev, as
+// "rdma link add <ibdev> type rxe netdev <netdev>" does: a class/infiniband
+// device that is no PCI function's child, whose port 1 names the netdev.
+func AddSoftRoCE(t testing.TB, root, ibdev, netdev string) {
+	t.Helper()
+	dir := filepath.Join(root, "class", "infiniband", ibdev, "ports", "1", "gid_attrs", "ndevs")
+	mkdir(t, dir)
+	write(t, filepath.Join(dir, "0"), netdev)
 }
 
 // SetOperState writes the operstate of netdev ifName of PCI device addr
