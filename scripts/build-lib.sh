@@ -45,9 +45,13 @@ gomod_kubernetes() {
 	local modfile staging m
 	# The staging module list comes from k8s.io/kubernetes's own go.mod at that tag.
 	printf 'module probe\ngo 1.25.0\n' > go.mod
-	go mod download -json "k8s.io/kubernetes@$K8S_VERSION" > dl.json
+	# A release that needs a newer Go is downloaded all the same but reported as an error
+	# (k8s_toolchain then picks that Go); without its go.mod the download failed.
+	go mod download -json "k8s.io/kubernetes@$K8S_VERSION" > dl.json || true
 	modfile=$(sed -n 's/.*"GoMod": "\(.*\)".*/\1/p' dl.json)
+	if [ ! -f "$modfile" ]; then echo "download k8s.io/kubernetes@$K8S_VERSION failed:" >&2; cat dl.json >&2; exit 1; fi
 	staging=$(grep -E '^\s*k8s.io/\S+ => ./staging' "$modfile" | awk '{print $1}')
+	k8s_toolchain "$modfile"
 	if [ -z "$staging" ]; then echo "no staging modules found in $modfile" >&2; exit 1; fi
 	{
 		echo "module $1"
@@ -57,6 +61,23 @@ gomod_kubernetes() {
 		for m in $staging; do echo "	$m => $m v0.${K8S_VERSION#v1.}"; done
 		echo ")"
 	} > go.mod
+}
+
+# k8s_toolchain MODFILE: builds with the Go release Kubernetes at $K8S_VERSION pins in its
+# .go-version (its go.mod's go line when the file is missing) if the local Go is older than
+# that go line (1.38 needs Go 1.27): the go command fetches that toolchain from the module
+# proxy as the module golang.org/toolchain.
+k8s_toolchain() {
+	local need have dir
+	need=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$1")
+	have=$(GOTOOLCHAIN=local go env GOVERSION); have=${have#go}
+	if [ -z "$need" ] || [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -1)" = "$need" ]; then
+		return 0
+	fi
+	dir=$(go env GOMODCACHE)/k8s.io/kubernetes@$K8S_VERSION
+	GOTOOLCHAIN=go$(cat "$dir/.go-version" 2>/dev/null || echo "$need")
+	echo "Kubernetes $K8S_VERSION needs Go $need (local: $have): building with $GOTOOLCHAIN" >&2
+	export GOTOOLCHAIN
 }
 
 # k8s_ldflags: the version stamp of a Kubernetes binary built at $K8S_VERSION.
