@@ -121,7 +121,7 @@ func (w *Writer) Build(devs []source.Device) (*cdispecs.Spec, error) {
 		}
 		seen[name] = d.ID
 		e := edits(d)
-		e.Env = []string{EnvName(w.resourceName, d.ID) + "=" + d.ID}
+		e.Env = append([]string{EnvName(w.resourceName, d.ID) + "=" + d.ID}, d.Env...)
 		spec.Devices = append(spec.Devices, cdispecs.Device{Name: name, ContainerEdits: e})
 	}
 	v, err := cdispecs.MinimumRequiredVersion(spec)

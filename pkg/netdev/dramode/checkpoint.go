@@ -36,6 +36,7 @@ type preparedDevice struct {
 	Resource string        `json:"resource"`
 	CDI      string        `json:"cdi"` // fully qualified CDI device name
 	Device   source.Device `json:"device"`
+	Share    *share        `json:"share,omitempty"` // set for a share of a shareable device
 }
 
 func (r *record) String() string { return fmt.Sprintf("%s/%s (%s)", r.Namespace, r.Name, r.UID) }

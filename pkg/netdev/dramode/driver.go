@@ -10,7 +10,9 @@
 // and answering their CDI names, "<resourceName>=<cdispec.DeviceName(ID)>"
 // as in device-plugin mode; unprepare removes them. Prepared claims are
 // checkpointed, so they stay prepared across a restart of the driver, and
-// stopping the driver leaves them as they are (pods use them).
+// stopping the driver leaves them as they are (pods use them). A shareable
+// resource's devices are published for many claims with consumable capacity
+// (share.go), and each share is prepared as a device of its own.
 package dramode
 
 import (
@@ -29,6 +31,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/base/netshare"
 	"github.com/devplumb/devplumb/pkg/cdispec"
 	"github.com/devplumb/devplumb/pkg/netdev/resources"
 	"github.com/devplumb/devplumb/pkg/netdev/source"
@@ -54,6 +57,7 @@ type res struct {
 	name   string
 	source source.Source
 	cdi    *cdispec.Writer
+	share  *netshare.Policy // nil: each device goes to one claim
 }
 
 // Driver serves the device sources of one config as a DRA driver.
@@ -114,8 +118,14 @@ func New(cfg *resources.Config, o Options, log *slog.Logger) (*Driver, error) {
 	if d.sysfs == "" {
 		d.sysfs = sysfs.DefaultRoot
 	}
-	for _, o := range opened {
-		d.resources = append(d.resources, &res{name: o.ResourceName, source: o.Source, cdi: o.CDI})
+	for i, o := range opened { // Open keeps config order
+		r := &res{name: o.ResourceName, source: o.Source, cdi: o.CDI}
+		if sc := cfg.Resources[i].Share; sc != nil {
+			if r.share, err = sc.Validate(); err != nil {
+				return nil, fmt.Errorf("resource %s: %w", o.ResourceName, err)
+			}
+		}
+		d.resources = append(d.resources, r)
 	}
 	if err := resources.OwnDPDir(cfg.DevInfoDir); err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package dramode
 
 import (
 	"path/filepath"
+	"strconv"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -33,6 +34,9 @@ const (
 	AttrSocketMode        = "socketMode" // vhost-user mode, or memif mode
 	AttrMemifRole         = "memifRole"
 	AttrCDIDevice         = "cdiDevice" // the CDI device the container got
+	AttrShareID           = "shareID"   // a share: its allocation's share ID
+	AttrShareParent       = "shareParent"
+	AttrShareBandwidth    = "shareBandwidth" // bit/s
 )
 
 // metadata describes a prepared device for the containers that use it
@@ -59,6 +63,12 @@ func (d *Driver) metadata(p preparedDevice) *kubeletplugin.DeviceMetadata {
 	}
 	own := func(n string) string { return d.name + "/" + n }
 	str(own(AttrCDIDevice), p.CDI)
+	if sh := p.Share; sh != nil {
+		str(own(AttrInterfaceName), sh.Interface) // the parent's: the share's own is made by devplumb
+		str(own(AttrShareID), sh.ID)
+		str(own(AttrShareParent), sh.Parent)
+		str(own(AttrShareBandwidth), strconv.FormatInt(sh.Bandwidth, 10))
+	}
 	if info := p.Device.Info; info != nil {
 		str(own(AttrDeviceInfoType), info.Type)
 		str(own(AttrDeviceInfoVersion), info.Version)

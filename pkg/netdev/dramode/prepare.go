@@ -82,6 +82,14 @@ func (d *Driver) resolve(c *resourceapi.ResourceClaim) (*record, error) {
 		if !e.dev.Healthy {
 			return nil, fmt.Errorf("%s: device %q (%s %s) is unhealthy: %s", where, r.Device, e.res.name, e.dev.ID, e.dev.Reason)
 		}
+		if e.res.share != nil {
+			p, err := d.sharePrepared(r, e)
+			if err != nil {
+				return nil, fmt.Errorf("%s: device %q (%s %s): %w", where, r.Device, e.res.name, e.dev.ID, err)
+			}
+			rec.Devices = append(rec.Devices, p)
+			continue
+		}
 		if holder := d.holder(e.res.name, e.dev.ID); holder != nil && holder.UID != c.UID {
 			return nil, fmt.Errorf("%s: device %q (%s %s) is prepared for claim %s already", where, r.Device, e.res.name, e.dev.ID, holder)
 		}
@@ -113,7 +121,7 @@ func (d *Driver) result(r *record) kubeletplugin.PrepareResult {
 	for _, p := range r.Devices {
 		res.Devices = append(res.Devices, kubeletplugin.Device{
 			Requests: p.Requests, PoolName: p.Pool, DeviceName: p.Name, CDIDeviceIDs: []string{p.CDI},
-			Metadata: d.metadata(p),
+			Metadata: d.metadata(p), ShareID: p.Share.uid(),
 		})
 	}
 	return res

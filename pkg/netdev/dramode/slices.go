@@ -82,6 +82,12 @@ func driverResources(driver, pool, sysfs string, devices map[string]entry, taint
 				e.dev.ID, e.res.name, strings.Join(dropped, ", "), resourceapi.DeviceAttributeMaxValueLength))
 		}
 		dev := resourceapi.Device{Name: n, Attributes: attrs}
+		if p := e.res.share; p != nil {
+			if why := shareCapacity(&dev, p, sysfs, shareIfName(driver, e.res.source.Kind(), e.dev, attrs)); why != "" {
+				problems = append(problems, fmt.Sprintf("device %s of %s is left out: %s", e.dev.ID, e.res.name, why))
+				continue
+			}
+		}
 		if !e.dev.Healthy {
 			dev.Taints = []resourceapi.DeviceTaint{unhealthyTaint(driver)}
 		}

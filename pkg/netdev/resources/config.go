@@ -9,6 +9,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/devplumb/devplumb/pkg/base/netshare"
 	"github.com/devplumb/devplumb/pkg/base/resourcename"
 	"github.com/devplumb/devplumb/pkg/base/safefile"
 	"github.com/devplumb/devplumb/pkg/netdev/source/link"
@@ -44,6 +45,10 @@ type Resource struct {
 	VDPA         *vdpa.Selectors   `json:"vdpa,omitempty"`
 	VhostUser    *socket.VhostUser `json:"vhostUser,omitempty"`
 	Memif        *socket.Memif     `json:"memif,omitempty"`
+	// Share makes the resource shareable in DRA mode: each device (a netdev,
+	// or a PCI function with one) is published once for many claims, each a
+	// macvlan sub-interface with a bandwidth (docs/sharing.md).
+	Share *netshare.Config `json:"share,omitempty"`
 }
 
 // maxConfigSize bounds the config file: a real one is a few KiB.
@@ -128,6 +133,9 @@ func (c *Config) Validate() error {
 				return fmt.Errorf("%s (%s): %w", where, r.ResourceName, err)
 			}
 		}
+		if err := r.validateShare(); err != nil {
+			return fmt.Errorf("%s (%s): %w", where, r.ResourceName, err)
+		}
 	}
 	return nil
 }
@@ -140,4 +148,17 @@ func (r *Resource) sourceCount() int {
 		}
 	}
 	return n
+}
+
+// validateShare checks a shareable resource: its devices must be links a
+// macvlan can sit on (netdevs, or PCI functions with a netdev).
+func (r *Resource) validateShare() error {
+	if r.Share == nil {
+		return nil
+	}
+	if r.NetDevs == nil && r.PCI == nil {
+		return fmt.Errorf("share: only netdevs and pci resources can be shared (a share is a macvlan sub-interface of the device's netdev)")
+	}
+	_, err := r.Share.Validate()
+	return err
 }

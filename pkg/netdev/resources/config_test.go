@@ -94,3 +94,24 @@ func TestLoadConfigHostileFiles(t *testing.T) {
 		}
 	}
 }
+
+// A shareable resource is a netdevs or pci one with a valid share policy;
+// each mistake names the resource and the field.
+func TestParseConfigShare(t *testing.T) {
+	c, err := ParseConfig([]byte(`{"resources": [{"resourceName": "example.com/shared", "netdevs": {"names": ["eth1"]},
+		"share": {"interfaces": 4, "bandwidth": {"total": "1G", "default": "100M", "step": "50M"}}}]}`))
+	if err != nil || c.Resources[0].Share.Interfaces != 4 {
+		t.Fatalf("%+v, %v", c, err)
+	}
+	cases := map[string]string{
+		`{"resources": [{"resourceName": "example.com/a", "memif": {"socketDir": "/run/m"}, "share": {"interfaces": 2, "bandwidth": {"default": "1M"}}}]}`: "resources[0] (example.com/a): share: only netdevs and pci",
+		`{"resources": [{"resourceName": "example.com/a", "netdevs": {"names": ["x"]}, "share": {"interfaces": 2, "bandwidth": {"default": "1Gi"}}}]}`:     `resources[0] (example.com/a): share.bandwidth.default: bandwidth "1Gi" has a binary suffix`,
+		`{"resources": [{"resourceName": "example.com/a", "netdevs": {"names": ["x"]}, "share": {"interfaces": 2, "bandwidth": {"default": 100}}}]}`:       "cannot unmarshal number",
+		`{"resources": [{"resourceName": "example.com/a", "netdevs": {"names": ["x"]}, "share": {"interfaces": 2, "bandwith": {"default": "1M"}}}]}`:       `unknown field "bandwith"`,
+	}
+	for in, want := range cases {
+		if _, err := ParseConfig([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: got %v, want error containing %q", in, err, want)
+		}
+	}
+}

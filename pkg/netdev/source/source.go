@@ -37,6 +37,9 @@ type Device struct {
 	Info     *devinfo.DeviceInfo // nil when no device-info type describes it
 	DevNodes []DevNode
 	Mounts   []Mount
+	// Env is what the container gets besides the device's own variable
+	// ("NAME=value"): a share's parent, ID and bandwidth.
+	Env []string `json:",omitempty"`
 	// Reason says why Healthy is false ("interface deleted", "PF ens1f0
 	// link down"), for logs and the DRA health stream; "" when healthy. A
 	// prepared claim's checkpoint keeps the device as prepared, not its
