@@ -1,5 +1,11 @@
-// Package docs holds the project's documentation; its test keeps
-// architecture.md's tree true to the repository's.
+// Package docs holds the project's documentation. Its tests keep the user
+// documents (README.md, docs/, CONTRIBUTING.md, the READMEs of cmd/, e2e/ and
+// deployments/) from drifting: every binary, subcommand, flag and make target
+// they name against the binaries' --help and the Makefile (commands_test.go),
+// every relative link and heading anchor, architecture.md's tree against the
+// repository, and every pinned version against go.mod, the build scripts, the
+// chart and README's supported table, whose rows name the commit that passed
+// (versions_test.go).
 package docs
 
 import (

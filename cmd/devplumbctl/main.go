@@ -13,7 +13,7 @@ import (
 )
 
 const usage = `usage:
-  devplumbctl validate devinfo|netconf|cdi FILE...
+  devplumbctl validate devinfo|netconf|node|cdi FILE...
       exit 0 when all are valid, else one "FILE: reason" line each and exit 1;
       a netconf is a devplumb config, a conflist holding devplumb entries, or a
       NetworkAttachmentDefinition (JSON or YAML) whose config is either

@@ -8,7 +8,7 @@ say() { printf '\n== %s\n' "$*"; }
 fail() { echo "kind e2e: $*" >&2; exit 1; }
 
 if [ "${1:-}" = down ]; then kind delete cluster --name "$CLUSTER"; exit 0; fi
-: "${MULTUS_MANIFEST:?set MULTUS_MANIFEST to Multus thin v4.2.3 deployments/multus-daemonset.yml}"
+: "${MULTUS_MANIFEST:?set MULTUS_MANIFEST to Multus thin v4.3.0 deployments/multus-daemonset.yml}"
 for c in docker kind kubectl go make; do command -v "$c" >/dev/null || fail "needs $c"; done
 
 # wait_for SECONDS WHAT COMMAND...
@@ -22,7 +22,10 @@ wait_for() {
 
 say "cluster, images, the node's devices and CNI plugins"
 kind get clusters | grep -qx "$CLUSTER" || kind create cluster --name "$CLUSTER"
-make -C "$REPO" images
+# The tag the manifests name: the chart's appVersion (go test ./deployments keeps them equal).
+TAG=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$REPO/deployments/helm/devplumb/Chart.yaml")
+[ -n "$TAG" ] || fail "no appVersion in deployments/helm/devplumb/Chart.yaml"
+make -C "$REPO" images VERSION="$TAG"
 for img in devplumb netdev-dp; do kind load image-archive --name "$CLUSTER" "$REPO/bin/images/$img.tar"; done
 docker exec "$NODE" sh -c 'for n in ens2f0 ens2f1; do ip link show $n >/dev/null 2>&1 || ip link add $n type veth peer name ${n}p; done; mkdir -p /var/run/vswitch/vhu'
 PLUGINS=$(mktemp -d)
@@ -35,7 +38,7 @@ kubectl apply -f "$MULTUS_MANIFEST"
 kubectl -n kube-system rollout status ds/kube-multus-ds --timeout=5m
 
 say "1. deployments/ as shipped"
-kubectl apply -f "$REPO/deployments/rbac.yaml" -f "$REPO/deployments/netdev-dp-rbac.yaml" -f "$REPO/deployments/devplumb-daemonset.yaml" -f "$REPO/deployments/netdev-dp-daemonset.yaml"
+kubectl apply -k "$REPO/deployments/"
 kubectl apply -f "$REPO/deployments/nads/"
 kubectl -n kube-system rollout status ds/devplumb --timeout=5m
 kubectl -n kube-system rollout status ds/netdev-dp --timeout=5m
