@@ -5,7 +5,8 @@
 // every relative link and heading anchor, architecture.md's tree against the
 // repository, and every pinned version against go.mod, the build scripts, the
 // chart and README's supported table, whose rows name the commit that passed
-// (versions_test.go).
+// (versions_test.go), and every key of netdev-dp's, the network and the node
+// config against their references (configkeys_test.go).
 package docs
 
 import (
