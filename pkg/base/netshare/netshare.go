@@ -163,4 +163,13 @@ func Burst(rate int64) uint64 {
 
 // DeviceID is the ID a share of device parent goes by in its DP
 // device-info file, its CDI device and devplumb's records.
-func DeviceID(parent, shareID string) string { return parent + "_share_" + shareID }
+func DeviceID(parent, shareID string) string { return parent + shareSep + shareID }
+
+// shareSep joins a share's parent and share ID in its device ID.
+const shareSep = "_share_"
+
+// ParentID is the parent's ID in a share's device ID made by DeviceID.
+func ParentID(deviceID, shareID string) string { return strings.TrimSuffix(deviceID, shareSep+shareID) }
+
+// IsDeviceID says whether id has the form DeviceID gives a share.
+func IsDeviceID(id string) bool { return strings.Contains(id, shareSep) }

@@ -88,10 +88,19 @@ type ClaimDevice struct {
 	Device    string `json:"device"`
 	// Request is the claim's request the device was allocated for, when known.
 	Request string `json:"request,omitempty"`
+	// ShareID is the allocation's share of a device many claims share
+	// (KEP-5075), part of the status entry's key; Bandwidth is what the
+	// share consumed, in bit/s, the rate devplumb shapes it to.
+	ShareID   string `json:"shareID,omitempty"`
+	Bandwidth int64  `json:"bandwidth,omitempty"`
 }
 
 func (c ClaimDevice) String() string {
-	return fmt.Sprintf("ResourceClaim %s/%s device %s/%s/%s", c.Namespace, c.Name, c.Driver, c.Pool, c.Device)
+	s := fmt.Sprintf("ResourceClaim %s/%s device %s/%s/%s", c.Namespace, c.Name, c.Driver, c.Pool, c.Device)
+	if c.ShareID != "" {
+		s += " share " + c.ShareID
+	}
+	return s
 }
 
 // Phase is one timed step of a CNI call (what `make bench` and inspect show).

@@ -64,6 +64,35 @@ func BuildList(c *config.NetConf, deviceID string) (*libcni.NetworkConfigList, e
 		}
 		plugins = append(plugins, p)
 	}
+	return encodeList(name, version, plugins)
+}
+
+// BuildShareList is BuildList for a share of a shared device: the first
+// delegate (macvlan, or what the NAD names) gets the parent's netdev as its
+// "master" in place of the device ID keys, so the share is a sub-interface
+// of it.
+func BuildShareList(c *config.NetConf, master string) (*libcni.NetworkConfigList, error) {
+	list, err := BuildList(c, "")
+	if err != nil {
+		return nil, err
+	}
+	var raw struct {
+		CNIVersion string           `json:"cniVersion"`
+		Name       string           `json:"name"`
+		Plugins    []map[string]any `json:"plugins"`
+	}
+	if err := json.Unmarshal(list.Bytes, &raw); err != nil || len(raw.Plugins) == 0 {
+		return nil, fmt.Errorf("decode delegate conflist: %v", err)
+	}
+	raw.Plugins[0][ShareMasterKey] = master
+	return encodeList(raw.Name, raw.CNIVersion, raw.Plugins)
+}
+
+// ShareMasterKey is the key a share's parent netdev goes in (macvlan's).
+const ShareMasterKey = "master"
+
+// encodeList makes the conflist of plugins.
+func encodeList(name, version string, plugins []map[string]any) (*libcni.NetworkConfigList, error) {
 	raw, err := json.Marshal(map[string]any{"cniVersion": version, "name": name, "plugins": plugins})
 	if err != nil {
 		return nil, fmt.Errorf("encode delegate conflist: %w", err)

@@ -82,3 +82,24 @@ func TestCapabilityArgs(t *testing.T) {
 		t.Error("IsPCIAddress")
 	}
 }
+
+// A share's first delegate gets the parent's netdev as its master and no
+// device ID keys; the chain and the config stay as they were.
+func TestBuildShareList(t *testing.T) {
+	c := parse(t, `{"cniVersion":"1.0.0","name":"n","type":"devplumb",
+	  "delegates":[{"type":"macvlan","mode":"bridge","ipam":{"type":"static"}},{"type":"tuning"}]}`)
+	list, err := BuildShareList(c, "ens1f0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if list.Name != "n" || list.CNIVersion != "1.0.0" || len(list.Plugins) != 2 {
+		t.Fatalf("list: %+v", list)
+	}
+	first, second := pluginMap(t, list.Plugins[0].Bytes), pluginMap(t, list.Plugins[1].Bytes)
+	if first["master"] != "ens1f0" || first["deviceID"] != nil || first["mode"] != "bridge" || second["master"] != nil {
+		t.Errorf("plugins %v, %v", first, second)
+	}
+	if _, ok := c.Delegates[0]["master"]; ok {
+		t.Error("BuildShareList must not modify the parsed config")
+	}
+}

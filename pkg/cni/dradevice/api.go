@@ -11,6 +11,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/devplumb/devplumb/pkg/base/netshare"
 )
 
 // API is what the API path reads: one pod, one ResourceClaim, and the
@@ -129,8 +131,13 @@ func (r *resolver) claimDevices(ctx context.Context, pc *corev1.PodResourceClaim
 		if r.query.Request != "" && res.Request != r.query.Request && resourceclaim.BaseRequestRef(res.Request) != r.query.Request {
 			continue
 		}
-		c := Claim{Namespace: claim.Namespace, Name: claim.Name, Driver: res.Driver, Pool: res.Pool, Device: res.Device, Request: res.Request}
+		// A share devplumb cannot shape is an error only when it is one of
+		// the attachment's devices.
+		c, shareErr := claimOf(claim, res)
 		dev, err := r.device(ctx, c, false)
+		if err == nil && dev != nil {
+			err = shareErr
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -266,6 +273,9 @@ func (r *resolver) device(ctx context.Context, c Claim, mapped bool) (*Device, e
 			return nil, fmt.Errorf("%w: %s has no attribute %s in its ResourceSlice, and the kubelet reports no CDI device %s=<ID> for it",
 				ErrNoDevice, c, AttrDeviceID, res)
 		}
+	}
+	if c.ShareID != "" {
+		id = netshare.DeviceID(id, c.ShareID)
 	}
 	return &Device{ResourceName: res, ID: id, Claim: c}, nil
 }

@@ -60,8 +60,13 @@ func (r *resolver) extendedDevices(ctx context.Context) ([]Device, error) {
 	}
 	var out []Device
 	for _, res := range claim.Status.Allocation.Devices.Results {
-		c := Claim{Namespace: claim.Namespace, Name: claim.Name, Driver: res.Driver, Pool: res.Pool, Device: res.Device, Request: res.Request}
+		// A share devplumb cannot shape is an error only when it is one of
+		// the attachment's devices.
+		c, shareErr := claimOf(claim, res)
 		dev, err := r.device(ctx, c, slices.Contains(mapped, res.Request))
+		if err == nil && dev != nil {
+			err = shareErr
+		}
 		if err != nil {
 			return nil, err
 		}

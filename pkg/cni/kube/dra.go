@@ -170,11 +170,15 @@ var _ dradevice.API = (*Client)(nil)
 // the other's). Per device, each call applies and removes exactly its own
 // entry, with no coordination and nothing to read first.
 func FieldManager(c dradevice.Claim) string {
-	m := "devplumb/" + c.Driver + "/" + c.Pool + "/" + c.Device
+	key := c.Driver + "/" + c.Pool + "/" + c.Device
+	if c.ShareID != "" { // each share of a device has its own entry
+		key += "/" + c.ShareID
+	}
+	m := "devplumb/" + key
 	if len(m) <= 128 { // the API server's limit for a field manager
 		return m
 	}
-	sum := sha256.Sum256([]byte(c.Driver + "/" + c.Pool + "/" + c.Device))
+	sum := sha256.Sum256([]byte(key))
 	return "devplumb/" + hex.EncodeToString(sum[:16])
 }
 
@@ -193,6 +197,9 @@ func (c *Client) ApplyDeviceStatus(ctx context.Context, s dradevice.Status) erro
 		Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "NetworkReady",
 			Message: msg, LastTransitionTime: metav1.NewTime(time.Now())}},
 		NetworkData: &resourcev1.NetworkDeviceData{InterfaceName: s.InterfaceName, IPs: s.IPs, HardwareAddress: s.HardwareAddress},
+	}
+	if s.ShareID != "" {
+		entry.ShareID = &s.ShareID
 	}
 	obj := applyObject(s.Claim)
 	obj.Status.Devices = []resourcev1.AllocatedDeviceStatus{entry}

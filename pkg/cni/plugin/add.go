@@ -144,8 +144,8 @@ func (c *call) replay(rec *attachment.Record) (types.Result, bool) {
 	if !rec.Complete || len(rec.Result) == 0 || rec.NetNS != c.args.Netns {
 		return nil, false
 	}
-	list, err := delegate.BuildList(c.conf, rec.DeviceID)
-	if err != nil || !sameCompact(list.Bytes, rec.Delegate) {
+	list, cerr := c.delegateList(rec)
+	if cerr != nil || !sameCompact(list.Bytes, rec.Delegate) {
 		return nil, false
 	}
 	cniFile, err := c.names.cniFile()
@@ -234,7 +234,7 @@ func (c *call) recordRun(rec *attachment.Record) (*libcni.NetworkConfigList, *li
 	if err != nil {
 		return nil, nil, cniError(types.ErrInvalidNetworkConfig, "cannot name the CNI device-info file", err)
 	}
-	list, cerr := c.buildList(rec.DeviceID)
+	list, cerr := c.delegateList(rec)
 	if cerr != nil {
 		return nil, nil, cerr
 	}

@@ -1,0 +1,60 @@
+package plugin
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/devplumb/devplumb/pkg/base/netshare"
+	"github.com/devplumb/devplumb/pkg/cni/attachment"
+	"github.com/devplumb/devplumb/pkg/cni/delegate"
+)
+
+// pciNetDir is where a PCI function's netdevs are named: the parent of a
+// share given by its PCI address is the first of them.
+var pciNetDir = "/sys/bus/pci/devices"
+
+// delegateList is the delegates' config for the attachment rec records. A
+// share of a shared device (its claim names a share ID) is a sub-interface
+// of its parent: the NAD's first delegate gets the parent's netdev as
+// "master" (docs/sharing.md).
+func (c *call) delegateList(rec *attachment.Record) (*libcni.NetworkConfigList, *types.Error) {
+	if rec.Claim == nil || rec.Claim.ShareID == "" {
+		if netshare.IsDeviceID(rec.DeviceID) {
+			return nil, cniError(ErrNoDevice, fmt.Sprintf("device %s is a share of a shared device: devplumb reads a share from "+
+				"its ResourceClaim: name the pod's claim in \"resourceClaim\" (and set \"kubeconfig\")", rec.DeviceID), nil)
+		}
+		return c.buildList(rec.DeviceID)
+	}
+	parent := netshare.ParentID(rec.DeviceID, rec.Claim.ShareID)
+	master, err := parentNetdev(parent)
+	if err != nil {
+		return nil, cniError(ErrNoDevice, fmt.Sprintf("%s: the share's parent device %s", rec.Claim, parent), err)
+	}
+	list, err := delegate.BuildShareList(c.conf, master)
+	if err != nil {
+		return nil, cniError(types.ErrInvalidNetworkConfig, `invalid delegate config: fix "delegate" (or "delegates")`, err)
+	}
+	return list, nil
+}
+
+// parentNetdev is the netdev of a share's parent: the ID itself for a
+// netdev, the PCI function's first netdev for a PCI address.
+func parentNetdev(id string) (string, error) {
+	if !delegate.IsPCIAddress(id) {
+		return id, nil
+	}
+	entries, err := os.ReadDir(filepath.Join(pciNetDir, id, "net"))
+	if err != nil || len(entries) == 0 {
+		return "", fmt.Errorf("PCI function %s has no netdev to put the share on (bound to vfio-pci?): %v", id, err)
+	}
+	name := entries[0].Name()
+	if strings.ContainsAny(name, "/\x00") {
+		return "", fmt.Errorf("PCI function %s: netdev name %q", id, name)
+	}
+	return name, nil
+}
