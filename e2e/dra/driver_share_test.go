@@ -39,7 +39,9 @@ func shareNode(t *testing.T) (n *driverNode, parent string) {
 			Expression: `device.attributes["k8s.cni.cncf.io"].resourceName == "` + shareRes + `"`}}}}}
 	_, err := srv.Client.ResourceV1().DeviceClasses().Create(e2etest.Ctx(t), class, metav1.CreateOptions{})
 	e2etest.Must(t, err)
-	t.Cleanup(func() { _ = srv.Client.ResourceV1().DeviceClasses().Delete(context.Background(), shareClass, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = srv.Client.ResourceV1().DeviceClasses().Delete(context.Background(), shareClass, metav1.DeleteOptions{})
+	})
 	return n, parent
 }
 
