@@ -19,8 +19,10 @@ package pci
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/devplumb/devplumb/devinfo"
@@ -30,12 +32,36 @@ import (
 	"github.com/devplumb/devplumb/pkg/netdev/source/vdpa"
 )
 
+// Pool is what one resource selects, in the terms of the SR-IOV network
+// device plugin's config: netdev-dp's own "pci" resource is a Pool of one
+// network selector.
+type Pool struct {
+	// Accelerator selects processing accelerators (PCI class 0x12), every
+	// one (a PF with VFs too), without device-info; else network functions
+	// (class 0x02) other than PFs with VFs configured.
+	Accelerator bool
+	// Selectors are tried in order: a device belongs to the pool when one
+	// selects it, and the first that does says what the container gets.
+	Selectors []Selectors
+	// ExcludeTopology reports no NUMA node for the devices.
+	ExcludeTopology bool
+	// Taken are the pools of the resources before this one: a device one
+	// of them selects is theirs, never this pool's.
+	Taken []Pool
+}
+
+// rule is one selector with its PF entries parsed.
+type rule struct {
+	sel                  Selectors
+	pfNames, rootDevices []pfEntry
+}
+
 // Source is the PCI source of one resource.
 type Source struct {
-	root string
-	sel  Selectors
-	// pfNames and rootDevices are sel's entries parsed.
-	pfNames, rootDevices []pfEntry
+	root  string
+	pool  Pool
+	rules []rule
+	taken []*Source // the earlier pools, to test devices against
 
 	mu    sync.Mutex
 	known map[string]source.Device // devices seen, kept when they leave sysfs
@@ -43,15 +69,37 @@ type Source struct {
 
 // New checks sel and returns a source reading sysfs under root ("" means /sys).
 func New(root string, sel Selectors) (*Source, error) {
-	if err := sel.Validate(); err != nil {
-		return nil, err
-	}
+	return NewPool(root, Pool{Selectors: []Selectors{sel}})
+}
+
+// NewPool checks every selector of p and returns its source reading sysfs
+// under root ("" means /sys).
+func NewPool(root string, p Pool) (*Source, error) {
 	if root == "" {
 		root = sysfs.DefaultRoot
 	}
-	s := &Source{root: root, sel: sel, known: map[string]source.Device{}}
-	s.pfNames, _ = parsePFList(sel.PFNames) // Validate parsed them
-	s.rootDevices, _ = parsePFList(sel.RootDevices)
+	if len(p.Selectors) == 0 {
+		return nil, fmt.Errorf("pci source: no selectors")
+	}
+	s := &Source{root: root, pool: p, known: map[string]source.Device{}}
+	for i, sel := range p.Selectors {
+		if err := sel.Validate(); err != nil && len(p.Selectors) > 1 {
+			return nil, fmt.Errorf("selectors[%d]: %w", i, err)
+		} else if err != nil {
+			return nil, err
+		}
+		r := rule{sel: sel}
+		r.pfNames, _ = parsePFList(sel.PFNames) // Validate parsed them
+		r.rootDevices, _ = parsePFList(sel.RootDevices)
+		s.rules = append(s.rules, r)
+	}
+	for _, t := range p.Taken {
+		ts, err := NewPool(root, Pool{Accelerator: t.Accelerator, Selectors: t.Selectors})
+		if err != nil {
+			return nil, fmt.Errorf("an earlier resource's %w", err)
+		}
+		s.taken = append(s.taken, ts)
+	}
 	return s, nil
 }
 
@@ -73,8 +121,8 @@ func (s *Source) Scan() ([]source.Device, error) {
 			}
 			return nil, fmt.Errorf("pci source: %w", err)
 		}
-		if s.selected(d) {
-			found[addr] = s.withPFLink(s.device(d), d)
+		if r := s.selected(d); r != nil {
+			found[addr] = s.withPFLink(s.device(d, r), d)
 		}
 	}
 	s.mu.Lock()
@@ -84,27 +132,51 @@ func (s *Source) Scan() ([]source.Device, error) {
 	return out, nil
 }
 
-func (s *Source) selected(d *sysfs.Device) bool {
-	if !d.IsNetwork() || d.NumVFs > 0 {
+// selected is the first rule that selects d, nil when none does or an
+// earlier pool has it.
+func (s *Source) selected(d *sysfs.Device) *rule {
+	r := s.firstRule(d)
+	if r == nil {
+		return nil
+	}
+	for i := range s.taken {
+		if s.taken[i].firstRule(d) != nil {
+			return nil
+		}
+	}
+	return r
+}
+
+func (s *Source) firstRule(d *sysfs.Device) *rule {
+	if s.pool.Accelerator != strings.HasPrefix(d.Class, "12") || (!s.pool.Accelerator && (!d.IsNetwork() || d.NumVFs > 0)) {
+		return nil
+	}
+	for i := range s.rules {
+		if s.matches(&s.rules[i], d) {
+			return &s.rules[i]
+		}
+	}
+	return nil
+}
+
+func (s *Source) matches(r *rule, d *sysfs.Device) bool {
+	if !match(r.sel.Vendors, d.Vendor) || !match(r.sel.Devices, d.DeviceID) || !match(r.sel.Drivers, d.Driver) ||
+		!match(r.sel.PCIAddresses, d.Address) || !match(r.sel.ACPIIndexes, d.ACPIIndex) {
 		return false
 	}
-	if !match(s.sel.Vendors, d.Vendor) || !match(s.sel.Devices, d.DeviceID) || !match(s.sel.Drivers, d.Driver) ||
-		!match(s.sel.PCIAddresses, d.Address) || !match(s.sel.ACPIIndexes, d.ACPIIndex) {
+	if len(r.pfNames) > 0 && (d.PFAddress == "" || !selects(r.pfNames, s.pfNetDevs(d), d.VFIndex)) {
 		return false
 	}
-	if len(s.pfNames) > 0 && (d.PFAddress == "" || !selects(s.pfNames, s.pfNetDevs(d), d.VFIndex)) {
+	if len(r.rootDevices) > 0 && (d.PFAddress == "" || !selects(r.rootDevices, []string{d.PFAddress}, d.VFIndex)) {
 		return false
 	}
-	if len(s.rootDevices) > 0 && (d.PFAddress == "" || !selects(s.rootDevices, []string{d.PFAddress}, d.VFIndex)) {
+	if len(r.sel.LinkTypes) > 0 && !anyIn(r.sel.LinkTypes, s.linkTypes(d)) {
 		return false
 	}
-	if len(s.sel.LinkTypes) > 0 && !anyIn(s.sel.LinkTypes, s.linkTypes(d)) {
+	if r.sel.IsRDMA && len(d.RDMA) == 0 {
 		return false
 	}
-	if s.sel.IsRDMA && len(d.RDMA) == 0 {
-		return false
-	}
-	return s.sel.VDPAType == "" || s.vdpa(d) != nil
+	return r.sel.VDPAType == "" || s.vdpa(d, r.sel.VDPAType) != nil
 }
 
 // pfNetDevs are the netdev names of a VF's PF.
@@ -145,23 +217,42 @@ func anyIn(list, vals []string) bool {
 }
 
 // device turns a sysfs device into a source device: the pci device-info
-// (vdpa for a vdpaType resource) and the device nodes its selectors ask for.
-func (s *Source) device(d *sysfs.Device) source.Device {
+// (vdpa for a vdpaType rule, none for an accelerator) and the device nodes
+// the rule asks for.
+func (s *Source) device(d *sysfs.Device, r *rule) source.Device {
 	dev := source.Device{
 		Device:   deviceplugin.Device{ID: d.Address, Healthy: true, NUMANode: d.NUMANode},
 		Info:     Info(d),
 		DevNodes: VFIONodes(d),
 	}
-	if s.sel.IsRDMA {
+	if s.pool.ExcludeTopology {
+		dev.NUMANode = deviceplugin.NoNUMA
+	}
+	if s.pool.Accelerator {
+		dev.Info = nil
+	}
+	if r.sel.IsRDMA {
 		dev.DevNodes = append(dev.DevNodes, RDMANodes(s.root, d)...)
 	}
-	if s.sel.NeedVhostNet {
-		dev.DevNodes = append(dev.DevNodes, rw("/dev/vhost-net"), rw("/dev/net/tun"))
+	if r.sel.NeedVhostNet {
+		dev.DevNodes = append(dev.DevNodes, vhostNetNodes(s.root)...)
 	}
-	if v := s.vdpa(d); s.sel.VDPAType != "" && v != nil {
+	if v := s.vdpa(d, r.sel.VDPAType); v != nil {
 		dev.Info, dev.DevNodes = v.Info, append(dev.DevNodes, v.DevNodes...)
 	}
 	return dev
+}
+
+// vhostNetNodes are /dev/vhost-net and /dev/net/tun when the host has both
+// (misc devices vhost-net and tun, as the SR-IOV device plugin requires),
+// else none: a container cannot start with a node the host lacks.
+func vhostNetNodes(root string) []source.DevNode {
+	for _, misc := range []string{"vhost-net", "tun"} {
+		if _, err := os.Stat(filepath.Join(root, "class", "misc", misc)); err != nil {
+			return nil
+		}
+	}
+	return []source.DevNode{rw("/dev/vhost-net"), rw("/dev/net/tun")}
 }
 
 // Info is the pci device-info of a device.
@@ -199,14 +290,14 @@ func rw(path string) source.DevNode {
 	return source.DevNode{HostPath: path, ContainerPath: path, Permissions: "rw"}
 }
 
-// vdpa is the device's vDPA device bound to the resource's vdpaType, nil
-// when it has none (or the resource asks for none).
-func (s *Source) vdpa(d *sysfs.Device) *source.Device {
-	if s.sel.VDPAType == "" {
+// vdpa is the device's vDPA device bound to driver typ ("vhost",
+// "virtio"), nil when it has none or typ is "".
+func (s *Source) vdpa(d *sysfs.Device, typ string) *source.Device {
+	if typ == "" {
 		return nil
 	}
 	for _, v := range vdpa.OnPCI(s.root, d.Address) {
-		if v.Info.Vdpa.Driver == s.sel.VDPAType {
+		if v.Info.Vdpa.Driver == typ {
 			return &v
 		}
 	}

@@ -137,9 +137,17 @@ func TestIsRDMA(t *testing.T) {
 	}
 }
 
-// TestNeedVhostNet adds /dev/vhost-net and /dev/net/tun to every device.
+// TestNeedVhostNet adds /dev/vhost-net and /dev/net/tun to every device
+// when the host has both, and neither when it lacks one (a container cannot
+// start with a node the host lacks).
 func TestNeedVhostNet(t *testing.T) {
 	root := fakeNIC(t)
+	sysfstest.AddMisc(t, root, "vhost-net")
+	without, _ := mustNew(t, root, Selectors{Drivers: []string{"iavf"}, NeedVhostNet: true}).Scan()
+	if len(without) != 1 || without[0].DevNodes != nil {
+		t.Fatalf("without tun: %+v", without)
+	}
+	sysfstest.AddMisc(t, root, "tun")
 	devs, err := mustNew(t, root, Selectors{Drivers: []string{"iavf", "vfio-pci"}, NeedVhostNet: true}).Scan()
 	if err != nil || len(devs) != 2 {
 		t.Fatalf("%v %v", ids(devs), err)

@@ -149,7 +149,16 @@ func AddRDMAChar(t testing.TB, root, ibdev string, n int) {
 		mkdir(t, dir)
 		write(t, filepath.Join(dir, "ibdev"), ibdev)
 	}
-	mkdir(t, filepath.Join(root, "class", "misc", "rdma_cm"))
+	AddMisc(t, root, "rdma_cm")
+}
+
+// AddMisc creates misc class devices (class/misc/<name>), as the kernel
+// lists vhost-net, tun and rdma_cm when their modules are loaded.
+func AddMisc(t testing.TB, root string, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		mkdir(t, filepath.Join(root, "class", "misc", n))
+	}
 }
 
 // AddSoftRoCE creates soft-RoCE device ibdev on netdev, as
