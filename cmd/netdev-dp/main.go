@@ -8,7 +8,7 @@
 // and CDI specs and device-info files of prepared claims, which stay
 // prepared across its restarts.
 //
-//	netdev-dp [--mode deviceplugin] --config FILE [--plugin-dir DIR] [--devinfo-dir DIR] [--cdi-dir DIR] [--sysfs-root DIR]
+//	netdev-dp [--mode deviceplugin] --config FILE [--resource-prefix PREFIX] [--plugin-dir DIR] [--devinfo-dir DIR] [--cdi-dir DIR] [--sysfs-root DIR]
 //	          [--pod-resources-socket SOCKET]
 //	          [--metrics-address HOST:PORT] [--health-grace DURATION] [--log-level LEVEL] [--log-format text|json] [--debug]
 //	netdev-dp --mode dra --config FILE [--node-name NODE] [--kubeconfig FILE] [--driver-name NAME]
@@ -39,6 +39,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/netdev/dramode"
 	"github.com/devplumb/devplumb/pkg/netdev/metrics"
 	"github.com/devplumb/devplumb/pkg/netdev/resources"
+	"github.com/devplumb/devplumb/pkg/netdev/sriovdp"
 	"github.com/devplumb/devplumb/podresources"
 )
 
@@ -49,6 +50,8 @@ func main() {
 // options are netdev-dp's command line.
 type options struct {
 	configPath, pluginDir, devinfoDir, cdiDir, sysfsRoot string
+	resourcePrefix                                       string
+	resourcePrefixSet                                    bool
 	podResourcesSocket                                   string
 	metricsAddr, mode, kubeconfig                        string
 	healthGrace                                          time.Duration
@@ -62,7 +65,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if o == nil {
 		return code
 	}
-	cfg, err := resources.LoadConfig(o.configPath)
+	cfg, err := loadConfig(o)
 	if err != nil {
 		o.log.Error("netdev-dp: bad config", "err", err)
 		return 1
@@ -111,7 +114,9 @@ func parse(args []string, stdout, stderr io.Writer) (*options, int) {
 	fs := flag.NewFlagSet("netdev-dp", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
-	fs.StringVar(&o.configPath, "config", "", "config file (JSON); required")
+	fs.StringVar(&o.configPath, "config", "", "config file (JSON): netdev-dp's, or the SR-IOV network device plugin's (resourceList); required")
+	fs.StringVar(&o.configPath, "config-file", "", "same as --config (the SR-IOV network device plugin's flag)")
+	fs.StringVar(&o.resourcePrefix, "resource-prefix", sriovdp.DefaultPrefix, "an SR-IOV network device plugin config's resource prefix where a resource gives no resourcePrefix")
 	fs.StringVar(&o.pluginDir, "plugin-dir", "", "kubelet device plugin dir (default /var/lib/kubelet/device-plugins/)")
 	fs.StringVar(&o.devinfoDir, "devinfo-dir", "", "device-info dir holding dp/ (default /var/run/k8s.cni.cncf.io/devinfo)")
 	fs.StringVar(&o.cdiDir, "cdi-dir", "", "CDI spec dir (default /var/run/cdi)")
@@ -133,6 +138,7 @@ func parse(args []string, stdout, stderr io.Writer) (*options, int) {
 		}
 		return nil, 2
 	}
+	fs.Visit(func(f *flag.Flag) { o.resourcePrefixSet = o.resourcePrefixSet || f.Name == "resource-prefix" })
 	if *showVersion {
 		fmt.Fprintln(stdout, version.Line("netdev-dp"))
 		return nil, 0
@@ -157,6 +163,30 @@ func parse(args []string, stdout, stderr io.Writer) (*options, int) {
 		return nil, 2
 	}
 	return &o, 0
+}
+
+// loadConfig reads the config file: the SR-IOV network device plugin's when
+// it has its shape (a top-level resourceList), else netdev-dp's own.
+func loadConfig(o *options) (*resources.Config, error) {
+	data, err := resources.ReadConfigFile(o.configPath)
+	if err != nil {
+		return nil, err
+	}
+	if sriovdp.IsConfig(data) {
+		cfg, err := sriovdp.Parse(data, o.resourcePrefix)
+		if err != nil {
+			return nil, fmt.Errorf("config %s: %w", o.configPath, err)
+		}
+		return cfg, nil
+	}
+	if o.resourcePrefixSet {
+		return nil, fmt.Errorf("config %s: --resource-prefix applies to an SR-IOV network device plugin config (with resourceList) only; netdev-dp's own config names each resource in full", o.configPath)
+	}
+	cfg, err := resources.ParseConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", o.configPath, err)
+	}
+	return cfg, nil
 }
 
 // draFlags registers the flags of DRA mode.

@@ -49,6 +49,21 @@ type Resource struct {
 	// or a PCI function with one) is published once for many claims, each a
 	// macvlan sub-interface with a bandwidth (docs/sharing.md).
 	Share *netshare.Config `json:"share,omitempty"`
+	// SRIOVDP is a resource of the SR-IOV network device plugin's config,
+	// which pkg/netdev/sriovdp translates; netdev-dp's own file cannot name it.
+	SRIOVDP *SRIOVDP `json:"-"`
+}
+
+// SRIOVDP is what a resource of the SR-IOV network device plugin's config
+// needs besides its devices' selection: the prefix and name its
+// PCIDEVICE_<PREFIX>_<NAME> environment is named after, and the
+// additionalInfo its _INFO environment carries.
+type SRIOVDP struct {
+	Pool         pci.Pool
+	Prefix, Name string
+	// AdditionalInfo maps "*" (every device) or a PCI address (that device,
+	// over "*") to extra key-value pairs.
+	AdditionalInfo map[string]map[string]string
 }
 
 // maxConfigSize bounds the config file: a real one is a few KiB.
@@ -58,9 +73,9 @@ const maxConfigSize = 4 << 20
 // link is followed (a ConfigMap's files are links), but only a regular file
 // of at most maxConfigSize is read: a FIFO or /dev/zero is refused at once.
 func LoadConfig(path string) (*Config, error) {
-	data, err := safefile.ReadFile(path, maxConfigSize, safefile.Follow)
+	data, err := ReadConfigFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
+		return nil, err
 	}
 	c, err := ParseConfig(data)
 	if err != nil {
@@ -69,13 +84,23 @@ func LoadConfig(path string) (*Config, error) {
 	return c, nil
 }
 
+// ReadConfigFile reads a config file as LoadConfig does, for a caller that
+// parses it another way.
+func ReadConfigFile(path string) ([]byte, error) {
+	data, err := safefile.ReadFile(path, maxConfigSize, safefile.Follow)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return data, nil
+}
+
 // ParseConfig decodes and checks a config.
 func ParseConfig(data []byte) (*Config, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var c Config
 	if err := dec.Decode(&c); err != nil {
-		return nil, fmt.Errorf("decode%s: %w", position(data, err), err)
+		return nil, fmt.Errorf("decode%s: %w", Position(data, err), err)
 	}
 	if dec.More() {
 		return nil, fmt.Errorf("decode: trailing data after the config object")
@@ -86,9 +111,9 @@ func ParseConfig(data []byte) (*Config, error) {
 	return &c, nil
 }
 
-// position is " at line L, column C" of the offending byte, for JSON
+// Position is " at line L, column C" of the offending byte, for JSON
 // errors that know their offset.
-func position(data []byte, err error) string {
+func Position(data []byte, err error) string {
 	var offset int64
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError
@@ -142,7 +167,7 @@ func (c *Config) Validate() error {
 
 func (r *Resource) sourceCount() int {
 	n := 0
-	for _, set := range []bool{r.PCI != nil, r.NetDevs != nil, r.VDPA != nil, r.VhostUser != nil, r.Memif != nil} {
+	for _, set := range []bool{r.PCI != nil, r.NetDevs != nil, r.VDPA != nil, r.VhostUser != nil, r.Memif != nil, r.SRIOVDP != nil} {
 		if set {
 			n++
 		}

@@ -20,6 +20,7 @@ type Opened struct {
 	ResourceName string
 	Source       source.Source
 	CDI          *cdispec.Writer
+	SRIOVDP      *SRIOVDP // a resource of the SR-IOV device plugin's config, else nil
 }
 
 // Open creates every resource's device source and CDI spec writer, in
@@ -40,13 +41,15 @@ func Open(cfg *Config, log *slog.Logger) ([]Opened, error) {
 			return nil, fmt.Errorf("resources[%d]: %s and %s would share the CDI spec file %s", i, other, rc.ResourceName, w.Path())
 		}
 		specs[w.Path()] = rc.ResourceName
-		out = append(out, Opened{ResourceName: rc.ResourceName, Source: src, CDI: w})
+		out = append(out, Opened{ResourceName: rc.ResourceName, Source: src, CDI: w, SRIOVDP: rc.SRIOVDP})
 	}
 	return out, nil
 }
 
 func newSource(rc Resource, sysfs string, log *slog.Logger) (source.Source, error) {
 	switch {
+	case rc.SRIOVDP != nil:
+		return pci.NewPool(sysfs, rc.SRIOVDP.Pool)
 	case rc.PCI != nil:
 		return pci.New(sysfs, *rc.PCI)
 	case rc.NetDevs != nil:

@@ -171,6 +171,13 @@ func AddSoftRoCE(t testing.TB, root, ibdev, netdev string) {
 	write(t, filepath.Join(dir, "0"), netdev)
 }
 
+// SetLinkType writes the ARPHRD type of netdev ifName of PCI device addr
+// (1 ether, 32 infiniband), which AddPCI made as ether.
+func SetLinkType(t testing.TB, root, addr, ifName string, arphrd int) {
+	t.Helper()
+	write(t, filepath.Join(pciDir(root, addr), "net", ifName, "type"), fmt.Sprint(arphrd))
+}
+
 // SetOperState writes the operstate of netdev ifName of PCI device addr
 // (which AddPCI made with that netdev), as the kernel shows a link going
 // down ("down") or up ("up").
