@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/devplumb/devplumb/pkg/netdev/source"
+	"github.com/devplumb/devplumb/pkg/netdev/sriovdp"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 )
@@ -26,9 +27,11 @@ func (r *resource) allocate(_ context.Context, ids []string) (*pluginapi.Contain
 		devs = append(devs, d)
 	}
 
-	resp := &pluginapi.ContainerAllocateResponse{
-		Envs: map[string]string{envName(r.source.Kind(), r.name): strings.Join(ids, ",")},
+	env, err := r.env(ids, devs)
+	if err != nil {
+		return nil, err
 	}
+	resp := &pluginapi.ContainerAllocateResponse{Envs: env}
 	seenNode := map[string]bool{}
 	var names []string
 	for _, d := range devs {
@@ -51,6 +54,20 @@ func (r *resource) allocate(_ context.Context, ids []string) (*pluginapi.Contain
 	}
 	resp.Annotations = ann
 	return resp, nil
+}
+
+// env names the allocated devices. A resource of the SR-IOV device plugin's
+// config gets what that plugin gives: PCIDEVICE_<PREFIX>_<NAME> and its
+// _INFO; netdev-dp's own pci resource PCIDEVICE_<RESOURCE> and its _INFO;
+// the other sources <KIND>DEVICE_<RESOURCE> alone.
+func (r *resource) env(ids []string, devs []source.Device) (map[string]string, error) {
+	switch {
+	case r.sriov != nil:
+		return sriovdp.Env(sriovdp.EnvKey(r.sriov.Prefix, r.sriov.Name), devs, r.sriov.AdditionalInfo)
+	case r.source.Kind() == "pci":
+		return sriovdp.Env(envName("pci", r.name), devs, nil)
+	}
+	return map[string]string{envName(r.source.Kind(), r.name): strings.Join(ids, ",")}, nil
 }
 
 // cdiAnnotations builds the cdi.k8s.io/ annotation with the CDI library. Its

@@ -69,6 +69,7 @@ func build(cfg *resources.Config, m *metrics.Metrics, log *slog.Logger) ([]*reso
 		if err != nil {
 			return nil, fmt.Errorf("resources[%d]: %w", i, err)
 		}
+		r.sriov = o.SRIOVDP
 		out = append(out, r)
 	}
 	return out, nil

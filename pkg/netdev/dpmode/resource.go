@@ -28,8 +28,9 @@ type resource struct {
 	dp      *deviceplugin.Server
 	cdi     *cdispec.Writer
 	store   *devinfo.Store
-	owners  *resources.Owners // shared by all resources of the daemon
-	metrics *metrics.Metrics  // nil: no metrics
+	owners  *resources.Owners  // shared by all resources of the daemon
+	sriov   *resources.SRIOVDP // a resource of the SR-IOV device plugin's config, else nil
+	metrics *metrics.Metrics   // nil: no metrics
 	log     *slog.Logger
 	kick    chan struct{} // coalesced "rescan now"
 

@@ -1,0 +1,145 @@
+package dpmode
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/kubeletsim"
+	"github.com/devplumb/devplumb/pkg/netdev/source/sysfs/sysfstest"
+	"github.com/devplumb/devplumb/pkg/netdev/sriovdp"
+)
+
+// sriovConfig is an SR-IOV network device plugin config for the netdevtest
+// node: the VF with soft-RoCE for RDMA, the other iavf VF with an
+// additionalInfo token, the vfio-pci VFs with vhost-net and without
+// topology under their own prefix.
+const sriovConfig = `{"resourceList": [
+  {"resourceName": "sriov_rdma", "selectors": [{"pfNames": ["ens1f0"], "isRdma": true}]},
+  {"resourceName": "sriov_net", "selectors": {"drivers": ["iavf"]}, "additionalInfo": {"*": {"token": "t0"}}},
+  {"resourceName": "sriov_dpdk", "resourcePrefix": "example.org", "excludeTopology": true,
+   "selectors": [{"drivers": ["vfio-pci"], "needVhostNet": true}]}
+]}`
+
+// TestSRIOVDPConfig: the SR-IOV device plugin's config served as that
+// plugin serves it: its resource names, the devices each resource gets (a
+// device to the first resource), NUMA nodes unless excludeTopology, and an
+// Allocate answer with PCIDEVICE_<PREFIX>_<NAME> and _INFO, the RDMA, VFIO
+// and vhost-net device nodes, and the device-info files (rdma-device).
+func TestSRIOVDPConfig(t *testing.T) {
+	root := t.TempDir()
+	sysfstest.AddNode(t, root)
+	sysfstest.AddSoftRoCE(t, root, "rxe0", sysfstest.NodePFName+"v0")
+	sysfstest.AddRDMAChar(t, root, "rxe0", 0)
+	sysfstest.AddMisc(t, root, "vhost-net", "tun")
+	cfg, err := sriovdp.Parse([]byte(sriovConfig), sriovdp.DefaultPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := kubeletsim.Start(context.Background(), t.TempDir(), slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { node.Stop() })
+	cfg.SysfsRoot, cfg.PluginDir, cfg.PodResourcesSocket = root, node.PluginDir(), node.PodResourcesSocket()
+	cfg.DevInfoDir, cfg.CDIDir = filepath.Join(t.TempDir(), "devinfo"), filepath.Join(t.TempDir(), "cdi")
+	cfg.Resync = metav1.Duration{Duration: 100 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg, nil, slog.Default()) }()
+	t.Cleanup(func() { cancel(); <-done })
+	wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer wcancel()
+	for _, r := range []string{"intel.com/sriov_rdma", "intel.com/sriov_net", "example.org/sriov_dpdk"} {
+		if err := node.WaitRegistered(wctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkSRIOVAdvertised(t, node.Resources())
+	checkSRIOVAllocate(t, wctx, node)
+	info, err := devinfo.NewStore(cfg.DevInfoDir).ReadDP("intel.com/sriov_rdma", "0000:01:01.0")
+	if err != nil || info.Pci == nil || info.Pci.RdmaDevice != "rxe0" || info.Pci.PciAddress != "0000:01:01.0" {
+		t.Errorf("RDMA VF device-info %+v: %v", info, err)
+	}
+}
+
+func checkSRIOVAdvertised(t *testing.T, res map[string][]kubeletsim.Device) {
+	t.Helper()
+	want := map[string]map[string][]int64{
+		"intel.com/sriov_rdma":   {"0000:01:01.0": {1}},
+		"intel.com/sriov_net":    {"0000:01:01.1": {1}},
+		"example.org/sriov_dpdk": {"0000:01:01.2": nil, "0000:01:01.3": nil},
+	}
+	for r, w := range want {
+		got := map[string][]int64{}
+		for _, d := range res[r] {
+			got[d.ID] = d.NUMANodes
+		}
+		if len(got) != len(w) {
+			t.Errorf("%s: node has %v, want %v", r, got, w)
+		}
+		for id, numa := range w {
+			if g, ok := got[id]; !ok || !slices.Equal(g, numa) {
+				t.Errorf("%s %s: NUMA %v (listed %v), want %v", r, id, g, ok, numa)
+			}
+		}
+	}
+}
+
+func checkSRIOVAllocate(t *testing.T, ctx context.Context, node *kubeletsim.Node) {
+	t.Helper()
+	alloc, err := node.AddPod(ctx, kubeletsim.PodSpec{Namespace: "ns", Name: "p", Containers: []kubeletsim.ContainerSpec{{Name: "c", Requests: []kubeletsim.ResourceRequest{
+		{Resource: "intel.com/sriov_rdma", Count: 1}, {Resource: "intel.com/sriov_net", Count: 1}, {Resource: "example.org/sriov_dpdk", Count: 2},
+	}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]struct {
+		key   string
+		info  string
+		nodes []string
+	}{
+		"intel.com/sriov_rdma": {"PCIDEVICE_INTEL_COM_SRIOV_RDMA",
+			`{"0000:01:01.0":{"generic":{"deviceID":"0000:01:01.0"},"rdma":{"issm":"/dev/infiniband/issm0","rdma_cm":"/dev/infiniband/rdma_cm","rdma_dev":"rxe0","umad":"/dev/infiniband/umad0","uverbs":"/dev/infiniband/uverbs0"}}}`,
+			[]string{"/dev/infiniband/issm0", "/dev/infiniband/umad0", "/dev/infiniband/uverbs0", "/dev/infiniband/rdma_cm"}},
+		"intel.com/sriov_net": {"PCIDEVICE_INTEL_COM_SRIOV_NET",
+			`{"0000:01:01.1":{"extra":{"token":"t0"},"generic":{"deviceID":"0000:01:01.1"}}}`, nil},
+		"example.org/sriov_dpdk": {"PCIDEVICE_EXAMPLE_ORG_SRIOV_DPDK",
+			`{"0000:01:01.2":{"generic":{"deviceID":"0000:01:01.2"},"vfio":{"dev-mount":"/dev/vfio/42","mount":"/dev/vfio/vfio"},"vhost":{"net-mount":"/dev/vhost-net","tun-mount":"/dev/net/tun"}},` +
+				`"0000:01:01.3":{"generic":{"deviceID":"0000:01:01.3"},"vfio":{"dev-mount":"/dev/vfio/43","mount":"/dev/vfio/vfio"},"vhost":{"net-mount":"/dev/vhost-net","tun-mount":"/dev/net/tun"}}}`,
+			[]string{"/dev/vfio/vfio", "/dev/vfio/42", "/dev/vhost-net", "/dev/net/tun", "/dev/vfio/43"}},
+	}
+	for _, ra := range alloc.Containers[0].Resources {
+		w, env := want[ra.Resource], ra.Response.Envs
+		if env[w.key] != strings.Join(ra.DeviceIDs, ",") || !sameJSON(env[w.key+"_INFO"], w.info) {
+			t.Errorf("%s: env %v, want %s=%v and _INFO %s", ra.Resource, env, w.key, ra.DeviceIDs, w.info)
+		}
+		var nodes []string
+		for _, d := range ra.Response.Devices {
+			nodes = append(nodes, d.HostPath)
+		}
+		slices.Sort(nodes)
+		slices.Sort(w.nodes)
+		if !slices.Equal(nodes, w.nodes) {
+			t.Errorf("%s: device nodes %v, want %v", ra.Resource, nodes, w.nodes)
+		}
+	}
+}
+
+func sameJSON(a, b string) bool {
+	var x, y any
+	if json.Unmarshal([]byte(a), &x) != nil || json.Unmarshal([]byte(b), &y) != nil {
+		return false
+	}
+	xb, _ := json.Marshal(x)
+	yb, _ := json.Marshal(y)
+	return string(xb) == string(yb)
+}
