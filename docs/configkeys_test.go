@@ -23,7 +23,10 @@ func jsonKeys(t reflect.Type) []string {
 	for i := range t.NumField() {
 		f := t.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name != "" && name != "-" {
+		if name == "-" {
+			continue // not in the file, nor what it holds
+		}
+		if name != "" {
 			keys = append(keys, name)
 		}
 		keys = append(keys, jsonKeys(f.Type)...)
