@@ -2,6 +2,9 @@ package dra_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"testing"
@@ -64,11 +67,17 @@ func (n *driverNode) shareClaim(name, bandwidth string) *resourceapi.ResourceCla
 	return claim
 }
 
-// allocateShares runs kube-scheduler's DRA allocator (consumable capacity
-// on, as it is by default since 1.36) over the node's slices for claim,
-// with what the claims allocated before hold, as the scheduler gathers it:
-// nil when the allocator finds no fit, else the claim allocated.
+// allocateShares runs kube-scheduler's DRA allocator with consumable capacity on, as it
+// is by default since 1.36 (allocateWith).
 func (n *driverNode) allocateShares(claim *resourceapi.ResourceClaim, before ...*resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
+	n.t.Helper()
+	return n.allocateWith(structured.Features{ConsumableCapacity: true}, claim, before...)
+}
+
+// allocateWith runs the allocator with the features on over the node's slices, with
+// what the claims allocated before hold (a shared device's shares and consumed
+// capacity, a whole device), as kube-scheduler gathers it: nil when it finds no fit.
+func (n *driverNode) allocateWith(features structured.Features, claim *resourceapi.ResourceClaim, before ...*resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
 	n.t.Helper()
 	c := e2etest.Ctx(n.t)
 	list, err := srv.Client.ResourceV1().ResourceSlices().List(c, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.name})
@@ -82,13 +91,17 @@ func (n *driverNode) allocateShares(claim *resourceapi.ResourceClaim, before ...
 	for _, b := range before {
 		for _, r := range b.Status.Allocation.Devices.Results {
 			id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
+			if r.ShareID == nil {
+				state.AllocatedDevices.Insert(id)
+				continue
+			}
 			state.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
 			state.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
 		}
 	}
 	node, err := srv.Client.CoreV1().Nodes().Get(c, n.name, metav1.GetOptions{})
 	e2etest.Must(n.t, err)
-	alloc, err := structured.NewAllocator(c, structured.Features{ConsumableCapacity: true}, state, classLister{c}, all, cel.NewCache(10, cel.Features{}))
+	alloc, err := structured.NewAllocator(c, features, state, classLister{c}, all, cel.NewCache(10, cel.Features{}))
 	e2etest.Must(n.t, err)
 	results, err := alloc.Allocate(c, node, []*resourceapi.ResourceClaim{claim})
 	if err != nil || len(results) == 0 {
@@ -189,4 +202,42 @@ func (n *driverNode) cdiEnv(t *testing.T, name string) []string {
 		t.Fatalf("no CDI device %s", name)
 	}
 	return d.ContainerEdits.Env
+}
+
+// TestDriverVFsShareTheirPFsBandwidth: with pfBandwidth, the PF's bandwidth (10G) is a
+// shared counter in the node's pool and each VF consumes 4G of it; kube-scheduler's
+// allocator (partitionable devices on, as by default since 1.36) gives two claims a VF
+// each and refuses a third, though two VFs are free: the PF has 2G left.
+func TestDriverVFsShareTheirPFsBandwidth(t *testing.T) {
+	n := newDriverNode(t)
+	var cfg resources.Config
+	raw, err := os.ReadFile(n.config)
+	e2etest.Must(t, err)
+	e2etest.Must(t, json.Unmarshal(raw, &cfg))
+	cfg.Resources[0].PFBandwidth = &netshare.PFBandwidth{Total: "10G", PerVF: "4G"}
+	raw, err = json.Marshal(cfg)
+	e2etest.Must(t, err)
+	e2etest.Must(t, os.WriteFile(n.config, raw, 0o644))
+	n.start()
+	n.waitDevices("four VFs consuming counters", func(m map[string]resourceapi.Device) bool {
+		count := 0
+		for _, d := range m {
+			if len(d.ConsumesCounters) == 1 {
+				count++
+			}
+		}
+		return count == 4
+	})
+	var held []*resourceapi.ResourceClaim
+	for i := range 3 {
+		claim := n.createClaim(fmt.Sprintf("vf-%d-%s", i, n.name), "sriov-vf.example.com")
+		got := n.allocateWith(structured.Features{PartitionableDevices: true}, claim, held...)
+		switch {
+		case i < 2 && got == nil:
+			t.Fatalf("claim %d: not allocated, though its PF has the bandwidth", i)
+		case i == 2 && got != nil:
+			t.Fatalf("claim 2 was allocated %+v: past its PF's bandwidth", got.Status.Allocation.Devices.Results)
+		}
+		held = append(held, got)
+	}
 }

@@ -173,3 +173,36 @@ func ParentID(deviceID, shareID string) string { return strings.TrimSuffix(devic
 
 // IsDeviceID says whether id has the form DeviceID gives a share.
 func IsDeviceID(id string) bool { return strings.Contains(id, shareSep) }
+
+// CounterBandwidth is the counter a PF's bandwidth is published as
+// (KEP-4815 partitionable devices), which its VFs consume.
+const CounterBandwidth = "bandwidth"
+
+// PFBandwidth has the VFs of a PF share its bandwidth: the PF's is a
+// shared counter of the slice, and each VF consumes PerVF of it, so the
+// scheduler never gives away more VF bandwidth than the PF has.
+type PFBandwidth struct {
+	// Total is each PF's bandwidth; "" takes the PF link's speed.
+	Total string `json:"total,omitempty"`
+	// PerVF is what each VF consumes of it: the VF's rate limit.
+	PerVF string `json:"perVF"`
+}
+
+// Validate checks b and returns its numbers in bit/s (total 0: the link's speed).
+func (b *PFBandwidth) Validate() (total, perVF int64, err error) {
+	if b.PerVF == "" {
+		return 0, 0, fmt.Errorf("pfBandwidth.perVF is required: what each VF consumes of its PF's bandwidth, e.g. \"5G\"")
+	}
+	if perVF, err = ParseBandwidth(b.PerVF); err != nil {
+		return 0, 0, fmt.Errorf("pfBandwidth.perVF: %w", err)
+	}
+	if b.Total != "" {
+		if total, err = ParseBandwidth(b.Total); err != nil {
+			return 0, 0, fmt.Errorf("pfBandwidth.total: %w", err)
+		}
+		if perVF > total {
+			return 0, 0, fmt.Errorf("pfBandwidth.perVF %s is more than the total %s: no VF could be allocated", b.PerVF, b.Total)
+		}
+	}
+	return total, perVF, nil
+}

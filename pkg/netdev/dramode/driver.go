@@ -58,6 +58,7 @@ type res struct {
 	source source.Source
 	cdi    *cdispec.Writer
 	share  *netshare.Policy // nil: each device goes to one claim
+	pfBW   *pfBandwidth     // nil: VFs consume no counters
 }
 
 // Driver serves the device sources of one config as a DRA driver.
@@ -120,10 +121,8 @@ func New(cfg *resources.Config, o Options, log *slog.Logger) (*Driver, error) {
 	}
 	for i, o := range opened { // Open keeps config order
 		r := &res{name: o.ResourceName, source: o.Source, cdi: o.CDI}
-		if sc := cfg.Resources[i].Share; sc != nil {
-			if r.share, err = sc.Validate(); err != nil {
-				return nil, fmt.Errorf("resource %s: %w", o.ResourceName, err)
-			}
+		if err := r.configure(cfg.Resources[i]); err != nil {
+			return nil, fmt.Errorf("resource %s: %w", o.ResourceName, err)
 		}
 		d.resources = append(d.resources, r)
 	}

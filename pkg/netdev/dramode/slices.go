@@ -71,6 +71,7 @@ func driverResources(driver, pool, sysfs string, devices map[string]entry, taint
 	slices.Sort(names)
 	var problems []string
 	var all []resourceapi.Device
+	sets := counterSets{}
 	for _, n := range names {
 		e := devices[n]
 		if !e.dev.Healthy && !taints {
@@ -82,23 +83,15 @@ func driverResources(driver, pool, sysfs string, devices map[string]entry, taint
 				e.dev.ID, e.res.name, strings.Join(dropped, ", "), resourceapi.DeviceAttributeMaxValueLength))
 		}
 		dev := resourceapi.Device{Name: n, Attributes: attrs}
-		if p := e.res.share; p != nil {
-			if why := shareCapacity(&dev, p, sysfs, shareIfName(driver, e.res.source.Kind(), e.dev, attrs)); why != "" {
-				problems = append(problems, fmt.Sprintf("device %s of %s is left out: %s", e.dev.ID, e.res.name, why))
-				continue
-			}
+		if why := resourceFeatures(&dev, e, driver, sysfs, attrs, sets); why != "" {
+			problems = append(problems, fmt.Sprintf("device %s of %s is left out: %s", e.dev.ID, e.res.name, why))
+			continue
 		}
 		if !e.dev.Healthy {
 			dev.Taints = []resourceapi.DeviceTaint{unhealthyTaint(driver)}
 		}
 		all = append(all, dev)
 	}
-	p := resourceslice.Pool{Slices: []resourceslice.Slice{{}}}
-	for chunk := range slices.Chunk(all, resourceapi.ResourceSliceMaxDevices) {
-		p.Slices = append(p.Slices, resourceslice.Slice{Devices: chunk})
-	}
-	if len(p.Slices) > 1 {
-		p.Slices = p.Slices[1:]
-	}
+	p := resourceslice.Pool{Slices: poolSlices(all, sets)}
 	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{pool: p}}, problems
 }

@@ -51,7 +51,10 @@ type Resource struct {
 	Share *netshare.Config `json:"share,omitempty"`
 	// SRIOVDP is a resource of the SR-IOV network device plugin's config,
 	// which pkg/netdev/sriovdp translates; netdev-dp's own file cannot name it.
-	SRIOVDP *SRIOVDP `json:"-"`
+	// PFBandwidth has a pci resource's VFs share their PF's bandwidth in
+	// DRA mode (a shared counter each VF consumes part of).
+	PFBandwidth *netshare.PFBandwidth `json:"pfBandwidth,omitempty"`
+	SRIOVDP     *SRIOVDP              `json:"-"`
 }
 
 // SRIOVDP is what a resource of the SR-IOV network device plugin's config
@@ -161,6 +164,9 @@ func (c *Config) Validate() error {
 		if err := r.validateShare(); err != nil {
 			return fmt.Errorf("%s (%s): %w", where, r.ResourceName, err)
 		}
+		if err := r.validatePFBandwidth(); err != nil {
+			return fmt.Errorf("%s (%s): %w", where, r.ResourceName, err)
+		}
 	}
 	return nil
 }
@@ -185,5 +191,20 @@ func (r *Resource) validateShare() error {
 		return fmt.Errorf("share: only netdevs and pci resources can be shared (a share is a macvlan sub-interface of the device's netdev)")
 	}
 	_, err := r.Share.Validate()
+	return err
+}
+
+// validatePFBandwidth checks a resource whose VFs share their PF's bandwidth.
+func (r *Resource) validatePFBandwidth() error {
+	if r.PFBandwidth == nil {
+		return nil
+	}
+	if r.PCI == nil {
+		return fmt.Errorf("pfBandwidth: only a pci resource's VFs share a PF's bandwidth")
+	}
+	if r.Share != nil {
+		return fmt.Errorf("pfBandwidth and share: a device is either shared by claims or one VF of a PF, not both")
+	}
+	_, _, err := r.PFBandwidth.Validate()
 	return err
 }

@@ -115,3 +115,21 @@ func TestParseConfigShare(t *testing.T) {
 		}
 	}
 }
+
+// pfBandwidth belongs to a pci resource that is not shared; each mistake is named.
+func TestParseConfigPFBandwidth(t *testing.T) {
+	if _, err := ParseConfig([]byte(`{"resources": [{"resourceName": "example.com/vf", "pci": {}, "pfBandwidth": {"perVF": "5G"}}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	for in, want := range map[string]string{
+		`{"resources": [{"resourceName": "example.com/a", "netdevs": {"names": ["x"]}, "pfBandwidth": {"perVF": "1G"}}]}`:                                           "resources[0] (example.com/a): pfBandwidth: only a pci resource",
+		`{"resources": [{"resourceName": "example.com/a", "pci": {}, "pfBandwidth": {"total": "10G"}}]}`:                                                            "pfBandwidth.perVF is required",
+		`{"resources": [{"resourceName": "example.com/a", "pci": {}, "pfBandwidth": {"total": "1G", "perVF": "2G"}}]}`:                                              "pfBandwidth.perVF 2G is more than the total 1G",
+		`{"resources": [{"resourceName": "example.com/a", "pci": {}, "pfBandwidth": {"perVF": "2Gi"}}]}`:                                                            `pfBandwidth.perVF: bandwidth "2Gi" has a binary suffix`,
+		`{"resources": [{"resourceName": "example.com/a", "pci": {}, "pfBandwidth": {"perVF": "2G"}, "share": {"interfaces": 2, "bandwidth": {"default": "1M"}}}]}`: "pfBandwidth and share",
+	} {
+		if _, err := ParseConfig([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: got %v, want error containing %q", in, err, want)
+		}
+	}
+}
