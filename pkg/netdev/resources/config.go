@@ -49,12 +49,12 @@ type Resource struct {
 	// or a PCI function with one) is published once for many claims, each a
 	// macvlan sub-interface with a bandwidth (docs/sharing.md).
 	Share *netshare.Config `json:"share,omitempty"`
-	// SRIOVDP is a resource of the SR-IOV network device plugin's config,
-	// which pkg/netdev/sriovdp translates; netdev-dp's own file cannot name it.
 	// PFBandwidth has a pci resource's VFs share their PF's bandwidth in
 	// DRA mode (a shared counter each VF consumes part of).
 	PFBandwidth *netshare.PFBandwidth `json:"pfBandwidth,omitempty"`
-	SRIOVDP     *SRIOVDP              `json:"-"`
+	// SRIOVDP is a resource of the SR-IOV network device plugin's config,
+	// which pkg/netdev/sriovdp translates; netdev-dp's own file cannot name it.
+	SRIOVDP *SRIOVDP `json:"-"`
 }
 
 // SRIOVDP is what a resource of the SR-IOV network device plugin's config
