@@ -63,7 +63,9 @@ func shareDevice(t *testing.T, parent string) {
 			Expression: `device.attributes["k8s.cni.cncf.io"].resourceName == "` + shareResource + `"`}}}}}
 	_, err = nd.Client.ResourceV1().DeviceClasses().Create(ctx(t), class, metav1.CreateOptions{})
 	e2etest.Must(t, err)
-	t.Cleanup(func() { _ = nd.Client.ResourceV1().DeviceClasses().Delete(context.Background(), shareClass, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = nd.Client.ResourceV1().DeviceClasses().Delete(context.Background(), shareClass, metav1.DeleteOptions{})
+	})
 }
 
 // shareTemplate is a claim template asking for a share of bandwidth.
