@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"sigs.k8s.io/yaml"
 
 	"github.com/devplumb/devplumb/pkg/base/logging"
 	"github.com/devplumb/devplumb/pkg/base/metricsauth"
@@ -51,7 +52,7 @@ func main() {
 type options struct {
 	configPath, pluginDir, devinfoDir, cdiDir, sysfsRoot string
 	resourcePrefix                                       string
-	resourcePrefixSet                                    bool
+	resourcePrefixSet, printClasses                      bool
 	podResourcesSocket                                   string
 	metricsAddr, mode, kubeconfig                        string
 	healthGrace                                          time.Duration
@@ -69,6 +70,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		o.log.Error("netdev-dp: bad config", "err", err)
 		return 1
+	}
+	if o.printClasses {
+		return printDeviceClasses(cfg, o.dra.DriverName, stdout, o.log)
 	}
 	override(&cfg.PluginDir, o.pluginDir)
 	override(&cfg.DevInfoDir, o.devinfoDir)
@@ -131,6 +135,8 @@ func parse(args []string, stdout, stderr io.Writer) (*options, int) {
 	o.secure.Register(fs)
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.StringVar(&o.mode, "mode", "deviceplugin", "deviceplugin or dra")
+	fs.BoolVar(&o.printClasses, "print-device-classes", false, "print a DeviceClass per resource of the config (for --driver-name, "+
+		"with the resource as its extendedResourceName) as YAML to apply, and exit")
 	draFlags(fs, &o)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -187,6 +193,25 @@ func loadConfig(o *options) (*resources.Config, error) {
 		return nil, fmt.Errorf("config %s: %w", o.configPath, err)
 	}
 	return cfg, nil
+}
+
+// printDeviceClasses writes the DeviceClasses that serve cfg's resources
+// through driver as one YAML stream.
+func printDeviceClasses(cfg *resources.Config, driver string, stdout io.Writer, log *slog.Logger) int {
+	classes, err := dramode.DeviceClasses(cfg, driver)
+	if err != nil {
+		log.Error("netdev-dp: DeviceClasses", "err", err)
+		return 1
+	}
+	for _, c := range classes {
+		b, err := yaml.Marshal(c)
+		if err != nil {
+			log.Error("netdev-dp: DeviceClass", "name", c.Name, "err", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "---\n%s", b)
+	}
+	return 0
 }
 
 // draFlags registers the flags of DRA mode.

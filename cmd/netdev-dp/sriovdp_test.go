@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"sigs.k8s.io/yaml"
 )
 
 // TestSRIOVDPConfigFile: the SR-IOV device plugin's config is taken by its
@@ -46,5 +49,33 @@ func TestSRIOVDPConfigFile(t *testing.T) {
 	out.Reset()
 	if code := run([]string{"--config", own, "--resource-prefix", "x.org"}, io.Discard, &out); code != 1 || !strings.Contains(out.String(), "--resource-prefix applies to an SR-IOV network device plugin config") {
 		t.Errorf("--resource-prefix with netdev-dp's config: code %d, %s", code, out.String())
+	}
+}
+
+// TestPrintDeviceClasses: the DeviceClasses for an SR-IOV device plugin
+// config, as a YAML stream that decodes into resource.k8s.io/v1 classes.
+func TestPrintDeviceClasses(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "config.json")
+	os.WriteFile(p, []byte(`{"resourceList": [{"resourceName": "sriov_net", "selectors": {"drivers": ["iavf"]}},
+		{"resourceName": "sriov_dpdk", "resourcePrefix": "example.org", "selectors": {"drivers": ["vfio-pci"]}}]}`), 0o644)
+	var out bytes.Buffer
+	if code := run([]string{"--config-file", p, "--print-device-classes", "--driver-name", "dra.example.com"}, &out, io.Discard); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	docs := strings.Split(strings.TrimPrefix(out.String(), "---\n"), "---\n")
+	want := map[string]string{"sriov-net.intel.com": "intel.com/sriov_net", "sriov-dpdk.example.org": "example.org/sriov_dpdk"}
+	if len(docs) != len(want) {
+		t.Fatalf("%d documents:\n%s", len(docs), out.String())
+	}
+	for _, doc := range docs {
+		var c resourceapi.DeviceClass
+		if err := yaml.UnmarshalStrict([]byte(doc), &c); err != nil {
+			t.Fatalf("%v:\n%s", err, doc)
+		}
+		ext := want[c.Name]
+		if c.APIVersion != "resource.k8s.io/v1" || c.Kind != "DeviceClass" || c.Spec.ExtendedResourceName == nil || *c.Spec.ExtendedResourceName != ext ||
+			!strings.Contains(c.Spec.Selectors[0].CEL.Expression, `device.driver == "dra.example.com"`) {
+			t.Errorf("class %s:\n%s", c.Name, doc)
+		}
 	}
 }

@@ -14,20 +14,10 @@ import (
 
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
+	"github.com/devplumb/devplumb/pkg/netdev/netdevtest"
 	"github.com/devplumb/devplumb/pkg/netdev/source/sysfs/sysfstest"
 	"github.com/devplumb/devplumb/pkg/netdev/sriovdp"
 )
-
-// sriovConfig is an SR-IOV network device plugin config for the netdevtest
-// node: the VF with soft-RoCE for RDMA, the other iavf VF with an
-// additionalInfo token, the vfio-pci VFs with vhost-net and without
-// topology under their own prefix.
-const sriovConfig = `{"resourceList": [
-  {"resourceName": "sriov_rdma", "selectors": [{"pfNames": ["ens1f0"], "isRdma": true}]},
-  {"resourceName": "sriov_net", "selectors": {"drivers": ["iavf"]}, "additionalInfo": {"*": {"token": "t0"}}},
-  {"resourceName": "sriov_dpdk", "resourcePrefix": "example.org", "excludeTopology": true,
-   "selectors": [{"drivers": ["vfio-pci"], "needVhostNet": true}]}
-]}`
 
 // TestSRIOVDPConfig: the SR-IOV device plugin's config served as that
 // plugin serves it: its resource names, the devices each resource gets (a
@@ -37,10 +27,8 @@ const sriovConfig = `{"resourceList": [
 func TestSRIOVDPConfig(t *testing.T) {
 	root := t.TempDir()
 	sysfstest.AddNode(t, root)
-	sysfstest.AddSoftRoCE(t, root, "rxe0", sysfstest.NodePFName+"v0")
-	sysfstest.AddRDMAChar(t, root, "rxe0", 0)
-	sysfstest.AddMisc(t, root, "vhost-net", "tun")
-	cfg, err := sriovdp.Parse([]byte(sriovConfig), sriovdp.DefaultPrefix)
+	netdevtest.AddSRIOVExtras(t, root)
+	cfg, err := sriovdp.Parse([]byte(netdevtest.SRIOVConfig), sriovdp.DefaultPrefix)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -93,6 +93,7 @@ func attributes(driver, resourceName, kind, sysfsRoot string, d source.Device) (
 	if kind == "netdevs" {
 		str(own(AttrInterfaceName), d.ID)
 	}
+	standardAttributes(attrs, sysfsRoot, d)
 	if d.Info == nil {
 		return attrs, dropped
 	}

@@ -57,8 +57,9 @@ type res struct {
 	name   string
 	source source.Source
 	cdi    *cdispec.Writer
-	share  *netshare.Policy // nil: each device goes to one claim
-	pfBW   *pfBandwidth     // nil: VFs consume no counters
+	share  *netshare.Policy   // nil: each device goes to one claim
+	pfBW   *pfBandwidth       // nil: VFs consume no counters
+	sriov  *resources.SRIOVDP // a resource of the SR-IOV device plugin's config, else nil
 }
 
 // Driver serves the device sources of one config as a DRA driver.
@@ -120,7 +121,7 @@ func New(cfg *resources.Config, o Options, log *slog.Logger) (*Driver, error) {
 		d.sysfs = sysfs.DefaultRoot
 	}
 	for i, o := range opened { // Open keeps config order
-		r := &res{name: o.ResourceName, source: o.Source, cdi: o.CDI}
+		r := &res{name: o.ResourceName, source: o.Source, cdi: o.CDI, sriov: o.SRIOVDP}
 		if err := r.configure(cfg.Resources[i]); err != nil {
 			return nil, fmt.Errorf("resource %s: %w", o.ResourceName, err)
 		}

@@ -98,6 +98,9 @@ func (d *Driver) resolve(c *resourceapi.ResourceClaim) (*record, error) {
 			Resource: e.res.name, CDI: e.res.cdi.QualifiedName(e.dev.ID), Device: e.dev,
 		})
 	}
+	if err := d.sriovEnv(rec); err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
 	return rec, nil
 }
 

@@ -81,6 +81,14 @@ func TestSlicesDescribeEverySource(t *testing.T) {
 		for k, v := range typed {
 			w[dom+k] = v
 		}
+		// Kubernetes' standard attributes of every PCI device (the fake
+		// sysfs puts them all under root complex pci0000:00).
+		if addr, ok := typed["pciAddress"]; ok {
+			w["resource.kubernetes.io/pciBusID"], w["resource.kubernetes.io/pcieRoot"] = addr, "pci0000:00"
+		}
+		if n, ok := typed["numaNode"]; ok {
+			w["resource.kubernetes.io/numaNode"] = n
+		}
 		if !maps.Equal(got[name], w) {
 			t.Errorf("device %s:\n got %v\nwant %v", name, got[name], w)
 		}

@@ -71,3 +71,24 @@ func (n *Node) Listen(name string) net.Listener {
 	n.t.Cleanup(func() { l.Close() })
 	return l
 }
+
+// SRIOVConfig is an SR-IOV network device plugin config for the node
+// AddNode makes, as AddSRIOVExtras completes it: intel.com/sriov_rdma (the
+// VF with soft-RoCE rxe0 on ens1f0v0), intel.com/sriov_net (the other iavf
+// VF, with an additionalInfo token), example.org/sriov_dpdk (the vfio-pci
+// VFs, with vhost-net, without topology).
+const SRIOVConfig = `{"resourceList": [
+  {"resourceName": "sriov_rdma", "selectors": [{"pfNames": ["ens1f0"], "isRdma": true}]},
+  {"resourceName": "sriov_net", "selectors": {"drivers": ["iavf"]}, "additionalInfo": {"*": {"token": "t0"}}},
+  {"resourceName": "sriov_dpdk", "resourcePrefix": "example.org", "excludeTopology": true,
+   "selectors": [{"drivers": ["vfio-pci"], "needVhostNet": true}]}
+]}`
+
+// AddSRIOVExtras adds to AddNode's sysfs what SRIOVConfig asks for:
+// soft-RoCE rxe0 on ens1f0v0 with its char devices, vhost-net and tun.
+func AddSRIOVExtras(t testing.TB, root string) {
+	t.Helper()
+	sysfstest.AddSoftRoCE(t, root, "rxe0", sysfstest.NodePFName+"v0")
+	sysfstest.AddRDMAChar(t, root, "rxe0", 0)
+	sysfstest.AddMisc(t, root, "vhost-net", "tun")
+}
