@@ -167,9 +167,14 @@ func startNode(t *testing.T, resources ...resource) *node {
 	n.ctl, err = kubeletsim.NewControlClient(n.root)
 	e2etest.Must(t, err)
 	for _, r := range resources {
-		if err := n.ctl.WaitRegistered(e2etest.Ctx(t), r.ResourceName); err != nil {
-			t.Fatalf("netdev-dp did not register %s: %v", r.ResourceName, err)
-		}
+		eventually(t, time.Minute, "netdev-dp registering "+r.ResourceName, func() bool {
+			if done, err := n.dp.Exited(); done {
+				t.Fatalf("netdev-dp exited: %v", err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			return n.ctl.WaitRegistered(ctx, r.ResourceName) == nil
+		})
 	}
 	return n
 }

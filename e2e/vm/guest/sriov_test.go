@@ -18,7 +18,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
-const vfRes, vfResB = "devplumb.io/vf", "devplumb.io/vf-b"
+const vfRes, vfResB, vfResC = "devplumb.io/vf", "devplumb.io/vf-b", "devplumb.io/vf-c"
 
 // vfNIC is a VF's netdev as the host had it before a pod took it.
 type vfNIC struct{ name, mac string }
@@ -39,25 +39,32 @@ func hostNICs(t *testing.T, vfs []string) map[string]vfNIC {
 	return out
 }
 
-// The whole path with real VFs: netdev-dp's pci source selects PF0's VFs by vendor,
-// device, driver and PF name (and PF1's by PF name alone), with the NUMA node the kernel
-// gives them; two pods get two VFs each from nodesim, never the same; devplumb
+// The whole path with real VFs: netdev-dp's pci source selects VFs 0-3 of PF0's five by
+// vendor, device, driver and PF name with a VF index range, VF 4 by the PF's PCI
+// address with a range, and all three of PF1's by its name alone, each with the NUMA
+// node the kernel gives it; two pods get two VFs each from nodesim, never the same; devplumb
 // delegates to host-device with each VF's PCI address, which moves the VF's own netdev
 // into the pod with its network's IP; the device-info says pci with the VF's address
 // and its PF as the kernel links them; network-status (in devplumb's state) and
 // devplumbctl inspect show them; DEL gives each VF back to the host under its name.
 func TestSRIOVVFsThroughThePath(t *testing.T) {
 	p := pfs(t)
-	vfs0, vfs1 := p[0].setVFs(t, 4), p[1].setVFs(t, 2)
+	vfs0, vfs1 := p[0].setVFs(t, 5), p[1].setVFs(t, 3)
 	nics := hostNICs(t, append(slices.Clone(vfs0), vfs1...))
+	t.Logf("PF %s (%s, NUMA node %d) VFs %v; PF %s (%s, NUMA node %d) VFs %v", p[0].addr, p[0].netdev, p[0].numa, vfs0, p[1].addr, p[1].netdev, p[1].numa, vfs1)
 	n := startNode(t,
 		resource{vfRes, map[string]any{"vendors": []string{"8086"}, "devices": []string{"10ca"},
-			"drivers": []string{"igbvf"}, "pfNames": []string{p[0].netdev}}},
-		resource{vfResB, map[string]any{"pfNames": []string{p[1].netdev}}})
-	for res, want := range map[string]pf{vfRes: p[0], vfResB: p[1]} {
-		for _, d := range n.devices(res, allHealthy(map[string][]string{vfRes: vfs0, vfResB: vfs1}[res])) {
-			if !slices.Equal(d.NUMANodes, []int64{int64(want.numa)}) {
-				t.Errorf("%s device %s NUMA nodes %v, want the kernel's %d", res, d.ID, d.NUMANodes, want.numa)
+			"drivers": []string{"igbvf"}, "pfNames": []string{p[0].netdev + "#0-3"}}},
+		resource{vfResB, map[string]any{"pfNames": []string{p[1].netdev}}},
+		resource{vfResC, map[string]any{"rootDevices": []string{p[0].addr + "#4"}}})
+	for _, r := range []struct {
+		res string
+		pf  pf
+		vfs []string
+	}{{vfRes, p[0], vfs0[:4]}, {vfResB, p[1], vfs1}, {vfResC, p[0], vfs0[4:]}} {
+		for _, d := range n.devices(r.res, allHealthy(r.vfs)) {
+			if !slices.Equal(d.NUMANodes, []int64{int64(r.pf.numa)}) {
+				t.Errorf("%s device %s NUMA nodes %v, want the kernel's %d", r.res, d.ID, d.NUMANodes, r.pf.numa)
 			}
 		}
 	}
@@ -73,26 +80,34 @@ func TestSRIOVVFsThroughThePath(t *testing.T) {
 	if c, err := n.addPod("c", vfRes, 1); err == nil {
 		t.Fatalf("a third pod got a VF of four given out: %+v", c)
 	}
+	t.Logf("pod a has VFs %v, pod b %v", gotA, gotB)
 
 	nets := []map[string]any{n.network("sriov-1", vfRes, "10.56.1.2/24"), n.network("sriov-2", vfRes, "10.56.2.2/24")}
-	for _, pod := range []struct {
+	ifNames := []string{"net1", "net2"}
+	pods := []struct {
 		name string
 		vfs  []string
-	}{{"a", gotA}, {"b", gotB}} {
-		netns := testenv.NetNS(t)
+		ns   ns.NetNS
+	}{{"a", gotA, testenv.NetNS(t)}, {"b", gotB, testenv.NetNS(t)}}
+	for _, pod := range pods {
 		for i, conf := range nets {
-			ifName := []string{"net1", "net2"}[i]
-			if res := n.cni("ADD", pod.name, netns.Path(), ifName, conf); res.Code != 0 {
-				t.Fatalf("pod %s ADD %s: %+v", pod.name, ifName, res)
+			if res := n.cni("ADD", pod.name, pod.ns.Path(), ifNames[i], conf); res.Code != 0 {
+				t.Fatalf("pod %s ADD %s: %+v", pod.name, ifNames[i], res)
 			}
-			vf := checkAttached(t, n, netns, pod.name, ifName, conf, pod.vfs, p[0].addr, nics)
-			if !strings.Contains(n.devplumbctl("inspect", "--root", n.root), vf) {
-				t.Errorf("devplumbctl inspect does not show VF %s", vf)
-			}
+			checkAttached(t, n, pod.ns, pod.name, ifNames[i], conf, pod.vfs, p[0].addr, nics)
 		}
+	}
+	out := n.devplumbctl("inspect", "--root", n.root)
+	for _, vf := range append(slices.Clone(gotA), gotB...) {
+		if !strings.Contains(out, vf) {
+			t.Errorf("devplumbctl inspect does not show VF %s", vf)
+		}
+	}
+	t.Logf("devplumbctl inspect with both pods attached:\n%s", out)
+	for _, pod := range pods {
 		for i, conf := range nets {
-			if res := n.cni("DEL", pod.name, netns.Path(), []string{"net1", "net2"}[i], conf); res.Code != 0 {
-				t.Fatalf("pod %s DEL: %+v", pod.name, res)
+			if res := n.cni("DEL", pod.name, pod.ns.Path(), ifNames[i], conf); res.Code != 0 {
+				t.Fatalf("pod %s DEL %s: %+v", pod.name, ifNames[i], res)
 			}
 		}
 		for _, vf := range pod.vfs {
@@ -145,6 +160,7 @@ func checkAttached(t *testing.T, n *node, netns ns.NetNS, pod, ifName string, co
 	e2etest.Must(t, err)
 	var info devinfo.DeviceInfo
 	e2etest.Must(t, json.Unmarshal(raw, &info))
+	t.Logf("pod %s %s: VF %s (MAC %s), device-info %s", pod, ifName, vf, mac, raw)
 	if info.Type != devinfo.TypePCI || info.Pci == nil || info.Pci.PciAddress != vf || info.Pci.PfPciAddress != pfAddr {
 		t.Errorf("pod %s %s device-info %s, want pci %s of PF %s", pod, ifName, raw, vf, pfAddr)
 	}
