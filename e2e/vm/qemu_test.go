@@ -43,6 +43,23 @@ poweroff -f
 // exitMarker starts the console line the guest prints once its tests have run.
 const exitMarker = "devplumb-vm: guest tests exited "
 
+// outcome is the verdict on a guest run from boot's error and the console log: the
+// guest must have powered off after its tests passed. A kernel panic (the guest powers
+// off: panic=-1, -no-reboot) or a hang (boot's error) is a failure.
+func outcome(log string, bootErr error) error {
+	switch {
+	case bootErr != nil:
+		return bootErr
+	case strings.Contains(log, "Kernel panic"):
+		return errors.New("the guest's kernel panicked")
+	case !strings.Contains(log, exitMarker):
+		return errors.New("the guest powered off before its tests ended")
+	case !strings.Contains(log, exitMarker+"0"):
+		return errors.New("guest tests failed")
+	}
+	return nil
+}
+
 // machine is the QEMU command line of the guest, less the accelerator: a q35 machine
 // with an Intel IOMMU, two NUMA nodes of 1 GiB each (the one CPU on node 0: with a
 // second vCPU, TCG on a busy host has left that CPU without timer interrupts, an RCU

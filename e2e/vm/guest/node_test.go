@@ -121,7 +121,7 @@ func eventually(t *testing.T, bound time.Duration, what string, cond func() bool
 		if time.Now().After(deadline) {
 			t.Fatalf("not within %s: %s", bound, what)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond) // the guest is slow (TCG): polling costs it
 	}
 }
 
@@ -154,7 +154,7 @@ func startNode(t *testing.T, resources ...resource) *node {
 		_, err := os.Stat(filepath.Join(n.root, "device-plugins", "kubelet.sock"))
 		return err == nil
 	})
-	conf, err := json.Marshal(map[string]any{"resyncInterval": "1s", "resources": resources})
+	conf, err := json.Marshal(map[string]any{"resyncInterval": "2s", "resources": resources})
 	e2etest.Must(t, err)
 	cfg := filepath.Join(n.root, "netdev-dp.json")
 	e2etest.Must(t, os.WriteFile(cfg, conf, 0o644))
@@ -272,9 +272,7 @@ func (n *node) cni(command, pod, netns, ifName string, conf map[string]any) e2et
 // ctl runs devplumbctl against this node.
 func (n *node) devplumbctl(args ...string) string {
 	n.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, filepath.Join(n.bin, "devplumbctl"), args...).CombinedOutput()
+	out, err := exec.CommandContext(e2etest.Ctx(n.t), filepath.Join(n.bin, "devplumbctl"), args...).CombinedOutput()
 	if err != nil {
 		n.t.Fatalf("devplumbctl %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
