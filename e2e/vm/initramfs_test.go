@@ -15,7 +15,10 @@ import (
 
 // guestModules are the kernel modules the guest loads (with what they depend on): the
 // igb PF and igbvf VF drivers, vfio-pci, soft-RoCE and its user verbs, and veth.
-var guestModules = []string{"igb", "igbvf", "vfio_pci", "vfio_iommu_type1", "rdma_rxe", "ib_uverbs", "rdma_ucm", "veth"}
+// rdma_rxe asks the crypto API for "crc32", which the kernel would load through
+// modprobe (the guest has none; without it rdma link add fails with ENOENT):
+// crc32_generic is loaded first.
+var guestModules = []string{"igb", "igbvf", "vfio_pci", "vfio_iommu_type1", "crc32_generic", "rdma_rxe", "ib_uverbs", "rdma_ucm", "veth"}
 
 // stage is the initramfs tree being built.
 type stage struct{ dir string }
