@@ -116,3 +116,41 @@ func waitForChild(pid int, comm string, done <-chan error) error {
 	}
 	return fmt.Errorf("no %s child within a minute", comm)
 }
+
+// TestBuildLibPicksTheGoKubernetesNeeds: a Kubernetes release whose go.mod needs a newer
+// Go than the local one (1.38 needs 1.27) is built with the Go its .go-version pins (the
+// go line's when it has none); one the local Go can build keeps the local Go.
+func TestBuildLibPicksTheGoKubernetesNeeds(t *testing.T) {
+	lib := filepath.Join(testenv.ModuleRoot(), "scripts", "build-lib.sh")
+	for _, tc := range []struct {
+		goLine, goVersion, want string
+	}{
+		{"1.99.0", "1.99.3", "go1.99.3"},
+		{"1.99.0", "", "go1.99.0"},
+		{"1.20.0", "1.20.14", ""},
+	} {
+		cache := t.TempDir()
+		dir := filepath.Join(cache, "k8s.io", "kubernetes@v9.9.9")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if tc.goVersion != "" {
+			if err := os.WriteFile(filepath.Join(dir, ".go-version"), []byte(tc.goVersion+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mod := filepath.Join(cache, "kubernetes.mod")
+		if err := os.WriteFile(mod, []byte("module k8s.io/kubernetes\n\ngo "+tc.goLine+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("bash", "-c", `. "$1"; K8S_VERSION=v9.9.9; unset GOTOOLCHAIN; k8s_toolchain "$2"; echo "GOTOOLCHAIN=${GOTOOLCHAIN:-}"`, "-", lib, mod)
+		cmd.Env = append(os.Environ(), "GOMODCACHE="+cache, "GOFLAGS=")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("go %s: %v\n%s", tc.goLine, err, out)
+		}
+		if got := strings.TrimSpace(string(out)); !strings.HasSuffix(got, "GOTOOLCHAIN="+tc.want) {
+			t.Errorf("go line %s, .go-version %q: %s, want GOTOOLCHAIN=%s", tc.goLine, tc.goVersion, got, tc.want)
+		}
+	}
+}
