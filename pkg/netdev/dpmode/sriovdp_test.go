@@ -4,19 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/pkg/netdev/netdevtest"
-	"github.com/devplumb/devplumb/pkg/netdev/source/sysfs/sysfstest"
-	"github.com/devplumb/devplumb/pkg/netdev/sriovdp"
 )
 
 // TestSRIOVDPConfig: the SR-IOV device plugin's config served as that
@@ -25,21 +20,13 @@ import (
 // Allocate answer with PCIDEVICE_<PREFIX>_<NAME> and _INFO, the RDMA, VFIO
 // and vhost-net device nodes, and the device-info files (rdma-device).
 func TestSRIOVDPConfig(t *testing.T) {
-	root := t.TempDir()
-	sysfstest.AddNode(t, root)
-	netdevtest.AddSRIOVExtras(t, root)
-	cfg, err := sriovdp.Parse([]byte(netdevtest.SRIOVConfig), sriovdp.DefaultPrefix)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := netdevtest.NewSRIOV(t)
 	node, err := kubeletsim.Start(context.Background(), t.TempDir(), slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { node.Stop() })
-	cfg.SysfsRoot, cfg.PluginDir, cfg.PodResourcesSocket = root, node.PluginDir(), node.PodResourcesSocket()
-	cfg.DevInfoDir, cfg.CDIDir = filepath.Join(t.TempDir(), "devinfo"), filepath.Join(t.TempDir(), "cdi")
-	cfg.Resync = metav1.Duration{Duration: 100 * time.Millisecond}
+	cfg.PluginDir, cfg.PodResourcesSocket = node.PluginDir(), node.PodResourcesSocket()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, cfg, nil, slog.Default()) }()

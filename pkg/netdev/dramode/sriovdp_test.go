@@ -2,7 +2,6 @@ package dramode
 
 import (
 	"log/slog"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/netdev/netdevtest"
-	"github.com/devplumb/devplumb/pkg/netdev/source/sysfs/sysfstest"
 	"github.com/devplumb/devplumb/pkg/netdev/sriovdp"
 )
 
@@ -23,14 +21,7 @@ import (
 // naming the claim's devices of each resource, the device nodes, the
 // device-info files.
 func TestSRIOVDPConfigAsDRADriver(t *testing.T) {
-	root := t.TempDir()
-	sysfstest.AddNode(t, root)
-	netdevtest.AddSRIOVExtras(t, root)
-	cfg, err := sriovdp.Parse([]byte(netdevtest.SRIOVConfig), sriovdp.DefaultPrefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.SysfsRoot, cfg.DevInfoDir, cfg.CDIDir = root, filepath.Join(t.TempDir(), "devinfo"), filepath.Join(t.TempDir(), "cdi")
+	cfg := netdevtest.NewSRIOV(t)
 	d, err := New(cfg, Options{NodeName: node, PluginsDir: t.TempDir()}, slog.Default())
 	if err != nil {
 		t.Fatal(err)
@@ -122,11 +113,7 @@ func checkSRIOVContainer(t *testing.T, envList, nodes []string) {
 // driver's devices of that resource, with the resource as its extended
 // resource name; names that collide are refused.
 func TestDeviceClasses(t *testing.T) {
-	cfg, err := sriovdp.Parse([]byte(netdevtest.SRIOVConfig), sriovdp.DefaultPrefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	classes, err := DeviceClasses(cfg, DefaultDriverName)
+	classes, err := DeviceClasses(netdevtest.NewSRIOV(t), DefaultDriverName)
 	if err != nil || len(classes) != 3 {
 		t.Fatalf("%v %v", classes, err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/netdev/source/socket"
 	"github.com/devplumb/devplumb/pkg/netdev/source/sysfs/sysfstest"
 	"github.com/devplumb/devplumb/pkg/netdev/source/vdpa"
+	"github.com/devplumb/devplumb/pkg/netdev/sriovdp"
 )
 
 // The node's resources.
@@ -73,10 +74,10 @@ func (n *Node) Listen(name string) net.Listener {
 }
 
 // SRIOVConfig is an SR-IOV network device plugin config for the node
-// AddNode makes, as AddSRIOVExtras completes it: intel.com/sriov_rdma (the
-// VF with soft-RoCE rxe0 on ens1f0v0), intel.com/sriov_net (the other iavf
-// VF, with an additionalInfo token), example.org/sriov_dpdk (the vfio-pci
-// VFs, with vhost-net, without topology).
+// NewSRIOV makes: intel.com/sriov_rdma (the VF with soft-RoCE rxe0 on
+// ens1f0v0), intel.com/sriov_net (the other iavf VF, with an additionalInfo
+// token), example.org/sriov_dpdk (the vfio-pci VFs, with vhost-net,
+// without topology).
 const SRIOVConfig = `{"resourceList": [
   {"resourceName": "sriov_rdma", "selectors": [{"pfNames": ["ens1f0"], "isRdma": true}]},
   {"resourceName": "sriov_net", "selectors": {"drivers": ["iavf"]}, "additionalInfo": {"*": {"token": "t0"}}},
@@ -84,11 +85,23 @@ const SRIOVConfig = `{"resourceList": [
    "selectors": [{"drivers": ["vfio-pci"], "needVhostNet": true}]}
 ]}`
 
-// AddSRIOVExtras adds to AddNode's sysfs what SRIOVConfig asks for:
-// soft-RoCE rxe0 on ens1f0v0 with its char devices, vhost-net and tun.
-func AddSRIOVExtras(t testing.TB, root string) {
+// NewSRIOV builds AddNode's sysfs in a temp dir with what SRIOVConfig asks
+// for besides (soft-RoCE rxe0 on ens1f0v0 with its char devices, vhost-net
+// and tun), and returns SRIOVConfig translated (default prefix intel.com)
+// for it, with device-info and CDI dirs of its own. The plugin dir is left
+// empty.
+func NewSRIOV(t testing.TB) *resources.Config {
 	t.Helper()
+	root := t.TempDir()
+	sysfstest.AddNode(t, root)
 	sysfstest.AddSoftRoCE(t, root, "rxe0", sysfstest.NodePFName+"v0")
 	sysfstest.AddRDMAChar(t, root, "rxe0", 0)
 	sysfstest.AddMisc(t, root, "vhost-net", "tun")
+	cfg, err := sriovdp.Parse([]byte(SRIOVConfig), sriovdp.DefaultPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.SysfsRoot, cfg.DevInfoDir, cfg.CDIDir = root, filepath.Join(t.TempDir(), "devinfo"), filepath.Join(t.TempDir(), "cdi")
+	cfg.Resync = metav1.Duration{Duration: 100 * time.Millisecond}
+	return cfg
 }
