@@ -19,7 +19,7 @@ func EnvKey(prefix, name string) string {
 // Env is the environment the plugin gives a container holding devs: key
 // with the comma-separated device IDs, and key_INFO with a JSON object
 // mapping each ID to what the plugin's info providers say of it: "generic"
-// (deviceID), "vfio" (mount, dev-mount), "rdma" (uverbs, umad, issm,
+// (deviceID), "vfio" (mount, dev-mount), "uio" (mount), "rdma" (uverbs, umad, issm,
 // rdma_cm, rdma_dev), "vhost" (net-mount, tun-mount), "vdpa" (mount) and
 // "extra" (additionalInfo: "*" overridden by the device's own address),
 // each only where it applies.
@@ -49,6 +49,8 @@ func providers(d source.Device, additional map[string]map[string]string) map[str
 			put(out, "vfio", "dev-mount", p)
 		case strings.HasPrefix(p, "/dev/infiniband/") && rdmaKey(p) != "":
 			put(out, "rdma", rdmaKey(p), p)
+		case strings.HasPrefix(p, "/dev/uio"):
+			put(out, "uio", "mount", p)
 		case p == "/dev/vhost-net":
 			put(out, "vhost", "net-mount", p)
 		case p == "/dev/net/tun":

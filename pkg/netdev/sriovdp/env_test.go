@@ -22,7 +22,9 @@ func TestEnvKey(t *testing.T) {
 	}
 }
 
-func node(p string) source.DevNode { return source.DevNode{HostPath: p, ContainerPath: p, Permissions: "rw"} }
+func node(p string) source.DevNode {
+	return source.DevNode{HostPath: p, ContainerPath: p, Permissions: "rw"}
+}
 
 // TestEnv: the IDs in the order given and the _INFO object with the
 // plugin's provider entries for a vfio-pci VF, an RDMA VF with vhost-net,
@@ -48,6 +50,7 @@ func TestEnv(t *testing.T) {
 			"/dev/infiniband/rdma_cm", "/dev/vhost-net", "/dev/net/tun"),
 		dev("0000:65:00.2", vdpaInfo("0000:65:00.2", "vhost", "/dev/vhost-vdpa-0"), "/dev/vhost-vdpa-0"),
 		dev("0000:65:00.3", vdpaInfo("0000:65:00.3", "virtio", "/sys/bus/virtio/devices/virtio1")),
+		dev("0000:18:02.3", pciInfo("0000:18:02.3", ""), "/dev/uio3"),
 	}
 	env, err := Env("PCIDEVICE_INTEL_COM_NIC", devs, map[string]map[string]string{
 		"*": {"token": "original"}, "0000:65:00.3": {"token": "specific", "more": "x"},
@@ -55,7 +58,7 @@ func TestEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := env["PCIDEVICE_INTEL_COM_NIC"]; got != "0000:18:02.1,0000:3b:00.2,0000:65:00.2,0000:65:00.3" {
+	if got := env["PCIDEVICE_INTEL_COM_NIC"]; got != "0000:18:02.1,0000:3b:00.2,0000:65:00.2,0000:65:00.3,0000:18:02.3" {
 		t.Errorf("IDs %q", got)
 	}
 	var got map[string]map[string]map[string]string
@@ -70,6 +73,7 @@ func TestEnv(t *testing.T) {
 			"vhost": {"net-mount": "/dev/vhost-net", "tun-mount": "/dev/net/tun"}},
 		"0000:65:00.2": {"generic": {"deviceID": "0000:65:00.2"}, "vdpa": {"mount": "/dev/vhost-vdpa-0"}, "extra": extra},
 		"0000:65:00.3": {"generic": {"deviceID": "0000:65:00.3"}, "vdpa": {}, "extra": {"token": "specific", "more": "x"}},
+		"0000:18:02.3": {"generic": {"deviceID": "0000:18:02.3"}, "uio": {"mount": "/dev/uio3"}, "extra": extra},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("_INFO:\n got %v\nwant %v", got, want)

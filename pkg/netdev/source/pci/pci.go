@@ -223,7 +223,7 @@ func (s *Source) device(d *sysfs.Device, r *rule) source.Device {
 	dev := source.Device{
 		Device:   deviceplugin.Device{ID: d.Address, Healthy: true, NUMANode: d.NUMANode},
 		Info:     Info(d),
-		DevNodes: VFIONodes(d),
+		DevNodes: append(VFIONodes(d), uioNodes(d)...),
 	}
 	if s.pool.ExcludeTopology {
 		dev.NUMANode = deviceplugin.NoNUMA
@@ -270,6 +270,14 @@ func VFIONodes(d *sysfs.Device) []source.DevNode {
 		return nil
 	}
 	return []source.DevNode{rw("/dev/vfio/vfio"), rw(filepath.Join("/dev/vfio", d.IOMMUGroup))}
+}
+
+// uioNodes is the /dev/uioN node of a device bound to a UIO driver.
+func uioNodes(d *sysfs.Device) []source.DevNode {
+	if d.UIO == "" {
+		return nil
+	}
+	return []source.DevNode{rw("/dev/" + d.UIO)}
 }
 
 // RDMANodes are the /dev/infiniband nodes of the device's RDMA devices.

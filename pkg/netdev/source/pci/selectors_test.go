@@ -137,6 +137,19 @@ func TestIsRDMA(t *testing.T) {
 	}
 }
 
+// TestUIO: a device bound to a UIO driver gets its /dev/uioN.
+func TestUIO(t *testing.T) {
+	root := t.TempDir()
+	sysfstest.AddPCI(t, root, sysfstest.E810PF("0000:01:00.0", 0, 1, "ens1f0"))
+	vf := sysfstest.E810VF("0000:01:01.0", "0000:01:00.0", 0)
+	vf.Driver, vf.UIO = "igb_uio", "uio3"
+	sysfstest.AddPCI(t, root, vf)
+	devs, err := mustNew(t, root, Selectors{Drivers: []string{"igb_uio"}}).Scan()
+	if err != nil || len(devs) != 1 || !reflect.DeepEqual(devs[0].DevNodes, []source.DevNode{rw("/dev/uio3")}) {
+		t.Fatalf("%+v %v", devs, err)
+	}
+}
+
 // TestNeedVhostNet adds /dev/vhost-net and /dev/net/tun to every device
 // when the host has both, and neither when it lacks one (a container cannot
 // start with a node the host lacks).

@@ -37,6 +37,7 @@ type Device struct {
 	NetDevs    []string // interface names in the host netns
 	RDMA       []string // RDMA device names: its own, then soft-RoCE ones on its netdevs
 	IOMMUGroup string   // "" without an IOMMU
+	UIO        string   // its uio device ("uio0") when bound to a UIO driver (igb_uio, uio_pci_generic)
 }
 
 // IsNetwork tells whether the class is a network controller (0x02).
@@ -96,6 +97,9 @@ func Read(root, addr string) (*Device, error) {
 		d.VFIndex = vfIndex(filepath.Join(DevicesDir(root), d.PFAddress), addr)
 	}
 	d.ACPIIndex = readTrim(dir, "acpi_index")
+	if uio := dirNames(filepath.Join(dir, "uio")); len(uio) > 0 {
+		d.UIO = uio[0]
+	}
 	d.NetDevs = dirNames(netDir(dir))
 	d.RDMA = append(dirNames(filepath.Join(dir, "infiniband")), softRDMA(root, d.NetDevs)...)
 	return d, nil

@@ -20,6 +20,7 @@ type PCI struct {
 	Net, RDMA                           []string
 	IOMMUGroup                          string
 	ACPIIndex                           string // acpi_index, written when set
+	UIO                                 string // its uio device ("uio0") when bound to a UIO driver
 }
 
 func pciDir(root, addr string) string {
@@ -43,6 +44,9 @@ func AddPCI(t testing.TB, root string, d PCI) {
 	if d.PF != "" {
 		link(t, filepath.Join("..", d.PF), filepath.Join(dir, "physfn"))
 		addVirtfn(t, root, d.PF, d.Addr)
+	}
+	if d.UIO != "" {
+		mkdir(t, filepath.Join(dir, "uio", d.UIO))
 	}
 	if d.ACPIIndex != "" {
 		write(t, filepath.Join(dir, "acpi_index"), d.ACPIIndex)
