@@ -14,9 +14,12 @@ KUBE_ENV  = DEVPLUMB_KUBE_APISERVER=$$(scripts/build-kube-apiserver.sh | tail -1
             DEVPLUMB_MULTUS=$$(scripts/build-multus.sh | tail -1) \
             DEVPLUMB_MULTUS_THICK=$$(scripts/build-multus.sh thick | tail -1) \
             DEVPLUMB_ETCD=$$(command -v etcd)
+# The static arm64 busybox of the arm64 devplumb image that images/arm64 builds and runs
+# under qemu-user-static (scripts/fetch-busybox.sh: Debian's busybox-static:arm64).
+ARM64_ENV = DEVPLUMB_ARM64_BUSYBOX=$$(scripts/fetch-busybox.sh linux/arm64 | sed 's/^-busybox [^=]*=//')
 TESTFLAGS ?= -race -timeout 45m -count=1
 
-.PHONY: all build shallow-note test test-k8s unit e2e bench bench-go demo demo-dra fuzz lint images cni-plugins clean setup
+.PHONY: all build shallow-note test test-k8s unit e2e bench bench-go demo demo-dra fuzz lint images release cni-plugins clean setup
 
 all: build
 
@@ -56,7 +59,7 @@ shallow-note:
 
 # Unit, integration and end-to-end tests, with -race, as root.
 test: shallow-note setup
-	$(KUBE_ENV) $(GO) test $(TESTFLAGS) ./...
+	$(KUBE_ENV) $(ARM64_ENV) $(GO) test $(TESTFLAGS) ./...
 
 # The Kubernetes suites (API server, DRA, real node) at one release of the matrix:
 # make test-k8s K8S_VERSION=v1.35.4 (or v1.36.3; the default is the newest).
@@ -65,7 +68,7 @@ test-k8s: shallow-note setup
 	$(KUBE_ENV) $(GO) test $(TESTFLAGS) $(KUBE_SUITES)
 
 unit: setup
-	$(GO) test $(TESTFLAGS) $$($(GO) list ./... | grep -v /e2e)
+	$(ARM64_ENV) $(GO) test $(TESTFLAGS) $$($(GO) list ./... | grep -v /e2e)
 
 e2e: shallow-note setup
 	$(KUBE_ENV) $(GO) test $(TESTFLAGS) ./e2e/...
@@ -120,12 +123,22 @@ lint:
 # The binaries are built as `build` builds them, stamped with VERSION, and the images
 # are tagged with it: devplumb:$(VERSION), netdev-dp:$(VERSION).
 # PLATFORMS=linux/amd64,linux/arm64 builds each (bin/images/linux-arm64/...) and an OCI
-# layout per image holding all (bin/images/oci/devplumb, for `crane push`); a platform
-# other than this machine's needs BUSYBOX_ARGS="-busybox linux/arm64=PATH".
+# layout per image holding all (bin/images/oci/devplumb, for `crane push`); the static
+# busybox of a platform other than this machine's is Debian's, fetched by
+# scripts/fetch-busybox.sh (BUSYBOX_ARGS="-busybox linux/arm64=PATH" names another).
 PLATFORMS ?=
 BUSYBOX_ARGS ?=
 images:
-	$(GO) run ./images/build -o $(BIN)/images -version '$(VERSION)' $(if $(PLATFORMS),-platforms $(PLATFORMS)) $(BUSYBOX_ARGS)
+	$(GO) run ./images/build -o $(BIN)/images -version '$(VERSION)' \
+	  $(if $(PLATFORMS),-platforms $(PLATFORMS) $$(scripts/fetch-busybox.sh $(PLATFORMS))) $(BUSYBOX_ARGS)
+
+# A release: make release VERSION=v1.2.3 sets the chart's appVersion (the manifests and
+# docs follow), turns CHANGELOG.md's Unreleased section into the release's, commits and
+# tags (pushing nothing), builds the images for RELEASE_PLATFORMS (default linux/amd64 and
+# linux/arm64) and writes bin/release/$(VERSION).md, the release notes (scripts/release.sh).
+release:
+	$(if $(filter command line environment,$(origin VERSION)),,$(error make release needs VERSION=vX.Y.Z))
+	scripts/release.sh '$(VERSION)'
 
 clean:
 	rm -rf $(BIN)

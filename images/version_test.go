@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -78,37 +79,100 @@ func TestBuildIsMakeBuild(t *testing.T) {
 	for _, group := range byTags(all) {
 		ours = append(ours, goBuildArgs(version, buildTags[group[0]], "OUT", group...))
 	}
-	norm := func(cmds [][]string) []string {
-		var s []string
-		for _, c := range cmds {
-			c = slices.Clone(c)
-			for i, a := range c {
-				if a == "-ldflags" && i+1 < len(c) { // make's "-ldflags X" is go's "-ldflags=X"
-					c = slices.Replace(c, i, i+2, "-ldflags="+c[i+1])
-					break
-				}
-			}
-			slices.Sort(c[slices.Index(c, "-o")+2:])
-			s = append(s, strings.Join(c, " "))
-		}
-		slices.Sort(s)
-		return s
-	}
-	if got, want := norm(ours), norm(makes); !slices.Equal(got, want) {
+	if got, want := normBuilds(ours), normBuilds(makes); !slices.Equal(got, want) {
 		t.Errorf("images build\n  %s\nmake build\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
 }
 
-// shellWords splits a make -n line into words, with '...' quoting (what the Makefile uses).
+// normBuilds are go build argument lists made comparable: "-ldflags X" as
+// "-ldflags=X", the packages after -o DIR sorted, the commands sorted.
+func normBuilds(cmds [][]string) []string {
+	var s []string
+	for _, c := range cmds {
+		c = slices.Clone(c)
+		for i, a := range c {
+			if a == "-ldflags" && i+1 < len(c) { // make's "-ldflags X" is go's "-ldflags=X"
+				c = slices.Replace(c, i, i+2, "-ldflags="+c[i+1])
+				break
+			}
+		}
+		slices.Sort(c[slices.Index(c, "-o")+2:])
+		s = append(s, strings.Join(c, " "))
+	}
+	slices.Sort(s)
+	return s
+}
+
+// imageCommands are the main packages each Dockerfile builds.
+var imageCommands = map[string][]string{
+	"devplumb":  {"./cmd/devplumb", "./cmd/devplumb-direct", "./cmd/devplumb-agent", "./cmd/devplumbctl"},
+	"netdev-dp": {"./cmd/netdev-dp"},
+}
+
+// TestDockerfilesBuildAsMakeBuild: each Dockerfile's go build commands are the
+// Makefile's build target's, flag for flag (static, -trimpath, stripped, the
+// build tags, the version stamped from its VERSION build argument), for its
+// image's packages; and its base images are pinned by digest.
+func TestDockerfilesBuildAsMakeBuild(t *testing.T) {
+	root := testenv.ModuleRoot()
+	for name, cmds := range imageCommands {
+		df := filepath.Join(root, "images", name, "Dockerfile")
+		build := stages(parseDockerfile(t, df))[0]
+		var ours, theirs [][]string
+		for _, group := range byTags(cmds) {
+			ours = append(ours, goBuildArgs("${VERSION}", buildTags[group[0]], "/out", group...))
+		}
+		hasVersion := false
+		for _, in := range build.ins {
+			hasVersion = hasVersion || in.cmd == "ARG" && slices.Contains(in.args, "VERSION")
+			if w := shellWords(strings.Join(in.args, " ")); in.cmd == "RUN" && slices.Contains(w, "build") {
+				theirs = append(theirs, w[slices.Index(w, "go")+1:])
+			}
+		}
+		if got, want := normBuilds(theirs), normBuilds(ours); !slices.Equal(got, want) {
+			t.Errorf("%s builds\n  %s\nmake build would\n  %s", df, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+		}
+		if !hasVersion {
+			t.Errorf("%s: the build stage declares no ARG VERSION: the binaries would report no version", df)
+		}
+		checkPinned(t, df)
+	}
+}
+
+// checkPinned: every FROM of df names an image by digest (a stage name or
+// scratch needs none), so a rebuilt tag cannot change what a release builds.
+func checkPinned(t *testing.T, df string) {
+	t.Helper()
+	digest := regexp.MustCompile(`@sha256:[0-9a-f]{64}$`)
+	var stagesSeen []string
+	for _, in := range parseDockerfile(t, df) {
+		if in.cmd != "FROM" {
+			continue
+		}
+		_, args := flags(in.args)
+		if ref := args[0]; ref != "scratch" && !slices.Contains(stagesSeen, ref) && !digest.MatchString(ref) {
+			t.Errorf("%s:%d: FROM %s is not pinned by digest (@sha256:...)", df, in.line, ref)
+		}
+		if len(args) == 3 {
+			stagesSeen = append(stagesSeen, args[2])
+		}
+	}
+}
+
+// shellWords splits a make -n line or a Dockerfile RUN into words, with '...' and
+// "..." quoting (what the Makefile and the Dockerfiles use; no escapes).
 func shellWords(l string) []string {
 	var out []string
 	var cur strings.Builder
-	in, any := false, false
+	var quote rune
+	any := false
 	for _, r := range l {
 		switch {
-		case r == '\'':
-			in, any = !in, true
-		case (r == ' ' || r == '\t') && !in:
+		case quote == 0 && (r == '\'' || r == '"'):
+			quote, any = r, true
+		case r == quote:
+			quote = 0
+		case (r == ' ' || r == '\t') && quote == 0:
 			if any {
 				out = append(out, cur.String())
 			}

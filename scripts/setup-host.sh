@@ -7,6 +7,7 @@
 #   busybox-static the shell and tools of the devplumb image and of e2e/node's test pods
 #   util-linux     unshare, nsenter, flock, mount (e2e/node's mount namespace, the scripts)
 #   procps         pgrep (make demo)
+#   qemu-user-static  runs the arm64 images' binaries and unit tests here (images/arm64)
 set -euo pipefail
 need=()
 have() { command -v "$1" >/dev/null 2>&1; }
@@ -16,6 +17,7 @@ have runc || need+=(runc)
 [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1 || need+=(busybox-static)
 { have unshare && have nsenter && have flock; } || need+=(util-linux)
 have pgrep || need+=(procps)
+have qemu-aarch64-static || need+=(qemu-user-static)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ] || ! have apt-get; then
 	echo "setup-host: missing Debian packages: ${need[*]} (run make test as root to install them)" >&2

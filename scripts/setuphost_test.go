@@ -87,10 +87,10 @@ func shimPath(t *testing.T) string {
 	if err := os.WriteFile(filepath.Join(dir, "apt-get"), []byte(aptShim), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, tool := range []string{"ip", "etcd", "runc", "unshare", "nsenter", "flock", "ldd", "id", "mktemp", "grep", "cat", "sleep", "rm"} {
+	for _, tool := range []string{"ip", "etcd", "runc", "qemu-aarch64-static", "unshare", "nsenter", "flock", "ldd", "id", "mktemp", "grep", "cat", "sleep", "rm"} {
 		target, err := exec.LookPath(tool)
 		if err != nil {
-			target = "/bin/true" // etcd and runc before make test installs them: present is all it asks
+			target = "/bin/true" // etcd, runc, qemu before make test installs them: present is all it asks
 		}
 		if err := os.Symlink(target, filepath.Join(dir, tool)); err != nil {
 			t.Fatal(err)
