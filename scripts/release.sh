@@ -5,7 +5,7 @@
 #      kustomizations, the docs and the Dockerfiles' comments (CHANGELOG.md keeps its history);
 #   2. CHANGELOG.md's Unreleased section becomes "## [VERSION] - DATE" under a new, empty
 #      Unreleased section;
-#   3. go test ./deployments ./docs checks the release is consistent; then one commit
+#   3. go test ./deployments ./docs checks everything names the release; then one commit
 #      "Release VERSION" and the annotated tag VERSION, whose message is the release notes;
 #   4. make images PLATFORMS=$RELEASE_PLATFORMS VERSION=VERSION builds the multi-arch images
 #      (bin/images/oci/<image>: crane push ... REGISTRY/<image>:VERSION);
@@ -52,11 +52,12 @@ awk -v v="$VERSION" -v d="$DATE" '
 mv CHANGELOG.md.tmp CHANGELOG.md
 
 # 3. consistent, committed, tagged.
-go test -count=1 ./deployments ./docs >&2 || fail "the release's manifests or docs do not agree (go test ./deployments ./docs): nothing committed; git checkout . undoes it"
+go test -count=1 -run '^(TestManifestsNameTheReleaseTag|TestDocsPinTheBuiltVersions|TestKindBuildsTheManifestsTag)$' ./deployments ./docs >&2 ||
+	fail "the release's manifests or docs do not name one release (go test ./deployments ./docs): nothing committed; git checkout . undoes it"
 git add -A
 git commit -q -m "Release $VERSION"
 body=$(sed -e '/^No release has been tagged yet/,/^$/d' <<<"$notes")
-git tag -a "$VERSION" -F - <<<"devplumb $VERSION ($DATE)
+git tag -a --cleanup=verbatim "$VERSION" -F - <<<"devplumb $VERSION ($DATE)
 
 $body"
 
