@@ -77,7 +77,7 @@ e2e: shallow-note setup
 # and run, so no end-to-end TestMain starts an API server for nothing.
 pkgs_with = $$(grep -rl --include='*_test.go' '^func $(1)' . | xargs -r -n1 dirname | sort -u)
 
-# P1-P9 of devplumb's cost per pod start, as root, with Multus thin and thick, a real
+# P1-P10 of devplumb's cost per pod start, as root, with Multus thin and thick, a real
 # kube-apiserver and the node agent (bin/devplumb-agent): a table, and
 # bench/results/results.md and chart.png (docs/performance.md). The committed run,
 # BENCHFLAGS="-runs 10 -soak 200", took 5 minutes on 2 CPUs; the defaults (-runs 30

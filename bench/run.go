@@ -29,7 +29,7 @@ type Config struct {
 	Runs     int       // ADD+DEL cycles per P1 variant and samples per P4/P5 figure
 	Pods     int       // P3: pods added at once
 	Soak     int       // ADD/DEL cycles of the soak; 0 skips it
-	Only     []string  // the steps to run (their names' first word: P1 ... P9, Soak); empty: all
+	Only     []string  // the steps to run (their names' first word: P1 ... P10, Soak); empty: all
 	Log      io.Writer // progress
 	// Kube runs devplumb also with a kubeconfig against a real kube-apiserver (P1, P5, P6),
 	// found as the e2e tests find it (DEVPLUMB_KUBE_APISERVER, DEVPLUMB_ETCD).
@@ -72,7 +72,7 @@ func Run(cfg Config) (*Report, error) {
 	steps := []struct {
 		name string
 		run  func(Config, *Report) error
-	}{{"P1 ADD+DEL cycle", p1}, {"P2 device lookup", p2}, {"P3 burst", p3}, {"P4 start-up", p4}, {"P5 phases", p5}, {"P6 DRA device", p6}, {"P8 agent burst", p8}, {"P9 fallback", p9}, {"P7 cluster", p7}, {"Soak", soak}}
+	}{{"P1 ADD+DEL cycle", p1}, {"P2 device lookup", p2}, {"P3 burst", p3}, {"P4 start-up", p4}, {"P5 phases", p5}, {"P6 DRA device", p6}, {"P8 agent burst", p8}, {"P9 fallback", p9}, {"P7 cluster", p7}, {"P10 cost", p10}, {"Soak", soak}}
 	runStart := time.Now()
 	var took []string
 	for _, s := range steps {

@@ -27,7 +27,7 @@ func main() {
 	flag.IntVar(&cfg.Runs, "runs", 30, "samples per figure")
 	flag.IntVar(&cfg.Pods, "pods", 64, "P3: pods added at once")
 	flag.IntVar(&cfg.Soak, "soak", 1000, "soak: ADD/DEL cycles against nodesim, netdev-dp and devplumbctl metrics (0: skip)")
-	only := flag.String("only", "", "run only these steps, comma-separated: P1,P2,P3,P4,P5,P6,P7,P8,P9,Soak (empty: all)")
+	only := flag.String("only", "", "run only these steps, comma-separated: P1,P2,P3,P4,P5,P6,P7,P8,P9,P10,Soak (empty: all)")
 	flag.Parse()
 	if *only != "" {
 		cfg.Only = strings.Split(*only, ",")

@@ -1,0 +1,418 @@
+package bench
+
+// P10: what one call costs in what does not depend on the machine's load (issue 38):
+// instructions (valgrind's callgrind) of the plugin process and of the agent serving it,
+// the plugin process's syscalls and its round trips to the agent (strace), devplumb
+// through the agent beside the pass-through on the same calls.
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/devplumb/devplumb/pkg/kubeletsim/podresourcesserver"
+)
+
+// costRuns is how many calls each figure takes the median of: instruction counts vary by a
+// few per cent (the Go runtime's threads and GC), and each call under callgrind takes seconds.
+const costRuns = 5
+
+// costVariant is one row of P10.
+type costVariant struct {
+	label string
+	net   string
+	pod   string
+	bin   string // the plugin the network's type names, in e.bin
+	agent *agentProc
+	netns string
+	// per op (ADD, DEL): the samples
+	instr, agentInstr, syscalls, trips map[string][]float64
+}
+
+func p10(cfg Config, r *Report) error {
+	for _, tool := range []string{"valgrind", "callgrind_control", "strace"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			// Said in the results rather than failing the whole run.
+			r.Tables = append(r.Tables, Table{Title: costTitle, Notes: []string{"Not run: P10 counts instructions " +
+				"with valgrind and syscalls with strace (Debian packages valgrind, strace): " + err.Error()}})
+			return nil
+		}
+	}
+	e, err := newEnv(cfg, podresourcesserver.Config{NoRateLimit: true})
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	if err := e.pods.set(p1MaxVariants, 1); err != nil {
+		return err
+	}
+	vs, err := costVariants(e)
+	if err != nil {
+		return err
+	}
+	for _, v := range vs {
+		if err := v.measure(e); err != nil {
+			return fmt.Errorf("%s: %w", v.label, err)
+		}
+	}
+	r.Tables = append(r.Tables, costTable(vs))
+	if keep := os.Getenv("DEVPLUMB_COST_KEEP"); keep != "" {
+		// The raw callgrind and strace files, for callgrind_annotate: the env's dir goes.
+		if out, err := exec.Command("cp", "-a", e.dir, keep).CombinedOutput(); err != nil {
+			return fmt.Errorf("keep P10's files in %s: %w: %s", keep, err, out)
+		}
+	}
+	return nil
+}
+
+// costVariants writes P10's networks and starts its agents under callgrind.
+func costVariants(e *env) ([]*costVariant, error) {
+	state := filepath.Join(e.dir, "state")
+	nets := []p1Net{
+		{label: "Go pass-through meta-plugin", conf: map[string]any{"cniVersion": "1.0.0", "name": "cpass", "type": "passthrough",
+			"cacheDir": filepath.Join(e.dir, "passthrough"), "delegate": e.bridge("10.127.0.0/24")}, skip: e.cfg.Passthrough == ""},
+		{label: "devplumb via the agent", conf: e.devplumbConf("cagent", "10.127.1.0/24", state), skip: e.cfg.Agent == "", agent: true},
+		{label: "devplumb via the agent + network-status (API)", conf: e.devplumbConf("cagentkube", "10.127.2.0/24", state),
+			skip: e.cfg.Agent == "" || e.cfg.kube == nil, kube: true, agent: true},
+		{label: "devplumb via the agent + DRA claim's networkData and network-status (API)",
+			conf: e.devplumbConf("cagentdra", "10.127.3.0/24", state), skip: e.cfg.Agent == "" || e.cfg.kube == nil,
+			dra: "p10-dra", agent: true},
+	}
+	var vs []*costVariant
+	for i, n := range nets {
+		if n.skip {
+			continue
+		}
+		v := &costVariant{label: n.label, net: n.conf["name"].(string), pod: podName(i), bin: n.conf["type"].(string)}
+		pv := &variant{net: v.net, pod: v.pod}
+		if err := p1Prepare(e, n, pv); err != nil {
+			return nil, err
+		}
+		v.pod = pv.pod
+		if n.agent {
+			a, err := e.startCostAgent(v)
+			if err != nil {
+				return nil, err
+			}
+			v.agent = a
+		}
+		var err error
+		if v.netns, err = e.newNetns(); err != nil {
+			return nil, err
+		}
+		vs = append(vs, v)
+	}
+	return vs, nil
+}
+
+// startCostAgent starts an agent for v's node config under callgrind, collecting nothing
+// until measure zeroes its counters.
+func (e *env) startCostAgent(v *costVariant) (*agentProc, error) {
+	kc := ""
+	if e.cfg.kube != nil {
+		kc = e.cfg.kube.srv.Kubeconfig
+	}
+	dir := filepath.Join(e.dir, "cost-"+v.net)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	wrapper := filepath.Join(dir, "agent-callgrind")
+	script := fmt.Sprintf("#!/bin/sh\nexport GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off; exec valgrind --tool=callgrind -q --callgrind-out-file=%s/agent.%%p.cg %s \"$@\"\n",
+		dir, mustAbs(e.cfg.Agent))
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		return nil, err
+	}
+	cfg := e.cfg
+	cfg.Agent = wrapper
+	a, err := startAgent(cfg, filepath.Join(dir, "agent"), append(agentFlags(e.cfg, kc), e.nodeConfigFlag(v.net)...)...)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	e.agents = append(e.agents, a)
+	e.mu.Unlock()
+	return a, nil
+}
+
+func mustAbs(p string) string {
+	if abs, err := filepath.Abs(p); err == nil {
+		return abs
+	}
+	return p
+}
+
+// measure runs v's calls: two plain cycles to warm the agent, then costRuns cycles with
+// the plugin under callgrind and costRuns under strace.
+func (v *costVariant) measure(e *env) error {
+	v.instr, v.agentInstr, v.syscalls, v.trips = map[string][]float64{}, map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
+	env := []string{}
+	if v.agent != nil {
+		env = append(env, v.agent.env())
+	}
+	for range 2 {
+		if _, err := e.cnitool("add", v.net, v.netns, "net1", v.pod, env...); err != nil {
+			return err
+		}
+		if _, err := e.cnitool("del", v.net, v.netns, "net1", v.pod, env...); err != nil {
+			return err
+		}
+	}
+	real := filepath.Join(e.bin, v.bin+".real")
+	link := filepath.Join(e.bin, v.bin)
+	target, err := os.Readlink(link)
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(link, real); err != nil {
+		return err
+	}
+	defer func() { _ = os.Remove(link); _ = os.Symlink(target, link) }()
+	for _, tool := range []string{"callgrind", "strace"} {
+		out := filepath.Join(e.dir, "cost-"+v.net+"-"+tool)
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			return err
+		}
+		if err := writeCostWrapper(link, real, tool, out); err != nil {
+			return err
+		}
+		for i := range costRuns {
+			for _, op := range []string{"add", "del"} {
+				if err := v.measureOne(e, env, tool, op, filepath.Join(out, fmt.Sprintf("%s-%d", op, i))); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// writeCostWrapper makes link a script running real under tool, its output under out
+// in the file $DEVPLUMB_COST_OUT names.
+func writeCostWrapper(link, real, tool, out string) error {
+	_ = os.Remove(link)
+	var run string
+	switch tool {
+	case "callgrind":
+		run = "export GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off; exec valgrind --tool=cachegrind --cache-sim=no -q --cachegrind-out-file=\"$DEVPLUMB_COST_OUT\".cg " + real + " \"$@\""
+	default:
+		run = "exec strace -f -ff -qq -ttt -T -o \"$DEVPLUMB_COST_OUT\".st " + real + " \"$@\""
+	}
+	return os.WriteFile(link, []byte("#!/bin/sh\n"+run+"\n"), 0o755)
+}
+
+func (v *costVariant) measureOne(e *env, env []string, tool, op, out string) error {
+	key := strings.ToUpper(op)
+	if v.agent != nil && tool == "callgrind" {
+		if err := callgrindControl("-z", v.agent); err != nil {
+			return err
+		}
+	}
+	if _, err := e.cnitool(op, v.net, v.netns, "net1", v.pod, append(env, "DEVPLUMB_COST_OUT="+out)...); err != nil {
+		return err
+	}
+	if tool == "strace" {
+		n, trips, err := straceCounts(out+".st", v.agent)
+		if err != nil {
+			return err
+		}
+		v.syscalls[key] = append(v.syscalls[key], float64(n))
+		v.trips[key] = append(v.trips[key], float64(trips))
+		return nil
+	}
+	n, err := callgrindTotal(out + ".cg")
+	if err != nil {
+		return err
+	}
+	v.instr[key] = append(v.instr[key], float64(n))
+	if v.agent != nil {
+		n, err := v.agentInstructions()
+		if err != nil {
+			return err
+		}
+		v.agentInstr[key] = append(v.agentInstr[key], float64(n))
+	}
+	return nil
+}
+
+// callgrindControl runs callgrind_control with flag on the agent's process.
+func callgrindControl(flag string, a *agentProc) error {
+	out, err := exec.Command("callgrind_control", flag, strconv.Itoa(a.cmd.Process.Pid)).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("callgrind_control %s: %w: %s", flag, err, out)
+	}
+	return nil
+}
+
+// agentInstructions dumps the agent's counters (since the last zeroing) and reads them.
+func (v *costVariant) agentInstructions() (int64, error) {
+	dir := filepath.Join(filepath.Dir(v.agent.log), "..")
+	before, _ := filepath.Glob(filepath.Join(dir, "agent.*.cg*"))
+	if err := callgrindControl("-d", v.agent); err != nil {
+		return 0, err
+	}
+	after, _ := filepath.Glob(filepath.Join(dir, "agent.*.cg*"))
+	for _, f := range after {
+		if !slices.Contains(before, f) {
+			return callgrindTotal(f)
+		}
+	}
+	return 0, fmt.Errorf("callgrind_control -d left no new dump in %s", dir)
+}
+
+var callgrindTotals = regexp.MustCompile(`(?m)^(?:summary|totals): (\d+)`)
+
+// callgrindTotal is the instructions a callgrind output file counts.
+func callgrindTotal(path string) (int64, error) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(path)
+		if err == nil {
+			if m := callgrindTotals.FindSubmatch(b); m != nil {
+				return strconv.ParseInt(string(m[1]), 10, 64)
+			}
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("callgrind output %s: no totals (%v)", path, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// straceCounts reads strace -ff's files of one plugin call: the syscalls of the plugin's
+// own threads (not those of the delegates it started: a file with another program's
+// execve), and its writes to the agent's socket (one per request: the round trips).
+func straceCounts(prefix string, a *agentProc) (syscalls, trips int, err error) {
+	files, err := filepath.Glob(prefix + ".*")
+	if err != nil || len(files) == 0 {
+		return 0, 0, fmt.Errorf("strace output %s.*: none (%v)", prefix, err)
+	}
+	var lines [][]string
+	plugin := ""
+	for _, f := range files {
+		ls, err := readLines(f)
+		if err != nil {
+			return 0, 0, err
+		}
+		for i, l := range ls {
+			ls[i] = straceStamp.ReplaceAllString(l, "")
+		}
+		if len(ls) > 0 && strings.HasPrefix(ls[0], "execve(") && plugin == "" && !strings.Contains(ls[0], "clone") {
+			plugin = strings.SplitN(ls[0], "\"", 3)[1]
+		}
+		lines = append(lines, ls)
+	}
+	sockFD := ""
+	for _, ls := range lines {
+		if exe := execOf(ls); exe != "" && exe != plugin {
+			continue // a delegate
+		}
+		for _, l := range ls {
+			if strings.HasPrefix(l, "+++") || strings.HasPrefix(l, "---") || strings.HasPrefix(l, "<...") {
+				continue
+			}
+			syscalls++
+			if a != nil && strings.HasPrefix(l, "connect(") && strings.Contains(l, a.socket) {
+				sockFD = strings.TrimPrefix(strings.SplitN(l, ",", 2)[0], "connect(")
+			}
+		}
+	}
+	if sockFD != "" {
+		for _, ls := range lines {
+			if exe := execOf(ls); exe != "" && exe != plugin {
+				continue
+			}
+			for _, l := range ls {
+				if strings.HasPrefix(l, "write("+sockFD+",") {
+					trips++
+				}
+			}
+		}
+	}
+	return syscalls, trips, nil
+}
+
+// straceStamp is strace -ttt's time at the start of a line.
+var straceStamp = regexp.MustCompile(`^\d+\.\d+ `)
+
+// execOf is the program a strace file's process executed, "" for none.
+func execOf(lines []string) string {
+	for _, l := range lines {
+		if strings.HasPrefix(l, "execve(\"") {
+			return strings.SplitN(l, "\"", 3)[1]
+		}
+	}
+	return ""
+}
+
+func readLines(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []string
+	s := bufio.NewScanner(f)
+	s.Buffer(make([]byte, 1<<20), 1<<20)
+	for s.Scan() {
+		out = append(out, s.Text())
+	}
+	return out, s.Err()
+}
+
+const costTitle = "P10: one call's instructions and syscalls (valgrind, strace): devplumb through the agent beside the pass-through"
+
+// costTable is P10's table: each figure the median of its calls, with its ratio to the
+// pass-through's.
+func costTable(vs []*costVariant) Table {
+	t := Table{Title: costTitle,
+		Header: []string{"what", "op", "plugin process instructions", "÷ pass-through's", "agent instructions",
+			"(plugin + agent) ÷ pass-through's", "plugin syscalls", "÷ pass-through's", "round trips to the agent"}}
+	var pass *costVariant
+	if len(vs) > 0 && vs[0].agent == nil {
+		pass = vs[0]
+	}
+	for _, v := range vs {
+		for _, op := range []string{"ADD", "DEL"} {
+			in, ag, sc := median(v.instr[op]), median(v.agentInstr[op]), median(v.syscalls[op])
+			row := []string{v.label, op, fmt.Sprintf("%.1f M", in/1e6), "–", "–", "–", fmt.Sprintf("%.0f", sc), "–",
+				fmt.Sprintf("%.0f", median(v.trips[op]))}
+			if v.agent != nil {
+				row[4] = fmt.Sprintf("%.1f M", ag/1e6)
+			}
+			if pass != nil {
+				p := median(pass.instr[op])
+				row[3] = fmt.Sprintf("%.2f", in/p)
+				row[5] = fmt.Sprintf("%.2f", (in+ag)/p)
+				row[7] = fmt.Sprintf("%.2f", sc/median(pass.syscalls[op]))
+			}
+			t.Rows = append(t.Rows, row)
+		}
+	}
+	t.Notes = []string{
+		"Instructions do not depend on the machine's load, so this table holds on a shared machine where P1's milliseconds do not. " +
+			"Each figure is the median of " + strconv.Itoa(costRuns) + " calls (cnitool -> the plugin -> bridge + host-local in a netns), after two cycles that warm the agent.",
+		"Plugin process: the process the runtime starts (devplumb's entry point, or the pass-through), under valgrind (cachegrind) " +
+			"(GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off: valgrind 3.19 aborts on the Go runtime's preemption signals and its RDTSCP) " +
+			"without its delegates (they run natively); its syscalls are its own threads' under strace -f, the delegates' left out. " +
+			"Agent: the devplumb-agent serving the call, under callgrind for the whole step, its counters zeroed before the call and " +
+			"dumped after it answers (work it leaves for after the answer, as DEL's network-status removal, is counted only as far as it ran by then).",
+		"Round trips: the requests the entry point writes on the agent's socket.",
+	}
+	return t
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
