@@ -11,7 +11,6 @@ package netshare
 
 import (
 	"fmt"
-	"math"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -28,9 +27,10 @@ const (
 // Mbit is the unit bandwidth is counted in.
 const Mbit = 1_000_000
 
-// MaxRate is the highest rate the bandwidth CNI plugin can have the kernel
-// enforce: its tbf qdisc's limit (rate × 25 ms latency + burst, in bytes) is
-// a 32-bit number. 1 Tbit/s keeps well inside it.
+// MaxRate is the highest rate a share may have: devplumb shapes a share
+// with tbf (pkg/cni/shape), whose queue (the rate × 25 ms and a burst, in
+// bytes) is a 32-bit number, which holds about 1.37 Tbit/s; pkg/cni/shape's
+// test keeps MaxRate inside it.
 const MaxRate = 1_000_000 * Mbit
 
 // MaxInterfaces bounds a device's shares: each is a macvlan sub-interface,
@@ -152,13 +152,6 @@ func Rate(q resource.Quantity) (int64, error) { return checkRate(q.String(), q) 
 // Format writes bit/s as a quantity ("100M").
 func Format(bits int64) string {
 	return resource.NewQuantity(bits, resource.DecimalSI).String()
-}
-
-// Burst is the burst, in bits, a share of rate bit/s is shaped with: 10 ms
-// of its rate, and at least 64 KiB (a full-size packet must pass). The
-// bandwidth CNI plugin takes at most 4 GB.
-func Burst(rate int64) uint64 {
-	return uint64(min(max(rate/100, 64<<10*8), math.MaxUint32*8-8))
 }
 
 // DeviceID is the ID a share of device parent goes by in its DP

@@ -62,17 +62,11 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-func TestRateAndBurst(t *testing.T) {
+func TestRate(t *testing.T) {
 	if r, err := Rate(resource.MustParse("300M")); err != nil || r != 300*Mbit {
 		t.Fatalf("Rate(300M) = %d, %v", r, err)
 	}
 	if _, err := Rate(resource.MustParse("2T")); err == nil {
 		t.Fatal("Rate(2T): no error")
-	}
-	if b := Burst(100 * Mbit); b != Mbit {
-		t.Errorf("Burst(100M) = %d, want 10 ms of it", b)
-	}
-	if b := Burst(Mbit); b != 64<<10*8 {
-		t.Errorf("Burst(1M) = %d, want the 64 KiB floor", b)
 	}
 }
