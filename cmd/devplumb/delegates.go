@@ -13,6 +13,7 @@ import (
 
 	"github.com/devplumb/devplumb/pkg/base/libcnicache"
 	"github.com/devplumb/devplumb/pkg/cni/agentproto"
+	"github.com/devplumb/devplumb/pkg/cni/shape"
 )
 
 // delegateRun is the delegate list the agent answered, as libcni runs it in
@@ -24,6 +25,7 @@ type delegateRun struct {
 	list     *libcni.NetworkConfigList
 	rt       *libcni.RuntimeConf
 	cacheDir string
+	shape    *agentproto.Shape // a share's rate, set once the ADD succeeded
 }
 
 // newDelegateRun reads the answered run (checkDelegate accepted it): the
@@ -42,7 +44,7 @@ func newDelegateRun(args *skel.CmdArgs, d *agentproto.Delegate) (*delegateRun, e
 	}
 	rt.CapabilityArgs = d.CapabilityArgs
 	return &delegateRun{cni: libcni.NewCNIConfigWithCacheDir(filepath.SplitList(args.Path), cacheDir, nil),
-		list: list, rt: rt, cacheDir: cacheDir}, nil
+		list: list, rt: rt, cacheDir: cacheDir, shape: d.Shape}, nil
 }
 
 // run runs cmd and returns an ADD's result as JSON, or the delegates' error
@@ -73,6 +75,9 @@ func (r *delegateRun) add(ctx context.Context) ([]byte, *types.Error) {
 	}
 	result, err := r.cni.AddNetworkList(ctx, r.list, r.rt)
 	unlock()
+	if err == nil {
+		err = r.shapeShare()
+	}
 	if err != nil {
 		if derr := r.del(ctx); derr != nil {
 			// The ADD's error is what the runtime must see; what the DEL
@@ -91,4 +96,21 @@ func (r *delegateRun) add(ctx context.Context) ([]byte, *types.Error) {
 // del runs the delegates' DEL: a DEL's own run, or the undo of an ADD.
 func (r *delegateRun) del(ctx context.Context) error {
 	return r.cni.DelNetworkList(ctx, r.list, r.rt)
+}
+
+// shapeErrCode is pkg/cni/plugin's ErrShape (main_test.go keeps them equal):
+// the agent's commit reports a shaping error as it is.
+const shapeErrCode = 108
+
+// shapeShare sets a share's rate on its interface, as devplumb-direct does
+// after the delegates' ADD (pkg/cni/shape); its error is undone as a
+// failed ADD's.
+func (r *delegateRun) shapeShare() error {
+	if r.shape == nil {
+		return nil
+	}
+	if err := shape.Apply(r.rt.NetNS, r.rt.IfName, shape.Spec{Share: r.shape.Share, Rate: r.shape.Rate}); err != nil {
+		return &types.Error{Code: shapeErrCode, Msg: err.Error()}
+	}
+	return nil
 }

@@ -19,6 +19,9 @@ func TestCopiesAreConfigs(t *testing.T) {
 	if !slices.Equal(supportedVersions, config.SupportedVersions) {
 		t.Errorf("the entry point supports CNI %v, devplumb-direct %v", supportedVersions, config.SupportedVersions)
 	}
+	if shapeErrCode != plugin.ErrShape {
+		t.Errorf("shaping error code %d, the plugin's %d", shapeErrCode, plugin.ErrShape)
+	}
 	if depthEnv != plugin.DepthEnv {
 		t.Errorf("depth variable %s, the plugin's %s", depthEnv, plugin.DepthEnv)
 	}
@@ -46,7 +49,8 @@ func TestCopiesAreConfigs(t *testing.T) {
 // links little more: the standard library, golang.org/x/sys/unix, the CNI
 // library (with what libcni itself links) and, of devplumb, only the agent
 // protocol, the node config (to check the agent's answers), the version
-// stamp, the libcni cache lock and safefile. Client-go, gRPC or any other devplumb
+// stamp, the libcni cache lock and safefile, and the shaping of a share (with
+// the netlink library, whose packages the CNI plugins link too). Client-go, gRPC or any other devplumb
 // package would put back the start-up the entry point exists to avoid.
 func TestImportsStayLight(t *testing.T) {
 	allowed := map[string]bool{
@@ -57,6 +61,11 @@ func TestImportsStayLight(t *testing.T) {
 		"github.com/devplumb/devplumb/pkg/cni/nodeconfig":   true,
 		"github.com/devplumb/devplumb/pkg/base/safefile":    true,
 		"golang.org/x/sys/unix":                             true,
+	}
+	// A share is shaped where its delegates run, here when the agent
+	// serves the call: pkg/cni/shape and the netlink library it uses.
+	for _, d := range goListDeps(t, "github.com/devplumb/devplumb/pkg/cni/shape") {
+		allowed[d] = true
 	}
 	// What the CNI library links is the CNI library's (otel's propagation in
 	// invoke, netns in skel): the bridge plugin pays it too.
@@ -70,7 +79,7 @@ func TestImportsStayLight(t *testing.T) {
 	for _, d := range deps {
 		if !allowed[d] || forbidden(d) {
 			t.Errorf("the entry point links %s: only the standard library, golang.org/x/sys/unix, the CNI library, "+
-				"pkg/cni/agentproto, pkg/cni/nodeconfig, pkg/base/version, pkg/base/libcnicache and pkg/base/safefile are allowed", d)
+				"pkg/cni/agentproto, pkg/cni/nodeconfig, pkg/cni/shape (with netlink), pkg/base/version, pkg/base/libcnicache and pkg/base/safefile are allowed", d)
 		}
 	}
 }
@@ -83,7 +92,7 @@ func forbidden(pkg string) bool {
 		}
 	}
 	return strings.HasPrefix(pkg, "github.com/devplumb/devplumb/") &&
-		!slices.Contains([]string{"cmd/devplumb", "pkg/cni/agentproto", "pkg/cni/nodeconfig",
+		!slices.Contains([]string{"cmd/devplumb", "pkg/cni/agentproto", "pkg/cni/nodeconfig", "pkg/cni/shape",
 			"pkg/base/version", "pkg/base/libcnicache", "pkg/base/safefile"}, strings.TrimPrefix(pkg, "github.com/devplumb/devplumb/"))
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/pkg/base/netshare"
+	"github.com/devplumb/devplumb/pkg/cni/shape"
 	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
@@ -58,7 +59,9 @@ func macvlanOf(t *testing.T, netns, ifName string) int {
 
 // TestCNISharesOfOneDevice: two pods hold shares of one device (their claims allocated
 // as the scheduler allocates a shareable device). devplumb gives each a macvlan of the
-// parent, which stays on the host; each pod's network-status and its claim's status entry
+// parent, which stays on the host, shaped to its share's bandwidth each way (read back
+// from the kernel: a tbf on the macvlan, its ingress redirected to an ifb with a tbf);
+// each pod's network-status and its claim's status entry
 // (keyed by its share ID) name its interface; DEL of one removes that share alone.
 func TestCNISharesOfOneDevice(t *testing.T) {
 	n := newCNINode(t)
@@ -76,6 +79,12 @@ func TestCNISharesOfOneDevice(t *testing.T) {
 	}
 	host, err := netlink.LinkByName(parent)
 	e2etest.Must(t, err)
+	for i, rate := range []uint64{300 * netshare.Mbit, 600 * netshare.Mbit} {
+		shaped, err := shape.Read(netnss[i], "net1")
+		if err != nil || shaped.Send != rate || shaped.Receive != rate {
+			t.Fatalf("pod %d: net1 shaped %+v (%v), want %d bit/s each way", i, shaped, err, rate)
+		}
+	}
 	for i, sid := range shares {
 		if got := macvlanOf(t, netnss[i], "net1"); got != host.Attrs().Index {
 			t.Fatalf("pod %d: net1 is no macvlan of %s (parent index %d, want %d)", i, parent, got, host.Attrs().Index)
@@ -124,5 +133,40 @@ func TestCNIShareBadBandwidth(t *testing.T) {
 	}
 	if ns := e2etest.NetworkStatus(t, srv.Client, cniNS, pod.Name); len(ns) != 0 {
 		t.Errorf("network-status left: %+v", ns)
+	}
+}
+
+// A share whose interface cannot be shaped (the pod's netns holds a link by the name of
+// the ifb devplumb shapes with) fails ADD after the delegate ran, with code 108 naming the
+// claim's share and its rate, and leaves nothing: the delegate's macvlan is removed, the
+// device freed, no network-status, no claim status entry; the pod's own link stays.
+func TestCNIShareShapingFails(t *testing.T) {
+	n := newCNINode(t)
+	parent := n.veth()
+	n.slice(cniDev{"dev-0", attrs(parent, cniResource)})
+	sid := "5c0f0c4e-0000-4000-8000-000000000004"
+	pod, claim := n.sharePod(sid, "300M")
+	netns := testenv.NetNS(t)
+	e2etest.Must(t, netns.Do(func(ns.NetNS) error {
+		return netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: shape.IfbName("net1")}, PeerName: "peer0"})
+	}))
+	res := n.run("ADD", n.shareConf("192.0.2.10/24"), netns.Path(), pod, "net1")
+	if res.Code != 108 || !strings.Contains(res.Msg, "share "+sid+": bandwidth 300000000 bit/s cannot be enforced on net1") {
+		t.Fatalf("ADD: %+v, want code 108 naming the share and its rate", res)
+	}
+	if macvlanOf(t, netns.Path(), "net1") != 0 {
+		t.Error("a failed ADD left the delegate's interface")
+	}
+	if !testenv.HasLink(t, netns, shape.IfbName("net1")) {
+		t.Error("the pod's own link is gone")
+	}
+	if left, _ := filepath.Glob(filepath.Join(n.dir, "state", "*", "*.json")); len(left) != 0 {
+		t.Errorf("state left: %v", left)
+	}
+	if ns := e2etest.NetworkStatus(t, srv.Client, cniNS, pod.Name); len(ns) != 0 {
+		t.Errorf("network-status left: %+v", ns)
+	}
+	if st := deviceStatus(t, claim, n.driver, "dev-0"); st != nil && st.NetworkData != nil {
+		t.Errorf("claim status left: %+v", st)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/devplumb/devplumb/pkg/cni/agentproto"
 	"github.com/devplumb/devplumb/pkg/cni/plugin"
+	"github.com/devplumb/devplumb/pkg/cni/shape"
 )
 
 func (a *Agent) prepareAdd(pl *plugin.Plugin, args *skel.CmdArgs) (*agentproto.PrepareAnswer, error) {
@@ -102,7 +103,16 @@ func wireDelegate(d *plugin.Delegate) *agentproto.Delegate {
 		CapabilityArgs: rt.CapabilityArgs,
 		Runtime:        &agentproto.Runtime{ContainerID: rt.ContainerID, NetNS: rt.NetNS, IfName: rt.IfName, Args: rt.Args},
 		CacheDir:       d.CacheDir,
+		Shape:          wireShape(d.Shape),
 	}
+}
+
+// wireShape is a share's shaping as the entry point gets it.
+func wireShape(s *shape.Spec) *agentproto.Shape {
+	if s == nil {
+		return nil
+	}
+	return &agentproto.Shape{Share: s.Share, Rate: s.Rate}
 }
 
 // cniError is err as the runtime sees it, as skel prints a plugin's error.

@@ -79,6 +79,16 @@ type Delegate struct {
 	// (RuntimeConf.CacheDir): the network's own, where DEL, CHECK and GC of
 	// devplumb-direct look for what this run leaves.
 	CacheDir string `json:"cacheDir,omitempty"`
+	// Shape, for a share of a shared device, is the rate the entry point
+	// sets on the interface once the delegates' ADD succeeded (pkg/cni/shape),
+	// and undoes as a failed ADD when it cannot. Unset: nothing to shape.
+	Shape *Shape `json:"shape,omitempty"`
+}
+
+// Shape is a share's rate (pkg/cni/shape.Spec on the wire).
+type Shape struct {
+	Share string `json:"share"` // the claim and share ID, for errors
+	Rate  uint64 `json:"rate"`  // bit/s, both ways
 }
 
 // Runtime is libcni's RuntimeConf without what Delegate carries already.

@@ -41,6 +41,7 @@ const (
 	ErrState          uint = 105 // devplumb's state is missing or unusable
 	ErrKube           uint = 106 // the Kubernetes API failed
 	ErrNoDeviceSource uint = 107 // nothing tells devplumb which device to use
+	ErrShape          uint = 108 // a share's bandwidth could not be enforced on its interface
 )
 
 // Kube is what the plugin needs from the API server; nil when the config has no kubeconfig.

@@ -14,6 +14,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/base/failpoint"
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
 	"github.com/devplumb/devplumb/pkg/cni/delegate"
+	"github.com/devplumb/devplumb/pkg/cni/shape"
 )
 
 // ADD and DEL are each two steps around the delegates' run, so that the run
@@ -39,10 +40,15 @@ type Delegate struct {
 	// CacheDir is libcni's result cache of the network: a runner elsewhere
 	// must keep results there, where DEL, CHECK and GC of either path look.
 	CacheDir string `json:"cacheDir"`
+	// Shape, for a share, is its rate, which the runner sets on the
+	// interface (shape.Apply) once the delegates' ADD succeeded; a failure
+	// there is undone as a failed delegate ADD, and reported with code
+	// ErrShape.
+	Shape *shape.Spec `json:"shape,omitempty"`
 }
 
-func newDelegate(list *libcni.NetworkConfigList, rt *libcni.RuntimeConf, cacheDir string) *Delegate {
-	return &Delegate{ConfList: list.Bytes, Runtime: *rt, CacheDir: cacheDir}
+func newDelegate(list *libcni.NetworkConfigList, rt *libcni.RuntimeConf, cacheDir string, spec *shape.Spec) *Delegate {
+	return &Delegate{ConfList: list.Bytes, Runtime: *rt, CacheDir: cacheDir, Shape: spec}
 }
 
 // Conf is the delegates' run as libcni takes it.
@@ -144,7 +150,7 @@ func (a *PreparedAdd) prepare() *types.Error {
 		return cerr
 	}
 	a.list, a.rt = list, rt
-	a.Delegate = newDelegate(list, rt, delegate.CacheDir(c.conf.StateDir, c.conf.Name))
+	a.Delegate = newDelegate(list, rt, delegate.CacheDir(c.conf.StateDir, c.conf.Name), shareSpec(rec))
 	return nil
 }
 
@@ -190,7 +196,10 @@ func (a *PreparedAdd) CommitAdd(result types.Result, delegateErr error) (types.R
 	c.timing.mark(phaseDelegate)
 	if delegateErr != nil {
 		c.rollbackFiles(a.rec)
-		cerr := delegateError(fmt.Sprintf("delegate ADD failed for device %s", a.rec.DeviceID), delegateErr)
+		cerr := shapeError(delegateErr)
+		if cerr == nil {
+			cerr = delegateError(fmt.Sprintf("delegate ADD failed for device %s", a.rec.DeviceID), delegateErr)
+		}
 		a.end(cerr)
 		return nil, cerr
 	}
@@ -249,6 +258,9 @@ func (a *PreparedAdd) end(err error) {
 // devplumb; a failed ADD is undone at once, as every runner must.
 func (a *PreparedAdd) runLocal() (types.Result, error) {
 	result, err := a.c.delegates.Add(context.Background(), a.list, a.rt)
+	if err == nil {
+		err = shapeShare(a.Delegate.Shape, a.rt)
+	}
 	if err != nil {
 		a.undoLocal()
 	}

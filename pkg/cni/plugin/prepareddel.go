@@ -103,7 +103,7 @@ func (d *PreparedDel) prepare() *types.Error {
 		c.log.Warn("not running the delegate DEL", "err", err)
 		return nil
 	}
-	d.Delegate = newDelegate(list, rt, delegate.CacheDir(c.conf.StateDir, c.conf.Name))
+	d.Delegate = newDelegate(list, rt, delegate.CacheDir(c.conf.StateDir, c.conf.Name), nil) // DEL: the ifb goes with the netns
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"github.com/devplumb/devplumb/pkg/base/netshare"
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
 	"github.com/devplumb/devplumb/pkg/cni/delegate"
+	"github.com/devplumb/devplumb/pkg/cni/shape"
 )
 
 // pciNetDir is where a PCI function's netdevs are named: the parent of a
@@ -29,6 +31,9 @@ func (c *call) delegateList(rec *attachment.Record) (*libcni.NetworkConfigList, 
 				"its ResourceClaim: name the pod's claim in \"resourceClaim\" (and set \"kubeconfig\")", rec.DeviceID), nil)
 		}
 		return c.buildList(rec.DeviceID)
+	}
+	if err := shape.Check(*shareSpec(rec)); err != nil {
+		return nil, cniError(ErrShape, err.Error(), nil)
 	}
 	parent := netshare.ParentID(rec.DeviceID, rec.Claim.ShareID)
 	master, err := parentNetdev(parent)
@@ -57,4 +62,36 @@ func parentNetdev(id string) (string, error) {
 		return "", fmt.Errorf("PCI function %s: netdev name %q", id, name)
 	}
 	return name, nil
+}
+
+// shareSpec is how the attachment rec records is shaped: a share at its
+// consumed bandwidth; nil for a whole device.
+func shareSpec(rec *attachment.Record) *shape.Spec {
+	if rec.Claim == nil || rec.Claim.ShareID == "" {
+		return nil
+	}
+	return &shape.Spec{Share: rec.Claim.String(), Rate: uint64(max(rec.Claim.Bandwidth, 0))}
+}
+
+// shapeShare is what the runner of a share's delegates does once their ADD
+// succeeded: the share's rate on its interface (pkg/cni/shape). Its error
+// (code ErrShape) is the runner's to undo, as a failed delegate ADD.
+func shapeShare(spec *shape.Spec, rt *libcni.RuntimeConf) error {
+	if spec == nil {
+		return nil
+	}
+	if err := shape.Apply(rt.NetNS, rt.IfName, *spec); err != nil {
+		return cniError(ErrShape, err.Error(), nil)
+	}
+	return nil
+}
+
+// shapeError is a runner's shaping error as CommitAdd reports it: as it
+// is (a delegate's error takes delegateError's wording instead).
+func shapeError(err error) *types.Error {
+	var te *types.Error
+	if errors.As(err, &te) && te.Code == ErrShape {
+		return te
+	}
+	return nil
 }
