@@ -95,7 +95,16 @@ func (r *delegateRun) add(ctx context.Context) ([]byte, *types.Error) {
 
 // del runs the delegates' DEL: a DEL's own run, or the undo of an ADD.
 func (r *delegateRun) del(ctx context.Context) error {
-	return r.cni.DelNetworkList(ctx, r.list, r.rt)
+	err := r.cni.DelNetworkList(ctx, r.list, r.rt)
+	if r.shape != nil {
+		// The share's ifb: the interface and its qdiscs went with the
+		// delegates' DEL. One left stays with the pod's netns, which a
+		// later ADD of the interface replaces: not DEL's error.
+		if rerr := shape.Remove(r.rt.NetNS, r.rt.IfName); rerr != nil {
+			fmt.Fprintf(os.Stderr, "devplumb: %s: %v\n", r.shape.Share, rerr)
+		}
+	}
+	return err
 }
 
 // shapeErrCode is pkg/cni/plugin's ErrShape (main_test.go keeps them equal):

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
@@ -30,6 +31,33 @@ func TestAgentShareShapedHere(t *testing.T) {
 	n.mustRun("devplumb", "ADD", "eth1", n.stdin())
 	if shaped == nil || shaped.Send != 300_000_000 || shaped.Receive != 300_000_000 {
 		t.Fatalf("eth1 shaped %+v at commit, want 300M each way", shaped)
+	}
+	// DEL in a netns that lives on: the delegates' DEL takes eth1, the
+	// entry point the share's ifb.
+	n.mustRun("devplumb", "DEL", "eth1", n.stdin())
+	if n.hasLink("eth1") || n.hasLink(shape.IfbName("eth1")) {
+		t.Errorf("after DEL: eth1 %v, its ifb %v", n.hasLink("eth1"), n.hasLink(shape.IfbName("eth1")))
+	}
+}
+
+// A commit that fails after the share was shaped (network-status refused)
+// is undone whole: the delegates' DEL and the ifb.
+func TestAgentShareUndone(t *testing.T) {
+	n := newNode(t)
+	a := n.bridgeAgent(&agentproto.Delegate{CacheDir: n.cacheDir(),
+		Shape: &agentproto.Shape{Share: "share s1", Rate: 300_000_000}})
+	shapedAtCommit := false
+	a.commit = func(*agentproto.Commit) (*agentproto.CommitAnswer, error) {
+		_, err := shape.Read(n.pod.Path(), "eth1")
+		shapedAtCommit = err == nil
+		return &agentproto.CommitAnswer{Error: &types.Error{Code: 106, Msg: "test agent: refused"}, Undo: true}, nil
+	}
+	startAgent(t, n.socket, a)
+	if o := n.run("devplumb", "ADD", "eth1", n.stdin()); o.code == 0 {
+		t.Fatalf("ADD: %+v, want the commit's error", o)
+	}
+	if !shapedAtCommit || n.hasLink("eth1") || n.hasLink(shape.IfbName("eth1")) {
+		t.Errorf("shaped at commit %v; after the undo eth1 %v, its ifb %v", shapedAtCommit, n.hasLink("eth1"), n.hasLink(shape.IfbName("eth1")))
 	}
 }
 

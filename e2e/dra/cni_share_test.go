@@ -57,6 +57,20 @@ func macvlanOf(t *testing.T, netns, ifName string) int {
 	return parent
 }
 
+// ifbIn says whether the netns holds an ifb link.
+func ifbIn(t *testing.T, netns string) bool {
+	t.Helper()
+	found := false
+	e2etest.Must(t, ns.WithNetNSPath(netns, func(ns.NetNS) error {
+		links, err := netlink.LinkList()
+		for _, l := range links {
+			found = found || l.Type() == "ifb"
+		}
+		return err
+	}))
+	return found
+}
+
 // TestCNISharesOfOneDevice: two pods hold shares of one device (their claims allocated
 // as the scheduler allocates a shareable device). devplumb gives each a macvlan of the
 // parent, which stays on the host, shaped to its share's bandwidth each way (read back
@@ -102,6 +116,12 @@ func TestCNISharesOfOneDevice(t *testing.T) {
 	}
 	if macvlanOf(t, netnss[0], "net1") != 0 || macvlanOf(t, netnss[1], "net1") != host.Attrs().Index || !onHost(parent) {
 		t.Fatal("DEL of one share did not remove exactly that share")
+	}
+	if ifbIn(t, netnss[0]) {
+		t.Error("DEL of share 0 left its ifb in the pod's netns")
+	}
+	if shaped, err := shape.Read(netnss[1], "net1"); err != nil || shaped.Send != 600*netshare.Mbit {
+		t.Errorf("DEL of share 0 changed share 1's shaping: %+v (%v)", shaped, err)
 	}
 	if st := deviceStatus(t, claims[0], n.driver, "dev-0"); st != nil && st.NetworkData != nil {
 		t.Errorf("DEL left share 0's status: %+v", st)

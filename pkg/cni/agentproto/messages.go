@@ -81,7 +81,8 @@ type Delegate struct {
 	CacheDir string `json:"cacheDir,omitempty"`
 	// Shape, for a share of a shared device, is the rate the entry point
 	// sets on the interface once the delegates' ADD succeeded (pkg/cni/shape),
-	// and undoes as a failed ADD when it cannot. Unset: nothing to shape.
+	// and undoes as a failed ADD when it cannot; after the delegates' DEL
+	// (a DEL's or an undo's) it removes the share's ifb. Unset: not a share.
 	Shape *Shape `json:"shape,omitempty"`
 }
 

@@ -43,7 +43,8 @@ type Delegate struct {
 	// Shape, for a share, is its rate, which the runner sets on the
 	// interface (shape.Apply) once the delegates' ADD succeeded; a failure
 	// there is undone as a failed delegate ADD, and reported with code
-	// ErrShape.
+	// ErrShape. After every delegates' DEL (a DEL's, an ADD's undo) the
+	// runner removes the share's ifb (shape.Remove).
 	Shape *shape.Spec `json:"shape,omitempty"`
 }
 
@@ -273,4 +274,5 @@ func (a *PreparedAdd) undoLocal() {
 	if err := a.c.delegates.Del(context.Background(), a.list, a.rt); err != nil {
 		a.c.log.Error("rollback: delegate DEL failed", "err", err)
 	}
+	unshapeShare(a.Delegate.Shape, a.rt, a.c.log)
 }

@@ -103,7 +103,7 @@ func (d *PreparedDel) prepare() *types.Error {
 		c.log.Warn("not running the delegate DEL", "err", err)
 		return nil
 	}
-	d.Delegate = newDelegate(list, rt, delegate.CacheDir(c.conf.StateDir, c.conf.Name), nil) // DEL: the ifb goes with the netns
+	d.Delegate = newDelegate(list, rt, delegate.CacheDir(c.conf.StateDir, c.conf.Name), shareSpec(rec))
 	return nil
 }
 
@@ -176,5 +176,7 @@ func (d *PreparedDel) runLocal() error {
 	if d.Delegate == nil {
 		return nil
 	}
-	return d.c.delegates.Del(context.Background(), d.list, d.rt)
+	err := d.c.delegates.Del(context.Background(), d.list, d.rt)
+	unshapeShare(d.Delegate.Shape, d.rt, d.c.log)
+	return err
 }

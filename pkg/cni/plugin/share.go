@@ -3,6 +3,7 @@ package plugin
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -84,6 +85,19 @@ func shapeShare(spec *shape.Spec, rt *libcni.RuntimeConf) error {
 		return cniError(ErrShape, err.Error(), nil)
 	}
 	return nil
+}
+
+// unshapeShare removes a share's ifb after its delegates' DEL (they took
+// the interface and its qdiscs); a failure leaves an ifb with the pod's
+// netns, which a later ADD of the interface replaces: logged, never DEL's
+// error.
+func unshapeShare(spec *shape.Spec, rt *libcni.RuntimeConf, log *slog.Logger) {
+	if spec == nil {
+		return
+	}
+	if err := shape.Remove(rt.NetNS, rt.IfName); err != nil {
+		log.Warn("leaving the share's ifb to its netns", "share", spec.Share, "err", err)
+	}
 }
 
 // shapeError is a runner's shaping error as CommitAdd reports it: as it

@@ -144,3 +144,29 @@ func redirect(h *netlink.Handle, link, ifb netlink.Link) error {
 	}
 	return nil
 }
+
+// Remove removes the ifb Apply made for ifName in the netns at netnsPath,
+// after the delegates' DEL took the interface (and its qdiscs) away: a DEL
+// of an interface whose netns lives on, or the undo of an ADD that failed
+// after Apply. A netns or ifb that is gone is no error; a link of that name
+// that is no ifb is not devplumb's and stays.
+func Remove(netnsPath, ifName string) error {
+	if netnsPath == "" {
+		return nil // a DEL of a netns already gone
+	}
+	ns, err := netns.GetFromPath(netnsPath)
+	if err != nil {
+		return nil // gone, and the ifb with it
+	}
+	_ = ns.Close()
+	return inNetns(netnsPath, func(h *netlink.Handle) error {
+		l, err := h.LinkByName(IfbName(ifName))
+		if err != nil || l.Type() != "ifb" {
+			return nil
+		}
+		if err := h.LinkDel(l); err != nil {
+			return fmt.Errorf("remove ifb %s of %s: %w", l.Attrs().Name, ifName, err)
+		}
+		return nil
+	})
+}

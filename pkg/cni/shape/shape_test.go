@@ -189,3 +189,25 @@ func TestReadUnshaped(t *testing.T) {
 		t.Errorf("Read of a bare macvlan: %v", err)
 	}
 }
+
+// Remove takes the ifb away (a DEL of an interface whose netns lives on),
+// leaves a link of that name that is not an ifb, and is no error when the
+// netns or the ifb is gone.
+func TestRemove(t *testing.T) {
+	pod := share(t, parentLink(t))
+	must(t, Apply(pod.Path(), "net1", Spec{Share: "s", Rate: 100 * netshare.Mbit}))
+	must(t, Remove(pod.Path(), "net1"))
+	if testenv.HasLink(t, pod, IfbName("net1")) {
+		t.Error("Remove left the ifb")
+	}
+	must(t, Remove(pod.Path(), "net1"))
+	must(t, Remove("", "net1"))
+	must(t, Remove("/proc/self/ns/no-such-netns", "net1"))
+	must(t, pod.Do(func(ns.NetNS) error {
+		return netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: IfbName("net2")}, PeerName: "peer0"})
+	}))
+	must(t, Remove(pod.Path(), "net2"))
+	if !testenv.HasLink(t, pod, IfbName("net2")) {
+		t.Error("Remove took a veth by the ifb's name")
+	}
+}
