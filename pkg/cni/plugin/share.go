@@ -66,9 +66,10 @@ func parentNetdev(id string) (string, error) {
 }
 
 // shareSpec is how the attachment rec records is shaped: a share at its
-// consumed bandwidth; nil for a whole device.
+// consumed bandwidth; nil for a whole device, or no record (a DEL without
+// state: a share's ifb then goes with the pod's netns).
 func shareSpec(rec *attachment.Record) *shape.Spec {
-	if rec.Claim == nil || rec.Claim.ShareID == "" {
+	if rec == nil || rec.Claim == nil || rec.Claim.ShareID == "" {
 		return nil
 	}
 	return &shape.Spec{Share: rec.Claim.String(), Rate: uint64(max(rec.Claim.Bandwidth, 0))}
