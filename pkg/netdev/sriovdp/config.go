@@ -65,6 +65,9 @@ func IsConfig(data []byte) bool {
 // netdev-dp's, with defaultPrefix for resources without resourcePrefix.
 // The directories stay empty: flags and defaults give them.
 func Parse(data []byte, defaultPrefix string) (*resources.Config, error) {
+	if err := notMixed(data); err != nil {
+		return nil, err
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var c Config
@@ -79,6 +82,22 @@ func Parse(data []byte, defaultPrefix string) (*resources.Config, error) {
 		return nil, fmt.Errorf("SR-IOV device plugin config: %w", err)
 	}
 	return out, nil
+}
+
+// notMixed refuses a file holding both formats' resource lists: which one
+// would be served is a guess, and each would take the other's devices.
+func notMixed(data []byte) error {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(data, &top) != nil {
+		return nil // Parse names the syntax error with its position
+	}
+	_, own := top["resources"]
+	_, theirs := top["resourceList"]
+	if own && theirs {
+		return fmt.Errorf("config holds both netdev-dp's \"resources\" and the SR-IOV device plugin's \"resourceList\": " +
+			"a config file is one or the other (move the resources of one into a file of its own, or translate them)")
+	}
+	return nil
 }
 
 // resourceNameRE is the plugin's rule for resourceName.

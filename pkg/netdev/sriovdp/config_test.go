@@ -251,6 +251,27 @@ func TestConfigErrors(t *testing.T) {
 		res(`{"resourceName": "a", "selectors": {"vendors": ["0x8086"]}}`):                             `vendors: "0x8086" is not a PCI ID`,
 		res(`{"resourceName": "a", "selectors": {}, "additionalInfo": {"eth0": {"k": "v"}}}`):          `additionalInfo: key "eth0" is neither "*" nor a PCI address`,
 		res(`{"resourceName": "a", "resourcePrefix": "kubernetes.io", "selectors": {}}`):               "reserved",
+		// Every selector netdev-dp cannot honour names itself and the resource.
+		res(`{"resourceName": "gtp", "selectors": {"vendors": ["8086"], "ddpProfiles": ["GTP"]}}`):                "resourceList[0] (gtp): selectors[0]: ddpProfiles: netdev-dp cannot select by DDP profile",
+		res(`{"resourceName": "a", "selectors": {}}, {"resourceName": "ib", "selectors": {"pKeys": ["0x7fff"]}}`): "resourceList[1] (ib): selectors[0]: pKeys",
+		// Bad VF ranges, by PF name and by PF address.
+		res(`{"resourceName": "a", "selectors": {"pfNames": ["eth0#3-1"]}}`):            `resourceList[0] (a): selectors[0]: pci source: pfNames: "eth0#3-1": VF range "3-1" ends before it starts`,
+		res(`{"resourceName": "a", "selectors": {"pfNames": ["eth0#x"]}}`):              `resourceList[0] (a): selectors[0]: pci source: pfNames: "eth0#x": VF range "x" is not an index or first-last`,
+		res(`{"resourceName": "a", "selectors": {"pfNames": ["eth0#0,"]}}`):             `pfNames: "eth0#0,": VF range "" is not an index`,
+		res(`{"resourceName": "a", "selectors": {"pfNames": ["#0-3"]}}`):                `pfNames: "#0-3": no PF before the VF ranges`,
+		res(`{"resourceName": "a", "selectors": {"rootDevices": ["0000:86:00.0#1-"]}}`): `rootDevices: "0000:86:00.0#1-": VF range "1-" is not an index`,
+		// deviceType: unknown, or one the selectors do not fit.
+		res(`{"resourceName": "a", "deviceType": "netdevice", "selectors": {}}`): `resourceList[0] (a): deviceType "netdevice": want netDevice, accelerator or auxNetDevice`,
+		// resourceName: missing or empty, and twice (with the default prefix and an explicit one).
+		res(`{"selectors": {}}`):                     `resourceList[0] (): resourceName "": want letters, digits, _ and - only`,
+		res(`{"resourceName": "", "selectors": {}}`): `resourceList[0] (): resourceName ""`,
+		res(`{"resourceName": "a", "selectors": {}}, {"resourceName": "a", "resourcePrefix": "intel.com", "selectors": {}}`): `resource "intel.com/a" is configured twice`,
+		// Bad JSON: the position of the fault.
+		"{\"resourceList\": [\n  {\"resourceName\": \"a\",}\n]}":        "SR-IOV device plugin config at line 2, column 24: invalid character '}'",
+		"{\"resourceList\": [\n  {\"resourceName\": 7}]}":               "SR-IOV device plugin config at line 2, column 20: json: cannot unmarshal number",
+		`{"resourceList": [{"resourceName": "a", "selectors": {}}]} {}`: "trailing data after the config object",
+		// Both formats in one file.
+		`{"resources": [{"resourceName": "devplumb.io/x", "pci": {}}], "resourceList": [{"resourceName": "a", "selectors": {}}]}`: `config holds both netdev-dp's "resources" and the SR-IOV device plugin's "resourceList"`,
 	}
 	for in, want := range cases {
 		_, err := Parse([]byte(in), DefaultPrefix)
