@@ -40,11 +40,21 @@ type Device struct {
 	// Env is what the container gets besides the device's own variable
 	// ("NAME=value"): a share's parent, ID and bandwidth.
 	Env []string `json:",omitempty"`
+	// Aux describes an auxiliary device (an SF), which has no device-info
+	// to say it; nil for others.
+	Aux *Aux `json:",omitempty"`
 	// Reason says why Healthy is false ("interface deleted", "PF ens1f0
 	// link down"), for logs and the DRA health stream; "" when healthy. A
 	// prepared claim's checkpoint keeps the device as prepared, not its
 	// later health, so it is not saved.
 	Reason string `json:"-"`
+}
+
+// Aux is what the SR-IOV device plugin's environment says of an auxiliary
+// device besides its ID.
+type Aux struct {
+	Parent     string // the PCI function it sits on ("0000:03:00.0")
+	RDMADevice string // its first RDMA device ("mlx5_3"), "" when none
 }
 
 // Source finds the devices of one resource.

@@ -5,13 +5,15 @@
 // -resource-prefix default), deviceType netDevice or accelerator,
 // excludeTopology, additionalInfo, and selectors as one object or a list
 // tried in order. A device goes to the first resource (in file order) that
-// selects it. It also builds the environment a container of such a
-// resource gets (PCIDEVICE_<PREFIX>_<NAME> and its _INFO).
+// selects it. deviceType auxNetDevice serves the subfunctions (auxTypes
+// "sf") that sit on network PCI functions. It also builds the environment
+// a container of such a resource gets (PCIDEVICE_<PREFIX>_<NAME> and its
+// _INFO).
 //
 // Stricter than the plugin, on purpose: a key it does not know, a selector
-// it cannot honour here (ddpProfiles, pKeys), auxNetDevice, or a selector
-// that does not apply to the deviceType is refused at start naming the
-// resource, where the plugin ignores it and serves a wider or empty pool.
+// it cannot honour here (ddpProfiles, pKeys), or a selector that does not
+// apply to the deviceType is refused at start naming the resource, where
+// the plugin ignores it and serves a wider or empty pool.
 package sriovdp
 
 import (
@@ -100,6 +102,14 @@ func notMixed(data []byte) error {
 	return nil
 }
 
+// deviceType is the plugin's default for "".
+func deviceType(t string) string {
+	if t == "" {
+		return NetDevice
+	}
+	return t
+}
+
 // resourceNameRE is the plugin's rule for resourceName.
 var resourceNameRE = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
 
@@ -117,7 +127,8 @@ func (c *Config) Translate(defaultPrefix string) (*resources.Config, error) {
 			return nil, fmt.Errorf("resourceList[%d] (%s): %w", i, rc.ResourceName, err)
 		}
 		r.SRIOVDP.Pool.Taken = earlier
-		earlier = append(earlier, pci.Pool{Accelerator: r.SRIOVDP.Pool.Accelerator, Selectors: r.SRIOVDP.Pool.Selectors})
+		p := r.SRIOVDP.Pool
+		earlier = append(earlier, pci.Pool{Accelerator: p.Accelerator, Aux: p.Aux, Selectors: p.Selectors})
 		out.Resources = append(out.Resources, r)
 	}
 	if err := out.Validate(); err != nil {
@@ -140,12 +151,12 @@ func (rc *ResourceConfig) translate(defaultPrefix string) (resources.Resource, e
 	case Accelerator:
 		pool.Accelerator = true
 	case AuxNetDevice:
-		return resources.Resource{}, fmt.Errorf("deviceType %q: auxiliary network devices (mlx5 SFs) are not served by netdev-dp yet", rc.DeviceType)
+		pool.Aux = true
 	default:
 		return resources.Resource{}, fmt.Errorf("deviceType %q: want %s, %s or %s", rc.DeviceType, NetDevice, Accelerator, AuxNetDevice)
 	}
 	var err error
-	if pool.Selectors, err = parseSelectors(rc.Selectors, pool.Accelerator); err != nil {
+	if pool.Selectors, err = parseSelectors(rc.Selectors, deviceType(rc.DeviceType)); err != nil {
 		return resources.Resource{}, err
 	}
 	for key := range rc.AdditionalInfo {

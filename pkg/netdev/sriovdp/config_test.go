@@ -26,8 +26,9 @@ func example(t *testing.T, name string) string {
 // X710 PF enp0s0f0 with VFs 154c (iavf, vfio-pci, iavf), an E810 PF
 // enp2s2f1 with VFs 1889 (vfio-pci, iavf), a ConnectX-6 IB VF (link type
 // infiniband, RDMA mlx5_5), a ConnectX-6 Dx VF with a vhost vDPA device, an
-// Intel FPGA (an accelerator) and a Broadcom PF without VFs; vhost-net and
-// tun exist.
+// Intel FPGA (an accelerator), a Broadcom PF without VFs and a BlueField-2
+// PF p0 (15b3:a2d6) with SFs of sfnums 0, 1, 5, 6 (mlx5_core.sf.2-5) and
+// its driver's own mlx5_core.eth.0; vhost-net and tun exist.
 func manyNICs(t *testing.T) string {
 	root := t.TempDir()
 	add := func(d sysfstest.PCI) { sysfstest.AddPCI(t, root, d) }
@@ -48,6 +49,16 @@ func manyNICs(t *testing.T) string {
 	sysfstest.AddVDPA(t, root, "vdpa0", "0000:65:00.2", "vhost_vdpa", 0)
 	add(sysfstest.PCI{Addr: "0000:af:00.0", Vendor: "8086", Device: "0d90", Class: "120000", Driver: "ifpga"})
 	add(sysfstest.PCI{Addr: "0000:5e:00.0", Vendor: "14e4", Device: "1750", Class: "020000", Driver: "bnxt_en", Net: []string{"ens5e"}})
+	add(sysfstest.PCI{Addr: "0000:03:00.0", Vendor: "15b3", Device: "a2d6", Class: "020000", Driver: "mlx5_core", Net: []string{"p0"}})
+	for _, a := range []sysfstest.Aux{
+		{Name: "mlx5_core.eth.0", Parent: "0000:03:00.0", SFNum: -1},
+		{Name: "mlx5_core.sf.2", Parent: "0000:03:00.0", SFNum: 0},
+		{Name: "mlx5_core.sf.3", Parent: "0000:03:00.0", SFNum: 1, Net: []string{"p0sf1"}},
+		{Name: "mlx5_core.sf.4", Parent: "0000:03:00.0", SFNum: 5, Net: []string{"p0sf5"}},
+		{Name: "mlx5_core.sf.5", Parent: "0000:03:00.0", SFNum: 6},
+	} {
+		sysfstest.AddAux(t, root, a)
+	}
 	sysfstest.AddMisc(t, root, "vhost-net", "tun")
 	return root
 }
@@ -81,27 +92,19 @@ func ids(devs []source.Device) []string {
 
 // TestREADMEExample: the README's example config as published is not JSON
 // (a comma before "}" in brcm_sriov_bnxt), which the plugin refuses too;
-// fixed, netdev-dp refuses its auxNetDevice resource bf2_sf (a difference:
-// netdev-dp serves no auxiliary devices yet); without it, each resource gets
-// the devices the plugin gives it: the first resource that selects a device
-// has it (intel_sriov_netdevice_additional_env and
-// old_selectors_syntax_example repeat intel_sriov_netdevice's selectors and
-// get nothing), mlnx_sriov_rdma asks for driver mlx5_ib, which no
-// ConnectX VF is bound to.
+// fixed, each resource gets the devices the plugin gives it: the first
+// resource that selects a device has it (intel_sriov_netdevice_additional_env
+// and old_selectors_syntax_example repeat intel_sriov_netdevice's selectors
+// and get nothing), mlnx_sriov_rdma asks for driver mlx5_ib, which no
+// ConnectX VF is bound to, and bf2_sf (auxNetDevice, pfNames p0#1-5) gets
+// the SFs of sfnums 1 and 5 by their auxiliary device names.
 func TestREADMEExample(t *testing.T) {
 	published := example(t, "readme")
 	if _, err := Parse([]byte(published), DefaultPrefix); err == nil || !strings.Contains(err.Error(), "invalid character '}'") {
 		t.Fatalf("the README's config as published: %v, want a JSON syntax error", err)
 	}
 	fixed := strings.Replace(published, "}],\n        },", "}]\n        },", 1)
-	if _, err := Parse([]byte(fixed), DefaultPrefix); err == nil || !strings.Contains(err.Error(), `resourceList[6] (bf2_sf): deviceType "auxNetDevice"`) {
-		t.Fatalf("auxNetDevice: %v", err)
-	}
-	start := strings.Index(fixed, `        {
-            "resourceName": "bf2_sf"`)
-	end := strings.Index(fixed, `        {
-          "resourceName": "intel_sriov_netdevice_additional_env"`)
-	cfg, err := Parse([]byte(fixed[:start]+fixed[end:]), DefaultPrefix)
+	cfg, err := Parse([]byte(fixed), DefaultPrefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,6 +119,7 @@ func TestREADMEExample(t *testing.T) {
 		"intel.com/infiniband_rdma_netdevs":              {"0000:3b:00.2"},
 		"intel.com/ct6dx_vdpa_vhost":                     {"0000:65:00.2"},
 		"intel.com/intel_fpga":                           {"0000:af:00.0"},
+		"nvidia.com/bf2_sf":                              {"mlx5_core.sf.3", "mlx5_core.sf.4"},
 		"intel.com/intel_sriov_netdevice_additional_env": {},
 		"broadcom.com/brcm_sriov_bnxt":                   {"0000:5e:00.0"},
 		"intel.com/old_selectors_syntax_example":         {},
@@ -235,22 +239,21 @@ func TestExcludeTopology(t *testing.T) {
 func TestConfigErrors(t *testing.T) {
 	res := func(body string) string { return `{"resourceList": [` + body + `]}` }
 	cases := map[string]string{
-		`{"resourceList": []}`:                                                                         "at least one resource",
-		`{"resourceList": [], "extra": 1}`:                                                             `unknown field "extra"`,
-		res(`{"resourceName": "a", "selectors": {}, "x": 1}`):                                          `unknown field "x"`,
-		res(`{"resourceName": "a", "selectors": {"vendor": ["8086"]}}`):                                `resourceList[0] (a): selectors: json: unknown field "vendor"`,
-		res(`{"resourceName": "a b", "selectors": {}}`):                                                `resourceName "a b": want letters, digits, _ and - only`,
-		res(`{"resourceName": "a"}`):                                                                   "resourceList[0] (a): selectors: required",
-		res(`{"resourceName": "a", "selectors": []}`):                                                  "selectors: the list is empty",
-		res(`{"resourceName": "a", "selectors": {}}, {"resourceName": "a", "selectors": {}}`):          `resource "intel.com/a" is configured twice`,
-		res(`{"resourceName": "a", "deviceType": "gpu", "selectors": {}}`):                             `deviceType "gpu": want netDevice, accelerator or auxNetDevice`,
-		res(`{"resourceName": "sf", "deviceType": "auxNetDevice", "selectors": {"auxTypes": ["sf"]}}`): "resourceList[0] (sf): deviceType \"auxNetDevice\"",
-		res(`{"resourceName": "ib", "selectors": [{}, {"pKeys": ["0x1"]}]}`):                           "resourceList[0] (ib): selectors[1]: pKeys: netdev-dp cannot select by InfiniBand partition key",
-		res(`{"resourceName": "q", "deviceType": "accelerator", "selectors": {"pfNames": ["eth0"]}}`):  "resourceList[0] (q): selectors[0]: pfNames: a selector of network devices, not of deviceType accelerator",
-		res(`{"resourceName": "a", "selectors": {"pfNames": ["eth0#2-1"]}}`):                           `resourceList[0] (a): selectors[0]: pci source: pfNames: "eth0#2-1": VF range "2-1" ends before it starts`,
-		res(`{"resourceName": "a", "selectors": {"vendors": ["0x8086"]}}`):                             `vendors: "0x8086" is not a PCI ID`,
-		res(`{"resourceName": "a", "selectors": {}, "additionalInfo": {"eth0": {"k": "v"}}}`):          `additionalInfo: key "eth0" is neither "*" nor a PCI address`,
-		res(`{"resourceName": "a", "resourcePrefix": "kubernetes.io", "selectors": {}}`):               "reserved",
+		`{"resourceList": []}`:                                                                        "at least one resource",
+		`{"resourceList": [], "extra": 1}`:                                                            `unknown field "extra"`,
+		res(`{"resourceName": "a", "selectors": {}, "x": 1}`):                                         `unknown field "x"`,
+		res(`{"resourceName": "a", "selectors": {"vendor": ["8086"]}}`):                               `resourceList[0] (a): selectors: json: unknown field "vendor"`,
+		res(`{"resourceName": "a b", "selectors": {}}`):                                               `resourceName "a b": want letters, digits, _ and - only`,
+		res(`{"resourceName": "a"}`):                                                                  "resourceList[0] (a): selectors: required",
+		res(`{"resourceName": "a", "selectors": []}`):                                                 "selectors: the list is empty",
+		res(`{"resourceName": "a", "selectors": {}}, {"resourceName": "a", "selectors": {}}`):         `resource "intel.com/a" is configured twice`,
+		res(`{"resourceName": "a", "deviceType": "gpu", "selectors": {}}`):                            `deviceType "gpu": want netDevice, accelerator or auxNetDevice`,
+		res(`{"resourceName": "ib", "selectors": [{}, {"pKeys": ["0x1"]}]}`):                          "resourceList[0] (ib): selectors[1]: pKeys: netdev-dp cannot select by InfiniBand partition key",
+		res(`{"resourceName": "q", "deviceType": "accelerator", "selectors": {"pfNames": ["eth0"]}}`): "resourceList[0] (q): selectors[0]: pfNames: not a selector of deviceType accelerator",
+		res(`{"resourceName": "a", "selectors": {"pfNames": ["eth0#2-1"]}}`):                          `resourceList[0] (a): selectors[0]: pci source: pfNames: "eth0#2-1": VF range "2-1" ends before it starts`,
+		res(`{"resourceName": "a", "selectors": {"vendors": ["0x8086"]}}`):                            `vendors: "0x8086" is not a PCI ID`,
+		res(`{"resourceName": "a", "selectors": {}, "additionalInfo": {"eth0": {"k": "v"}}}`):         `additionalInfo: key "eth0" is neither "*" nor a PCI address`,
+		res(`{"resourceName": "a", "resourcePrefix": "kubernetes.io", "selectors": {}}`):              "reserved",
 		// Every selector netdev-dp cannot honour names itself and the resource.
 		res(`{"resourceName": "gtp", "selectors": {"vendors": ["8086"], "ddpProfiles": ["GTP"]}}`):                "resourceList[0] (gtp): selectors[0]: ddpProfiles: netdev-dp cannot select by DDP profile",
 		res(`{"resourceName": "a", "selectors": {}}, {"resourceName": "ib", "selectors": {"pKeys": ["0x7fff"]}}`): "resourceList[1] (ib): selectors[0]: pKeys",
@@ -266,6 +269,15 @@ func TestConfigErrors(t *testing.T) {
 		res(`{"selectors": {}}`):                     `resourceList[0] (): resourceName "": want letters, digits, _ and - only`,
 		res(`{"resourceName": "", "selectors": {}}`): `resourceList[0] (): resourceName ""`,
 		res(`{"resourceName": "a", "selectors": {}}, {"resourceName": "a", "resourcePrefix": "intel.com", "selectors": {}}`): `resource "intel.com/a" is configured twice`,
+		// auxNetDevice: auxTypes required and "sf" only, the selectors of PCI
+		// functions refused; auxTypes elsewhere refused.
+		res(`{"resourceName": "sf", "deviceType": "auxNetDevice", "selectors": {"vendors": ["15b3"]}}`):                                                          `resourceList[0] (sf): selectors[0]: auxTypes: required for deviceType auxNetDevice`,
+		res(`{"resourceName": "sf", "deviceType": "auxNetDevice", "selectors": {"auxTypes": ["eth"]}}`):                                                          `resourceList[0] (sf): selectors[0]: auxTypes: "eth": only "sf"`,
+		res(`{"resourceName": "sf", "deviceType": "auxNetDevice", "selectors": [{"auxTypes": ["sf"]}, {"auxTypes": ["sf"], "pciAddresses": ["0000:03:00.0"]}]}`): `resourceList[0] (sf): selectors[1]: pciAddresses: not a selector of deviceType auxNetDevice`,
+		res(`{"resourceName": "sf", "deviceType": "auxNetDevice", "selectors": {"auxTypes": ["sf"], "vdpaType": "vhost"}}`):                                      `vdpaType: not a selector of deviceType auxNetDevice`,
+		res(`{"resourceName": "sf", "deviceType": "auxNetDevice", "selectors": {"auxTypes": ["sf"], "pfNames": ["p0#x"]}}`):                                      `resourceList[0] (sf): selectors[0]: pci source: pfNames: "p0#x": VF range "x"`,
+		res(`{"resourceName": "vf", "selectors": {"auxTypes": ["sf"]}}`):                                                                                         `resourceList[0] (vf): selectors[0]: auxTypes: a selector of deviceType auxNetDevice, not of netDevice`,
+		res(`{"resourceName": "q", "deviceType": "accelerator", "selectors": {"auxTypes": ["sf"]}}`):                                                             `auxTypes: a selector of deviceType auxNetDevice, not of accelerator`,
 		// Bad JSON: the position of the fault.
 		"{\"resourceList\": [\n  {\"resourceName\": \"a\",}\n]}":        "SR-IOV device plugin config at line 2, column 24: invalid character '}'",
 		"{\"resourceList\": [\n  {\"resourceName\": 7}]}":               "SR-IOV device plugin config at line 2, column 20: json: cannot unmarshal number",

@@ -21,7 +21,8 @@ func EnvKey(prefix, name string) string {
 // mapping each ID to what the plugin's info providers say of it: "generic"
 // (deviceID), "vfio" (mount, dev-mount), "uio" (mount), "rdma" (uverbs, umad, issm,
 // rdma_cm, rdma_dev), "vhost" (net-mount, tun-mount), "vdpa" (mount) and
-// "extra" (additionalInfo: "*" overridden by the device's own address),
+// "extra" (additionalInfo: "*" overridden by the device's own address, an
+// auxiliary device's parent's),
 // each only where it applies.
 func Env(key string, devs []source.Device, additional map[string]map[string]string) (map[string]string, error) {
 	ids := make([]string, 0, len(devs))
@@ -57,8 +58,8 @@ func providers(d source.Device, additional map[string]map[string]string) map[str
 			put(out, "vhost", "tun-mount", p)
 		}
 	}
-	if out["rdma"] != nil && d.Info != nil && d.Info.Pci != nil && d.Info.Pci.RdmaDevice != "" {
-		put(out, "rdma", "rdma_dev", d.Info.Pci.RdmaDevice)
+	if rdma := rdmaDevice(d); out["rdma"] != nil && rdma != "" {
+		put(out, "rdma", "rdma_dev", rdma)
 	}
 	if d.Info != nil && d.Info.Type == devinfo.TypeVDPA {
 		out["vdpa"] = map[string]string{}
@@ -66,7 +67,11 @@ func providers(d source.Device, additional map[string]map[string]string) map[str
 			out["vdpa"]["mount"] = d.Info.Vdpa.Path
 		}
 	}
-	if extra := extraInfo(d.ID, additional); extra != nil {
+	key := d.ID
+	if d.Aux != nil {
+		key = d.Aux.Parent // an auxiliary device's, as the plugin keys it
+	}
+	if extra := extraInfo(key, additional); extra != nil {
 		out["extra"] = extra
 	}
 	return out
@@ -104,4 +109,15 @@ func extraInfo(id string, additional map[string]map[string]string) map[string]st
 		}
 	}
 	return out
+}
+
+// rdmaDevice names the device's RDMA device, "" when none.
+func rdmaDevice(d source.Device) string {
+	switch {
+	case d.Aux != nil:
+		return d.Aux.RDMADevice
+	case d.Info != nil && d.Info.Pci != nil:
+		return d.Info.Pci.RdmaDevice
+	}
+	return ""
 }

@@ -78,6 +78,16 @@ func TestEnv(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("_INFO:\n got %v\nwant %v", got, want)
 	}
+	// An SF (auxNetDevice) with RDMA: its entries name its RDMA device, and
+	// additionalInfo keyed by its parent function applies to it, as the
+	// plugin keys it.
+	sf := dev("mlx5_core.sf.3", nil, "/dev/infiniband/uverbs3", "/dev/infiniband/rdma_cm")
+	sf.Aux = &source.Aux{Parent: "0000:03:00.0", RDMADevice: "mlx5_3"}
+	env, _ = Env("K", []source.Device{sf}, map[string]map[string]string{"0000:03:00.0": {"port": "p0"}, "mlx5_core.sf.3": {"x": "y"}})
+	if env["K"] != "mlx5_core.sf.3" || env["K_INFO"] != `{"mlx5_core.sf.3":{"extra":{"port":"p0"},"generic":{"deviceID":"mlx5_core.sf.3"},`+
+		`"rdma":{"rdma_cm":"/dev/infiniband/rdma_cm","rdma_dev":"mlx5_3","uverbs":"/dev/infiniband/uverbs3"}}}` {
+		t.Errorf("SF: %v", env)
+	}
 	// Without additionalInfo there is no "extra" entry; an RDMA device
 	// without RDMA nodes (no isRdma) is no "rdma" entry.
 	env, _ = Env("K", []source.Device{dev("0000:3b:00.2", pciInfo("0000:3b:00.2", "mlx5_2"))}, nil)

@@ -45,6 +45,9 @@ type Pool struct {
 	Selectors []Selectors
 	// ExcludeTopology reports no NUMA node for the devices.
 	ExcludeTopology bool
+	// Aux selects the auxiliary devices (subfunctions) that sit on network
+	// PCI functions instead of the functions: its selectors need AuxTypes.
+	Aux bool
 	// Taken are the pools of the resources before this one: a device one
 	// of them selects is theirs, never this pool's.
 	Taken []Pool
@@ -81,9 +84,16 @@ func NewPool(root string, p Pool) (*Source, error) {
 	if len(p.Selectors) == 0 {
 		return nil, fmt.Errorf("pci source: no selectors")
 	}
+	if p.Aux && p.Accelerator {
+		return nil, fmt.Errorf("pci source: a pool of auxiliary devices holds no accelerators")
+	}
 	s := &Source{root: root, pool: p, known: map[string]source.Device{}}
 	for i, sel := range p.Selectors {
-		if err := sel.Validate(); err != nil && len(p.Selectors) > 1 {
+		err := sel.Validate()
+		if err == nil {
+			err = sel.validateAux(p.Aux)
+		}
+		if err != nil && len(p.Selectors) > 1 {
 			return nil, fmt.Errorf("selectors[%d]: %w", i, err)
 		} else if err != nil {
 			return nil, err
@@ -94,7 +104,7 @@ func NewPool(root string, p Pool) (*Source, error) {
 		s.rules = append(s.rules, r)
 	}
 	for _, t := range p.Taken {
-		ts, err := NewPool(root, Pool{Accelerator: t.Accelerator, Selectors: t.Selectors})
+		ts, err := NewPool(root, Pool{Accelerator: t.Accelerator, Aux: t.Aux, Selectors: t.Selectors})
 		if err != nil {
 			return nil, fmt.Errorf("an earlier resource's %w", err)
 		}
@@ -121,47 +131,76 @@ func (s *Source) Scan() ([]source.Device, error) {
 			}
 			return nil, fmt.Errorf("pci source: %w", err)
 		}
-		if r := s.selected(d); r != nil {
-			found[addr] = s.withPFLink(s.device(d, r), d)
+		if s.pool.Aux {
+			if err := s.scanAux(d, found); err != nil {
+				return nil, err
+			}
+		} else if r := s.selected(candidate{fn: d}); r != nil {
+			found[addr] = s.withPFLink(s.device(d, r), d.PFAddress)
 		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := source.KeepVanished(s.known, found, "PCI function gone from sysfs", func(addr string) bool { return !sysfs.Exists(s.root, addr) })
+	why, exists := "PCI function gone from sysfs", func(addr string) bool { return sysfs.Exists(s.root, addr) }
+	if s.pool.Aux {
+		why, exists = "auxiliary device gone from sysfs", func(name string) bool { return sysfs.AuxExists(s.root, name) }
+	}
+	out := source.KeepVanished(s.known, found, why, func(id string) bool { return !exists(id) })
 	s.known = found
 	return out, nil
 }
 
-// selected is the first rule that selects d, nil when none does or an
+// candidate is what selectors are matched against: a PCI function, or an
+// auxiliary device with the function it sits on.
+type candidate struct {
+	fn  *sysfs.Device
+	aux *sysfs.AuxDevice // nil for a PCI function
+}
+
+// selected is the first rule that selects c, nil when none does or an
 // earlier pool has it.
-func (s *Source) selected(d *sysfs.Device) *rule {
-	r := s.firstRule(d)
+func (s *Source) selected(c candidate) *rule {
+	r := s.firstRule(c)
 	if r == nil {
 		return nil
 	}
 	for i := range s.taken {
-		if s.taken[i].firstRule(d) != nil {
+		if s.taken[i].firstRule(c) != nil {
 			return nil
 		}
 	}
 	return r
 }
 
-func (s *Source) firstRule(d *sysfs.Device) *rule {
-	if s.pool.Accelerator != strings.HasPrefix(d.Class, "12") || (!s.pool.Accelerator && (!d.IsNetwork() || d.NumVFs > 0)) {
+func (s *Source) firstRule(c candidate) *rule {
+	d := c.fn
+	switch {
+	case s.pool.Aux != (c.aux != nil):
+		return nil
+	case s.pool.Aux:
+		if !d.IsNetwork() {
+			return nil
+		}
+	case s.pool.Accelerator != strings.HasPrefix(d.Class, "12") || (!s.pool.Accelerator && (!d.IsNetwork() || d.NumVFs > 0)):
 		return nil
 	}
 	for i := range s.rules {
-		if s.matches(&s.rules[i], d) {
+		if s.matches(&s.rules[i], c) {
 			return &s.rules[i]
 		}
 	}
 	return nil
 }
 
-func (s *Source) matches(r *rule, d *sysfs.Device) bool {
-	if !match(r.sel.Vendors, d.Vendor) || !match(r.sel.Devices, d.DeviceID) || !match(r.sel.Drivers, d.Driver) ||
-		!match(r.sel.PCIAddresses, d.Address) || !match(r.sel.ACPIIndexes, d.ACPIIndex) {
+func (s *Source) matches(r *rule, c candidate) bool {
+	d := c.fn
+	if !match(r.sel.Vendors, d.Vendor) || !match(r.sel.Devices, d.DeviceID) || !match(r.sel.Drivers, d.Driver) {
+		return false
+	}
+	if c.aux != nil {
+		return s.matchesAux(r, d, c.aux)
+	}
+	if !match(r.sel.PCIAddresses, d.Address) || !match(r.sel.ACPIIndexes, d.ACPIIndex) {
 		return false
 	}
 	if len(r.pfNames) > 0 && (d.PFAddress == "" || !selects(r.pfNames, s.pfNetDevs(d), d.VFIndex)) {
@@ -232,7 +271,7 @@ func (s *Source) device(d *sysfs.Device, r *rule) source.Device {
 		dev.Info = nil
 	}
 	if r.sel.IsRDMA {
-		dev.DevNodes = append(dev.DevNodes, RDMANodes(s.root, d)...)
+		dev.DevNodes = append(dev.DevNodes, rdmaNodes(s.root, d.RDMA)...)
 	}
 	if r.sel.NeedVhostNet {
 		dev.DevNodes = append(dev.DevNodes, vhostNetNodes(s.root)...)
@@ -281,9 +320,12 @@ func uioNodes(d *sysfs.Device) []source.DevNode {
 }
 
 // RDMANodes are the /dev/infiniband nodes of the device's RDMA devices.
-func RDMANodes(root string, d *sysfs.Device) []source.DevNode {
+func RDMANodes(root string, d *sysfs.Device) []source.DevNode { return rdmaNodes(root, d.RDMA) }
+
+// rdmaNodes are the /dev/infiniband nodes of RDMA devices ibdevs.
+func rdmaNodes(root string, ibdevs []string) []source.DevNode {
 	var out []source.DevNode
-	for _, ibdev := range d.RDMA {
+	for _, ibdev := range ibdevs {
 		for _, n := range sysfs.RDMACharDevices(root, ibdev) {
 			if !slices.ContainsFunc(out, func(x source.DevNode) bool { return x.HostPath == n }) {
 				out = append(out, rw(n))
@@ -314,11 +356,11 @@ func (s *Source) vdpa(d *sysfs.Device, typ string) *source.Device {
 
 // withPFLink marks a VF unhealthy while its PF's link is down. A PF whose
 // netdev the host does not see (moved into a pod, or none) says nothing.
-func (s *Source) withPFLink(dev source.Device, d *sysfs.Device) source.Device {
-	if d.PFAddress == "" {
+func (s *Source) withPFLink(dev source.Device, pfAddr string) source.Device {
+	if pfAddr == "" {
 		return dev
 	}
-	pf, err := sysfs.Read(s.root, d.PFAddress)
+	pf, err := sysfs.Read(s.root, pfAddr)
 	if err != nil {
 		return dev
 	}

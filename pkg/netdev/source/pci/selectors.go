@@ -35,6 +35,10 @@ type Selectors struct {
 	// VDPAType selects devices with a vDPA device bound to that bus driver
 	// ("vhost" or "virtio"); the device-info is then of type vdpa.
 	VDPAType string `json:"vdpaType,omitempty"`
+	// AuxTypes select auxiliary devices by the type in their name
+	// (<driver>.<type>.<id>); only "sf" (subfunctions), as the SR-IOV device
+	// plugin. Set from that plugin's config (deviceType auxNetDevice) only.
+	AuxTypes []string `json:"-"`
 }
 
 // hexID is how sysfs IDs are compared: four lower-case hex digits, no "0x".

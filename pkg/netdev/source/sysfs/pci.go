@@ -180,7 +180,12 @@ func dirNames(dir string) []string {
 // LinkType is the link type of one of the device's netdevs as the kernel
 // names it: "ether" (ARPHRD_ETHER, 1), "infiniband" (32), else the number.
 func LinkType(root, addr, ifName string) string {
-	n, err := readInt(filepath.Join(netDir(filepath.Join(DevicesDir(root), addr)), ifName), "type")
+	return linkType(filepath.Join(netDir(filepath.Join(DevicesDir(root), addr)), ifName))
+}
+
+// linkType reads the type file of a netdev's directory.
+func linkType(ifDir string) string {
+	n, err := readInt(ifDir, "type")
 	switch {
 	case err != nil:
 		return ""

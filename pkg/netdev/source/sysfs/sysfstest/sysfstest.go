@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -248,4 +249,68 @@ func AddNode(t testing.TB, root string) {
 	}
 	AddPCI(t, root, PCI{Addr: "0000:65:00.2", Vendor: "15b3", Device: "101e", Class: NetClass, Driver: "mlx5_core", NUMA: 1})
 	AddVDPA(t, root, "vdpa0", "0000:65:00.2", "vhost_vdpa", 3)
+}
+
+// Aux describes one fake auxiliary device on a PCI function (which AddPCI
+// made), as the kernel lays it out: <function dir>/<Name> with its sfnum,
+// net/ and infiniband/, a subsystem link to the auxiliary bus, and
+// bus/auxiliary/devices/<Name> linking to it.
+type Aux struct {
+	Name   string // "mlx5_core.sf.4"
+	Parent string // the PCI function's address
+	SFNum  int    // written when >= 0 (subfunctions only)
+	Net    []string
+	RDMA   []string
+}
+
+// AddAux creates the auxiliary device.
+func AddAux(t testing.TB, root string, a Aux) {
+	t.Helper()
+	addAux(t, root, filepath.Join(pciDir(root, a.Parent), a.Name), filepath.Join("pci0000:00", a.Parent, a.Name), a)
+}
+
+// AddNestedAux creates auxiliary device a under auxiliary device parent
+// (an SF's own mlx5_core.eth.N), which the bus lists too; a.Parent is
+// the PCI function under parent.
+func AddNestedAux(t testing.TB, root, parent string, a Aux) {
+	t.Helper()
+	rel := filepath.Join("pci0000:00", a.Parent, parent, a.Name)
+	addAux(t, root, filepath.Join(root, "devices", rel), rel, a)
+}
+
+func addAux(t testing.TB, root, dir, rel string, a Aux) {
+	t.Helper()
+	mkdir(t, dir)
+	if a.SFNum >= 0 {
+		write(t, filepath.Join(dir, "sfnum"), fmt.Sprint(a.SFNum))
+	}
+	for _, n := range a.Net {
+		mkdir(t, filepath.Join(dir, "net", n))
+		write(t, filepath.Join(dir, "net", n, "type"), "1") // ARPHRD_ETHER
+	}
+	for _, n := range a.RDMA {
+		mkdir(t, filepath.Join(dir, "infiniband", n))
+	}
+	bus := filepath.Join(root, "bus", "auxiliary")
+	mkdir(t, filepath.Join(bus, "devices"))
+	link(t, filepath.Join(strings.Repeat("../", strings.Count(rel, "/")+1), "..", "bus", "auxiliary"), filepath.Join(dir, "subsystem"))
+	link(t, filepath.Join("..", "..", "..", "devices", rel), filepath.Join(bus, "devices", a.Name))
+}
+
+// RemoveAux removes an auxiliary device on a PCI function, as deleting an
+// SF (devlink port del) does.
+func RemoveAux(t testing.TB, root, parent, name string) {
+	t.Helper()
+	for _, p := range []string{filepath.Join(root, "bus", "auxiliary", "devices", name), filepath.Join(pciDir(root, parent), name)} {
+		if err := os.RemoveAll(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// SetAuxLinkType writes the ARPHRD type of netdev ifName of auxiliary
+// device name (1 ether, 32 infiniband).
+func SetAuxLinkType(t testing.TB, root, name, ifName string, arphrd int) {
+	t.Helper()
+	write(t, filepath.Join(root, "bus", "auxiliary", "devices", name, "net", ifName, "type"), fmt.Sprint(arphrd))
 }
