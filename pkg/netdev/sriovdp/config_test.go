@@ -153,6 +153,91 @@ func TestDocumentedConfigMaps(t *testing.T) {
 	}
 }
 
+// vfNode is a node with the VFs the plugin's example configs name: an X710
+// PF enp0s0f0 with VFs 154c (iavf, vfio-pci, iavf), an E810 PF enp2s2f1
+// with VFs 1889 (vfio-pci, iavf), a ConnectX-4 VF 1016 and two ConnectX-5
+// VFs 1018 (mlx5_core; RDMA mlx5_2 and mlx5_3, the last without RDMA), a
+// Broadcom PF without VFs.
+func vfNode(t *testing.T) string {
+	root := t.TempDir()
+	add := func(d sysfstest.PCI) { sysfstest.AddPCI(t, root, d) }
+	add(sysfstest.PCI{Addr: "0000:18:00.0", Vendor: "8086", Device: "1572", Class: "020000", Driver: "i40e", NumVFs: 3, Net: []string{"enp0s0f0"}})
+	add(sysfstest.PCI{Addr: "0000:18:02.0", Vendor: "8086", Device: "154c", Class: "020000", Driver: "iavf", PF: "0000:18:00.0"})
+	add(sysfstest.PCI{Addr: "0000:18:02.1", Vendor: "8086", Device: "154c", Class: "020000", Driver: "vfio-pci", PF: "0000:18:00.0", IOMMUGroup: "30"})
+	add(sysfstest.PCI{Addr: "0000:18:02.2", Vendor: "8086", Device: "154c", Class: "020000", Driver: "iavf", PF: "0000:18:00.0"})
+	add(sysfstest.E810PF("0000:19:00.0", 1, 2, "enp2s2f1"))
+	add(sysfstest.PCI{Addr: "0000:19:01.0", Vendor: "8086", Device: "1889", Class: "020000", Driver: "vfio-pci", PF: "0000:19:00.0", NUMA: 1, IOMMUGroup: "31"})
+	add(sysfstest.E810VF("0000:19:01.1", "0000:19:00.0", 1))
+	add(sysfstest.PCI{Addr: "0000:3b:00.0", Vendor: "15b3", Device: "1015", Class: "020000", Driver: "mlx5_core", NumVFs: 1, Net: []string{"ens3b"}})
+	add(sysfstest.PCI{Addr: "0000:3b:00.2", Vendor: "15b3", Device: "1016", Class: "020000", Driver: "mlx5_core", PF: "0000:3b:00.0", RDMA: []string{"mlx5_2"}})
+	add(sysfstest.PCI{Addr: "0000:5b:00.0", Vendor: "15b3", Device: "1017", Class: "020000", Driver: "mlx5_core", NumVFs: 2, Net: []string{"ens5b"}})
+	add(sysfstest.PCI{Addr: "0000:5b:00.2", Vendor: "15b3", Device: "1018", Class: "020000", Driver: "mlx5_core", PF: "0000:5b:00.0", RDMA: []string{"mlx5_3"}})
+	add(sysfstest.PCI{Addr: "0000:5b:00.3", Vendor: "15b3", Device: "1018", Class: "020000", Driver: "mlx5_core", PF: "0000:5b:00.0"})
+	add(sysfstest.PCI{Addr: "0000:5e:00.0", Vendor: "14e4", Device: "1750", Class: "020000", Driver: "bnxt_en", Net: []string{"ens5e"}})
+	sysfstest.AddRDMAChar(t, root, "mlx5_2", 2)
+	sysfstest.AddRDMAChar(t, root, "mlx5_3", 3)
+	return root
+}
+
+// TestDocumentedConfigMapsSelect: the plugin's deployment and DPDK
+// ConfigMaps on Intel and Mellanox VFs select what the plugin documents,
+// and each device gets what its selector asks (vfio nodes, RDMA nodes).
+// Where the example itself selects nothing, the test says why.
+func TestDocumentedConfigMapsSelect(t *testing.T) {
+	root := vfNode(t)
+	for name, want := range map[string]map[string][]string{
+		"deployments-configMap": {
+			"intel.com/intel_sriov_netdevice": {"0000:18:02.0", "0000:18:02.2", "0000:19:01.1"},
+			"intel.com/intel_sriov_dpdk":      {"0000:18:02.1", "0000:19:01.0"},
+			// drivers ["mlx5_ib"]: mlx5 VFs are bound to mlx5_core (mlx5_ib
+			// is the RDMA part of it, not a PCI driver): nothing, as with the plugin.
+			"intel.com/mlnx_sriov_rdma": {},
+			"intel.com/brcm_sriov_bnxt": {"0000:5e:00.0"},
+		},
+		"mlnx-dpdk-configMap": {
+			"mellanox.com/mlnx_connectx4": {"0000:3b:00.2"},
+			"mellanox.com/mlnx_connectx5": {"0000:5b:00.2"}, // 5b:00.3 has no RDMA device
+		},
+		"dpdk-configMap-all-nics": {"dpdk.org/nic": {"0000:18:02.1", "0000:3b:00.2", "0000:5b:00.2"}},
+		"dpdk-configMap":          {"intel.com/intel_x710vfio": {"0000:18:02.1"}},
+	} {
+		cfg, err := Parse([]byte(example(t, name)), DefaultPrefix)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		all := scanAll(t, cfg, root)
+		got := map[string][]string{}
+		for res, devs := range all {
+			got[res] = ids(devs)
+			for _, d := range devs {
+				checkNodes(t, name, d)
+			}
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: devices per resource:\n got %v\nwant %v", name, got, want)
+		}
+	}
+}
+
+// checkNodes: a vfio-pci VF has /dev/vfio/vfio and its group's node; an
+// mlx5 VF (every example selecting one asks isRdma) its RDMA device's
+// uverbs; an iavf or bnxt_en function none.
+func checkNodes(t *testing.T, config string, d source.Device) {
+	t.Helper()
+	want := map[string][]string{
+		"0000:18:02.1": {"/dev/vfio/vfio", "/dev/vfio/30"}, "0000:19:01.0": {"/dev/vfio/vfio", "/dev/vfio/31"},
+		"0000:3b:00.2": {"/dev/infiniband/uverbs2"}, "0000:5b:00.2": {"/dev/infiniband/uverbs3"},
+	}[d.ID]
+	for _, n := range want {
+		if !slicesHasNode(d.DevNodes, n) {
+			t.Errorf("%s: %s has nodes %v, want %s among them", config, d.ID, d.DevNodes, n)
+		}
+	}
+	if want == nil && len(d.DevNodes) != 0 {
+		t.Errorf("%s: %s has nodes %v, want none", config, d.ID, d.DevNodes)
+	}
+}
+
 // TestRDMAConfigMap: docs/rdma's config on a ConnectX-5 VF and an E810 VF
 // with RDMA and one without: the RDMA ones, with their /dev/infiniband
 // nodes; the resource names take the resourcePrefix, else the default.
