@@ -5,7 +5,9 @@
 // gets what its device needs: /dev/vfio/vfio and the IOMMU group's node for
 // a vfio-pci bound device, the RDMA char devices when the resource asks for
 // RDMA, /dev/vhost-net and /dev/net/tun when it asks for vhost-net, the
-// vhost-vdpa node of a vhost vDPA device.
+// vhost-vdpa node of a vhost vDPA device. A pool of auxiliary devices
+// (Pool.Aux, the SR-IOV device plugin's auxNetDevice) serves instead the
+// subfunctions that sit on network functions, by their name (aux.go).
 //
 // Health: a device stays in sysfs while a CNI plugin moves its netdev into a
 // pod (only the netdev changes namespace), so in-use devices stay Healthy. A

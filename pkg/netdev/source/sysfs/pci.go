@@ -1,7 +1,8 @@
 // Package sysfs reads what netdev-dp needs to know about a PCI device from
 // sysfs: IDs, driver, NUMA node, its PF, its netdevs, RDMA devices and IOMMU
-// group. Every path is under a sysfs root so tests can supply a fake tree
-// with the kernel's layout (bus/pci/devices/<addr> links to the device dir).
+// group, and the auxiliary devices (SFs) on it (aux.go). Every path is
+// under a sysfs root so tests can supply a fake tree with the kernel's
+// layout (bus/pci/devices/<addr> links to the device dir).
 package sysfs
 
 import (
