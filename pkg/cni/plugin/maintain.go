@@ -46,6 +46,9 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	if err := c.delegatesSafe(list); err != nil {
 		return cniError(types.ErrInvalidNetworkConfig, `invalid "delegate": `+err.Error(), nil)
 	}
+	if cerr := checkShape(shareSpec(rec), rt); cerr != nil {
+		return cerr
+	}
 	err = c.delegates.Check(context.Background(), list, rt)
 	if errors.Is(err, libcni.ErrorCheckNotSupp) {
 		// A delegate pinned to a cniVersion before 0.4.0 has no CHECK; what

@@ -101,6 +101,23 @@ func unshapeShare(spec *shape.Spec, rt *libcni.RuntimeConf, log *slog.Logger) {
 	}
 }
 
+// checkShape is CHECK of a share: its interface is still shaped to its
+// rate both ways (shape.Read), as ADD left it.
+func checkShape(spec *shape.Spec, rt *libcni.RuntimeConf) *types.Error {
+	if spec == nil {
+		return nil
+	}
+	got, err := shape.Read(rt.NetNS, rt.IfName)
+	if err == nil && (got.Send != spec.Rate || got.Receive != spec.Rate) {
+		err = fmt.Errorf("its tbfs hold %d bit/s sent and %d received", got.Send, got.Receive)
+	}
+	if err != nil {
+		return cniError(ErrShape, fmt.Sprintf("%s: %s is not shaped to the share's bandwidth %d bit/s: run ADD again",
+			spec.Share, rt.IfName, spec.Rate), err)
+	}
+	return nil
+}
+
 // shapeError is a runner's shaping error as CommitAdd reports it: as it
 // is (a delegate's error takes delegateError's wording instead).
 func shapeError(err error) *types.Error {

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"strings"
@@ -148,6 +149,7 @@ func TestShareShapedToItsBandwidth(t *testing.T) {
 	if len(sk.statuses) != 1 || sk.statuses[0].Claim.ShareID == "" || sk.statuses[0].InterfaceName != "net1" {
 		t.Errorf("claim status writes %+v, want the share's entry with net1", sk.statuses)
 	}
+	checkShaping(t, k, args, pod)
 	if err := k.p.Del(args); err != nil {
 		t.Fatal(err)
 	}
@@ -178,5 +180,33 @@ func TestShareShapingFails(t *testing.T) {
 		len(sk.statuses) != 0 || len(sk.set) != 0 {
 		t.Errorf("after the failed ADD: net1 %v, the pod's link %v, records %d, claim status %+v, network-status %+v",
 			testenv.HasLink(t, pod, "net1"), testenv.HasLink(t, pod, shape.IfbName("net1")), len(k.records()), sk.statuses, sk.set)
+	}
+}
+
+// checkShaping: CHECK passes on the shaped share and fails, with ErrShape
+// naming the share, once its send tbf is gone.
+func checkShaping(t *testing.T, k *kubeEnv, args *skel.CmdArgs, pod ns.NetNS) {
+	t.Helper()
+	k.conf["prevResult"] = json.RawMessage(`{"cniVersion":"1.0.0","interfaces":[{"name":"net1","sandbox":"` + pod.Path() + `"}],` +
+		`"ips":[{"address":"192.0.2.10/24","interface":0}]}`)
+	check := *args
+	check.StdinData = nodeconfigtest.SplitEnv(t, k.conf)
+	if err := k.p.Check(&check); err != nil {
+		t.Fatalf("CHECK of the shaped share: %v", err)
+	}
+	if err := pod.Do(func(ns.NetNS) error {
+		l, err := netlink.LinkByName("net1")
+		if err == nil {
+			err = netlink.QdiscDel(&netlink.Tbf{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: l.Attrs().Index,
+				Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT}})
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	err := k.p.Check(&check)
+	var te *types.Error
+	if !errors.As(err, &te) || te.Code != ErrShape || !strings.Contains(te.Msg, "share 5c0f0c4e-0000-4000-8000-000000000001: net1 is not shaped") {
+		t.Errorf("CHECK without the send tbf: %v, want code %d naming the share", err, ErrShape)
 	}
 }
