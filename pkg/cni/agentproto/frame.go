@@ -69,7 +69,16 @@ func (r *request) kind() (string, error) {
 }
 
 // encodeFrame is v as one frame: a big-endian uint32 length, then JSON.
+// A request is written by hand (encode.go), anything else with encoding/json.
 func encodeFrame(v any) ([]byte, error) {
+	if r, ok := v.(*request); ok {
+		buf := r.appendJSON(make([]byte, 4, 512))
+		if n := len(buf) - 4; n > MaxFrame {
+			return nil, fmt.Errorf("%w of %d bytes (%d bytes)", ErrTooLarge, MaxFrame, n)
+		}
+		binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
+		return buf, nil
+	}
 	body, err := json.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("encode message: %w", err)
