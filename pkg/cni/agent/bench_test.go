@@ -1,0 +1,54 @@
+package agent
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/devplumb/devplumb/pkg/cni/agentproto"
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig/nodeconfigtest"
+	"github.com/devplumb/devplumb/pkg/cni/phasespool"
+	"github.com/devplumb/devplumb/pkg/cni/plugin/plugintest"
+)
+
+// BenchmarkAddDel is the agent's own work for one ADD and its DEL (prepare
+// and commit of each, no socket, the delegates' result given): what every
+// pod's attachment costs the node's CPU besides the delegates (issue 38).
+// -benchmem's allocations do not depend on the machine's load.
+func BenchmarkAddDel(b *testing.B) {
+	n := plugintest.NewNode(b, 1)
+	conf := n.Conf(map[string]any{"type": "host-device"})
+	data := nodeconfigtest.SplitEnv(b, conf)
+	phases := map[string]time.Duration{}
+	a := New(Config{Build: "bench", Log: quiet(), Timeout: 5 * time.Second, Phases: func(r phasespool.Record) {
+		for _, ph := range r.Phases {
+			phases[r.Op+" "+ph.Name] += ph.Duration
+		}
+	}})
+	b.Cleanup(a.Close)
+	ctx := context.Background()
+	result := []byte(`{"cniVersion":"1.0.0","interfaces":[{"name":"net1","mac":"02:00:00:00:00:01","sandbox":"` + n.Pod.Path() +
+		`"}],"ips":[{"address":"192.0.2.7/24","interface":0}]}`)
+	p := agentproto.Prepare{ContainerID: "c1", Netns: n.Pod.Path(), IfName: "net1", Path: n.CNIPath,
+		Args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=p1;K8S_POD_UID=u1", StdinData: data}
+	for b.Loop() {
+		for _, cmd := range []string{agentproto.CmdAdd, agentproto.CmdDel} {
+			p.Command = cmd
+			ans, err := a.Prepare(ctx, &p)
+			if err != nil || ans.Error != nil || ans.Delegate == nil {
+				b.Fatalf("prepare %s: %+v, %v", cmd, ans, err)
+			}
+			c := &agentproto.Commit{Attachment: ans.Attachment}
+			if cmd == agentproto.CmdAdd {
+				c.Result = result
+			}
+			if out, err := a.Commit(ctx, c); err != nil || out.Error != nil {
+				b.Fatalf("commit %s: %+v, %v", cmd, out, err)
+			}
+		}
+	}
+	for name, d := range phases {
+		b.ReportMetric(float64(d.Microseconds())/float64(b.N), strings.ReplaceAll(name, " ", "-")+"-µs/op")
+	}
+}
