@@ -131,7 +131,12 @@ func (f *frameReader) read(r io.Reader, v any) error {
 	if err != nil {
 		return err
 	}
-	if err := json.Unmarshal(body, v); err != nil {
+	if r, ok := v.(*response); ok { // the entry point's read of an answer (decode.go)
+		err = decodeResponse(body, r)
+	} else {
+		err = json.Unmarshal(body, v)
+	}
+	if err != nil {
 		return fmt.Errorf("malformed JSON in frame of %d bytes: %w", size, err)
 	}
 	return nil
