@@ -125,7 +125,7 @@ func parse(args []string, stdout, stderr io.Writer) (*options, int) {
 	fs.StringVar(&o.devinfoDir, "devinfo-dir", "", "device-info dir holding dp/ (default /var/run/k8s.cni.cncf.io/devinfo)")
 	fs.StringVar(&o.cdiDir, "cdi-dir", "", "CDI spec dir (default /var/run/cdi)")
 	fs.StringVar(&o.sysfsRoot, "sysfs-root", "", "sysfs mount (default /sys)")
-	fs.StringVar(&o.podResourcesSocket, "pod-resources-socket", "", "the kubelet's PodResources socket, asked at stop which devices pods hold: "+
+	fs.StringVar(&o.podResourcesSocket, "pod-resources-socket", "", "the kubelet's PodResources socket, asked which devices pods hold at stop and when devices have left the host: "+
 		"their device-info files and CDI spec entries stay (default "+podresources.DefaultSocket+")")
 	logFlags := logging.Register(fs)
 	debug := fs.Bool("debug", false, "same as --log-level debug (kept for old command lines)")

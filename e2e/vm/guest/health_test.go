@@ -4,13 +4,16 @@ package guest
 
 import (
 	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
 	"github.com/vishvananda/netlink"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/e2e/e2etest"
+	"github.com/devplumb/devplumb/pkg/cdispec"
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 )
 
@@ -24,8 +27,10 @@ func allUnhealthy(want []string) func([]kubeletsim.Device) bool {
 // Real kernel events reach the kubelet (nodesim) through netdev-dp's ListAndWatch
 // without a restart: the PF's link down makes its VFs unhealthy and up healthy again;
 // a VF rebound from igbvf to vfio-pci moves from the igbvf resource to the vfio-pci
-// one; sriov_numvfs 4 -> 0 leaves every VF listed unhealthy ("gone"), the device-info
-// file of the one a pod holds kept, and the VFs healthy again once they are back.
+// one; sriov_numvfs 4 -> 0 removes the free VFs from both resources with their
+// device-info files and CDI spec entries, while the VF a pod holds stays listed,
+// unhealthy, with its files, until its pod is gone; the VFs are back, healthy, with
+// sriov_numvfs 4.
 func TestHealthFollowsKernelEvents(t *testing.T) {
 	p := pfs(t)[1]
 	vfs := p.setVFs(t, 4)
@@ -51,20 +56,44 @@ func TestHealthFollowsKernelEvents(t *testing.T) {
 	alloc, err := n.addPod("holder", netRes, 1)
 	e2etest.Must(t, err)
 	held := alloc.Containers[0].Resources[0].DeviceIDs[0]
-	store := devinfo.NewStore(n.devinfoDir())
+	n.wantFiles(netRes, vfs[:3], vfs[:3]...)
+	n.wantFiles(vfioRes, vfs[3:], vfs[3:]...)
 	write(t, p.sysfs("sriov_numvfs"), "0")
-	n.devices(netRes, allUnhealthy(vfs[:3]))
-	n.devices(vfioRes, allUnhealthy(vfs[3:]))
-	if _, err := store.ReadDP(netRes, held); err != nil {
-		t.Errorf("the device-info of VF %s, which a pod holds, is gone with the VF: %v", held, err)
-	}
+	n.devices(netRes, allUnhealthy([]string{held}))
+	n.devices(vfioRes, allUnhealthy(nil))
+	n.wantFiles(netRes, vfs[:3], held)
+	n.wantFiles(vfioRes, vfs[3:])
+	t.Logf("sriov_numvfs 0: the free VFs gone with their files; VF %s, which a pod holds, listed unhealthy with its files", held)
 	if done, err := n.dp.Exited(); done {
 		t.Fatalf("netdev-dp exited: %v", err)
 	}
 	n.delPod("holder")
+	n.devices(netRes, allUnhealthy(nil))
+	n.wantFiles(netRes, vfs[:3])
+	t.Logf("its pod gone, VF %s is gone too, with its files", held)
 	write(t, p.sysfs("sriov_numvfs"), "4")
 	n.devices(netRes, allHealthy(vfs))
+	n.wantFiles(netRes, vfs, vfs...)
 	if _, err := os.Stat(p.sysfs("virtfn3")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// wantFiles checks that of the devices ids of res, exactly those in want have a
+// device-info file and an entry in res's CDI spec (as a runtime's CDI cache reads it).
+func (n *node) wantFiles(res string, ids []string, want ...string) {
+	n.t.Helper()
+	store := devinfo.NewStore(n.devinfoDir())
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(filepath.Join(n.root, "cdi")), cdi.WithAutoRefresh(false))
+	e2etest.Must(n.t, err)
+	for _, id := range ids {
+		wanted := slices.Contains(want, id)
+		if _, err := store.ReadDP(res, id); (err == nil) != wanted {
+			n.t.Errorf("%s device-info of %s: %v, want it there: %v", res, id, err, wanted)
+		}
+		name := res + "=" + cdispec.DeviceName(id)
+		if got := cache.GetDevice(name) != nil; got != wanted {
+			n.t.Errorf("CDI device %s in the spec: %v, want %v", name, got, wanted)
+		}
 	}
 }

@@ -70,6 +70,10 @@ func build(cfg *resources.Config, m *metrics.Metrics, log *slog.Logger) ([]*reso
 			return nil, fmt.Errorf("resources[%d]: %w", i, err)
 		}
 		r.sriov = o.SRIOVDP
+		r.held = func() (map[string]bool, error) {
+			h, err := heldDevices(cfg.PodResourcesSocket, log)
+			return h[o.ResourceName], err
+		}
 		out = append(out, r)
 	}
 	return out, nil

@@ -196,9 +196,9 @@ func healthy(devs []kubeletsim.Device) int {
 }
 
 // TestHealthChangesReachTheNode: what the sources see reaches the kubelet
-// through ListAndWatch. A deleted veth pair, a VF gone from sysfs or whose
-// PF's link is down, a removed socket: each stays listed, Unhealthy, and is
-// Healthy again when it is back.
+// through ListAndWatch. A deleted veth pair, a VF whose PF's link is down,
+// a removed socket: each stays listed, Unhealthy, and is Healthy again when
+// it is back. A VF gone from sysfs that no pod holds is no longer listed.
 func TestHealthChangesReachTheNode(t *testing.T) {
 	f := newFixture(t)
 	f.run()
@@ -222,22 +222,23 @@ func TestHealthChangesReachTheNode(t *testing.T) {
 	}
 	f.waitNode("veth pair back healthy", vethHealth(pluginapi.Healthy))
 
-	// A VF that leaves sysfs turns Unhealthy and keeps its file.
+	// A VF that leaves sysfs, which no pod holds, goes with its file
+	// (TestGoneVFsGoUnlessHeld: one a pod holds stays).
 	sysfstest.RemovePCI(t, f.Sysfs, "0000:01:01.0")
-	f.waitNode("VF unhealthy", func(r map[string][]kubeletsim.Device) bool {
-		return health(r[netdevtest.ResVF], "0000:01:01.0") == pluginapi.Unhealthy
+	f.waitNode("VF gone", func(r map[string][]kubeletsim.Device) bool {
+		return health(r[netdevtest.ResVF], "0000:01:01.0") == "absent" && len(r[netdevtest.ResVF]) == 3
 	})
-	if _, err := store.ReadDP(netdevtest.ResVF, "0000:01:01.0"); err != nil {
-		t.Errorf("file of an unhealthy, still listed VF removed: %v", err)
+	if _, err := store.ReadDP(netdevtest.ResVF, "0000:01:01.0"); err == nil {
+		t.Errorf("file of a VF gone from sysfs kept")
 	}
 	// The PF's link goes down: every VF is unhealthy until it is up again.
 	sysfstest.SetOperState(t, f.Sysfs, sysfstest.NodePF, sysfstest.NodePFName, "down")
 	f.waitNode("VFs of a PF whose link is down unhealthy", func(r map[string][]kubeletsim.Device) bool {
-		return len(r[netdevtest.ResVF]) == 4 && healthy(r[netdevtest.ResVF]) == 0
+		return len(r[netdevtest.ResVF]) == 3 && healthy(r[netdevtest.ResVF]) == 0
 	})
 	sysfstest.SetOperState(t, f.Sysfs, sysfstest.NodePF, sysfstest.NodePFName, "up")
 	f.waitNode("VFs healthy when the PF's link is up", func(r map[string][]kubeletsim.Device) bool {
-		return len(r[netdevtest.ResVF]) == 4 && healthy(r[netdevtest.ResVF]) == 3
+		return len(r[netdevtest.ResVF]) == 3 && healthy(r[netdevtest.ResVF]) == 3
 	})
 
 	// A new socket is a new device with a file; a removed one turns

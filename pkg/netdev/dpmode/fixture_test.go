@@ -26,7 +26,7 @@ func newFixture(t *testing.T) *fixture {
 	f := &fixture{Node: netdevtest.New(t, testenv.VethPair(t, "dpt")), t: t, root: t.TempDir()}
 	f.startNode()
 	f.Config.PluginDir = f.node.PluginDir()
-	f.Config.PodResourcesSocket = f.node.PodResourcesSocket() // asked at stop
+	f.Config.PodResourcesSocket = f.node.PodResourcesSocket() // asked at stop and when devices left
 	return f
 }
 

@@ -33,6 +33,10 @@ type resource struct {
 	metrics *metrics.Metrics   // nil: no metrics
 	log     *slog.Logger
 	kick    chan struct{} // coalesced "rescan now"
+	// held asks the kubelet which of this resource's devices pods hold (nil:
+	// none is known to be held, so gone devices stay; see dropFreeGone).
+	held        func() (map[string]bool, error)
+	heldUnknown bool // the last ask failed: logged once
 
 	// The devices themselves live in dp (with their source.Device as Detail): one map.
 	mu        sync.Mutex
@@ -84,6 +88,7 @@ func (r *resource) sync() error {
 	if err != nil {
 		return fmt.Errorf("resource %s: scan: %w", r.name, err)
 	}
+	devs = r.dropFreeGone(devs)
 	devs, conflicts := r.owners.Assign(r.name, r.source.Kind(), devs)
 	r.mu.Lock()
 	defer r.mu.Unlock()

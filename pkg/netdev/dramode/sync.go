@@ -35,6 +35,7 @@ func (d *Driver) sync() error {
 			errs = append(errs, fmt.Sprintf("resource %s: scan: %v", r.name, err))
 			devs = d.lastDevices(r)
 		}
+		devs = d.dropFreeGone(r, devs)
 		kept, c := d.owners.Assign(r.name, r.source.Kind(), devs)
 		conflicts = append(conflicts, c...)
 		scans = append(scans, scanned{res: r, devs: kept})

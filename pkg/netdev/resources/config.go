@@ -31,8 +31,9 @@ type Config struct {
 	SysfsRoot  string          `json:"sysfsRoot,omitempty"`
 	Resync     metav1.Duration `json:"resyncInterval,omitempty"` // "5s"; default DefaultResync
 	// PodResourcesSocket is the kubelet's PodResources API, which device-plugin
-	// mode asks at stop which devices pods hold, to keep their device-info
-	// files and CDI spec entries; "" is the kubelet's default socket.
+	// mode asks which devices pods hold, at stop and when devices have left
+	// the host, to keep their device-info files and CDI spec entries; "" is
+	// the kubelet's default socket.
 	PodResourcesSocket string     `json:"podResourcesSocket,omitempty"`
 	Resources          []Resource `json:"resources"`
 }

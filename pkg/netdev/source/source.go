@@ -48,6 +48,10 @@ type Device struct {
 	// prepared claim's checkpoint keeps the device as prepared, not its
 	// later health, so it is not saved.
 	Reason string `json:"-"`
+	// Gone says the device has left the host (KeepGone): it is still
+	// listed, unhealthy, only for the modes to decide whether a pod holds
+	// it. They drop it when none does (and tell a Forgetter).
+	Gone bool `json:"-"`
 }
 
 // Aux is what the SR-IOV device plugin's environment says of an auxiliary
@@ -87,16 +91,37 @@ type Notifier interface {
 	Watch(ctx context.Context, changed func()) error
 }
 
+// Forgetter is a source that keeps the devices that left the host (Gone)
+// until it is told to forget them: a mode forgets a gone device once no pod
+// holds it, so that it is neither listed nor scanned again.
+type Forgetter interface {
+	Forget(ids []string)
+}
+
 // KeepVanished adds to found, as unhealthy for reason why, every device of
-// known that the scan did not find and that vanished(id) says is gone from
-// the host (and not merely deselected): the kubelet must see a device it may
-// have given to a pod turn unhealthy rather than disappear, and it stays so
-// until it returns. It returns found as a sorted list; found becomes the
-// next known.
+// known that the scan did not find and that vanished(id) says is gone (and
+// not merely deselected): the kubelet must see a device it may have given to
+// a pod turn unhealthy rather than disappear, and it stays so until it
+// returns (a socket a restarting vswitch makes again). It returns found as a
+// sorted list; found becomes the next known.
 func KeepVanished(known, found map[string]Device, why string, vanished func(id string) bool) []Device {
+	return keep(known, found, why, vanished, false)
+}
+
+// KeepGone is KeepVanished for hardware that has left the host (a PCI
+// function, a vDPA device): the devices kept are also Gone, listed only for
+// the modes to decide whether a pod holds them; they stay until they return
+// or the mode forgets them (see Forgetter).
+func KeepGone(known, found map[string]Device, why string, vanished func(id string) bool) []Device {
+	return keep(known, found, why, vanished, true)
+}
+
+func keep(known, found map[string]Device, why string, vanished func(id string) bool, gone bool) []Device {
 	for id, d := range known {
 		if _, ok := found[id]; !ok && vanished(id) {
-			found[id] = Unhealthy(d, why)
+			d = Unhealthy(d, why)
+			d.Gone = gone
+			found[id] = d
 		}
 	}
 	out := make([]Device, 0, len(found))
@@ -105,6 +130,16 @@ func KeepVanished(known, found map[string]Device, why string, vanished func(id s
 	}
 	Sort(out)
 	return out
+}
+
+// ForgetGone deletes from known the devices of ids that are still Gone: one
+// back on the host since the scan that reported it gone is kept.
+func ForgetGone(known map[string]Device, ids []string) {
+	for _, id := range ids {
+		if known[id].Gone {
+			delete(known, id)
+		}
+	}
 }
 
 // Unhealthy is d marked unhealthy for reason why.

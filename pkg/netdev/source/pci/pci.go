@@ -12,8 +12,9 @@
 // Health: a device stays in sysfs while a CNI plugin moves its netdev into a
 // pod (only the netdev changes namespace), so in-use devices stay Healthy. A
 // device that leaves sysfs (hot unplug, VFs removed) becomes Unhealthy and
-// stays listed, so a pod holding it is not silently forgotten; it becomes
-// Healthy again if it returns. A VF whose PF's link is down (the PF's netdev
+// Gone: netdev-dp keeps it listed (with its files) while a pod holds it and
+// drops it, forgetting it here, once none does; it becomes Healthy again if
+// it returns first. A VF whose PF's link is down (the PF's netdev
 // has operstate "down" or "lowerlayerdown") is Unhealthy until the link is
 // up again: no traffic leaves the VF meanwhile. A PF device's own link state
 // does not count: an unused PF is often down until a pod sets it up.
@@ -118,6 +119,13 @@ func NewPool(root string, p Pool) (*Source, error) {
 // Kind is "pci".
 func (s *Source) Kind() string { return "pci" }
 
+// Forget drops devices that left sysfs and that no pod holds (source.Forgetter).
+func (s *Source) Forget(ids []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	source.ForgetGone(s.known, ids)
+}
+
 // Scan lists the selected devices.
 func (s *Source) Scan() ([]source.Device, error) {
 	addrs, err := sysfs.List(s.root)
@@ -147,7 +155,7 @@ func (s *Source) Scan() ([]source.Device, error) {
 	if s.pool.Aux {
 		why, exists = "auxiliary device gone from sysfs", func(name string) bool { return sysfs.AuxExists(s.root, name) }
 	}
-	out := source.KeepVanished(s.known, found, why, func(id string) bool { return !exists(id) })
+	out := source.KeepGone(s.known, found, why, func(id string) bool { return !exists(id) })
 	s.known = found
 	return out, nil
 }

@@ -87,11 +87,33 @@ func TestRemovedDeviceTurnsUnhealthyAndRecovers(t *testing.T) {
 	}
 	sysfstest.RemovePCI(t, root, "0000:01:01.0")
 	devs, err := p.Scan()
-	if err != nil || len(devs) != 1 || devs[0].Healthy || devs[0].Reason != "PCI function gone from sysfs" {
+	if err != nil || len(devs) != 1 || devs[0].Healthy || !devs[0].Gone || devs[0].Reason != "PCI function gone from sysfs" {
 		t.Fatalf("after removal: %+v %v", devs, err)
 	}
 	sysfstest.AddPCI(t, root, sysfstest.E810VF("0000:01:01.0", "0000:01:00.0", 0))
-	if devs, _ := p.Scan(); len(devs) != 1 || !devs[0].Healthy {
+	if devs, _ := p.Scan(); len(devs) != 1 || !devs[0].Healthy || devs[0].Gone {
+		t.Fatalf("after return: %+v", devs)
+	}
+}
+
+// A gone device that netdev-dp forgets (no pod holds it) is no longer listed, and is
+// listed again, healthy, when it returns; Forget of a device back since is a no-op.
+func TestForgottenGoneDeviceIsNotListed(t *testing.T) {
+	root := fakeNIC(t)
+	p := mustNew(t, root, Selectors{Drivers: []string{"iavf"}})
+	const vf = "0000:01:01.0"
+	p.Scan()
+	sysfstest.RemovePCI(t, root, vf)
+	if devs, _ := p.Scan(); len(devs) != 1 || !devs[0].Gone {
+		t.Fatalf("after removal: %+v", devs)
+	}
+	p.Forget([]string{vf})
+	if devs, err := p.Scan(); err != nil || len(devs) != 0 {
+		t.Fatalf("after Forget: %+v %v", devs, err)
+	}
+	sysfstest.AddPCI(t, root, sysfstest.E810VF(vf, "0000:01:00.0", 0))
+	p.Forget([]string{vf})
+	if devs, _ := p.Scan(); len(devs) != 1 || !devs[0].Healthy || devs[0].Gone {
 		t.Fatalf("after return: %+v", devs)
 	}
 }

@@ -5,8 +5,9 @@
 // its /dev/vhost-vdpa-N node; a virtio-vdpa device is a kernel netdev and
 // needs no node.
 //
-// Health: a device that leaves sysfs becomes Unhealthy and stays listed (a
-// pod may hold it); it becomes Healthy again when it returns.
+// Health: a device that leaves sysfs becomes Unhealthy and Gone: netdev-dp
+// keeps it listed while a pod holds it and drops it (Forget) once none does;
+// it becomes Healthy again if it returns first.
 package vdpa
 
 import (
@@ -59,6 +60,13 @@ func New(root string, sel Selectors) (*Source, error) {
 // Kind is "vdpa".
 func (s *Source) Kind() string { return "vdpa" }
 
+// Forget drops devices that left sysfs and that no pod holds (source.Forgetter).
+func (s *Source) Forget(ids []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	source.ForgetGone(s.known, ids)
+}
+
 func (s *Source) devicesDir() string { return filepath.Join(s.root, "bus", "vdpa", "devices") }
 
 // Scan lists the selected devices.
@@ -75,7 +83,7 @@ func (s *Source) Scan() ([]source.Device, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := source.KeepVanished(s.known, found, "vDPA device gone from sysfs", func(name string) bool {
+	out := source.KeepGone(s.known, found, "vDPA device gone from sysfs", func(name string) bool {
 		_, err := os.Stat(filepath.Join(s.devicesDir(), name))
 		return err != nil
 	})
