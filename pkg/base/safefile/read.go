@@ -6,6 +6,7 @@
 package safefile
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -61,10 +62,14 @@ func ReadFile(path string, limit int64, links Links) ([]byte, error) {
 	if st.Size() > limit {
 		return nil, fmt.Errorf("%s: %w: %d bytes, the limit is %d", path, ErrTooLarge, st.Size(), limit)
 	}
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
+	// Sized by the stat: one allocation, where io.ReadAll grows from 512
+	// bytes (the node agent reads a few records per CNI call). A file that
+	// grows meanwhile is still read to its end, up to limit+1.
+	buf := bytes.NewBuffer(make([]byte, 0, st.Size()+bytes.MinRead))
+	if _, err := buf.ReadFrom(io.LimitReader(f, limit+1)); err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
+	data := buf.Bytes()
 	if int64(len(data)) > limit {
 		return nil, fmt.Errorf("%s: %w: it grew beyond %d bytes while read", path, ErrTooLarge, limit)
 	}
