@@ -14,11 +14,12 @@ import (
 )
 
 // guestModules are the kernel modules the guest loads (with what they depend on): the
-// igb PF and igbvf VF drivers, vfio-pci, soft-RoCE and its user verbs, and veth.
+// igb PF and igbvf VF drivers, vfio-pci, soft-RoCE and its user verbs, veth, and virtio-net.
 // rdma_rxe asks the crypto API for "crc32", which the kernel would load through
 // modprobe (the guest has none; without it rdma link add fails with ENOENT):
-// crc32_generic is loaded first.
-var guestModules = []string{"igb", "igbvf", "vfio_pci", "vfio_iommu_type1", "crc32_generic", "rdma_rxe", "ib_uverbs", "rdma_ucm", "veth"}
+// crc32_generic is loaded first. virtio_net (after igb: the PFs keep eth0 and eth1)
+// is the NIC the guest reaches the host's kube-apiserver through.
+var guestModules = []string{"igb", "igbvf", "vfio_pci", "vfio_iommu_type1", "crc32_generic", "rdma_rxe", "ib_uverbs", "rdma_ucm", "veth", "virtio_pci", "virtio_net"}
 
 // stage is the initramfs tree being built.
 type stage struct{ dir string }

@@ -64,7 +64,7 @@ func outcome(log string, bootErr error) error {
 // with an Intel IOMMU, two NUMA nodes of 1 GiB each (the one CPU on node 0: with a
 // second vCPU, TCG on a busy host has left that CPU without timer interrupts, an RCU
 // stall that hung the guest at boot), and on each node a PCIe expander bus (pxb-pcie, whose numa_node the guest's ACPI tables carry) with a
-// root port holding an igb PF (SR-IOV, 7 VFs at most).
+// root port holding an igb PF (SR-IOV, 7 VFs at most); and a virtio NIC to reach the host.
 func machine(kernel, initrd, appendArgs, console, results string) []string {
 	args := []string{
 		"-machine", "q35,kernel-irqchip=split", "-cpu", "max", "-smp", "1", "-m", "2G",
@@ -79,6 +79,10 @@ func machine(kernel, initrd, appendArgs, console, results string) []string {
 			"-netdev", fmt.Sprintf("user,id=net%d,restrict=on", n),
 			"-device", fmt.Sprintf("igb,bus=rp%d,netdev=net%d", n, n))
 	}
+	// The guest's way to the host's kube-apiserver (guestHost): a virtio NIC on a user
+	// network of its own, not restricted (restrict=on would cut the host off too); the
+	// PFs' user networks stay restricted.
+	args = append(args, "-netdev", "user,id=api", "-device", "virtio-net-pci,netdev=api,bus=pcie.0")
 	return append(args,
 		"-kernel", kernel, "-initrd", initrd,
 		"-append", "console=ttyS0 panic=-1 intel_iommu=on iommu=pt loglevel=4 "+appendArgs,

@@ -38,11 +38,20 @@ func TestVM(t *testing.T) {
 	}
 	t.Logf("accelerator: %s: %s", accel, why)
 
-	initrd := buildInitramfs(t, kernelTree, dir)
+	run := os.Getenv("DEVPLUMB_VM_RUN")
+	api := startAPIServer(t, dir, run) // while the initramfs builds
+	s := stageInitramfs(t, kernelTree, dir)
+	if kubeconfig, err := api.guestKubeconfig(); err != nil {
+		t.Errorf("no kube-apiserver for the guest's DRA tests (they are skipped): %v", err)
+	} else if kubeconfig != "" {
+		must(t, s.write(guestKubeconfig, kubeconfig))
+	}
+	initrd := filepath.Join(dir, "initramfs.cpio")
+	must(t, s.pack(initrd))
 	t.Logf("initramfs built in %s (since start)", time.Since(start).Round(time.Second))
 	console, results := filepath.Join(dir, "console.log"), filepath.Join(dir, "results")
 	appendArgs := ""
-	if run := os.Getenv("DEVPLUMB_VM_RUN"); run != "" {
+	if run != "" {
 		appendArgs = "devplumb.run=" + run // a regexp without spaces, for -test.run
 	}
 	booted := time.Now()
@@ -96,9 +105,9 @@ func fetchKernel(t *testing.T) string {
 	return lines[len(lines)-1]
 }
 
-// buildInitramfs builds the guest's binaries and packs them with busybox and the
-// modules; it returns the archive's path.
-func buildInitramfs(t *testing.T, kernelTree, dir string) string {
+// stageInitramfs builds the guest's binaries and stages them with busybox and the
+// modules; the caller packs the tree.
+func stageInitramfs(t *testing.T, kernelTree, dir string) stage {
 	bin := filepath.Join(dir, "build")
 	goBuild(t, append([]string{"build", "-trimpath", "-o", bin + "/"}, guestCommands...), "CGO_ENABLED=0")
 	goBuild(t, []string{"test", "-c", "-race", "-tags", "vmguest", "-o", filepath.Join(bin, "guest.test"), "./e2e/vm/guest"})
@@ -122,9 +131,7 @@ func buildInitramfs(t *testing.T, kernelTree, dir string) string {
 	} else {
 		t.Log("no rdma (iproute2) on the host: the guest's RDMA test fails without it")
 	}
-	initrd := filepath.Join(dir, "initramfs.cpio")
-	must(t, s.pack(initrd))
-	return initrd
+	return s
 }
 
 func goBuild(t *testing.T, args []string, env ...string) {

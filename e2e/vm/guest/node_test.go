@@ -146,26 +146,8 @@ type resource struct {
 func startNode(t *testing.T, resources ...resource) *node {
 	t.Helper()
 	n := &node{t: t, bin: bin(t), root: t.TempDir()}
-	var err error
-	n.sim, err = kubeapi.Spawn(n.root, "nodesim", filepath.Join(n.bin, "nodesim"), "serve", "--root", n.root)
-	e2etest.Must(t, err)
-	t.Cleanup(func() { n.sim.Terminate(10 * time.Second) })
-	eventually(t, 30*time.Second, "nodesim's kubelet.sock", func() bool {
-		_, err := os.Stat(filepath.Join(n.root, "device-plugins", "kubelet.sock"))
-		return err == nil
-	})
-	conf, err := json.Marshal(map[string]any{"resyncInterval": "2s", "resources": resources})
-	e2etest.Must(t, err)
-	cfg := filepath.Join(n.root, "netdev-dp.json")
-	e2etest.Must(t, os.WriteFile(cfg, conf, 0o644))
-	n.dp, err = kubeapi.Spawn(n.root, "netdev-dp", filepath.Join(n.bin, "netdev-dp"), "--config", cfg,
-		"--plugin-dir", filepath.Join(n.root, "device-plugins"), "--devinfo-dir", n.devinfoDir(),
-		"--cdi-dir", filepath.Join(n.root, "cdi"), "--pod-resources-socket", n.podResources())
-	e2etest.Must(t, err)
-	t.Cleanup(func() { n.dp.Terminate(10 * time.Second) })
-	t.Cleanup(n.logsOnFailure)
-	n.ctl, err = kubeletsim.NewControlClient(n.root)
-	e2etest.Must(t, err)
+	n.startSim()
+	n.startDP(resources, "--plugin-dir", filepath.Join(n.root, "device-plugins"), "--pod-resources-socket", n.podResources())
 	for _, r := range resources {
 		eventually(t, time.Minute, "netdev-dp registering "+r.ResourceName, func() bool {
 			if done, err := n.dp.Exited(); done {
@@ -177,6 +159,37 @@ func startNode(t *testing.T, resources ...resource) *node {
 		})
 	}
 	return n
+}
+
+// startSim starts nodesim serve with args besides its root, until the test ends, and
+// connects to its control socket.
+func (n *node) startSim(args ...string) {
+	n.t.Helper()
+	var err error
+	n.sim, err = kubeapi.Spawn(n.root, "nodesim", filepath.Join(n.bin, "nodesim"), append([]string{"serve", "--root", n.root}, args...)...)
+	e2etest.Must(n.t, err)
+	n.t.Cleanup(func() { n.sim.Terminate(10 * time.Second) })
+	eventually(n.t, 30*time.Second, "nodesim's kubelet.sock", func() bool {
+		_, err := os.Stat(filepath.Join(n.root, "device-plugins", "kubelet.sock"))
+		return err == nil
+	})
+	n.ctl, err = kubeletsim.NewControlClient(n.root)
+	e2etest.Must(n.t, err)
+}
+
+// startDP starts netdev-dp with the resources and args besides its config and
+// directories, until the test ends (stopped before nodesim: it asks nodesim at stop).
+func (n *node) startDP(resources []resource, args ...string) {
+	n.t.Helper()
+	conf, err := json.Marshal(map[string]any{"resyncInterval": "2s", "resources": resources})
+	e2etest.Must(n.t, err)
+	cfg := filepath.Join(n.root, "netdev-dp.json")
+	e2etest.Must(n.t, os.WriteFile(cfg, conf, 0o644))
+	args = append([]string{"--config", cfg, "--devinfo-dir", n.devinfoDir(), "--cdi-dir", filepath.Join(n.root, "cdi")}, args...)
+	n.dp, err = kubeapi.Spawn(n.root, "netdev-dp", filepath.Join(n.bin, "netdev-dp"), args...)
+	e2etest.Must(n.t, err)
+	n.t.Cleanup(func() { n.dp.Terminate(10 * time.Second) })
+	n.t.Cleanup(n.logsOnFailure)
 }
 
 func (n *node) devinfoDir() string   { return filepath.Join(n.root, "devinfo") }
