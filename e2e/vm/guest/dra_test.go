@@ -123,31 +123,50 @@ func draObjects(t *testing.T, c kubernetes.Interface, namespace, res string) {
 	e2etest.Must(t, err)
 }
 
-// sliceVFs are the devices of netdev-dp's slices for this node, by name, as the PCI
-// addresses their k8s.cni.cncf.io/deviceID attribute gives, once there are n; each
-// device's standard resource.kubernetes.io/pciBusID must be the same address.
-func sliceVFs(t *testing.T, c kubernetes.Interface, n int) map[string]string {
+// sliceDevices are the devices of netdev-dp's slices for this node, by name, once
+// cond holds for them.
+func sliceDevices(t *testing.T, c kubernetes.Interface, what string, cond func(map[string]resourceapi.Device) bool) map[string]resourceapi.Device {
 	t.Helper()
-	var out map[string]string
-	eventually(t, 2*time.Minute, fmt.Sprintf("%d devices in netdev-dp's ResourceSlices", n), func() bool {
+	var out map[string]resourceapi.Device
+	eventually(t, 2*time.Minute, what, func() bool {
 		list, err := c.ResourceV1().ResourceSlices().List(e2etest.Ctx(t), metav1.ListOptions{})
 		e2etest.Must(t, err)
-		out = map[string]string{}
+		out = map[string]resourceapi.Device{}
 		for _, s := range list.Items {
-			if s.Spec.Driver != draDriver || s.Spec.NodeName == nil || *s.Spec.NodeName != draNode {
-				continue
-			}
-			for _, d := range s.Spec.Devices {
-				id, bus := d.Attributes["k8s.cni.cncf.io/deviceID"].StringValue, d.Attributes["resource.kubernetes.io/pciBusID"].StringValue
-				if id == nil || bus == nil || *id != *bus {
-					t.Fatalf("device %s: deviceID %v, pciBusID %v", d.Name, id, bus)
+			if s.Spec.Driver == draDriver && s.Spec.NodeName != nil && *s.Spec.NodeName == draNode {
+				for _, d := range s.Spec.Devices {
+					out[d.Name] = d
 				}
-				out[d.Name] = *id
 			}
 		}
-		return len(out) == n
+		return cond(out)
 	})
 	return out
+}
+
+// sliceVFs are the n devices of netdev-dp's slices as the PCI addresses their
+// k8s.cni.cncf.io/deviceID attribute gives, by name; each device's standard
+// resource.kubernetes.io/pciBusID must be the same address.
+func sliceVFs(t *testing.T, c kubernetes.Interface, n int) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for name, d := range sliceDevices(t, c, fmt.Sprintf("%d devices in netdev-dp's ResourceSlices", n), func(m map[string]resourceapi.Device) bool { return len(m) == n }) {
+		id, bus := d.Attributes["k8s.cni.cncf.io/deviceID"].StringValue, d.Attributes["resource.kubernetes.io/pciBusID"].StringValue
+		if id == nil || bus == nil || *id != *bus {
+			t.Fatalf("device %s: deviceID %v, pciBusID %v", name, id, bus)
+		}
+		out[name] = *id
+	}
+	return out
+}
+
+// onlyTainted holds when the slices have exactly the device name, with netdev-dp's
+// unhealthy taint.
+func onlyTainted(name string) func(map[string]resourceapi.Device) bool {
+	return func(m map[string]resourceapi.Device) bool {
+		d, ok := m[name]
+		return len(m) == 1 && ok && slices.ContainsFunc(d.Taints, func(t resourceapi.DeviceTaint) bool { return t.Key == draDriver+"/unhealthy" })
+	}
 }
 
 // netdev-dp as a DRA driver on real VFs, against a real kube-apiserver (on the host):
@@ -157,8 +176,9 @@ func sliceVFs(t *testing.T, c kubernetes.Interface, n int) map[string]string {
 // delegates to host-device with the VF's PCI address, which moves the VF's netdev into
 // the pod with its network's IP; the claim's status.devices entry for that device
 // carries networkData (interface, IP, the VF's MAC) and the pod's network-status the
-// VF's PCI address; DEL gives the VF back to the host and clears the entry; the pod's
-// deletion unprepares the claim.
+// VF's PCI address; DEL gives the VF back to the host and clears the entry. Then
+// sriov_numvfs 2 -> 0: the free VF leaves the slices at once, the claim's stays,
+// tainted, until the pod's deletion unprepares the claim.
 func TestDRAClaimGetsAVF(t *testing.T) {
 	c := apiServer(t)
 	p := pfs(t)[0]
@@ -211,12 +231,17 @@ func TestDRAClaimGetsAVF(t *testing.T) {
 		t.Errorf("VF %s back on the host as %+v, had %+v", vf, got, nics[vf])
 	}
 	checkClaimStatus(t, c, namespace, dev, "", "", "")
+
+	write(t, p.sysfs("sriov_numvfs"), "0")
+	sliceDevices(t, c, "only the claim's VF in the slices, tainted, once the VFs are gone", onlyTainted(dev.Device))
+	t.Logf("sriov_numvfs 0: the free VF left the slices; the claim's %s stays, tainted", dev.Device)
 	e2etest.Must(t, n.ctl.DelPod(e2etest.Ctx(t), namespace, pod))
 	claim, err := c.ResourceV1().ResourceClaims(namespace).Get(e2etest.Ctx(t), "vf", metav1.GetOptions{})
 	e2etest.Must(t, err)
 	if len(claim.Status.ReservedFor) != 0 {
 		t.Errorf("claim still reserved for %+v after the pod's deletion", claim.Status.ReservedFor)
 	}
+	sliceDevices(t, c, "no device in the slices once the pod's deletion unprepared the claim", func(m map[string]resourceapi.Device) bool { return len(m) == 0 })
 }
 
 // draNetwork is a devplumb network of res delegating to host-device with a static
