@@ -65,8 +65,9 @@ func TestDriverPublishesSlices(t *testing.T) {
 		}
 	}
 
-	// Devices come and go: one that goes stays, tainted, where the API server keeps
-	// taints (1.36+), and leaves the slice where it drops them.
+	// Devices come and go: a PCI function that leaves the host, held by no prepared
+	// claim, leaves the slice; a socket that goes stays, tainted, where the API server
+	// keeps taints (1.36+), and leaves the slice where it drops them.
 	gone := func(m map[string]resourceapi.Device, name string) bool {
 		d, in := m[name]
 		if deviceTaints(t) {
@@ -79,7 +80,8 @@ func TestDriverPublishesSlices(t *testing.T) {
 	sock2, vf3 := dramode.DeviceName(drvResVhost, "vhu2.sock"), dramode.DeviceName(drvResVF, "0000:01:01.3")
 	n.waitDevices("new socket in, removed VF gone", func(m map[string]resourceapi.Device) bool {
 		_, in := m[sock2]
-		return in && gone(m, vf3)
+		_, vfIn := m[vf3]
+		return in && !vfIn
 	})
 	l.Close()
 	n.waitDevices("closed socket gone", func(m map[string]resourceapi.Device) bool { return gone(m, sock2) })
