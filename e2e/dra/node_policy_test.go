@@ -273,6 +273,31 @@ func sliceProbe(c kubernetes.Interface, node string) func(context.Context) error
 	}
 }
 
+// ownPatchDryRun is patchPod's write as a dry run: admission decides, nothing changes.
+func ownPatchDryRun(c kubernetes.Interface, name string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := c.CoreV1().Pods(cniNS).Patch(ctx, name, types.MergePatchType,
+			[]byte(`{"metadata":{"annotations":{`+networkStatusKey+`}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+}
+
+// allowedWithin waits up to a minute for write to succeed.
+func allowedWithin(t *testing.T, what string, write func(context.Context) error) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := write(e2etest.Ctx(t))
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not allowed within a minute: %v", what, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // testSlice is a one-device slice of node, named name.
 func testSlice(name, node string) *resourcev1.ResourceSlice {
 	return &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -327,6 +352,10 @@ func TestNodePolicyUpgrade(t *testing.T) {
 	if _, err := dpA.ResourceV1().ResourceSlices().Update(e2etest.Ctx(t), s, metav1.UpdateOptions{}); err != nil {
 		t.Errorf("netdev-dp's own slice after the upgrade: %v", err)
 	}
+	// A policy takes effect on each API server a while after it is made: wait until the
+	// node's own devplumb may patch its pod (dry run) before DEL, whose removal of the
+	// entry is best-effort here and would be skipped, logged, while the policy settles.
+	allowedWithin(t, "devplumb's patch of its own node's pod", ownPatchDryRun(tokenClient(t, podBoundToken(t, "devplumb-daemonset.yaml", n.name)), pod.Name))
 	// The pod's entry, written before, goes with the same kubeconfig; then a required ADD
 	// writes the claim's status too, and DEL removes it.
 	if res := n.run("DEL", conf, netns, pod, "net1"); res.Code != 0 || len(e2etest.NetworkStatus(t, srv.Client, cniNS, pod.Name)) != 0 {
