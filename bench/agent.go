@@ -76,7 +76,11 @@ func (a *agentProc) waitReady() error {
 // startAgent starts a node agent for the env under e.dir/name; close stops it. It serves
 // the node bench-node, its client with the bench's kube-apiserver when there is one.
 func (e *env) startAgent(name string, extra ...string) (*agentProc, error) {
-	a, err := startAgent(e.cfg, filepath.Join(e.dir, name), extra...)
+	return e.keep(startAgent(e.cfg, filepath.Join(e.dir, name), extra...))
+}
+
+// keep records an agent that started, for the run's cleanup.
+func (e *env) keep(a *agentProc, err error) (*agentProc, error) {
 	if err != nil {
 		return nil, err
 	}

@@ -131,14 +131,7 @@ func (e *env) startCostAgent(v *costVariant) (*agentProc, error) {
 	}
 	cfg := e.cfg
 	cfg.Agent = wrapper
-	a, err := startAgent(cfg, filepath.Join(dir, "agent"), append(agentFlags(e.cfg, kc), e.nodeConfigFlag(v.net)...)...)
-	if err != nil {
-		return nil, err
-	}
-	e.mu.Lock()
-	e.agents = append(e.agents, a)
-	e.mu.Unlock()
-	return a, nil
+	return e.keep(startAgent(cfg, filepath.Join(dir, "agent"), append(agentFlags(e.cfg, kc), e.nodeConfigFlag(v.net)...)...))
 }
 
 func mustAbs(p string) string {
