@@ -1,13 +1,10 @@
 package dpmode
 
 import (
-	"context"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/pkg/netdev/source/sysfs/sysfstest"
@@ -39,23 +36,9 @@ func TestSRIOVDPAuxNetDevice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	node, err := kubeletsim.Start(context.Background(), t.TempDir(), slog.Default())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { node.Stop() })
 	cfg.SysfsRoot, cfg.DevInfoDir, cfg.CDIDir = root, filepath.Join(t.TempDir(), "devinfo"), filepath.Join(t.TempDir(), "cdi")
-	cfg.PluginDir, cfg.PodResourcesSocket = node.PluginDir(), node.PodResourcesSocket()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg, nil, slog.Default()) }()
-	t.Cleanup(func() { cancel(); <-done })
-	wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer wcancel()
 	const res = "nvidia.com/bf2_sf"
-	if err := node.WaitRegistered(wctx, res); err != nil {
-		t.Fatal(err)
-	}
+	node, wctx := runRegistered(t, cfg, res)
 	var listed []string
 	for _, d := range node.Resources()[res] {
 		listed = append(listed, d.ID)

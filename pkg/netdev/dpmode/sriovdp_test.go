@@ -12,15 +12,14 @@ import (
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/pkg/netdev/netdevtest"
+	"github.com/devplumb/devplumb/pkg/netdev/resources"
 )
 
-// TestSRIOVDPConfig: the SR-IOV device plugin's config served as that
-// plugin serves it: its resource names, the devices each resource gets (a
-// device to the first resource), NUMA nodes unless excludeTopology, and an
-// Allocate answer with PCIDEVICE_<PREFIX>_<NAME> and _INFO, the RDMA, VFIO
-// and vhost-net device nodes, and the device-info files (rdma-device).
-func TestSRIOVDPConfig(t *testing.T) {
-	cfg := netdevtest.NewSRIOV(t)
+// runRegistered serves cfg to a kubelet emulator of its own until the test
+// ends, once each of resources is registered; the context bounds the test's
+// calls to the emulator.
+func runRegistered(t *testing.T, cfg *resources.Config, names ...string) (*kubeletsim.Node, context.Context) {
+	t.Helper()
 	node, err := kubeletsim.Start(context.Background(), t.TempDir(), slog.Default())
 	if err != nil {
 		t.Fatal(err)
@@ -32,12 +31,23 @@ func TestSRIOVDPConfig(t *testing.T) {
 	go func() { done <- Run(ctx, cfg, nil, slog.Default()) }()
 	t.Cleanup(func() { cancel(); <-done })
 	wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer wcancel()
-	for _, r := range []string{"intel.com/sriov_rdma", "intel.com/sriov_net", "example.org/sriov_dpdk"} {
+	t.Cleanup(wcancel)
+	for _, r := range names {
 		if err := node.WaitRegistered(wctx, r); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return node, wctx
+}
+
+// TestSRIOVDPConfig: the SR-IOV device plugin's config served as that
+// plugin serves it: its resource names, the devices each resource gets (a
+// device to the first resource), NUMA nodes unless excludeTopology, and an
+// Allocate answer with PCIDEVICE_<PREFIX>_<NAME> and _INFO, the RDMA, VFIO
+// and vhost-net device nodes, and the device-info files (rdma-device).
+func TestSRIOVDPConfig(t *testing.T) {
+	cfg := netdevtest.NewSRIOV(t)
+	node, wctx := runRegistered(t, cfg, "intel.com/sriov_rdma", "intel.com/sriov_net", "example.org/sriov_dpdk")
 	checkSRIOVAdvertised(t, node.Resources())
 	checkSRIOVAllocate(t, wctx, node)
 	info, err := devinfo.NewStore(cfg.DevInfoDir).ReadDP("intel.com/sriov_rdma", "0000:01:01.0")
