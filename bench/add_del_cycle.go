@@ -17,9 +17,11 @@ type variant struct {
 	net   string // cnitool network name
 	pod   string
 	netns string
-	agent bool      // through the node agent (the entry point's socket set to it)
-	env   []string  // the entry point's extra environment: the agent's socket
-	ms    []float64 // ADD+DEL cycles
+	agent bool // through the node agent (the entry point's socket set to it)
+	// agentProc is the agent it goes through (nil: none).
+	agentProc *agentProc
+	env       []string  // the entry point's extra environment: the agent's socket
+	ms        []float64 // ADD+DEL cycles
 }
 
 // p1 runs ADD+DEL cycles of every variant in turn (rotating the order each round, so
@@ -49,7 +51,13 @@ func p1(cfg Config, r *Report) error {
 		return err
 	}
 	const warmup = 2
+	var before *p1Costs
 	for round := range warmup + cfg.Runs {
+		if round == warmup {
+			if before, err = readCosts(e, vs); err != nil {
+				return err
+			}
+		}
 		for i := range vs {
 			v := vs[(i+round)%len(vs)]
 			d, err := cycle(e, v)
@@ -62,6 +70,14 @@ func p1(cfg Config, r *Report) error {
 		}
 	}
 	r.Tables = append(r.Tables, p1Table(vs, cfg))
+	after, err := readCosts(e, vs)
+	if err != nil {
+		return err
+	}
+	floor := Summarize(vs[0].ms).Median
+	if t := costsTable(vs, before, after, floor, addedOf(vs, "pass", floor)); t != nil {
+		r.Tables = append(r.Tables, *t)
+	}
 	p := Panel{Title: "P1: one ADD+DEL cycle through cnitool", Unit: "ms"}
 	for _, v := range vs {
 		p.Bars = append(p.Bars, Bar{Label: v.label, S: Summarize(v.ms)})
@@ -188,7 +204,7 @@ func startAgentIfRun(e *env, vs []*variant) error {
 			}
 			agents[node] = a
 		}
-		v.env = []string{a.env()}
+		v.env, v.agentProc = []string{a.env()}, a
 	}
 	return nil
 }

@@ -297,3 +297,15 @@ func tail(path string, lines int) string {
 	}
 	return string(b)
 }
+
+// PIDs are the running etcd's and kube-apiserver's process IDs: what a benchmark reads
+// their CPU time by.
+func (s *Server) PIDs() []int {
+	var pids []int
+	for _, p := range []*proc{s.etcd, s.apiserver} {
+		if p != nil && !p.exited() {
+			pids = append(pids, p.cmd.Process.Pid)
+		}
+	}
+	return pids
+}

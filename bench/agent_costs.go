@@ -1,0 +1,280 @@
+package bench
+
+// Where P1's time through the agent goes (issue 38): the agent's own phase histograms and
+// the API server's request durations, each read before and after P1's measured rounds, so
+// the breakdown covers exactly the cycles the medians come from.
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/procfs"
+)
+
+// sums are histograms' sums (seconds) and counts by their label values.
+type sums map[string]struct{ sum, count float64 }
+
+// histSums reads the histogram name from a Prometheus text exposition: sum and count of
+// each series, keyed by key's rendering of its labels.
+func histSums(text, name string, key func(labels map[string]string) string) (sums, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		return nil, fmt.Errorf("parse metrics: %w", err)
+	}
+	out := sums{}
+	fam := fams[name]
+	if fam == nil {
+		return out, nil
+	}
+	for _, m := range fam.GetMetric() {
+		k := key(labelMap(m))
+		if k == "" {
+			continue
+		}
+		s := out[k]
+		s.sum += m.GetHistogram().GetSampleSum()
+		s.count += float64(m.GetHistogram().GetSampleCount())
+		out[k] = s
+	}
+	return out, nil
+}
+
+func labelMap(m *dto.Metric) map[string]string {
+	l := map[string]string{}
+	for _, p := range m.GetLabel() {
+		l[p.GetName()] = p.GetValue()
+	}
+	return l
+}
+
+// since is s less an earlier reading of the same series.
+func (s sums) since(before sums) sums {
+	out := sums{}
+	for k, v := range s {
+		b := before[k]
+		v.sum -= b.sum
+		v.count -= b.count
+		out[k] = v
+	}
+	return out
+}
+
+// meanMs is series k's mean in milliseconds (0 when it has no sample).
+func (s sums) meanMs(k string) float64 {
+	v := s[k]
+	if v.count == 0 {
+		return 0
+	}
+	return 1000 * v.sum / v.count
+}
+
+// agentPhases reads agent a's phase histograms for network net, keyed "op phase".
+func agentPhases(a *agentProc, net string) (sums, error) {
+	text, err := a.scrape()
+	if err != nil {
+		return nil, err
+	}
+	return histSums(text, "devplumb_phase_duration_seconds", func(l map[string]string) string {
+		if l["network"] != net || l["path"] != "agent" {
+			return ""
+		}
+		return l["op"] + " " + l["phase"]
+	})
+}
+
+// apiserverDurations reads the API server's own time per request, keyed "VERB
+// resource[/subresource]".
+func apiserverDurations(k *kubeNode) (sums, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	raw, err := k.srv.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("kube-apiserver /metrics: %w", err)
+	}
+	return histSums(string(raw), "apiserver_request_duration_seconds", func(l map[string]string) string {
+		r := l["resource"]
+		if l["subresource"] != "" {
+			r += "/" + l["subresource"]
+		}
+		return l["verb"] + " " + r
+	})
+}
+
+// p1Costs is P1's readings before and after its measured rounds.
+type p1Costs struct {
+	agents    map[*variant]sums // the agent rows' phases
+	apiserver sums
+	serverCPU float64 // seconds of CPU kube-apiserver and etcd have used
+	at        time.Time
+	idle      float64 // their CPU seconds per second with no call running (read before the rounds)
+}
+
+// idleBound is how long readCosts watches the API server with no call running.
+const idleBound = 2 * time.Second
+
+// idleCPU watches the API server's processes for idleBound with no call running: their
+// CPU per second then (leases, controllers), and their CPU time at its end.
+func idleCPU(k *kubeNode) (rate, total float64, err error) {
+	start, err := serverCPU(k)
+	if err != nil {
+		return 0, 0, err
+	}
+	time.Sleep(idleBound)
+	if total, err = serverCPU(k); err != nil {
+		return 0, 0, err
+	}
+	return (total - start) / idleBound.Seconds(), total, nil
+}
+
+// serverCPU is the CPU time (seconds) the API server's processes have used.
+func serverCPU(k *kubeNode) (float64, error) {
+	var total float64
+	for _, pid := range k.srv.PIDs() {
+		p, err := procfs.NewProc(pid)
+		if err == nil {
+			var st procfs.ProcStat
+			if st, err = p.Stat(); err == nil {
+				total += st.CPUTime()
+			}
+		}
+		if err != nil {
+			return 0, fmt.Errorf("CPU time of process %d: %w", pid, err)
+		}
+	}
+	return total, nil
+}
+
+// readCosts reads every agent row's phases and the API server's durations.
+func readCosts(e *env, vs []*variant) (*p1Costs, error) {
+	c := &p1Costs{agents: map[*variant]sums{}}
+	for _, v := range vs {
+		if v.agentProc == nil {
+			continue
+		}
+		s, err := agentPhases(v.agentProc, v.net)
+		if err != nil {
+			return nil, err
+		}
+		c.agents[v] = s
+	}
+	if e.cfg.kube != nil {
+		s, err := apiserverDurations(e.cfg.kube)
+		if err != nil {
+			return nil, err
+		}
+		c.apiserver = s
+		if c.idle, c.serverCPU, err = idleCPU(e.cfg.kube); err != nil {
+			return nil, err
+		}
+	}
+	c.at = time.Now()
+	return c, nil
+}
+
+// costsTable breaks each agent row's time over the pass-through down: the agent's own
+// work, the API writes it waits for, and the rest (the entry point's own process beyond
+// the pass-through's, its round trips to the agent, the scheduling of two processes).
+func costsTable(vs []*variant, before, after *p1Costs, floor, pass float64) *Table {
+	if before == nil || pass < 0 || len(after.agents) == 0 {
+		return nil
+	}
+	t := &Table{Title: "P1 through the agent: where the time over the pass-through goes (per ADD+DEL cycle)",
+		Header: []string{"row", "over the pass-through (median)", "the agent's own work (mean)", "waiting for the API server (mean)",
+			"the rest (entry point, round trips)", "its target over the pass-through", "the agent's phases (ADD; DEL), ms"}}
+	for _, v := range vs {
+		s, ok := after.agents[v]
+		if !ok {
+			continue
+		}
+		s = s.since(before.agents[v])
+		over := Summarize(v.ms).Median - floor - pass
+		own, kube := 0.0, s.meanMs("ADD kube")+s.meanMs("DEL kube")
+		for k := range s {
+			if !strings.HasSuffix(k, " delegate") && !strings.HasSuffix(k, " kube") {
+				own += s.meanMs(k)
+			}
+		}
+		t.Rows = append(t.Rows, []string{v.label, fmt.Sprintf("%.1f ms", over), fmt.Sprintf("%.1f ms", own),
+			fmt.Sprintf("%.1f ms", kube), fmt.Sprintf("%.1f ms", over-own-kube), costTarget(v, floor+pass), phaseList(s)})
+	}
+	t.Notes = append(t.Notes, "Means over the measured cycles of the agent's own phase histograms (devplumb_phase_duration_seconds, path=\"agent\"): "+
+		"its own work is every phase but the delegates' run (which the entry point does, as the pass-through does) and the API writes; "+
+		"waiting for the API server is the kube phase: ADD's network-status PATCH (and the claim's status apply, at the same time), "+
+		"DEL's removal of the claim's entry (the pod's goes after DEL answers).")
+	if n := apiserverNote(before, after); n != "" {
+		t.Notes = append(t.Notes, n)
+	}
+	return t
+}
+
+// costTarget is issue 38's target for the row as time over the pass-through.
+func costTarget(v *variant, passCycle float64) string {
+	f := 1.05
+	switch v.net {
+	case "dpagentkube":
+		f = 1.10
+	case "dpdraagent":
+		f = 1.15
+	}
+	return fmt.Sprintf("≤ %.1f ms (%.2f ×)", (f-1)*passCycle, f)
+}
+
+// phaseList is the mean of each phase but the delegates' run, in ADD's order.
+func phaseList(s sums) string {
+	order := []string{"config", "podResources", "claim", "deviceInfo", "networkStatus", "state", "kube"}
+	var parts []string
+	for _, op := range []string{"ADD", "DEL"} {
+		var p []string
+		for _, ph := range order {
+			if _, ok := s[op+" "+ph]; ok {
+				p = append(p, fmt.Sprintf("%s %.2f", ph, s.meanMs(op+" "+ph)))
+			}
+		}
+		parts = append(parts, strings.Join(p, ", "))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// writeCPU is the CPU the API server's processes used between the readings beyond their
+// idle rate.
+func writeCPU(before, after *p1Costs) float64 {
+	return after.serverCPU - before.serverCPU - before.idle*after.at.Sub(before.at).Seconds()
+}
+
+// writeVerbs are the API server's verbs that write.
+var writeVerbs = map[string]bool{"POST": true, "PUT": true, "PATCH": true, "APPLY": true, "DELETE": true}
+
+// apiserverNote is the API server's own time per write in the measured rounds: the part
+// of the wait no client saves.
+func apiserverNote(before, after *p1Costs) string {
+	if after.apiserver == nil {
+		return ""
+	}
+	s := after.apiserver.since(before.apiserver)
+	var parts []string
+	var writes float64
+	for _, k := range slices.Sorted(maps.Keys(s)) {
+		verb, _, _ := strings.Cut(k, " ")
+		if !writeVerbs[verb] || s[k].count == 0 {
+			continue
+		}
+		writes += s[k].count
+		parts = append(parts, fmt.Sprintf("%s %.1f ms (%d requests)", k, s.meanMs(k), int(s[k].count)))
+	}
+	if writes == 0 {
+		return ""
+	}
+	return fmt.Sprintf("The API server's own time per write in the same cycles, all rows (apiserver_request_duration_seconds): %s; "+
+		"the least a client that writes before ADD returns waits. kube-apiserver and etcd used %.1f ms of CPU per write "+
+		"beyond their idle use, on the CPUs the cycles run on (a cluster's control plane runs elsewhere), which is what the API rows' rest "+
+		"has beyond the plain row's: each cycle of the network-status row makes two writes (ADD's PATCH and DEL's, which runs after DEL answers).",
+		strings.Join(parts, ", "), 1000*writeCPU(before, after)/writes)
+}
