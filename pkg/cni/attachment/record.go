@@ -137,6 +137,11 @@ type Request struct {
 	// ID is gone; only then does this attachment take over its devices.
 	// Unset, none is taken over.
 	SandboxGone func(*Record) bool
+	// Fill, when set, completes a new record (its device picked) before its
+	// first write, under the lock: a fresh ADD records its device and the
+	// run to come in one write. An error takes nothing and is Take's. A
+	// record the attachment holds already is returned as it is.
+	Fill func(*Record) error
 }
 
 // Taken is the outcome of Take.
@@ -241,6 +246,11 @@ func (s *Store) pick(req Request, held map[string]*Record, out *Taken) error {
 			continue
 		}
 		a := &Record{Key: req.Key, Pod: req.Pod, ResourceName: req.ResourceName, DeviceID: dev}
+		if req.Fill != nil {
+			if err := req.Fill(a); err != nil {
+				return err
+			}
+		}
 		if err := s.Put(a); err != nil {
 			return err
 		}

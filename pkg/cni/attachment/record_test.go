@@ -1,6 +1,8 @@
 package attachment
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -301,5 +303,49 @@ func TestInjectedDeviceIsHeldForEveryResource(t *testing.T) {
 	other.ResourceName = "example.com/other"
 	if got, err := s.Take(other); err != nil || got.Record.DeviceID != "d0" {
 		t.Fatalf("another resource's d0: %v %+v", err, got)
+	}
+}
+
+// Fill completes a fresh record before its one write (issue 38: a fresh ADD
+// writes its record once before the delegates run), never touches a record
+// the attachment holds already, and a Fill that fails takes nothing.
+func TestFillIsWrittenWithTheTake(t *testing.T) {
+	s := New(t.TempDir())
+	r := req("p", "c1", "net1", "d0", "d1")
+	calls := 0
+	r.Fill = func(a *Record) error {
+		calls++
+		if a.DeviceID != "d0" {
+			t.Errorf("Fill got device %q before the pick", a.DeviceID)
+		}
+		a.CNIFile, a.Delegate = "/run/cni-file", []byte(`{"cniVersion":"1.0.0"}`)
+		return nil
+	}
+	if _, err := s.Take(r); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Get(r.Key)
+	var delegate bytes.Buffer
+	if err == nil && got != nil {
+		err = json.Compact(&delegate, got.Delegate)
+	}
+	if err != nil || got == nil || got.CNIFile != "/run/cni-file" || delegate.String() != `{"cniVersion":"1.0.0"}` {
+		t.Fatalf("record after a filled take: %+v, %v", got, err)
+	}
+	again, err := s.Take(r)
+	if err != nil || calls != 1 || again.Record.CNIFile != "/run/cni-file" {
+		t.Fatalf("retried take: Fill called %d times, record %+v, %v", calls, again, err)
+	}
+
+	bad := req("q", "c2", "net1", "d1")
+	bad.Fill = func(*Record) error { return errors.New("no delegate") }
+	if _, err := s.Take(bad); err == nil || !strings.Contains(err.Error(), "no delegate") {
+		t.Fatalf("a failing Fill: %v", err)
+	}
+	if got, err := s.Get(bad.Key); err != nil || got != nil {
+		t.Fatalf("a failing Fill left a record: %+v, %v", got, err)
+	}
+	if ok, err := s.Take(req("q", "c2", "net1", "d1")); err != nil || ok.Record.DeviceID != "d1" {
+		t.Fatalf("d1 is not free after a failing Fill: %+v, %v", ok, err)
 	}
 }

@@ -102,10 +102,25 @@ func (c *call) cleanEarlierAdd(rec *attachment.Record) {
 
 // take is step 3 of ADD: one of the candidates no other attachment holds,
 // recorded for this attachment under the state lock; the records it
-// supersedes (older sandboxes of the pod, stale holders) are undone.
-func (c *call) take(want *candidates) (*attachment.Record, *types.Error) {
+// supersedes (older sandboxes of the pod, stale holders) are undone. A
+// device taken afresh is recorded with the run to come in the same write
+// (its run is returned); one the attachment held already keeps its record
+// until cleanEarlierAdd has undone what that names (run nil).
+func (c *call) take(want *candidates) (*attachment.Record, *run, *types.Error) {
+	var filled *run
+	var fillErr *types.Error
+	fill := func(rec *attachment.Record) error {
+		noteClaim(rec, want)
+		list, rt, cerr := c.recordRun(rec)
+		if cerr != nil {
+			fillErr = cerr
+			return cerr
+		}
+		filled = &run{list: list, rt: rt}
+		return nil
+	}
 	taken, err := c.records.Take(attachment.Request{Key: c.key, Pod: c.pod, ResourceName: want.resourceName,
-		Candidates: want.ids, Stale: c.devices.staleHolders(want), SandboxGone: sandboxGone})
+		Candidates: want.ids, Stale: c.devices.staleHolders(want), SandboxGone: sandboxGone, Fill: fill})
 	c.timing.mark(phaseTake)
 	if taken != nil {
 		if taken.Unreadable != nil {
@@ -113,14 +128,22 @@ func (c *call) take(want *candidates) (*attachment.Record, *types.Error) {
 		}
 		c.dropOlderSandboxes(taken.Dropped)
 	}
-	if errors.Is(err, attachment.ErrNoFreeDevice) {
-		return nil, cniError(ErrNoFreeDevice, err.Error(), nil)
-	}
-	if err != nil {
-		return nil, cniError(ErrState, "cannot record the device taken in \"stateDir\" "+c.conf.StateDir, err)
+	switch {
+	case fillErr != nil:
+		return nil, nil, fillErr
+	case errors.Is(err, attachment.ErrNoFreeDevice):
+		return nil, nil, cniError(ErrNoFreeDevice, err.Error(), nil)
+	case err != nil:
+		return nil, nil, cniError(ErrState, "cannot record the device taken in \"stateDir\" "+c.conf.StateDir, err)
 	}
 	noteClaim(taken.Record, want)
-	return taken.Record, nil
+	return taken.Record, filled, nil
+}
+
+// run is the delegates' run an ADD recorded: what startRun hands on.
+type run struct {
+	list *libcni.NetworkConfigList
+	rt   *libcni.RuntimeConf
 }
 
 // refuseSelf fails ADD, before anything is taken, when a delegate is
@@ -202,21 +225,18 @@ func (c *call) dropOlderSandboxes(dropped []*attachment.Record) {
 	}
 }
 
-// startRun records the delegates' run to come and copies the device-info
-// (step 4); a failure frees the device. The record names the CNI file and the
-// delegate config before either is used, so a DEL or GC after a crash at any
-// point finds what to undo.
-func (c *call) startRun(rec *attachment.Record) (*libcni.NetworkConfigList, *libcni.RuntimeConf, *types.Error) {
-	list, rt, cerr := c.recordRun(rec)
-	if cerr != nil {
-		c.release(rec)
-		return nil, nil, cerr
+// startRun records the delegates' run to come, unless take recorded it with
+// the device (filled), and copies the device-info (step 4); a failure frees
+// the device. The record names the CNI file and the delegate config before
+// either is used, so a DEL or GC after a crash at any point finds what to
+// undo.
+func (c *call) startRun(rec *attachment.Record, filled *run) (*libcni.NetworkConfigList, *libcni.RuntimeConf, *types.Error) {
+	if filled == nil {
+		var cerr *types.Error
+		if filled, cerr = c.recordRunAgain(rec); cerr != nil {
+			return nil, nil, cerr
+		}
 	}
-	if err := c.records.Update(rec); err != nil {
-		c.release(rec)
-		return nil, nil, stateError(c.conf.StateDir, err)
-	}
-	c.timing.mark(phaseTake)
 	failpoint.Hit("add-recorded")
 	// 4. The device plugin's device-info, copied to the attachment's CNI file.
 	if cerr := c.copyDeviceInfo(rec); cerr != nil {
@@ -225,7 +245,23 @@ func (c *call) startRun(rec *attachment.Record) (*libcni.NetworkConfigList, *lib
 	}
 	c.timing.mark(phaseDeviceInfo)
 	failpoint.Hit("add-devinfo-copied")
-	return list, rt, nil
+	return filled.list, filled.rt, nil
+}
+
+// recordRunAgain records the run to come in the record of an attachment
+// that held its device already (a retried ADD).
+func (c *call) recordRunAgain(rec *attachment.Record) (*run, *types.Error) {
+	list, rt, cerr := c.recordRun(rec)
+	if cerr != nil {
+		c.release(rec)
+		return nil, cerr
+	}
+	if err := c.records.Update(rec); err != nil {
+		c.release(rec)
+		return nil, stateError(c.conf.StateDir, err)
+	}
+	c.timing.mark(phaseTake)
+	return &run{list: list, rt: rt}, nil
 }
 
 // recordRun fills rec with the CNI file and the delegate run, not yet done.
@@ -314,15 +350,20 @@ func (c *call) finish(rec *attachment.Record, prev *current.Result, result types
 	}
 	rec.Result, rec.NetworkStatus, rec.Complete = raw, entry, true
 	rec.Phases = c.timing.mark(phaseNetworkStatus).recorded()
+	// The API writes go while the completed record is written: neither
+	// waits for the other, and no failure of either leaves an entry on the
+	// pod or the claim.
+	c.status.awaitLater(rec)
+	written := c.status.setAllAsync(*rec, entry, result)
 	if err := c.records.Update(rec); err != nil {
+		if written() == nil {
+			c.status.unsetAll(rec, entry, c.replaced)
+		}
 		return nil, stateError(c.conf.StateDir, err)
 	}
 	c.timing.mark(phaseState)
 	failpoint.Hit("add-completed")
-	// Last, so that no failure after them leaves an entry on the pod or
-	// the claim.
-	c.status.awaitLater(rec)
-	cerr = c.status.setAll(rec, entry, result)
+	cerr = written()
 	c.timing.mark(phaseKube)
 	return out, cerr
 }

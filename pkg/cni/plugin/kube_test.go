@@ -347,3 +347,44 @@ func TestNetworkStatusNone(t *testing.T) {
 		t.Errorf("DEL: %v, removed %v: want nothing removed", err, k.kube.removed)
 	}
 }
+
+// The network-status entry is written while the completed record is (issue
+// 38): an ADD whose record cannot be completed (its device taken over while
+// the delegates ran) fails and removes the entry it wrote, unless a newer
+// sandbox of the pod holds the attachment now, whose entry it is.
+func TestStatusWrittenWithTheRecordIsUndoneWithIt(t *testing.T) {
+	result := &current.Result{CNIVersion: "1.0.0", Interfaces: []*current.Interface{{Name: "net1", Sandbox: "/var/run/netns/test"}}}
+	for _, newer := range []bool{false, true} {
+		k := newKubeEnv(t)
+		a, err := k.p.PrepareAdd(k.args())
+		if err != nil || a.Delegate == nil {
+			t.Fatalf("prepare: %+v, %v", a, err)
+		}
+		store := attachment.New(filepath.Join(k.root, "state"))
+		if err := store.Remove(a.Key); err != nil { // the delegates ran; the device was taken over
+			t.Fatal(err)
+		}
+		if newer {
+			rec := *a.rec
+			rec.ContainerID = "c2"
+			if err := store.Put(&rec); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, err = a.CommitAdd(result, nil)
+		wantCode(t, "commit after the takeover", err, ErrNoFreeDevice)
+		if !a.UndoPending() {
+			t.Fatal("no undo due after the failed commit")
+		}
+		a.Rollback()
+		k.kube.mu.Lock()
+		set, removed := len(k.kube.set), len(k.kube.removed)
+		k.kube.mu.Unlock()
+		switch {
+		case !newer && set != removed:
+			t.Errorf("entries written %d, removed %d: the failed ADD left its entry", set, removed)
+		case newer && removed != 0:
+			t.Errorf("the newer sandbox's entry was removed (%d removals)", removed)
+		}
+	}
+}

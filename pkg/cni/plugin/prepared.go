@@ -135,7 +135,7 @@ func (a *PreparedAdd) prepare() *types.Error {
 	}
 	c.timing.mark(phasePodResources)
 	// 3. One of them no other attachment holds, recorded under the lock.
-	rec, cerr := c.take(want)
+	rec, filled, cerr := c.take(want)
 	if cerr != nil {
 		return cerr
 	}
@@ -144,9 +144,11 @@ func (a *PreparedAdd) prepare() *types.Error {
 	if result, replayed := c.replay(rec); replayed {
 		return a.answerReplay(result)
 	}
-	c.cleanEarlierAdd(rec)
+	if filled == nil { // its record names no run of this ADD
+		c.cleanEarlierAdd(rec)
+	}
 	// 4. The record of the run to come, and the device-info copied.
-	list, rt, cerr := c.startRun(rec)
+	list, rt, cerr := c.startRun(rec, filled)
 	if cerr != nil {
 		return cerr
 	}

@@ -175,6 +175,25 @@ func (w *statusWriter) setAll(rec *attachment.Record, entry *nadv1.NetworkStatus
 	return podErr
 }
 
+// setAllAsync starts setAll on a copy of rec (the caller goes on writing
+// the record) and returns the wait for its outcome, to be called once.
+func (w *statusWriter) setAllAsync(rec attachment.Record, entry *nadv1.NetworkStatus, result types.Result) func() *types.Error {
+	done := make(chan *types.Error, 1)
+	go func() { done <- w.setAll(&rec, entry, result) }()
+	return func() *types.Error { return <-done }
+}
+
+// unsetAll removes what setAll wrote, for an ADD that failed after it,
+// unless replaced reports that a later ADD of the pod (a newer sandbox that
+// took the device over) holds the entries now.
+func (w *statusWriter) unsetAll(rec *attachment.Record, entry *nadv1.NetworkStatus, replaced func() bool) {
+	if replaced() {
+		return
+	}
+	w.removeClaim(rec)
+	w.removePodUnless(rec, []string{entry.Name}, replaced)
+}
+
 // setClaim writes devplumb's part of the claim's status.devices[] entry of
 // the attachment's DRA device, if it has one; failures count as for
 // network-status ("networkStatus": required or best-effort).
