@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/procfs"
+
+	"github.com/devplumb/devplumb/pkg/cni/agentproto"
 )
 
 // sums are histograms' sums (seconds) and counts by their label values.
@@ -108,9 +110,31 @@ func apiserverDurations(k *kubeNode) (sums, error) {
 	})
 }
 
+// helloGap is the pause between the hello round trips helloTime times: a call's
+// round trips find the agent idle, as the pod starts of a node do.
+const helloGap = 20 * time.Millisecond
+
+// helloTime is the median of runs connections with a hello round trip to agent a from
+// this process (already running, unlike an entry point), helloGap apart.
+func helloTime(a *agentProc, runs int) (float64, error) {
+	var ms []float64
+	for range runs {
+		time.Sleep(helloGap)
+		start := time.Now()
+		c, err := agentproto.Dial(a.socket, time.Second, "bench")
+		if err != nil {
+			return 0, fmt.Errorf("hello: %w", err)
+		}
+		ms = append(ms, Ms(time.Since(start)))
+		c.Close()
+	}
+	return Summarize(ms).Median, nil
+}
+
 // p1Costs is P1's readings before and after its measured rounds.
 type p1Costs struct {
 	agents    map[*variant]sums // the agent rows' phases
+	hello     float64           // ms of a connection and hello to the plain row's agent
 	apiserver sums
 	serverCPU float64 // seconds of CPU kube-apiserver and etcd have used
 	at        time.Time
@@ -164,6 +188,11 @@ func readCosts(e *env, vs []*variant) (*p1Costs, error) {
 			return nil, err
 		}
 		c.agents[v] = s
+		if v.net == "dpagent" {
+			if c.hello, err = helloTime(v.agentProc, 30); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if e.cfg.kube != nil {
 		s, err := apiserverDurations(e.cfg.kube)
@@ -209,6 +238,11 @@ func costsTable(vs []*variant, before, after *p1Costs, floor, pass float64) *Tab
 		"its own work is every phase but the delegates' run (which the entry point does, as the pass-through does) and the API writes; "+
 		"waiting for the API server is the kube phase: ADD's network-status PATCH (and the claim's status apply, at the same time), "+
 		"DEL's removal of the claim's entry (the pod's goes after DEL answers).")
+	if after.hello > 0 {
+		t.Notes = append(t.Notes, fmt.Sprintf("Part of the rest: a connection and hello round trip to the idle agent takes %.2f ms "+
+			"(median of 30, %v apart, from a process already running); every call makes three round trips (hello, prepare, commit), "+
+			"each waking the agent and then the entry point.", after.hello, helloGap))
+	}
 	if n := apiserverNote(before, after); n != "" {
 		t.Notes = append(t.Notes, n)
 	}
