@@ -49,6 +49,8 @@ type CNIResult struct {
 		Mac     string `json:"mac"`
 		Sandbox string `json:"sandbox"`
 	} `json:"interfaces"`
+	// Stderr is what devplumb logged: a best-effort step's failure is there only.
+	Stderr string `json:"-"`
 }
 
 // RunDevplumb runs bin/devplumb as a container runtime would, with bin as its
@@ -87,6 +89,7 @@ func RunDevplumb(t testing.TB, bin string, call CNICall) CNIResult {
 	if (runErr != nil) != (res.Code != 0) {
 		t.Fatalf("devplumb %s: exit %v but stdout %s; stderr %s", call.Command, runErr, stdout.String(), stderr.String())
 	}
+	res.Stderr = stderr.String()
 	return res
 }
 
