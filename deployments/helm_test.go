@@ -168,8 +168,34 @@ func TestHelmChartValues(t *testing.T) {
 		t.Errorf("netdev-dp config: %s", cm.Data["config.json"])
 	}
 	checkAgentValues(t)
+	checkResourcePrefix(t)
 	if off := render(t, map[string]any{"netdevDP": map[string]any{"enabled": false}}); off["*v1.DaemonSet/kube-system/netdev-dp"] != nil {
 		t.Error("netdevDP.enabled=false still renders netdev-dp")
+	}
+}
+
+// checkResourcePrefix: netdevDP.resourcePrefix reaches netdev-dp as --resource-prefix in
+// both modes, and nothing does when it is empty (netdev-dp refuses the flag with its own
+// config).
+func checkResourcePrefix(t *testing.T) {
+	t.Helper()
+	for _, mode := range []string{"deviceplugin", "dra"} {
+		name := "*v1.DaemonSet/kube-system/netdev-dp"
+		if mode == "dra" {
+			name = "*v1.DaemonSet/kube-system/netdev-dp-dra"
+		}
+		for _, prefix := range []string{"", "example.com"} {
+			objs := render(t, map[string]any{"netdevDP": map[string]any{"mode": mode, "resourcePrefix": prefix}})
+			obj := objs[name]
+			if obj == nil {
+				t.Fatalf("mode %s renders no %s", mode, name)
+			}
+			args := daemonSet(t, []runtime.Object{obj}).Spec.Template.Spec.Containers[0].Args
+			has := slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--resource-prefix") })
+			if has != (prefix != "") || (prefix != "" && !slices.Contains(args, "--resource-prefix="+prefix)) {
+				t.Errorf("mode %s, resourcePrefix %q: args %v", mode, prefix, args)
+			}
+		}
 	}
 }
 
