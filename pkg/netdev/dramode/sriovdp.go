@@ -20,20 +20,27 @@ import (
 // standardAttributes adds Kubernetes' standard attributes of a PCI device
 // (k8s.io/dynamic-resource-allocation/deviceattribute): its PCI address,
 // its PCIe root complex (read from sysfsRoot), and its NUMA node when it
-// reports one (a resource with excludeTopology reports none).
+// reports one (a resource with excludeTopology reports none). An auxiliary
+// device (an SF) is no PCI function, so it has no PCI address, but it sits
+// on its PF's PCIe root complex, which a claim may align it by.
 func standardAttributes(attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, sysfsRoot string, d source.Device) {
-	addr := ""
+	addr, root := "", ""
 	switch {
 	case d.Info != nil && d.Info.Pci != nil:
 		addr = d.Info.Pci.PciAddress
 	case d.Info != nil && d.Info.Vdpa != nil:
 		addr = d.Info.Vdpa.PciAddress
+	case d.Aux != nil:
+		root = d.Aux.Parent
 	}
 	if addr != "" {
 		a := addr
 		attrs[deviceattribute.StandardDeviceAttributePCIBusID] = resourceapi.DeviceAttribute{StringValue: &a}
-		if root, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(addr, deviceattribute.WithFSFromRoot(sysfsRoot)); err == nil {
-			attrs[root.Name] = root.Value
+		root = addr
+	}
+	if root != "" {
+		if r, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(root, deviceattribute.WithFSFromRoot(sysfsRoot)); err == nil {
+			attrs[r.Name] = r.Value
 		}
 	}
 	if d.NUMANode != deviceplugin.NoNUMA {

@@ -14,7 +14,7 @@ import (
 // TestSRIOVDPAuxNetDeviceAsDRADriver: an auxNetDevice resource (the
 // README's bf2_sf) as a DRA driver: each SF published under a DNS-label
 // name with its name as k8s.cni.cncf.io/deviceID, the resource name and
-// its PF's NUMA node, and no pciBusID (an SF is not a PCI function); a
+// its PF's NUMA node and PCIe root, and no pciBusID (an SF is not a PCI function); a
 // claim's container gets PCIDEVICE_NVIDIA_COM_BF2_SF and _INFO naming it,
 // and the SF's RDMA nodes.
 func TestSRIOVDPAuxNetDeviceAsDRADriver(t *testing.T) {
@@ -38,7 +38,8 @@ func TestSRIOVDPAuxNetDeviceAsDRADriver(t *testing.T) {
 	name := DeviceName("nvidia.com/bf2_sf", "mlx5_core.sf.3")
 	attrs := published(t, d)[name]
 	if attrs["k8s.cni.cncf.io/deviceID"] != "mlx5_core.sf.3" || attrs["k8s.cni.cncf.io/resourceName"] != "nvidia.com/bf2_sf" ||
-		attrs["resource.kubernetes.io/numaNode"] != "1" || attrs["resource.kubernetes.io/pciBusID"] != "" {
+		attrs["resource.kubernetes.io/numaNode"] != "1" || attrs["resource.kubernetes.io/pciBusID"] != "" ||
+		attrs["resource.kubernetes.io/pcieRoot"] != "pci0000:00" {
 		t.Errorf("SF %s attributes %v", name, attrs)
 	}
 	c := claim("sf", node, name)
