@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/pkg/netdev/resources"
@@ -79,6 +81,26 @@ func (b *binNode) waitDevices(n int, stderr *bytes.Buffer) {
 	}
 	if err := b.node.WaitResources(ctx, func(r map[string][]kubeletsim.Device) bool { return len(r["example.com/vhu"]) == n }); err != nil {
 		b.t.Fatalf("waiting for %d devices: %v; node has %+v\n%s", n, err, b.node.Resources(), stderr.String())
+	}
+}
+
+// waitHealthy waits until the node lists n healthy devices of the resource:
+// 0 once it saw a killed plugin's stream break, n once the next one registered.
+func (b *binNode) waitHealthy(n int, stderr *bytes.Buffer) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := b.node.WaitResources(ctx, func(r map[string][]kubeletsim.Device) bool {
+		healthy := 0
+		for _, d := range r["example.com/vhu"] {
+			if d.Health == pluginapi.Healthy {
+				healthy++
+			}
+		}
+		return healthy == n
+	})
+	if err != nil {
+		b.t.Fatalf("waiting for %d healthy devices: %v; node has %+v\n%s", n, err, b.node.Resources(), stderr.String())
 	}
 }
 
