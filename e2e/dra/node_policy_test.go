@@ -273,12 +273,23 @@ func sliceProbe(c kubernetes.Interface, node string) func(context.Context) error
 	}
 }
 
-// ownPatchDryRun is patchPod's write as a dry run: admission decides, nothing changes.
-func ownPatchDryRun(c kubernetes.Interface, name string) func(context.Context) error {
+// patchPodDryRun is patchPod's write as a dry run: admission decides, nothing changes, so
+// a probe the policy lets through while it settles leaves no entry on the pod.
+func patchPodDryRun(c kubernetes.Interface, name string) func(context.Context) error {
 	return func(ctx context.Context) error {
 		_, err := c.CoreV1().Pods(cniNS).Patch(ctx, name, types.MergePatchType,
 			[]byte(`{"metadata":{"annotations":{`+networkStatusKey+`}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 		return err
+	}
+}
+
+// delRemovesStatus runs DEL and checks that the pod's network-status entry is gone,
+// saying what was left and devplumb's log (its removal is best-effort, logged only).
+func delRemovesStatus(t *testing.T, n *cniNode, conf map[string]any, netns string, pod *corev1.Pod) {
+	t.Helper()
+	res := n.run("DEL", conf, netns, pod, "net1")
+	if left := e2etest.NetworkStatus(t, srv.Client, cniNS, pod.Name); res.Code != 0 || len(left) != 0 {
+		t.Fatalf("DEL after the upgrade: %+v, network-status left %+v; its log:\n%s", res, left, res.Stderr)
 	}
 }
 
@@ -324,8 +335,7 @@ func TestNodePolicyUpgrade(t *testing.T) {
 	applyDRADeployment(t)
 	removeManifest(t, "dra/node-policy.yaml") // the old release had no policy
 	n := newCNINode(t)
-	// One token for devplumb throughout: another pod-bound token of this node's devplumb
-	// recreates the pod it is bound to, and the API server then refuses this one (401).
+	// One token only: another would recreate the pod this one is bound to, voiding it (401).
 	token := podBoundToken(t, "devplumb-daemonset.yaml", n.name)
 	kc := writeKubeconfig(t, filepath.Join(n.dir, "devplumb.kubeconfig"), token)
 	dpA := tokenClient(t, podBoundToken(t, "dra/netdev-dp-dra.yaml", n.name))
@@ -347,7 +357,7 @@ func TestNodePolicyUpgrade(t *testing.T) {
 	waitAllowed(t, true, "associated-node:patch", "resourceclaims", "driver", "the new rule is not granted within a minute")
 	// The policies are in force: another node's pod and slice are refused.
 	refusedBy(t, "netdev-dp-node-scope", sliceProbe(dpA, "other-"+n.name))
-	refusedBy(t, "devplumb-node-scope", patchPod(tokenClient(t, podBoundToken(t, "devplumb-daemonset.yaml", "other-"+n.name)), pod.Name))
+	refusedBy(t, "devplumb-node-scope", patchPodDryRun(tokenClient(t, podBoundToken(t, "devplumb-daemonset.yaml", "other-"+n.name)), pod.Name))
 
 	s, err := dpA.ResourceV1().ResourceSlices().Get(e2etest.Ctx(t), n.name+"-dp", metav1.GetOptions{})
 	e2etest.Must(t, err)
@@ -358,13 +368,10 @@ func TestNodePolicyUpgrade(t *testing.T) {
 	// A policy takes effect on each API server a while after it is made: wait until the
 	// node's own devplumb may patch its pod (dry run) before DEL, whose removal of the
 	// entry is best-effort here and would be skipped, logged, while the policy settles.
-	allowedWithin(t, "devplumb's patch of its own node's pod", ownPatchDryRun(tokenClient(t, token), pod.Name))
+	allowedWithin(t, "devplumb's patch of its own node's pod", patchPodDryRun(tokenClient(t, token), pod.Name))
 	// The pod's entry, written before, goes with the same kubeconfig; then a required ADD
 	// writes the claim's status too, and DEL removes it.
-	res := n.run("DEL", conf, netns, pod, "net1")
-	if left := e2etest.NetworkStatus(t, srv.Client, cniNS, pod.Name); res.Code != 0 || len(left) != 0 {
-		t.Fatalf("DEL after the upgrade: %+v, network-status left %+v; its log:\n%s", res, left, res.Stderr)
-	}
+	delRemovesStatus(t, n, conf, netns, pod)
 	conf["networkStatus"] = "required"
 	if res := n.run("ADD", conf, netns, pod, "net1"); res.Code != 0 {
 		t.Fatalf("ADD after the upgrade: %+v", res)
