@@ -54,7 +54,7 @@ func p1(cfg Config, r *Report) error {
 	var before *p1Costs
 	for round := range warmup + cfg.Runs {
 		if round == warmup {
-			if before, err = readCosts(e, vs); err != nil {
+			if before, err = readBefore(e, vs); err != nil {
 				return err
 			}
 		}
@@ -70,7 +70,7 @@ func p1(cfg Config, r *Report) error {
 		}
 	}
 	r.Tables = append(r.Tables, p1Table(vs, cfg))
-	after, err := readCosts(e, vs)
+	after, err := readAfter(e, vs)
 	if err != nil {
 		return err
 	}

@@ -134,28 +134,29 @@ func helloTime(a *agentProc, runs int) (float64, error) {
 // p1Costs is P1's readings before and after its measured rounds.
 type p1Costs struct {
 	agents    map[*variant]sums // the agent rows' phases
-	hello     float64           // ms of a connection and hello to the plain row's agent
+	hello     float64           // ms of a connection and hello to the plain row's agent (read after)
 	apiserver sums
 	serverCPU float64 // seconds of CPU kube-apiserver and etcd have used
 	at        time.Time
 	idle      float64 // their CPU seconds per second with no call running (read before the rounds)
 }
 
-// idleBound is how long readCosts watches the API server with no call running.
+// idleBound is how long readBefore watches the API server with no call running.
 const idleBound = 2 * time.Second
 
 // idleCPU watches the API server's processes for idleBound with no call running: their
-// CPU per second then (leases, controllers), and their CPU time at its end.
-func idleCPU(k *kubeNode) (rate, total float64, err error) {
+// CPU seconds per second then (leases, controllers).
+func idleCPU(k *kubeNode) (float64, error) {
 	start, err := serverCPU(k)
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
 	time.Sleep(idleBound)
-	if total, err = serverCPU(k); err != nil {
-		return 0, 0, err
+	end, err := serverCPU(k)
+	if err != nil {
+		return 0, err
 	}
-	return (total - start) / idleBound.Seconds(), total, nil
+	return (end - start) / idleBound.Seconds(), nil
 }
 
 // serverCPU is the CPU time (seconds) the API server's processes have used.
@@ -176,7 +177,8 @@ func serverCPU(k *kubeNode) (float64, error) {
 	return total, nil
 }
 
-// readCosts reads every agent row's phases and the API server's durations.
+// readCosts reads every agent row's phases, the API server's durations and its
+// processes' CPU time.
 func readCosts(e *env, vs []*variant) (*p1Costs, error) {
 	c := &p1Costs{agents: map[*variant]sums{}}
 	for _, v := range vs {
@@ -188,23 +190,53 @@ func readCosts(e *env, vs []*variant) (*p1Costs, error) {
 			return nil, err
 		}
 		c.agents[v] = s
-		if v.net == "dpagent" {
+	}
+	if k := e.cfg.kube; k != nil {
+		s, err := apiserverDurations(k)
+		if err != nil {
+			return nil, err
+		}
+		c.apiserver = s
+		if c.serverCPU, err = serverCPU(k); err != nil {
+			return nil, err
+		}
+	}
+	c.at = time.Now()
+	return c, nil
+}
+
+// readBefore is readCosts before the measured rounds, with the API server's idle CPU
+// rate, watched first with no call running.
+func readBefore(e *env, vs []*variant) (*p1Costs, error) {
+	idle := 0.0
+	if k := e.cfg.kube; k != nil {
+		var err error
+		if idle, err = idleCPU(k); err != nil {
+			return nil, err
+		}
+	}
+	c, err := readCosts(e, vs)
+	if err != nil {
+		return nil, err
+	}
+	c.idle = idle
+	return c, nil
+}
+
+// readAfter is readCosts after the measured rounds, with a hello round trip to the plain
+// row's agent timed once they are done.
+func readAfter(e *env, vs []*variant) (*p1Costs, error) {
+	c, err := readCosts(e, vs)
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range vs {
+		if v.net == "dpagent" && v.agentProc != nil {
 			if c.hello, err = helloTime(v.agentProc, 30); err != nil {
 				return nil, err
 			}
 		}
 	}
-	if e.cfg.kube != nil {
-		s, err := apiserverDurations(e.cfg.kube)
-		if err != nil {
-			return nil, err
-		}
-		c.apiserver = s
-		if c.idle, c.serverCPU, err = idleCPU(e.cfg.kube); err != nil {
-			return nil, err
-		}
-	}
-	c.at = time.Now()
 	return c, nil
 }
 
