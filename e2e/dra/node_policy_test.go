@@ -97,15 +97,22 @@ func tokenClient(t *testing.T, token string) kubernetes.Interface {
 // patchPod patches the pod's network-status annotation, as devplumb does (a JSON merge
 // patch of that annotation alone).
 func patchPod(c kubernetes.Interface, name string) func(context.Context) error {
-	return patchPodWith(c, name, types.MergePatchType, `{"metadata":{"annotations":{`+networkStatusKey+`}}}`)
+	return patchPodWith(c, name, types.MergePatchType, statusPatch)
 }
+
+// statusPatch is patchPod's patch.
+const statusPatch = `{"metadata":{"annotations":{` + networkStatusKey + `}}}`
 
 // networkStatusKey is a network-status annotation of one entry, a JSON object member.
 const networkStatusKey = `"k8s.v1.cni.cncf.io/network-status":"[{\"name\":\"net\",\"interface\":\"net1\"}]"`
 
 func patchPodWith(c kubernetes.Interface, name string, pt types.PatchType, patch string) func(context.Context) error {
+	return patchPodOpts(c, name, pt, patch, metav1.PatchOptions{})
+}
+
+func patchPodOpts(c kubernetes.Interface, name string, pt types.PatchType, patch string, opts metav1.PatchOptions) func(context.Context) error {
 	return func(ctx context.Context) error {
-		_, err := c.CoreV1().Pods(cniNS).Patch(ctx, name, pt, []byte(patch), metav1.PatchOptions{})
+		_, err := c.CoreV1().Pods(cniNS).Patch(ctx, name, pt, []byte(patch), opts)
 		return err
 	}
 }
@@ -276,11 +283,7 @@ func sliceProbe(c kubernetes.Interface, node string) func(context.Context) error
 // patchPodDryRun is patchPod's write as a dry run: admission decides, nothing changes, so
 // a probe the policy lets through while it settles leaves no entry on the pod.
 func patchPodDryRun(c kubernetes.Interface, name string) func(context.Context) error {
-	return func(ctx context.Context) error {
-		_, err := c.CoreV1().Pods(cniNS).Patch(ctx, name, types.MergePatchType,
-			[]byte(`{"metadata":{"annotations":{`+networkStatusKey+`}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
-		return err
-	}
+	return patchPodOpts(c, name, types.MergePatchType, statusPatch, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 }
 
 // delRemovesStatus runs DEL and checks that the pod's network-status entry is gone,
