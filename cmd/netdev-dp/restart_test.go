@@ -15,7 +15,6 @@ import (
 
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/pkg/testenv"
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
 // kubeletRootEnv makes the test binary act as a kubelet process (the
@@ -75,13 +74,7 @@ func waitAdvertised(t *testing.T, root, res string, n int, within time.Duration)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			last, _ = c.Resources(ctx)
 			cancel()
-			healthy := 0
-			for _, d := range last[res] {
-				if d.Health == pluginapi.Healthy {
-					healthy++
-				}
-			}
-			if healthy == n {
+			if healthyOf(last[res]) == n {
 				return
 			}
 		}
