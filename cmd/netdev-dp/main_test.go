@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
-
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/kubeletsim"
 	"github.com/devplumb/devplumb/pkg/netdev/resources"
@@ -90,21 +88,10 @@ func (b *binNode) waitHealthy(n int, stderr *bytes.Buffer) {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	err := b.node.WaitResources(ctx, func(r map[string][]kubeletsim.Device) bool { return healthyOf(r["example.com/vhu"]) == n })
+	err := b.node.WaitResources(ctx, func(r map[string][]kubeletsim.Device) bool { return kubeletsim.CountHealthy(r["example.com/vhu"]) == n })
 	if err != nil {
 		b.t.Fatalf("waiting for %d healthy devices: %v; node has %+v\n%s", n, err, b.node.Resources(), stderr.String())
 	}
-}
-
-// healthyOf is how many of devs are healthy.
-func healthyOf(devs []kubeletsim.Device) int {
-	n := 0
-	for _, d := range devs {
-		if d.Health == pluginapi.Healthy {
-			n++
-		}
-	}
-	return n
 }
 
 // sigterm stops the binary and checks that it left nothing behind.

@@ -74,7 +74,7 @@ func waitAdvertised(t *testing.T, root, res string, n int, within time.Duration)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			last, _ = c.Resources(ctx)
 			cancel()
-			if healthyOf(last[res]) == n {
+			if kubeletsim.CountHealthy(last[res]) == n {
 				return
 			}
 		}

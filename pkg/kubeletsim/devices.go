@@ -22,6 +22,17 @@ type Device struct {
 // Healthy reports whether the device may be allocated.
 func (d Device) Healthy() bool { return d.Health == pluginapi.Healthy }
 
+// CountHealthy is how many of devs are healthy.
+func CountHealthy(devs []Device) int {
+	n := 0
+	for _, d := range devs {
+		if d.Healthy() {
+			n++
+		}
+	}
+	return n
+}
+
 // watch follows the plugin's ListAndWatch stream until it breaks or the
 // endpoint is stopped (replaced, or the node stops).
 func (n *Node) watch(ep *endpoint) {
@@ -140,11 +151,7 @@ func (n *Node) logChanges(res string, old, cur []Device) {
 	for _, d := range old {
 		was[d.ID] = d.Health
 	}
-	healthy := 0
 	for _, d := range cur {
-		if d.Healthy() {
-			healthy++
-		}
 		prev, known := was[d.ID]
 		switch {
 		case d.Health == pluginapi.Unhealthy && prev != pluginapi.Unhealthy:
@@ -157,7 +164,7 @@ func (n *Node) logChanges(res string, old, cur []Device) {
 	for id := range was {
 		n.log.Info("Device removed by plugin", "resource", res, "device", id)
 	}
-	n.log.Info("Device plugin updated devices", "resource", res, "devices", len(cur), "healthy", healthy)
+	n.log.Info("Device plugin updated devices", "resource", res, "devices", len(cur), "healthy", CountHealthy(cur))
 }
 
 // Resources returns what plugins advertise, per resource name, in each

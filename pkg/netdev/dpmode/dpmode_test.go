@@ -184,17 +184,6 @@ func TestAllocationResponses(t *testing.T) {
 	}
 }
 
-// healthy counts the healthy devices among devs.
-func healthy(devs []kubeletsim.Device) int {
-	n := 0
-	for _, d := range devs {
-		if d.Health == pluginapi.Healthy {
-			n++
-		}
-	}
-	return n
-}
-
 // TestHealthChangesReachTheNode: what the sources see reaches the kubelet
 // through ListAndWatch. A deleted veth pair, a VF whose PF's link is down,
 // a removed socket: each stays listed, Unhealthy, and is Healthy again when
@@ -234,29 +223,33 @@ func TestHealthChangesReachTheNode(t *testing.T) {
 	// The PF's link goes down: every VF is unhealthy until it is up again.
 	sysfstest.SetOperState(t, f.Sysfs, sysfstest.NodePF, sysfstest.NodePFName, "down")
 	f.waitNode("VFs of a PF whose link is down unhealthy", func(r map[string][]kubeletsim.Device) bool {
-		return len(r[netdevtest.ResVF]) == 3 && healthy(r[netdevtest.ResVF]) == 0
+		return len(r[netdevtest.ResVF]) == 3 && kubeletsim.CountHealthy(r[netdevtest.ResVF]) == 0
 	})
 	sysfstest.SetOperState(t, f.Sysfs, sysfstest.NodePF, sysfstest.NodePFName, "up")
 	f.waitNode("VFs healthy when the PF's link is up", func(r map[string][]kubeletsim.Device) bool {
-		return len(r[netdevtest.ResVF]) == 3 && healthy(r[netdevtest.ResVF]) == 3
+		return len(r[netdevtest.ResVF]) == 3 && kubeletsim.CountHealthy(r[netdevtest.ResVF]) == 3
 	})
 
 	// A new socket is a new device with a file; a removed one turns
 	// Unhealthy and keeps its file (a pod may hold it), until it is back.
 	l2 := f.Listen("vhu2.sock")
-	f.waitNode("new socket listed", func(r map[string][]kubeletsim.Device) bool { return healthy(r[netdevtest.ResVhost]) == 3 })
+	f.waitNode("new socket listed", func(r map[string][]kubeletsim.Device) bool {
+		return kubeletsim.CountHealthy(r[netdevtest.ResVhost]) == 3
+	})
 	if _, err := store.ReadDP(netdevtest.ResVhost, "vhu2.sock"); err != nil {
 		t.Errorf("new socket has no device-info: %v", err)
 	}
 	l2.Close()
 	f.waitNode("removed socket unhealthy", func(r map[string][]kubeletsim.Device) bool {
-		return health(r[netdevtest.ResVhost], "vhu2.sock") == pluginapi.Unhealthy && healthy(r[netdevtest.ResVhost]) == 2
+		return health(r[netdevtest.ResVhost], "vhu2.sock") == pluginapi.Unhealthy && kubeletsim.CountHealthy(r[netdevtest.ResVhost]) == 2
 	})
 	if _, err := store.ReadDP(netdevtest.ResVhost, "vhu2.sock"); err != nil {
 		t.Errorf("device-info of a removed, still listed socket removed: %v", err)
 	}
 	f.Listen("vhu2.sock")
-	f.waitNode("socket back healthy", func(r map[string][]kubeletsim.Device) bool { return healthy(r[netdevtest.ResVhost]) == 3 })
+	f.waitNode("socket back healthy", func(r map[string][]kubeletsim.Device) bool {
+		return kubeletsim.CountHealthy(r[netdevtest.ResVhost]) == 3
+	})
 }
 
 func TestReRegistersAfterNodeRestart(t *testing.T) {

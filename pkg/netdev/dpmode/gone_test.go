@@ -55,7 +55,7 @@ func TestGoneVFsGoUnlessHeld(t *testing.T) {
 		sysfstest.AddPCI(t, f.Sysfs, sysfstest.E810VF(vf, sysfstest.NodePF, i%2))
 	}
 	f.waitNode("the VFs back, healthy", func(r map[string][]kubeletsim.Device) bool {
-		return slices.Equal(ids(r[netdevtest.ResVF]), vfs) && healthy(r[netdevtest.ResVF]) == 4
+		return slices.Equal(ids(r[netdevtest.ResVF]), vfs) && kubeletsim.CountHealthy(r[netdevtest.ResVF]) == 4
 	})
 	f.wantVFFiles(vfs, vfs...)
 }

@@ -57,7 +57,7 @@ func TestVethMovedByHostDeviceStaysInUse(t *testing.T) {
 	// DEL moves it back; it is a host interface again.
 	hostDevice(t, plugins, "DEL", dev, podNS)
 	f.waitNode("back from the pod", func(r map[string][]kubeletsim.Device) bool {
-		return health(r[netdevtest.ResVeth], dev) == pluginapi.Healthy && healthy(r[netdevtest.ResVeth]) == 2
+		return health(r[netdevtest.ResVeth], dev) == pluginapi.Healthy && kubeletsim.CountHealthy(r[netdevtest.ResVeth]) == 2
 	})
 
 	// Moved again, then the pod's namespace is destroyed: the pair dies.
