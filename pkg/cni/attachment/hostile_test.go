@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/devplumb/devplumb/pkg/base/safefile"
 )
 
 // within fails the test when fn does not return: a record that blocks a
@@ -144,6 +146,27 @@ func TestStateDirLinksAreRefused(t *testing.T) {
 				t.Errorf("written in the link's target: %v", ents)
 			}
 		})
+	}
+}
+
+// A Store checks its directories once (it serves one call); the next
+// call's Store checks afresh: an attachments directory swapped for a link
+// after a call is refused by the next one, which writes nothing there.
+func TestEachStoreChecksItsDirsAfresh(t *testing.T) {
+	root, target := t.TempDir(), t.TempDir()
+	dir := filepath.Join(root, "state")
+	if _, err := New(dir).Take(req("p", "c1", "net1", "d0")); err != nil {
+		t.Fatalf("first call's Take: %v", err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "attachments")); err != nil {
+		t.Fatal(err)
+	}
+	mustLink(t, target, filepath.Join(dir, "attachments"))
+	if _, err := New(dir).Take(req("p", "c2", "net1", "d1")); !errors.Is(err, safefile.ErrUnsafeDir) {
+		t.Errorf("next call's Take: %v, want an unsafe directory refused", err)
+	}
+	if ents, _ := os.ReadDir(target); len(ents) != 0 {
+		t.Errorf("written in the link's target: %v", ents)
 	}
 }
 

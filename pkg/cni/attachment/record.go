@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
@@ -109,8 +110,18 @@ type Phase struct {
 	Duration time.Duration `json:"ns"`
 }
 
-// Store is the attachment records below one state directory.
-type Store struct{ Dir string }
+// Store is the attachment records below one state directory. A Store
+// serves one CNI call (or one gc run): it checks its directories once, on
+// first use, not before every read and write (each check stats every
+// directory from the root, about fifteen calls). A directory that passed
+// stays as checked until root changes it, and whoever can write the state
+// directory can forge its records anyway; a new call checks afresh.
+type Store struct {
+	Dir string
+
+	stateDirOK atomic.Bool // Dir passed safefile.EnsureDir
+	recordsOK  atomic.Bool // Dir/attachments exists and passed its check
+}
 
 // New returns the store under dir (created on first write).
 func New(dir string) *Store { return &Store{Dir: dir} }

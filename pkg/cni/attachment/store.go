@@ -69,8 +69,11 @@ func recordName(k Key) string {
 // who names a stateDir someone else can write in gets an error, not writes
 // in that someone's chosen place.
 func (s *Store) Locked(fn func() error) error {
-	if err := safefile.EnsureDir(s.Dir, 0o700); err != nil {
-		return fmt.Errorf("state dir: %w", err)
+	if !s.stateDirOK.Load() {
+		if err := safefile.EnsureDir(s.Dir, 0o700); err != nil {
+			return fmt.Errorf("state dir: %w", err)
+		}
+		s.stateDirOK.Store(true)
 	}
 	f, err := openLock(filepath.Join(s.Dir, "lock"))
 	if err != nil {
@@ -111,6 +114,10 @@ func openLock(path string) (*os.File, error) {
 // returns it; ok is false when it does not exist (no records).
 func (s *Store) records(create bool) (dir string, ok bool, err error) {
 	dir = s.attachDir()
+	if s.recordsOK.Load() {
+		return dir, true, nil
+	}
+	defer func() { s.recordsOK.Store(ok) }()
 	if create {
 		_, err = safefile.EnsureDirUnder(s.Dir, "attachments", 0o700)
 	} else {
