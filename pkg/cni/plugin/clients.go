@@ -1,7 +1,9 @@
 package plugin
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"time"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/devplumb/devplumb/pkg/base/safefile"
 	"github.com/devplumb/devplumb/podresources"
+	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
 // apiClient is a call's Kubernetes client, made on first use.
@@ -52,6 +55,66 @@ type kubeletClient struct {
 	// shared is Plugin.PodResources; release gives its client back.
 	shared  func(socket string, timeout time.Duration, log *slog.Logger) (*podresources.Client, func(), error)
 	release func()
+	ahead   *aheadGet // the pod's Get, started before the call parsed its config
+}
+
+// aheadGet is a pod's PodResources Get started at the very beginning of an
+// ADD: the kubelet's answer is most of the wait before the device is taken,
+// and it comes while the call parses its config and checks its delegates.
+// Only the call that started it takes its answer, once, so the answer is as
+// fresh as the call's own Get would be: it was asked after the call began.
+type aheadGet struct {
+	namespace, name string
+	done            chan struct{}
+	pod             *v1.PodResources
+	err             error
+}
+
+// getAhead opens the client and starts the Get of pod namespace/name in
+// the background. Nothing is started when the client cannot be opened:
+// the call's own Get then says why.
+func (k *kubeletClient) getAhead(namespace, name string) {
+	pr, cerr := k.open()
+	if cerr != nil {
+		return
+	}
+	a := &aheadGet{namespace: namespace, name: name, done: make(chan struct{})}
+	k.ahead = a
+	go func() {
+		defer close(a.done)
+		ctx, cancel := timeoutCtx(k.timeout)
+		defer cancel()
+		a.pod, a.err = pr.Get(ctx, namespace, name)
+	}()
+}
+
+// adopt takes over the client and the Get of ahead, a kubeletClient of the
+// same call that started it before this one existed; ahead is closed when
+// it asked another kubelet (the node config changed in between).
+func (k *kubeletClient) adopt(ahead *kubeletClient) {
+	if ahead == nil {
+		return
+	}
+	if ahead.socket != k.socket || k.client != nil {
+		ahead.close()
+		return
+	}
+	k.client, k.release, k.ahead = ahead.client, ahead.release, ahead.ahead
+}
+
+// get is the Get of pod namespace/name on the client open returned: the
+// answer of the Get started ahead for that pod, else a Get of its own.
+func (k *kubeletClient) get(ctx context.Context, namespace, name string) (*v1.PodResources, error) {
+	if a := k.ahead; a != nil && a.namespace == namespace && a.name == name {
+		k.ahead = nil
+		select {
+		case <-a.done:
+			return a.pod, a.err
+		case <-ctx.Done():
+			return nil, fmt.Errorf("PodResources Get of pod %s/%s started ahead: %w", namespace, name, ctx.Err())
+		}
+	}
+	return k.client.Get(ctx, namespace, name)
 }
 
 // open returns the client, opening it on first use; close releases it.
@@ -81,10 +144,15 @@ func (k *kubeletClient) dial() (*podresources.Client, error) {
 	return podresources.New(k.socket, podresources.WithTimeout(k.timeout), podresources.WithLogger(k.log))
 }
 
-// asked reports whether this call asked the kubelet already.
-func (k *kubeletClient) asked() bool { return k.client != nil }
+// asked reports whether this call asked the kubelet already: a Get
+// started ahead whose answer the call never took does not count.
+func (k *kubeletClient) asked() bool { return k.client != nil && k.ahead == nil }
 
 func (k *kubeletClient) close() {
+	if k == nil {
+		return
+	}
+	k.ahead = nil
 	switch {
 	case k.release != nil:
 		k.release()

@@ -176,13 +176,12 @@ func (f *finder) kubeletCandidates(resourceName string) (*candidates, *types.Err
 
 // kubeletPod is the kubelet's answer about this call's pod.
 func (f *finder) kubeletPod(resourceName string) (*v1.PodResources, *types.Error) {
-	pr, cerr := f.kubelet.open()
-	if cerr != nil {
+	if _, cerr := f.kubelet.open(); cerr != nil {
 		return nil, cerr
 	}
 	ctx, cancel := f.ctx()
 	defer cancel()
-	pod, err := pr.Get(ctx, f.pod.Namespace, f.pod.Name)
+	pod, err := f.kubelet.get(ctx, f.pod.Namespace, f.pod.Name)
 	if errors.Is(err, podresources.ErrPodNotFound) {
 		return nil, cniError(ErrNoDevice, fmt.Sprintf("the kubelet knows no pod %s: check K8S_POD_NAMESPACE/K8S_POD_NAME "+
 			"and that the pod requests %s", f.pod, resourceName), err)

@@ -86,10 +86,10 @@ func (f *finder) apiDevices(res string, local *v1.PodResources) ([]dradevice.Dev
 // device-info file have one name to go by.
 func (f *finder) claimCandidates(res string) (*candidates, *types.Error) {
 	var local *v1.PodResources
-	if pr, cerr := f.kubelet.open(); cerr == nil {
+	if _, cerr := f.kubelet.open(); cerr == nil {
 		// Only for the CDI rule of a device without the deviceID attribute.
 		ctx, cancel := f.ctx()
-		local, _ = pr.Get(ctx, f.pod.Namespace, f.pod.Name)
+		local, _ = f.kubelet.get(ctx, f.pod.Namespace, f.pod.Name)
 		cancel()
 	}
 	devs, cerr := f.apiDevices(res, local)

@@ -235,6 +235,25 @@ func (p *Plugin) parseInputs(args *skel.CmdArgs, strictArgs bool) (*config.NetCo
 	return conf, pod, nil
 }
 
+// getAhead starts a fresh ADD's PodResources Get of its pod before the
+// call parses its config (kubeletClient.getAhead says why); nil when the
+// node config or CNI_ARGS do not name the kubelet and the pod, which the
+// call itself then reports. A config that trusts its device ID asks the
+// kubelet nothing: its answer is not waited for.
+func (p *Plugin) getAhead(args *skel.CmdArgs) *kubeletClient {
+	node, err := nodeconfig.Load(p.nodeConfig())
+	if err != nil {
+		return nil
+	}
+	pod, err := podFromArgs(args.Args)
+	if err != nil || !pod.Known() {
+		return nil
+	}
+	k := &kubeletClient{socket: node.PodResourcesSocket, timeout: p.Timeout, log: p.Log, shared: p.PodResources}
+	k.getAhead(pod.Namespace, pod.Name)
+	return k
+}
+
 // nodeConfig is the node config file this plugin reads.
 func (p *Plugin) nodeConfig() string {
 	if p.NodeConfig != "" {

@@ -105,11 +105,15 @@ func (p *Plugin) PrepareAdd(args *skel.CmdArgs) (*PreparedAdd, error) {
 	if err := tooDeep(); err != nil {
 		return nil, cniError(types.ErrInvalidNetworkConfig, err.Error(), nil)
 	}
-	// 1. The pod comes from CNI_ARGS (newCall reads it: c.pod).
+	// 1. The pod comes from CNI_ARGS (newCall reads it: c.pod); the
+	// kubelet is asked about it first thing.
+	ahead := p.getAhead(args)
 	c, cerr := p.newCall(args, true)
 	if cerr != nil {
+		ahead.close()
 		return nil, cerr
 	}
+	c.kubelet.adopt(ahead)
 	a := &PreparedAdd{Args: *args, Key: c.key, c: c}
 	if cerr := a.prepare(); cerr != nil {
 		a.end(cerr)

@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/devplumb/devplumb/pkg/cni/plugin/plugintest"
+	"github.com/devplumb/devplumb/podresources"
 )
 
 // splitEnv is a node whose pod p1 holds veth ends as devices of example.com/vf,
@@ -343,5 +345,37 @@ func TestConcurrentPreparesTakeDifferentDevices(t *testing.T) {
 	}
 	if recs := e.Records(); len(recs) != 2 || !recs[0].Complete || !recs[1].Complete {
 		t.Errorf("records %+v: want two complete", recs)
+	}
+}
+
+// A fresh ADD asks the kubelet about its pod first thing, before it parses
+// its config, and takes that answer rather than asking again: one Get per
+// ADD. A config the call then refuses still gave the client back.
+func TestAddAsksTheKubeletFirstThingOnce(t *testing.T) {
+	e := newSplitEnv(t, 1)
+	var opened, released atomic.Int32
+	e.p.PodResources = func(socket string, timeout time.Duration, _ *slog.Logger) (*podresources.Client, func(), error) {
+		c, err := podresources.New(socket, podresources.WithTimeout(timeout))
+		if err != nil {
+			return nil, nil, err
+		}
+		opened.Add(1)
+		return c, func() { released.Add(1); _ = c.Close() }, nil
+	}
+	prep, err := e.p.PrepareAdd(e.args("net1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prep.Close()
+	if gets := e.PodResources.Calls("Get"); gets != 1 || opened.Load() != 1 || released.Load() != 1 {
+		t.Errorf("ADD: %d Gets, client opened %d times and given back %d times; want 1 of each", gets, opened.Load(), released.Load())
+	}
+	e.conf["resourceName"] = 42 // a config that does not decode
+	if _, err := e.p.PrepareAdd(e.args("net2")); err == nil {
+		t.Fatal("ADD with an undecodable config succeeded")
+	}
+	if opened.Load() != 2 || released.Load() != 2 {
+		t.Errorf("refused ADD: client opened %d times and given back %d times; want it asked before the config was read (2), "+
+			"and given back (2)", opened.Load(), released.Load())
 	}
 }
