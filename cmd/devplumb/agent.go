@@ -35,20 +35,12 @@ func (e *entry) call(cmd string, args *skel.CmdArgs) error {
 		// devplumb-direct reads them too and says what is wrong.
 		return execDirect(args, err)
 	}
-	c, err := agentproto.Dial(e.socket, dialBound, e.build)
-	if err != nil {
-		// No agent, a silent one, an untrusted one, or another protocol version.
-		return execDirect(args, err)
-	}
-	defer c.Close()             // after a refused answer too: the agent drops what it prepared
 	ctx := context.Background() // the calls' own DefaultCallTimeout bounds them
-	ans, err := c.Prepare(ctx, prepareOf(cmd, args))
+	c, ans, err := e.prepare(ctx, cmd, args)
 	if err != nil {
-		// Lost before prepare answered: the agent may have claimed the
-		// device, but nothing ran; devplumb-direct's ADD treats an
-		// incomplete record as a crash after claim and does it afresh.
-		return agentFailed(args, err)
+		return err
 	}
+	defer c.Close() // after a refused answer too: the agent drops what it prepared
 	switch {
 	case ans.Error != nil:
 		return ans.Error // the agent judged the call: the runtime sees its error
@@ -65,6 +57,34 @@ func (e *entry) call(cmd string, args *skel.CmdArgs) error {
 		return err // a lying agent: neither its delegates nor devplumb-direct run
 	}
 	return e.commit(ctx, c, cmd, args, ans)
+}
+
+// prepare reaches the agent and has it prepare the call: hello, then
+// prepare, or both at once for a DEL (agentproto.DialDel says why only a
+// DEL). The error is what the call ends in: devplumb-direct's run, or a CNI
+// error.
+func (e *entry) prepare(ctx context.Context, cmd string, args *skel.CmdArgs) (*agentproto.Client, *agentproto.PrepareAnswer, error) {
+	if cmd == agentproto.CmdDel {
+		c, ans, err := agentproto.DialDel(ctx, e.socket, dialBound, e.build, prepareOf(cmd, args))
+		if err != nil {
+			return nil, nil, agentFailed(args, err)
+		}
+		return c, ans, nil
+	}
+	c, err := agentproto.Dial(e.socket, dialBound, e.build)
+	if err != nil {
+		// No agent, a silent one, an untrusted one, or another protocol version.
+		return nil, nil, execDirect(args, err)
+	}
+	ans, err := c.Prepare(ctx, prepareOf(cmd, args))
+	if err != nil {
+		// Lost before prepare answered: the agent may have claimed the
+		// device, but nothing ran; devplumb-direct's ADD treats an
+		// incomplete record as a crash after claim and does it afresh.
+		c.Close()
+		return nil, nil, agentFailed(args, err)
+	}
+	return c, ans, nil
 }
 
 // agentFailed is what a failed round trip with the agent comes to: an agent

@@ -21,7 +21,8 @@ var ErrUnavailable = errors.New("devplumb agent unavailable")
 const DefaultCallTimeout = 2 * time.Minute
 
 // Client is one CNI call's connection to the agent. It is not safe for
-// concurrent use: a call is hello, prepare, commit in order.
+// concurrent use: a call is hello, prepare, commit in order (a DEL's hello
+// and prepare in one write, DialDel).
 type Client struct {
 	conn  net.Conn
 	path  string
@@ -37,6 +38,50 @@ func unavailable(format string, args ...any) error {
 // to a root process listening in a directory only root may write: anything
 // else is ErrUnavailable, before a byte is sent.
 func Dial(path string, bound time.Duration, build string) (*Client, error) {
+	c, err := connect(path, bound)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.hello(build, nil); err != nil {
+		c.conn.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// DialDel is Dial, then Prepare of a DEL, in one round trip less: the
+// prepare is sent with the hello. A DEL's prepare changes nothing (one
+// with no delegate to run is done at once, as a DEL done twice is), so an
+// agent that reads it after the entry point gave up on its hello and fell
+// back does nothing the fallback's DEL does not. An ADD's prepare takes a
+// device: it waits for the hello (Dial, then Prepare). An agent that
+// refuses the hello closes the connection without reading the prepare.
+func DialDel(ctx context.Context, path string, bound time.Duration, build string, p *Prepare) (*Client, *PrepareAnswer, error) {
+	if p.Command != CmdDel {
+		return nil, nil, fmt.Errorf("DialDel of a %s: only a DEL's prepare may go with the hello", p.Command)
+	}
+	c, err := connect(path, bound)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := c.hello(build, &request{Prepare: p}); err != nil {
+		c.conn.Close()
+		return nil, nil, err
+	}
+	resp, err := c.call(ctx, nil, "prepare")
+	if err == nil {
+		var a *PrepareAnswer
+		if a, err = answer(resp.Prepare, "prepare"); err == nil {
+			return c, a, nil
+		}
+	}
+	c.conn.Close()
+	return nil, nil, err
+}
+
+// connect connects to the agent at path, checked as Dial says, with the
+// connection's deadline bound from now.
+func connect(path string, bound time.Duration) (*Client, error) {
 	if err := checkSocketDir(path); err != nil {
 		return nil, err
 	}
@@ -50,16 +95,11 @@ func Dial(path string, bound time.Duration, build string) (*Client, error) {
 		conn.Close()
 		return nil, err
 	}
-	c := &Client{conn: conn, path: path}
 	if err := conn.SetDeadline(deadline); err != nil {
 		conn.Close()
 		return nil, unavailable("hello: %w", err)
 	}
-	if err := c.hello(build); err != nil {
-		conn.Close()
-		return nil, err
-	}
-	return c, nil
+	return &Client{conn: conn, path: path}, nil
 }
 
 // dialError names why the socket could not be reached.
@@ -77,9 +117,10 @@ func dialError(path string, bound time.Duration, err error) error {
 	return unavailable("connect to %s: %w", path, err)
 }
 
-func (c *Client) hello(build string) error {
+// hello exchanges hellos; with, a request sent in the same write.
+func (c *Client) hello(build string, with *request) error {
 	mine := Hello{Protocol: ProtocolVersion, Build: build}
-	resp, err := c.roundTrip(&request{Hello: &mine}, "hello")
+	resp, err := c.roundTrip(&request{Hello: &mine}, "hello", with)
 	if err != nil {
 		return err
 	}
@@ -156,7 +197,7 @@ func (c *Client) call(ctx context.Context, req *request, kind string) (*response
 	}
 	stop := context.AfterFunc(ctx, func() { c.conn.SetDeadline(time.Now()) })
 	defer stop()
-	resp, err := c.roundTrip(req, kind)
+	resp, err := c.roundTrip(req, kind, nil)
 	if err != nil && ctx.Err() != nil {
 		return nil, fmt.Errorf("%w (%w)", err, ctx.Err())
 	}
@@ -166,9 +207,11 @@ func (c *Client) call(ctx context.Context, req *request, kind string) (*response
 	return resp, err
 }
 
-// roundTrip sends req and reads its answer by the connection's deadline.
-func (c *Client) roundTrip(req *request, kind string) (*response, error) {
-	if err := writeFrame(c.conn, req); err != nil {
+// roundTrip sends req, and with (if any) in the same write, and reads the
+// answer to req by the connection's deadline. A nil req sends nothing and
+// reads the answer to a request sent before.
+func (c *Client) roundTrip(req *request, kind string, with *request) (*response, error) {
+	if err := c.send(req, with); err != nil {
 		if errors.Is(err, ErrTooLarge) { // nothing was sent: the agent is fine
 			return nil, fmt.Errorf("%s: %w", kind, err)
 		}
@@ -191,4 +234,26 @@ func (c *Client) roundTrip(req *request, kind string) (*response, error) {
 		return nil, unavailable("%s answer from %s: %w", kind, c.path, err)
 	}
 	return &resp, nil
+}
+
+// send writes req and with (when not nil) in one write.
+func (c *Client) send(req, with *request) error {
+	var buf []byte
+	for _, r := range []*request{req, with} {
+		if r == nil {
+			continue
+		}
+		b, err := encodeFrame(r)
+		if err != nil {
+			return err
+		}
+		buf = append(buf, b...)
+	}
+	if len(buf) == 0 {
+		return nil
+	}
+	if _, err := c.conn.Write(buf); err != nil {
+		return fmt.Errorf("send frame: %w", err)
+	}
+	return nil
 }

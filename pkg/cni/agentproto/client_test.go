@@ -180,3 +180,74 @@ func TestConcurrentCalls(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// A DEL's prepare goes with the hello, one round trip less: an agent that
+// reads the prepare before it answers the hello serves it (Dial, then
+// Prepare, would wait for each other there); the real server answers both;
+// an agent of another protocol version is unavailable as with Dial; and an
+// ADD's prepare never goes with the hello.
+func TestDialDelSendsThePrepareWithTheHello(t *testing.T) {
+	p := &Prepare{Command: CmdDel, ContainerID: "c1", IfName: "net1", Args: "K8S_POD_NAME=p"}
+	for _, agentProtocol := range []int{ProtocolVersion, ProtocolVersion + 1} {
+		path := readsBothFirst(t, agentProtocol)
+		c, a, err := DialDel(context.Background(), path, 5*time.Second, "entry-test", p)
+		if agentProtocol != ProtocolVersion {
+			wantUnavailable(t, err, "protocol version skew")
+			continue
+		}
+		if err != nil {
+			t.Fatalf("DialDel: %v", err)
+		}
+		c.Close()
+		if !reflect.DeepEqual(*a, PrepareAnswer{}) {
+			t.Errorf("answer %+v", a)
+		}
+	}
+	s := serve(t, t.TempDir(), Server{})
+	c, a, err := DialDel(context.Background(), s.path, 5*time.Second, "entry-test", p)
+	if err != nil {
+		t.Fatalf("DialDel to the real server: %v", err)
+	}
+	defer c.Close()
+	if prepared, _ := s.h.calls(); len(prepared) != 1 || !reflect.DeepEqual(prepared[0], *p) {
+		t.Errorf("handler got %+v, sent %+v", prepared, *p)
+	}
+	checkAnswer(t, c, CmdDel, a)
+	if _, _, err := DialDel(context.Background(), s.path, 5*time.Second, "entry-test", &Prepare{Command: CmdAdd}); err == nil {
+		t.Error("DialDel sent an ADD's prepare with the hello")
+	}
+	if prepared, _ := s.h.calls(); len(prepared) != 1 {
+		t.Errorf("handler got %d prepares, want the DEL's alone", len(prepared))
+	}
+}
+
+// readsBothFirst is an agent speaking protocol that reads a connection's
+// first two requests before it answers the first (a hello), then answers a
+// prepare with nothing to run; one of another protocol refuses the hello.
+func readsBothFirst(t *testing.T, protocol int) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "agent.sock")
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		var hello, prep request
+		if readFrame(c, &hello) != nil || readFrame(c, &prep) != nil || hello.Hello == nil || prep.Prepare == nil {
+			return
+		}
+		if protocol != ProtocolVersion {
+			writeFrame(c, &response{Hello: &Hello{Protocol: protocol, Build: "agent-v9"}, Error: "not served"})
+			return
+		}
+		writeFrame(c, &response{Hello: &Hello{Protocol: protocol, Build: "agent-test"}})
+		writeFrame(c, &response{Prepare: &PrepareAnswer{}})
+	}()
+	return path
+}

@@ -6,7 +6,9 @@
 //
 // One CNI call is one connection on a root-only unix socket carrying three
 // round trips (four after a failed commit), each one length-prefixed JSON
-// request and one response:
+// request and one response; a DEL sends its prepare with the hello
+// (DialDel), two round trips, as a DEL's prepare changes nothing an agent
+// reading it late could get wrong:
 //
 //	hello   both sides' protocol version and build; another version, no
 //	        answer within the entry point's bound, or no socket at all is
