@@ -123,6 +123,8 @@ func p1Variants(e *env) ([]*variant, error) {
 		{label: "bridge + host-local alone (floor)", conf: floor},
 		{label: passLabel, conf: map[string]any{"cniVersion": "1.0.0", "name": "pass", "type": "passthrough",
 			"cacheDir": filepath.Join(e.dir, "passthrough"), "delegate": e.bridge("10.123.11.0/24")}, skip: e.cfg.Passthrough == ""},
+		{label: passOnePLabel, conf: map[string]any{"cniVersion": "1.0.0", "name": "pass1p", "type": "passthrough", "oneP": true,
+			"cacheDir": filepath.Join(e.dir, "passthrough1p"), "delegate": e.bridge("10.123.12.0/24")}, skip: e.cfg.Passthrough == ""},
 		{label: "devplumb -> bridge, no agent (state on disk)", conf: e.devplumbConf("dp", "10.123.1.0/24", state)},
 		{label: "devplumb -> bridge, no agent (state on tmpfs)", conf: e.devplumbConf("dpshm", "10.123.2.0/24", filepath.Join(e.shm, "state"))},
 		{label: "devplumb -> bridge via the agent", conf: e.devplumbConf("dpagent", "10.123.7.0/24", state), skip: noAgent, agent: true},
@@ -225,8 +227,12 @@ func baselineConf(e *env) map[string]any {
 	return c
 }
 
-// passLabel is the row of bench/passthrough, the reference meta-plugin.
-const passLabel = "Go pass-through meta-plugin -> bridge (libcni, nothing else)"
+// passLabel is the row of bench/passthrough, the reference meta-plugin;
+// passOnePLabel the same with one P, as devplumb's entry point runs.
+const (
+	passLabel     = "Go pass-through meta-plugin -> bridge (libcni, nothing else)"
+	passOnePLabel = "Go pass-through meta-plugin with one P (GOMAXPROCS=1) -> bridge"
+)
 
 func p1Table(vs []*variant, cfg Config) Table {
 	t := Table{Title: "P1: ADD+DEL wall time through cnitool",
@@ -247,6 +253,11 @@ func p1Table(vs []*variant, cfg Config) Table {
 			"process and does nothing else) is the least a meta-plugin in Go costs on this machine: %.1f ms over the floor, %.2f × it. "+
 			"devplumb's entry point pays that before it asks the agent anything; over the pass-through, devplumb adds %s through the agent "+
 			"(no kubeconfig).", pass, (floor+pass)/floor, overPass(vs, "dpagent", floor, pass)))
+	}
+	if onep := addedOf(vs, "pass1p", floor); onep >= 0 {
+		t.Notes = append(t.Notes, fmt.Sprintf("devplumb's entry point runs with one P (runtime.GOMAXPROCS(1)): a second P spins looking "+
+			"for work whenever the entry point waits for the agent, on the CPU the agent then needs. The pass-through with one P "+
+			"(%.2f × the floor) shows that this does not make a plain meta-plugin cheaper: its only wait is for its delegate.", (floor+onep)/floor))
 	}
 	if cfg.Multus == "" {
 		t.Notes = append(t.Notes, "Multus thin not run: no binary given (make bench builds it with scripts/build-multus.sh).")

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"runtime"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/skel"
@@ -18,12 +19,14 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 )
 
-// conf is the pass-through's network config: the delegate to run and the
-// directory of its libcni cache.
+// conf is the pass-through's network config: the delegate to run, the
+// directory of its libcni cache, and whether to run with one P (as
+// devplumb's entry point does), which P1 shows for comparison.
 type conf struct {
 	types.NetConf
 	Delegate map[string]any `json:"delegate"`
 	CacheDir string         `json:"cacheDir"`
+	OneP     bool           `json:"oneP,omitempty"`
 }
 
 func main() {
@@ -37,6 +40,9 @@ func run(args *skel.CmdArgs, add bool) error {
 	var c conf
 	if err := json.Unmarshal(args.StdinData, &c); err != nil {
 		return fmt.Errorf("passthrough config: %w", err)
+	}
+	if c.OneP {
+		runtime.GOMAXPROCS(1)
 	}
 	raw, err := json.Marshal(map[string]any{"cniVersion": c.CNIVersion, "name": c.Name, "plugins": []any{c.Delegate}})
 	if err != nil {
