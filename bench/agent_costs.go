@@ -272,8 +272,8 @@ func costsTable(vs []*variant, before, after *p1Costs, floor, pass float64) *Tab
 		"DEL's removal of the claim's entry (the pod's goes after DEL answers).")
 	if after.hello > 0 {
 		t.Notes = append(t.Notes, fmt.Sprintf("Part of the rest: a connection and hello round trip to the idle agent takes %.2f ms "+
-			"(median of 30, %v apart, from a process already running); every call makes three round trips (hello, prepare, commit), "+
-			"each waking the agent and then the entry point.", after.hello, helloGap))
+			"(median of 30, %v apart, from a process already running); an ADD makes three round trips (hello, prepare, commit), "+
+			"a DEL two (its prepare goes with the hello), each waking the agent and then the entry point.", after.hello, helloGap))
 	}
 	if n := apiserverNote(before, after); n != "" {
 		t.Notes = append(t.Notes, n)

@@ -39,9 +39,10 @@ func main() {
 	// One P: the entry point does one thing at a time (its own code, then
 	// waits for the agent or for the delegates it runs), and a second P only
 	// spins looking for work each time it waits for the agent, on the CPU
-	// the agent then needs: 5 ms or more of each ADD+DEL through the agent
-	// on 2 CPUs (make bench P1, whose one-P pass-through row shows a plain
-	// meta-plugin, waiting only for its delegate, gains nothing from it).
+	// the agent then needs: about 6 ms of each ADD+DEL through the agent on
+	// 2 CPUs with nothing else busy (make bench P1 without its API server;
+	// its one-P pass-through row shows a plain meta-plugin, waiting only for
+	// its delegate, gains nothing from it).
 	runtime.GOMAXPROCS(1)
 	e := &entry{socket: agentSocket(), build: pversion.Get().String()}
 	skel.PluginMainFuncs(skel.CNIFuncs{
