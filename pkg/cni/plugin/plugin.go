@@ -238,8 +238,8 @@ func (p *Plugin) parseInputs(args *skel.CmdArgs, strictArgs bool) (*config.NetCo
 // getAhead starts a fresh ADD's PodResources Get of its pod before the
 // call parses its config (kubeletClient.getAhead says why); nil when the
 // node config or CNI_ARGS do not name the kubelet and the pod, which the
-// call itself then reports. A config that trusts its device ID asks the
-// kubelet nothing: its answer is not waited for.
+// call itself then reports. A config that trusts its device ID never
+// takes the answer: for it, the Get is asked in vain.
 func (p *Plugin) getAhead(args *skel.CmdArgs) *kubeletClient {
 	node, err := nodeconfig.Load(p.nodeConfig())
 	if err != nil {
