@@ -207,8 +207,13 @@ func (v *costVariant) measureOne(e *env, env []string, tool, op, out string) err
 			return err
 		}
 	}
-	if _, err := e.cnitool(op, v.net, v.netns, "net1", v.pod, append(env, "DEVPLUMB_COST_OUT="+out)...); err != nil {
+	_, printed, err := e.cnitoolOutput(op, v.net, v.netns, "net1", v.pod, append(env, "DEVPLUMB_COST_OUT="+out)...)
+	if err != nil {
 		return err
+	}
+	if path := fallbackPath(printed); v.agent != nil && path != pathAgent {
+		// Under valgrind the agent may miss the entry point's 1 s hello bound.
+		return fmt.Errorf("%s %s of %s %s (devplumb-direct), so it counts no agent path: %s", tool, op, v.net, path, printed)
 	}
 	if tool == "strace" {
 		n, trips, err := straceCounts(out+".st", v.agent)
