@@ -42,11 +42,15 @@ func TestFloodedAgentStaysInItsMemory(t *testing.T) {
 	socket, pid := startAgentBinary(t)
 	base := procStatus(t, pid, "VmRSS")
 	peak := watchRSS(t, pid)
+	// Every connection is past its hello before any floods: on a loaded
+	// machine a flood already under way could delay a later hello past the
+	// agent's hello wait, which ends that connection as it should.
 	var conns []net.Conn
-	var writers sync.WaitGroup
 	for range floodConns {
-		c := floodConn(t, socket)
-		conns = append(conns, c)
+		conns = append(conns, floodConn(t, socket))
+	}
+	var writers sync.WaitGroup
+	for _, c := range conns {
 		writers.Go(func() {
 			body := make([]byte, agentproto.MaxFrame-1024)
 			c.SetWriteDeadline(time.Now().Add(time.Minute))
@@ -143,10 +147,15 @@ func isReset(err error) bool {
 }
 
 // watchRSS samples pid's VmRSS until the returned func is called, which
-// returns the largest sample.
+// returns the largest sample, or the test ends (before the agent stops).
 func watchRSS(t *testing.T, pid int) func() uint64 {
 	done := make(chan struct{})
 	peak := make(chan uint64, 1)
+	stop := sync.OnceValue(func() uint64 {
+		close(done)
+		return <-peak
+	})
+	t.Cleanup(func() { stop() })
 	go func() {
 		var most uint64
 		for {
@@ -159,10 +168,7 @@ func watchRSS(t *testing.T, pid int) func() uint64 {
 			}
 		}
 	}()
-	return func() uint64 {
-		close(done)
-		return <-peak
-	}
+	return stop
 }
 
 // procStatus is a memory line of /proc/pid/status, in bytes.
