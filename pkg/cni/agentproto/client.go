@@ -42,7 +42,7 @@ func Dial(path string, bound time.Duration, build string) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := c.hello(build, nil); err != nil {
+	if err := c.hello(build); err != nil {
 		c.conn.Close()
 		return nil, err
 	}
@@ -68,15 +68,12 @@ func DialDel(ctx context.Context, path string, bound time.Duration, build string
 		c.conn.Close()
 		return nil, nil, err
 	}
-	resp, err := c.call(ctx, nil, "prepare")
-	if err == nil {
-		var a *PrepareAnswer
-		if a, err = answer(resp.Prepare, "prepare"); err == nil {
-			return c, a, nil
-		}
+	a, err := c.prepare(ctx) // the answer to the prepare sent with the hello
+	if err != nil {
+		c.conn.Close()
+		return nil, nil, err
 	}
-	c.conn.Close()
-	return nil, nil, err
+	return c, a, nil
 }
 
 // connect connects to the agent at path, checked as Dial says, with the
@@ -117,10 +114,10 @@ func dialError(path string, bound time.Duration, err error) error {
 	return unavailable("connect to %s: %w", path, err)
 }
 
-// hello exchanges hellos; with, a request sent in the same write.
-func (c *Client) hello(build string, with *request) error {
+// hello exchanges hellos; with, requests sent in the same write.
+func (c *Client) hello(build string, with ...*request) error {
 	mine := Hello{Protocol: ProtocolVersion, Build: build}
-	resp, err := c.roundTrip(&request{Hello: &mine}, "hello", with)
+	resp, err := c.roundTrip("hello", append([]*request{{Hello: &mine}}, with...)...)
 	if err != nil {
 		return err
 	}
@@ -146,7 +143,13 @@ func (c *Client) Close() error { return c.conn.Close() }
 // answer, checked. ctx bounds the round trip (DefaultCallTimeout without a
 // deadline).
 func (c *Client) Prepare(ctx context.Context, p *Prepare) (*PrepareAnswer, error) {
-	resp, err := c.call(ctx, &request{Prepare: p}, "prepare")
+	return c.prepare(ctx, &request{Prepare: p})
+}
+
+// prepare sends reqs (none: a prepare went before) and returns the answer
+// to the prepare, checked.
+func (c *Client) prepare(ctx context.Context, reqs ...*request) (*PrepareAnswer, error) {
+	resp, err := c.call(ctx, "prepare", reqs...)
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +158,7 @@ func (c *Client) Prepare(ctx context.Context, p *Prepare) (*PrepareAnswer, error
 
 // Commit reports the delegate's outcome and returns what to print.
 func (c *Client) Commit(ctx context.Context, cm *Commit) (*CommitAnswer, error) {
-	resp, err := c.call(ctx, &request{Commit: cm}, "commit")
+	resp, err := c.call(ctx, "commit", &request{Commit: cm})
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +168,7 @@ func (c *Client) Commit(ctx context.Context, cm *Commit) (*CommitAnswer, error) 
 // Rollback reports the delegates' DEL run after a CommitAnswer with Undo
 // and returns whether the agent freed the device.
 func (c *Client) Rollback(ctx context.Context, r *Rollback) (*RollbackAnswer, error) {
-	resp, err := c.call(ctx, &request{Rollback: r}, "rollback")
+	resp, err := c.call(ctx, "rollback", &request{Rollback: r})
 	if err != nil {
 		return nil, err
 	}
@@ -184,9 +187,9 @@ func answer[A any, PA interface {
 	return a, nil
 }
 
-// call is one round trip under ctx: its deadline, and its cancellation
-// cutting the wait short.
-func (c *Client) call(ctx context.Context, req *request, kind string) (*response, error) {
+// call is one round trip under ctx (roundTrip's): its deadline, and its
+// cancellation cutting the wait short.
+func (c *Client) call(ctx context.Context, kind string, reqs ...*request) (*response, error) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(DefaultCallTimeout)
@@ -197,7 +200,7 @@ func (c *Client) call(ctx context.Context, req *request, kind string) (*response
 	}
 	stop := context.AfterFunc(ctx, func() { c.conn.SetDeadline(time.Now()) })
 	defer stop()
-	resp, err := c.roundTrip(req, kind, nil)
+	resp, err := c.roundTrip(kind, reqs...)
 	if err != nil && ctx.Err() != nil {
 		return nil, fmt.Errorf("%w (%w)", err, ctx.Err())
 	}
@@ -207,11 +210,11 @@ func (c *Client) call(ctx context.Context, req *request, kind string) (*response
 	return resp, err
 }
 
-// roundTrip sends req, and with (if any) in the same write, and reads the
-// answer to req by the connection's deadline. A nil req sends nothing and
-// reads the answer to a request sent before.
-func (c *Client) roundTrip(req *request, kind string, with *request) (*response, error) {
-	if err := c.send(req, with); err != nil {
+// roundTrip sends reqs in one write and reads the answer to the first by
+// the connection's deadline; with none it reads the answer to a request
+// sent before.
+func (c *Client) roundTrip(kind string, reqs ...*request) (*response, error) {
+	if err := writeFrame(c.conn, reqs...); err != nil {
 		if errors.Is(err, ErrTooLarge) { // nothing was sent: the agent is fine
 			return nil, fmt.Errorf("%s: %w", kind, err)
 		}
@@ -234,26 +237,4 @@ func (c *Client) roundTrip(req *request, kind string, with *request) (*response,
 		return nil, unavailable("%s answer from %s: %w", kind, c.path, err)
 	}
 	return &resp, nil
-}
-
-// send writes req and with (when not nil) in one write.
-func (c *Client) send(req, with *request) error {
-	var buf []byte
-	for _, r := range []*request{req, with} {
-		if r == nil {
-			continue
-		}
-		b, err := encodeFrame(r)
-		if err != nil {
-			return err
-		}
-		buf = append(buf, b...)
-	}
-	if len(buf) == 0 {
-		return nil
-	}
-	if _, err := c.conn.Write(buf); err != nil {
-		return fmt.Errorf("send frame: %w", err)
-	}
-	return nil
 }

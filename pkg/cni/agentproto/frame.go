@@ -90,12 +90,20 @@ func encodeFrame(v any) ([]byte, error) {
 	return append(buf, body...), nil
 }
 
-// writeFrame sends v as one frame in one Write, so a frame is never
-// interleaved or half-sent by this side.
-func writeFrame(w io.Writer, v any) error {
-	buf, err := encodeFrame(v)
-	if err != nil {
-		return err
+// writeFrame sends vs, a frame each, in one Write, so a frame is never
+// interleaved or half-sent by this side; nothing is sent when one of them
+// does not encode, or when there are none.
+func writeFrame[T any](w io.Writer, vs ...T) error {
+	var buf []byte
+	for _, v := range vs {
+		b, err := encodeFrame(v)
+		if err != nil {
+			return err
+		}
+		buf = append(buf, b...)
+	}
+	if len(buf) == 0 {
+		return nil
 	}
 	if _, err := w.Write(buf); err != nil {
 		return fmt.Errorf("send frame: %w", err)

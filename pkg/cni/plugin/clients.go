@@ -89,8 +89,9 @@ func (k *kubeletClient) getAhead(namespace, name string) {
 }
 
 // adopt takes over the client and the Get of ahead, a kubeletClient of the
-// same call that started it before this one existed; ahead is closed when
-// it asked another kubelet (the node config changed in between).
+// same call that started it before this one existed. Both name the kubelet
+// of the node config the call loaded once; ahead is closed, not taken, if
+// it asked another kubelet all the same.
 func (k *kubeletClient) adopt(ahead *kubeletClient) {
 	if ahead == nil {
 		return

@@ -174,9 +174,28 @@ type call struct {
 	closeLog func()
 }
 
-func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Error) {
+// callStart is how a call begins: its phase timing and the node config,
+// loaded once per call (a fresh ADD needs the node's kubelet socket before
+// the call is built: getAhead).
+type callStart struct {
+	timing  *phases
+	node    *nodeconfig.Node
+	nodeErr error
+}
+
+func (p *Plugin) startCall() callStart {
 	timing := startPhases()
-	conf, pod, cerr := p.parseInputs(args, strictArgs)
+	node, err := nodeconfig.Load(p.nodeConfig())
+	return callStart{timing: timing, node: node, nodeErr: err}
+}
+
+func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Error) {
+	return p.newCallFrom(p.startCall(), args, strictArgs)
+}
+
+// newCallFrom builds the call begun by start.
+func (p *Plugin) newCallFrom(start callStart, args *skel.CmdArgs, strictArgs bool) (*call, *types.Error) {
+	conf, pod, cerr := p.parseInputs(start, args, strictArgs)
 	if cerr != nil {
 		return nil, cerr
 	}
@@ -205,18 +224,18 @@ func (p *Plugin) newCall(args *skel.CmdArgs, strictArgs bool) (*call, *types.Err
 		status: &statusWriter{api: api, conf: conf, pod: pod, ifName: args.IfName, timeout: p.Timeout, log: p.Log,
 			later: p.Later},
 		depth:  markDepth(),
-		timing: timing.mark(phaseConfig),
+		timing: start.timing.mark(phaseConfig),
 	}, nil
 }
 
-// parseInputs parses the network config and the pod identity in CNI_ARGS;
-// with strictArgs, CNI_ARGS that do not parse fail the call.
-func (p *Plugin) parseInputs(args *skel.CmdArgs, strictArgs bool) (*config.NetConf, attachment.Pod, *types.Error) {
-	node, err := nodeconfig.Load(p.nodeConfig())
-	if err != nil {
-		return nil, attachment.Pod{}, cniError(types.ErrInvalidNetworkConfig, "invalid devplumb node config: "+err.Error(), nil)
+// parseInputs parses the network config (with the node config start
+// loaded) and the pod identity in CNI_ARGS; with strictArgs, CNI_ARGS that
+// do not parse fail the call.
+func (p *Plugin) parseInputs(start callStart, args *skel.CmdArgs, strictArgs bool) (*config.NetConf, attachment.Pod, *types.Error) {
+	if start.nodeErr != nil {
+		return nil, attachment.Pod{}, cniError(types.ErrInvalidNetworkConfig, "invalid devplumb node config: "+start.nodeErr.Error(), nil)
 	}
-	conf, err := config.Parse(args.StdinData, node)
+	conf, err := config.Parse(args.StdinData, start.node)
 	if err != nil {
 		code := types.ErrInvalidNetworkConfig
 		if errors.Is(err, config.ErrDecode) {
@@ -235,14 +254,15 @@ func (p *Plugin) parseInputs(args *skel.CmdArgs, strictArgs bool) (*config.NetCo
 	return conf, pod, nil
 }
 
-// getAhead starts a fresh ADD's PodResources Get of its pod before the
-// call parses its config (kubeletClient.getAhead says why); nil when the
-// node config or CNI_ARGS do not name the kubelet and the pod, which the
-// call itself then reports. A config that trusts its device ID never
-// takes the answer: for it, the Get is asked in vain.
-func (p *Plugin) getAhead(args *skel.CmdArgs) *kubeletClient {
-	node, err := nodeconfig.Load(p.nodeConfig())
-	if err != nil {
+// getAhead starts a fresh ADD's PodResources Get of its pod, on the
+// kubelet of the node config start loaded, before the call parses its
+// config (kubeletClient.getAhead says why); nil when the node config or
+// CNI_ARGS do not name the kubelet and the pod, which the call itself then
+// reports. A config that trusts its device ID never takes the answer: for
+// it, the Get is asked in vain.
+func (p *Plugin) getAhead(start callStart, args *skel.CmdArgs) *kubeletClient {
+	node := start.node
+	if start.nodeErr != nil {
 		return nil
 	}
 	pod, err := podFromArgs(args.Args)

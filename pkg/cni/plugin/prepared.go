@@ -107,8 +107,9 @@ func (p *Plugin) PrepareAdd(args *skel.CmdArgs) (*PreparedAdd, error) {
 	}
 	// 1. The pod comes from CNI_ARGS (newCall reads it: c.pod); the
 	// kubelet is asked about it first thing.
-	ahead := p.getAhead(args)
-	c, cerr := p.newCall(args, true)
+	start := p.startCall()
+	ahead := p.getAhead(start, args)
+	c, cerr := p.newCallFrom(start, args, true)
 	if cerr != nil {
 		ahead.close()
 		return nil, cerr
