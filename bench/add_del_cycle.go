@@ -103,9 +103,12 @@ type p1Net struct {
 	label string
 	conf  map[string]any
 	skip  bool
-	kube  bool   // with a kubeconfig: network-status written to the API server
-	dra   string // a DRA claim's pod (the kubelet reports the claim; networkData written): its name
-	agent bool   // through the node agent
+	kube  bool // with a kubeconfig: network-status written to the API server
+	// status: the pass-through hands its results to the status daemon (statusd.go),
+	// which writes network-status
+	status bool
+	dra    string // a DRA claim's pod (the kubelet reports the claim; networkData written): its name
+	agent  bool   // through the node agent
 }
 
 // p1Variants writes the networks: the delegate alone (the floor), devplumb without an agent
@@ -125,6 +128,9 @@ func p1Variants(e *env) ([]*variant, error) {
 			"cacheDir": filepath.Join(e.dir, "passthrough"), "delegate": e.bridge("10.123.11.0/24")}, skip: e.cfg.Passthrough == ""},
 		{label: passOnePLabel, conf: map[string]any{"cniVersion": "1.0.0", "name": "pass1p", "type": "passthrough", "oneP": true,
 			"cacheDir": filepath.Join(e.dir, "passthrough1p"), "delegate": e.bridge("10.123.12.0/24")}, skip: e.cfg.Passthrough == ""},
+		{label: passStatusLabel, conf: map[string]any{"cniVersion": "1.0.0", "name": "passstatus", "type": "passthrough",
+			"cacheDir": filepath.Join(e.dir, "passstatus"), "statusSocket": e.statusSocket(), "delegate": e.bridge("10.123.13.0/24")},
+			skip: e.cfg.Passthrough == "" || noKube, status: true},
 		{label: "devplumb -> bridge, no agent (state on disk)", conf: e.devplumbConf("dp", "10.123.1.0/24", state)},
 		{label: "devplumb -> bridge, no agent (state on tmpfs)", conf: e.devplumbConf("dpshm", "10.123.2.0/24", filepath.Join(e.shm, "state"))},
 		{label: "devplumb -> bridge via the agent", conf: e.devplumbConf("dpagent", "10.123.7.0/24", state), skip: noAgent, agent: true},
@@ -175,8 +181,31 @@ func p1Prepare(e *env, n p1Net, v *variant) error {
 		if _, err := e.withKube(n.conf, v.pod); err != nil {
 			return err
 		}
+	case n.status:
+		if _, err := e.cfg.kube.pod(v.pod); err != nil {
+			return err
+		}
+		if err := e.startStatusDaemon(); err != nil {
+			return err
+		}
 	}
 	return e.writeNet(n.conf)
+}
+
+// statusSocket is where P1's status daemon listens.
+func (e *env) statusSocket() string { return filepath.Join(e.dir, "statusd.sock") }
+
+// startStatusDaemon starts P1's status daemon with the bench's kubeconfig; env.close
+// stops it.
+func (e *env) startStatusDaemon() error {
+	d, err := startStatusDaemon(e.cfg.kube.srv.Kubeconfig, e.statusSocket())
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.statusd = d
+	e.mu.Unlock()
+	return nil
 }
 
 // startAgentIfRun starts P1's node agents when a row runs through one: an agent per node
@@ -232,6 +261,9 @@ func baselineConf(e *env) map[string]any {
 const (
 	passLabel     = "Go pass-through meta-plugin -> bridge (libcni, nothing else)"
 	passOnePLabel = "Go pass-through meta-plugin with one P (GOMAXPROCS=1) -> bridge"
+	// passStatusLabel is the pass-through writing network-status through a warm daemon:
+	// the least a meta-plugin that writes it before ADD returns costs here.
+	passStatusLabel = "Go pass-through meta-plugin -> bridge + network-status (API) by a warm daemon (one round trip, one PATCH)"
 )
 
 func p1Table(vs []*variant, cfg Config) Table {

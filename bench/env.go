@@ -44,7 +44,9 @@ type env struct {
 	mu     sync.Mutex
 	netns  []ns.NetNS
 	thick  *thickDaemon // P1's multus-daemon, when it runs
-	agents []*agentProc // the node agents it started
+	// statusd is P1's status daemon, when its pass-through row runs.
+	statusd *statusDaemon
+	agents  []*agentProc // the node agents it started
 	// nodeConfigs is each written network's node config (writeNet).
 	nodeConfigs map[string]string
 }
@@ -161,6 +163,10 @@ func (e *env) close() {
 	e.mu.Lock()
 	e.thick.stop() // before the netns and dirs it uses go
 	e.thick = nil
+	if e.statusd != nil {
+		e.statusd.close()
+		e.statusd = nil
+	}
 	for _, a := range e.agents {
 		a.stop()
 	}

@@ -3,7 +3,10 @@
 // result, and does nothing else. P1's row for it is the least a CNI
 // meta-plugin written in Go costs on the machine (its process start, the CNI
 // library's initialisers, libcni's cache): what devplumb's entry point pays
-// before it asks the agent anything.
+// before it asks the agent anything. With "statusSocket" it also hands each
+// call's outcome to make bench's status daemon, which writes the pod's
+// network-status (an ADD's before it returns): the least a meta-plugin that
+// writes network-status costs.
 package main
 
 import (
@@ -17,16 +20,27 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/devplumb/devplumb/bench/statuscall"
 )
 
 // conf is the pass-through's network config: the delegate to run, the
-// directory of its libcni cache, and whether to run with one P (as
-// devplumb's entry point does), which P1 shows for comparison.
+// directory of its libcni cache, whether to run with one P (as devplumb's
+// entry point does), which P1 shows for comparison, and the status daemon's
+// socket ("": none).
 type conf struct {
 	types.NetConf
-	Delegate map[string]any `json:"delegate"`
-	CacheDir string         `json:"cacheDir"`
-	OneP     bool           `json:"oneP,omitempty"`
+	Delegate     map[string]any `json:"delegate"`
+	CacheDir     string         `json:"cacheDir"`
+	OneP         bool           `json:"oneP,omitempty"`
+	StatusSocket string         `json:"statusSocket,omitempty"`
+}
+
+// podArgs are the pod's keys in CNI_ARGS, for the status daemon.
+type podArgs struct {
+	types.CommonArgs
+	K8S_POD_NAMESPACE types.UnmarshallableString //nolint:revive // CNI_ARGS key
+	K8S_POD_NAME      types.UnmarshallableString //nolint:revive // CNI_ARGS key
 }
 
 func main() {
@@ -55,11 +69,35 @@ func run(args *skel.CmdArgs, add bool) error {
 	cni := libcni.NewCNIConfigWithCacheDir(filepath.SplitList(args.Path), c.CacheDir, nil)
 	rt := &libcni.RuntimeConf{ContainerID: args.ContainerID, NetNS: args.Netns, IfName: args.IfName}
 	if !add {
-		return cni.DelNetworkList(context.Background(), list, rt)
+		if err := cni.DelNetworkList(context.Background(), list, rt); err != nil {
+			return err
+		}
+		return tell(c, args, nil)
 	}
 	result, err := cni.AddNetworkList(context.Background(), list, rt)
 	if err != nil {
 		return err
 	}
+	out, err := json.Marshal(result)
+	if err != nil {
+		return err
+	}
+	if err := tell(c, args, out); err != nil {
+		return err
+	}
 	return result.Print()
+}
+
+// tell hands the call's outcome (result: ADD's; nil for DEL) to the status
+// daemon, when the config names one.
+func tell(c conf, args *skel.CmdArgs, result []byte) error {
+	if c.StatusSocket == "" {
+		return nil
+	}
+	var pod podArgs
+	if err := types.LoadArgs(args.Args, &pod); err != nil {
+		return fmt.Errorf("passthrough CNI_ARGS: %w", err)
+	}
+	return statuscall.Ask(c.StatusSocket, statuscall.Call{Add: result != nil, Namespace: string(pod.K8S_POD_NAMESPACE),
+		Pod: string(pod.K8S_POD_NAME), Network: c.Name, Result: result})
 }

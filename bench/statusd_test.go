@@ -1,0 +1,74 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/devplumb/devplumb/bench/statuscall"
+	"github.com/devplumb/devplumb/e2e/kubeapi"
+)
+
+// The status daemon writes an ADD's network-status entry before it answers, and takes
+// it away after it answered a DEL; a call for a pod that does not exist is refused
+// with the API server's word for it.
+func TestStatusDaemonWritesTheEntry(t *testing.T) {
+	if os.Getenv(kubeapi.EnvKubeAPIServer) == "" {
+		t.Skipf("needs a kube-apiserver: $%s not set (make test and make e2e set it)", kubeapi.EnvKubeAPIServer)
+	}
+	k, err := startKube()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.close()
+	if _, err := k.pod("p1"); err != nil {
+		t.Fatal(err)
+	}
+	socket := filepath.Join(t.TempDir(), "statusd.sock")
+	d, err := startStatusDaemon(k.srv.Kubeconfig, socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.close()
+	result := `{"cniVersion":"1.0.0","interfaces":[{"name":"net1","mac":"02:00:00:00:00:01","sandbox":"/run/netns/x"}],` +
+		`"ips":[{"address":"192.0.2.7/24","interface":0}]}`
+	add := statuscall.Call{Add: true, Namespace: podNS, Pod: "p1", Network: "net-a", Result: []byte(result)}
+	if err := statuscall.Ask(socket, add); err != nil {
+		t.Fatalf("ADD: %v", err)
+	}
+	if got := annotation(t, k, "p1"); !strings.Contains(got, `"net-a"`) || !strings.Contains(got, "192.0.2.7") {
+		t.Errorf("network-status after ADD: %q, want net-a's entry with 192.0.2.7", got)
+	}
+	if err := statuscall.Ask(socket, statuscall.Call{Namespace: podNS, Pod: "p1", Network: "net-a"}); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for annotation(t, k, "p1") != "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("network-status still %q 30 s after DEL answered", annotation(t, k, "p1"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	add.Pod = "nobody"
+	if err := statuscall.Ask(socket, add); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("ADD of a pod that does not exist: %v, want the API server's not found", err)
+	}
+}
+
+// annotation is pod name's network-status annotation.
+func annotation(t *testing.T, k *kubeNode, name string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := k.srv.Client.CoreV1().Pods(podNS).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Annotations[nadv1.NetworkStatusAnnot]
+}
