@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/devplumb/devplumb/bench/statuscall"
 	"github.com/devplumb/devplumb/pkg/kubeletsim/podresourcesserver"
 )
 
@@ -131,6 +132,9 @@ func p1Variants(e *env) ([]*variant, error) {
 		{label: passStatusLabel, conf: map[string]any{"cniVersion": "1.0.0", "name": "passstatus", "type": "passthrough",
 			"cacheDir": filepath.Join(e.dir, "passstatus"), "statusSocket": e.statusSocket(), "delegate": e.bridge("10.123.13.0/24")},
 			skip: e.cfg.Passthrough == "" || noKube, status: true},
+		{label: passDRALabel, conf: map[string]any{"cniVersion": "1.0.0", "name": "passdra", "type": "passthrough",
+			"cacheDir": filepath.Join(e.dir, "passdra"), "statusSocket": e.statusSocket(), "delegate": e.bridge("10.123.14.0/24")},
+			skip: e.cfg.Passthrough == "" || noKube, status: true, dra: "p1-dra-pass"},
 		{label: "devplumb -> bridge, no agent (state on disk)", conf: e.devplumbConf("dp", "10.123.1.0/24", state)},
 		{label: "devplumb -> bridge, no agent (state on tmpfs)", conf: e.devplumbConf("dpshm", "10.123.2.0/24", filepath.Join(e.shm, "state"))},
 		{label: "devplumb -> bridge via the agent", conf: e.devplumbConf("dpagent", "10.123.7.0/24", state), skip: noAgent, agent: true},
@@ -176,7 +180,14 @@ func p1Prepare(e *env, n p1Net, v *variant) error {
 		if err := e.draPod(ctx, v.pod, dev, true); err != nil {
 			return err
 		}
-		n.conf["kubeconfig"] = e.cfg.kube.srv.Kubeconfig
+		if !n.status {
+			n.conf["kubeconfig"] = e.cfg.kube.srv.Kubeconfig
+			break
+		}
+		n.conf["statusClaim"] = statuscall.Claim{Name: v.pod + "-" + draPodClaim, Driver: draDriver, Pool: kubeNodeName, Device: dev.name}
+		if err := e.startStatusDaemon(); err != nil {
+			return err
+		}
 	case n.kube:
 		if _, err := e.withKube(n.conf, v.pod); err != nil {
 			return err
@@ -195,16 +206,19 @@ func p1Prepare(e *env, n p1Net, v *variant) error {
 // statusSocket is where P1's status daemon listens.
 func (e *env) statusSocket() string { return filepath.Join(e.dir, "statusd.sock") }
 
-// startStatusDaemon starts P1's status daemon with the bench's kubeconfig; env.close
-// stops it.
+// startStatusDaemon starts P1's status daemon with the bench's kubeconfig, once;
+// env.close stops it.
 func (e *env) startStatusDaemon() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.statusd != nil {
+		return nil
+	}
 	d, err := startStatusDaemon(e.cfg.kube.srv.Kubeconfig, e.statusSocket())
 	if err != nil {
 		return err
 	}
-	e.mu.Lock()
 	e.statusd = d
-	e.mu.Unlock()
 	return nil
 }
 
@@ -264,6 +278,8 @@ const (
 	// passStatusLabel is the pass-through writing network-status through a warm daemon:
 	// the least a meta-plugin that writes it before ADD returns costs here.
 	passStatusLabel = "Go pass-through meta-plugin -> bridge + network-status (API) by a warm daemon (one round trip, one PATCH)"
+	// passDRALabel is the same writing a DRA claim's networkData as well, as the DRA rows.
+	passDRALabel = "Go pass-through meta-plugin -> bridge + DRA claim's networkData and network-status (API) by a warm daemon"
 )
 
 func p1Table(vs []*variant, cfg Config) Table {

@@ -27,13 +27,15 @@ import (
 // conf is the pass-through's network config: the delegate to run, the
 // directory of its libcni cache, whether to run with one P (as devplumb's
 // entry point does), which P1 shows for comparison, and the status daemon's
-// socket ("": none).
+// socket ("": none) with the DRA claim it writes too.
 type conf struct {
 	types.NetConf
 	Delegate     map[string]any `json:"delegate"`
 	CacheDir     string         `json:"cacheDir"`
 	OneP         bool           `json:"oneP,omitempty"`
 	StatusSocket string         `json:"statusSocket,omitempty"`
+	// StatusClaim is the DRA claim the daemon also writes the status of.
+	StatusClaim *statuscall.Claim `json:"statusClaim,omitempty"`
 }
 
 // podArgs are the pod's keys in CNI_ARGS, for the status daemon.
@@ -99,5 +101,5 @@ func tell(c conf, args *skel.CmdArgs, result []byte) error {
 		return fmt.Errorf("passthrough CNI_ARGS: %w", err)
 	}
 	return statuscall.Ask(c.StatusSocket, statuscall.Call{Add: result != nil, Namespace: string(pod.K8S_POD_NAMESPACE),
-		Pod: string(pod.K8S_POD_NAME), Network: c.Name, Result: result})
+		Pod: string(pod.K8S_POD_NAME), Network: c.Name, Result: result, Claim: c.StatusClaim})
 }

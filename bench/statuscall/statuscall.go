@@ -18,6 +18,17 @@ type Call struct {
 	Pod       string          `json:"pod"`
 	Network   string          `json:"network"`
 	Result    json.RawMessage `json:"result,omitempty"` // ADD's CNI result
+	// Claim is the DRA claim whose status.devices[] entry the daemon writes as well
+	// (nil: none), its device given, not looked up.
+	Claim *Claim `json:"claim,omitempty"`
+}
+
+// Claim is a ResourceClaim's allocated device.
+type Claim struct {
+	Name   string `json:"name"`
+	Driver string `json:"driver"`
+	Pool   string `json:"pool"`
+	Device string `json:"device"`
 }
 
 // Ask sends c to the daemon on socket and waits for its answer.
