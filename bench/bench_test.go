@@ -145,14 +145,7 @@ func TestPodSetAndClaimCheck(t *testing.T) {
 // DEL). It needs what the e2e tests need (root, kube-apiserver, etcd, the CNI plugins):
 // make test sets DEVPLUMB_KUBE_APISERVER; make unit does not, and skips it.
 func TestP6CountsRequestsPerPath(t *testing.T) {
-	if os.Getenv(kubeapi.EnvKubeAPIServer) == "" {
-		t.Skipf("needs a kube-apiserver: $%s not set (make test and make e2e set it)", kubeapi.EnvKubeAPIServer)
-	}
-	k, err := startKube()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.close()
+	k := testKube(t)
 	cfg := Config{Devplumb: filepath.Join(testenv.Build(t, "./cmd/devplumb"), "devplumb"), CNIBin: testenv.CNIPlugins(t),
 		Runs: 1, kube: k}
 	vs, err := runP6(cfg)
@@ -181,4 +174,20 @@ func TestP6CountsRequestsPerPath(t *testing.T) {
 		}
 		t.Logf("%s: ADD %s; DEL %s", v.short, describeRequests(v.addReq), describeRequests(v.delReq))
 	}
+}
+
+// testKube is the bench's API server for a test, stopped when it ends; the test is
+// skipped without a kube-apiserver ($DEVPLUMB_KUBE_APISERVER: make test and make e2e
+// set it, make unit does not).
+func testKube(t *testing.T) *kubeNode {
+	t.Helper()
+	if os.Getenv(kubeapi.EnvKubeAPIServer) == "" {
+		t.Skipf("needs a kube-apiserver: $%s not set (make test and make e2e set it)", kubeapi.EnvKubeAPIServer)
+	}
+	k, err := startKube()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.close)
+	return k
 }

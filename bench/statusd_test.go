@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/devplumb/devplumb/bench/statuscall"
-	"github.com/devplumb/devplumb/e2e/kubeapi"
 )
 
 // The status daemon writes an ADD's network-status entry and its claim's device entry
@@ -21,14 +19,7 @@ import (
 // after; a call for a pod that does not exist is refused with the API server's word
 // for it.
 func TestStatusDaemonWritesTheEntry(t *testing.T) {
-	if os.Getenv(kubeapi.EnvKubeAPIServer) == "" {
-		t.Skipf("needs a kube-apiserver: $%s not set (make test and make e2e set it)", kubeapi.EnvKubeAPIServer)
-	}
-	k, err := startKube()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.close()
+	k := testKube(t)
 	if _, err := k.pod("p1"); err != nil {
 		t.Fatal(err)
 	}
