@@ -78,6 +78,7 @@ func ifbIn(t *testing.T, netns string) bool {
 // each pod's network-status and its claim's status entry
 // (keyed by its share ID) name its interface; DEL of one removes that share alone.
 func TestCNISharesOfOneDevice(t *testing.T) {
+	needSharing(t)
 	n := newCNINode(t)
 	parent := n.veth()
 	n.slice(cniDev{"dev-0", attrs(parent, cniResource)})
@@ -135,6 +136,7 @@ func TestCNISharesOfOneDevice(t *testing.T) {
 // gives it) fails ADD with an error naming the claim, the share and the bandwidth, and
 // leaves nothing: no interface, no state, no network-status.
 func TestCNIShareBadBandwidth(t *testing.T) {
+	needSharing(t)
 	n := newCNINode(t)
 	parent := n.veth()
 	n.slice(cniDev{"dev-0", attrs(parent, cniResource)})
@@ -161,6 +163,7 @@ func TestCNIShareBadBandwidth(t *testing.T) {
 // claim's share and its rate, and leaves nothing: the delegate's macvlan is removed, the
 // device freed, no network-status, no claim status entry; the pod's own link stays.
 func TestCNIShareShapingFails(t *testing.T) {
+	needSharing(t)
 	n := newCNINode(t)
 	parent := n.veth()
 	n.slice(cniDev{"dev-0", attrs(parent, cniResource)})

@@ -111,12 +111,24 @@ func (n *driverNode) allocateWith(features structured.Features, claim *resourcea
 	return n.setAllocation(claim, &results[0])
 }
 
+// needSharing skips the test on an API server older than 1.36: on 1.35 the
+// DRAConsumableCapacity and DRAPartitionableDevices gates are alpha and off, and the
+// API server drops what shares and counters need (a device's allowMultipleAllocations,
+// the pool's shared counters).
+func needSharing(t *testing.T) {
+	t.Helper()
+	if !serverAtLeast(t, 1, 36) {
+		t.Skip("DRA consumable capacity and partitionable devices are off before Kubernetes 1.36 (alpha gates)")
+	}
+}
+
 // TestDriverSharesDevices: a shareable device is published once with its capacities; the
 // scheduler's allocator gives two claims shares of it (each its own share ID, its
 // bandwidth rounded up to the step) and refuses a third past its interfaces and one past
 // its bandwidth; prepare gives each share its own CDI device naming the parent, the share
 // and the bandwidth, and unprepare of one leaves the other's.
 func TestDriverSharesDevices(t *testing.T) {
+	needSharing(t)
 	n, parent := shareNode(t)
 	n.start()
 	devs := n.waitDevices("the shareable device", func(m map[string]resourceapi.Device) bool {
@@ -209,6 +221,7 @@ func (n *driverNode) cdiEnv(t *testing.T, name string) []string {
 // allocator (partitionable devices on, as by default since 1.36) gives two claims a VF
 // each and refuses a third, though two VFs are free: the PF has 2G left.
 func TestDriverVFsShareTheirPFsBandwidth(t *testing.T) {
+	needSharing(t)
 	n := newDriverNode(t)
 	var cfg resources.Config
 	raw, err := os.ReadFile(n.config)
