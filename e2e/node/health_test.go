@@ -27,6 +27,7 @@ import (
 // When the link is back the taint goes and the status says Healthy; once the first pod is
 // gone the third pod gets its device.
 func TestDRADeviceHealthOnTheRealNode(t *testing.T) {
+	needKube136(t, "device taints and the kubelet's ResourceHealthStatus")
 	draMode(t)
 	tmpl := claimTemplate(t, "hostdev-health", draClass)
 	held := createClaimPod(t, "dra-health-held", tmpl, true, nil)

@@ -10,6 +10,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/pkg/base/netshare"
@@ -119,6 +120,7 @@ func shareEntry(t *testing.T, pod *corev1.Pod, parent string) string {
 // under its share ID. Deleting the first pod returns its 300M: the third pod then runs,
 // and the second's share is untouched.
 func TestDRASharesOnTheRealNode(t *testing.T) {
+	needKube136(t, "DRA consumable capacity")
 	draMode(t)
 	parent := testenv.VethPair(t, "shr") + "a"
 	shareDevice(t, parent)
@@ -138,5 +140,19 @@ func TestDRASharesOnTheRealNode(t *testing.T) {
 	shareEntry(t, c, parent)
 	if got := shareEntry(t, b, parent); got != shareB {
 		t.Errorf("pod share-b's share changed from %s to %s", shareB, got)
+	}
+}
+
+// needKube136 skips the test on a node older than Kubernetes 1.36, where what it needs
+// is alpha and off (1.35 drops a device's taints and allowMultipleAllocations, and its
+// kubelet reports no device health).
+func needKube136(t *testing.T, what string) {
+	t.Helper()
+	info, err := nd.Client.Discovery().ServerVersion()
+	e2etest.Must(t, err)
+	v, err := version.ParseGeneric(info.GitVersion)
+	e2etest.Must(t, err)
+	if !v.AtLeast(version.MajorMinor(1, 36)) {
+		t.Skipf("%s: off before Kubernetes 1.36 (alpha), this node runs %s", what, info.GitVersion)
 	}
 }
