@@ -8,7 +8,6 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/pkg/testenv"
@@ -51,11 +50,7 @@ func granularClaimStatus(t *testing.T) bool {
 // serverAtLeast tells whether the API server is at least major.minor.
 func serverAtLeast(t *testing.T, major, minor uint) bool {
 	t.Helper()
-	info, err := srv.Client.Discovery().ServerVersion()
-	e2etest.Must(t, err)
-	v, err := version.ParseGeneric(info.GitVersion)
-	e2etest.Must(t, err)
-	return v.AtLeast(version.MajorMinor(major, minor))
+	return e2etest.ServerAtLeast(t, srv.Client.Discovery(), major, minor)
 }
 
 // Kubernetes 1.36+ refuses devplumb's claim status write without the

@@ -10,7 +10,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/devplumb/devplumb/e2e/e2etest"
 	"github.com/devplumb/devplumb/pkg/base/netshare"
@@ -148,11 +147,7 @@ func TestDRASharesOnTheRealNode(t *testing.T) {
 // kubelet reports no device health).
 func needKube136(t *testing.T, what string) {
 	t.Helper()
-	info, err := nd.Client.Discovery().ServerVersion()
-	e2etest.Must(t, err)
-	v, err := version.ParseGeneric(info.GitVersion)
-	e2etest.Must(t, err)
-	if !v.AtLeast(version.MajorMinor(1, 36)) {
-		t.Skipf("%s: off before Kubernetes 1.36 (alpha), this node runs %s", what, info.GitVersion)
+	if !e2etest.ServerAtLeast(t, nd.Client.Discovery(), 1, 36) {
+		t.Skipf("%s: off before Kubernetes 1.36 (alpha gates)", what)
 	}
 }
