@@ -185,9 +185,6 @@ func p1Prepare(e *env, n p1Net, v *variant) error {
 			break
 		}
 		n.conf["statusClaim"] = statuscall.Claim{Name: v.pod + "-" + draPodClaim, Driver: draDriver, Pool: kubeNodeName, Device: dev.name}
-		if err := e.startStatusDaemon(); err != nil {
-			return err
-		}
 	case n.kube:
 		if _, err := e.withKube(n.conf, v.pod); err != nil {
 			return err
@@ -196,6 +193,8 @@ func p1Prepare(e *env, n p1Net, v *variant) error {
 		if _, err := e.cfg.kube.pod(v.pod); err != nil {
 			return err
 		}
+	}
+	if n.status {
 		if err := e.startStatusDaemon(); err != nil {
 			return err
 		}

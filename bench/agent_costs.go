@@ -288,43 +288,31 @@ func costsTable(vs []*variant, before, after *p1Costs, floor, pass float64) *Tab
 // makes the same writes by a warm daemon (statusd.go): the least each row could cost
 // here, API server and all.
 func leastStatusNote(vs []*variant, floor, pass float64) string {
-	byLabel, byNet := map[string]*variant{}, map[string]*variant{}
-	for _, v := range vs {
-		byLabel[v.label], byNet[v.net] = v, v
-	}
 	passCycle := floor + pass
 	var parts []string
 	for _, p := range []struct{ least, agent, what string }{
-		{passStatusLabel, "dpagentkube", "network-status"},
-		{passDRALabel, "dpdraagent", "a DRA claim's networkData and network-status"},
+		{"passstatus", "dpagentkube", "network-status"},
+		{"passdra", "dpdraagent", "a DRA claim's networkData and network-status"},
 	} {
-		least, agent := byLabel[p.least], byNet[p.agent]
-		if least == nil || agent == nil {
+		l, a := addedOf(vs, p.least, floor), addedOf(vs, p.agent, floor)
+		if l < 0 || a < 0 {
 			continue
 		}
-		l, a := Summarize(least.ms).Median, Summarize(agent.ms).Median
 		parts = append(parts, fmt.Sprintf("with %s, %.1f ms over the pass-through (%.2f ×; added ÷ Multus thick's %s), "+
-			"and the row through the agent %.1f ms over that (%.2f × it)", p.what, l-passCycle, l/passCycle,
-			ratio(l-floor, addedOf(vs, "multusthick", floor), false), a-l, a/l))
+			"and the row through the agent %.1f ms over that (%.2f × it)", p.what, l-pass, (floor+l)/passCycle,
+			ratio(l, addedOf(vs, "multusthick", floor), false), a-l, (floor+a)/(floor+l)))
 	}
 	if len(parts) == 0 {
 		return ""
 	}
+	plain := "not run"
+	if a := addedOf(vs, "dpagent", floor); a >= 0 {
+		plain = fmt.Sprintf("%.1f ms over the pass-through (%.2f ×)", a-pass, (floor+a)/passCycle)
+	}
 	return "The least a meta-plugin that writes to the API server before ADD returns costs here, measured as the pass-through " +
 		"handing its result to a warm daemon that makes only the writes (one merge PATCH of the pod; the claim's status " +
 		"applied at the same time, and taken away before DEL answers): " + strings.Join(parts, "; ") +
-		". The plain row is " + plainOverPass(vs, passCycle) + "."
-}
-
-// plainOverPass is the plain agent row's time over the pass-through, as the note says it.
-func plainOverPass(vs []*variant, passCycle float64) string {
-	for _, v := range vs {
-		if v.net == "dpagent" {
-			m := Summarize(v.ms).Median
-			return fmt.Sprintf("%.1f ms over the pass-through (%.2f ×)", m-passCycle, m/passCycle)
-		}
-	}
-	return "not run"
+		". The plain row is " + plain + "."
 }
 
 // costTarget is issue 38's target for the row as time over the pass-through.
