@@ -62,6 +62,10 @@ func write(path string, data []byte, perm os.FileMode, durable bool) error {
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", tmp.Name(), err)
 	}
+	if !durable && isRegular(path) {
+		ok = true // tmp is path's now, or still tmp when the exchange falls back to a rename
+		return exchange(tmp.Name(), path)
+	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("rename %s to %s: %w", tmp.Name(), path, err)
 	}
@@ -70,6 +74,34 @@ func write(path string, data []byte, perm os.FileMode, durable bool) error {
 		return nil
 	}
 	return syncDir(dir)
+}
+
+// exchange puts tmp in place of the regular file path and removes the old
+// one. A rename over an existing file makes ext4 (auto_da_alloc) write the
+// new file out before the rename returns: a quarter of a millisecond on
+// make bench's machine for every record a CNI call rewrites, the wait a
+// volatile write is for avoiding. Exchanging the two names (renameat2
+// RENAME_EXCHANGE) is as atomic for readers and does not wait; a file system
+// without it gets the rename.
+func exchange(tmp, path string) error {
+	err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, path, unix.RENAME_EXCHANGE)
+	if err != nil {
+		if err := os.Rename(tmp, path); err != nil {
+			os.Remove(tmp)
+			return fmt.Errorf("rename %s to %s: %w", tmp, path, err)
+		}
+		return nil
+	}
+	if err := unix.Unlink(tmp); err != nil {
+		return fmt.Errorf("replaced %s, but cannot remove its old content at %s: %w", path, tmp, err)
+	}
+	return nil
+}
+
+// isRegular is whether path is a regular file, not following a link.
+func isRegular(path string) bool {
+	var st unix.Stat_t
+	return unix.Lstat(path, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
 }
 
 // maxTempBase keeps the temp name within the 255 bytes a file name may have

@@ -64,7 +64,16 @@ func TestWriteFileFailsCleanly(t *testing.T) {
 }
 
 func TestConcurrentWritersNeverMix(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "f")
+	t.Run("durable", func(t *testing.T) { concurrentWriters(t, WriteFile) })
+	t.Run("volatile", func(t *testing.T) { concurrentWriters(t, WriteFileVolatile) })
+}
+
+// concurrentWriters has eight writers replace one file with write while a
+// reader checks every version it reads is one writer's whole content; no
+// temp file is left.
+func concurrentWriters(t *testing.T, write func(string, []byte, os.FileMode) error) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "f")
 	var wg sync.WaitGroup
 	contents := make([][]byte, 8)
 	for i := range contents {
@@ -96,7 +105,7 @@ func TestConcurrentWritersNeverMix(t *testing.T) {
 		go func(i int) {
 			defer wg.Done()
 			for range 20 {
-				if err := WriteFile(path, contents[i], 0o644); err != nil {
+				if err := write(path, contents[i], 0o644); err != nil {
 					t.Error(err)
 				}
 			}
@@ -110,6 +119,9 @@ func TestConcurrentWritersNeverMix(t *testing.T) {
 	got, _ := os.ReadFile(path)
 	if !validContent(got, contents) {
 		t.Fatal("final file is not one writer's content")
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("left behind: %v", ents)
 	}
 }
 
@@ -194,5 +206,41 @@ func TestWriteFileVolatileReplaces(t *testing.T) {
 	}
 	if err := WriteFileVolatile(filepath.Join(path, "under-a-file"), nil, 0o600); err == nil {
 		t.Error("writing below a file succeeded")
+	}
+}
+
+// A volatile write replaces what is in the way as a rename does: a link
+// itself (never what it points to), and not a directory, which fails it with
+// nothing left behind.
+func TestWriteFileVolatileReplacesNoMore(t *testing.T) {
+	dir := t.TempDir()
+	target, link := filepath.Join(dir, "target"), filepath.Join(dir, "link")
+	if err := os.WriteFile(target, []byte("kept"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFileVolatile(link, []byte("new"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Lstat(link)
+	got, _ := os.ReadFile(link)
+	kept, _ := os.ReadFile(target)
+	if err != nil || !st.Mode().IsRegular() || string(got) != "new" || string(kept) != "kept" {
+		t.Errorf("link replaced by %v (%v) holding %q; its target holds %q, want \"kept\"", st.Mode(), err, got, kept)
+	}
+	sub := filepath.Join(dir, "sub")
+	if err := os.MkdirAll(filepath.Join(sub, "in"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFileVolatile(sub, []byte("x"), 0o600); err == nil {
+		t.Error("a volatile write over a directory succeeded")
+	}
+	if st, err := os.Stat(filepath.Join(sub, "in")); err != nil || !st.IsDir() {
+		t.Errorf("the directory in the way changed: %v", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 3 {
+		t.Errorf("left behind: %v", ents)
 	}
 }
