@@ -29,14 +29,9 @@ func (e *entry) call(cmd string, args *skel.CmdArgs) error {
 	if depth() > 0 {
 		return refuseDepth(cmd, args)
 	}
-	node, err := nodeconfig.Load(nodeconfig.Path())
-	if err != nil {
-		// Without the node's settings no answer can be checked;
-		// devplumb-direct reads them too and says what is wrong.
-		return execDirect(args, err)
-	}
+	node := loadNode()
 	ctx := context.Background() // the calls' own DefaultCallTimeout bounds them
-	c, ans, err := e.prepare(ctx, cmd, args)
+	c, ans, err := e.prepare(ctx, cmd, args, node)
 	if err != nil {
 		return err
 	}
@@ -53,7 +48,7 @@ func (e *entry) call(cmd string, args *skel.CmdArgs) error {
 	case ans.Delegate == nil:
 		return nil // a DEL or CHECK with nothing left to do
 	}
-	if err := checkDelegate(node, args, ans.Delegate); err != nil {
+	if err := checkDelegate(node.node, args, ans.Delegate); err != nil {
 		return err // a lying agent: neither its delegates nor devplumb-direct run
 	}
 	return e.commit(ctx, c, cmd, args, ans)
@@ -61,19 +56,29 @@ func (e *entry) call(cmd string, args *skel.CmdArgs) error {
 
 // prepare reaches the agent and has it prepare the call: hello, then
 // prepare, or both at once for a DEL (agentproto.DialDel says why only a
-// DEL). The error is what the call ends in: devplumb-direct's run, or a CNI
-// error.
-func (e *entry) prepare(ctx context.Context, cmd string, args *skel.CmdArgs) (*agentproto.Client, *agentproto.PrepareAnswer, error) {
+// DEL). The node config loads meanwhile: an ADD's prepare waits for it, and
+// without it (or without an agent) the call is devplumb-direct's. The error
+// is what the call ends in: devplumb-direct's run, or a CNI error.
+func (e *entry) prepare(ctx context.Context, cmd string, args *skel.CmdArgs,
+	node *nodeLoad) (*agentproto.Client, *agentproto.PrepareAnswer, error) {
 	if cmd == agentproto.CmdDel {
 		c, ans, err := agentproto.DialDel(ctx, e.socket, dialBound, e.build, prepareOf(cmd, args))
 		if err != nil {
 			return nil, nil, agentFailed(args, err)
+		}
+		if err := node.wait(); err != nil {
+			c.Close() // the DEL prepared changes nothing: closing drops it
+			return nil, nil, execDirect(args, err)
 		}
 		return c, ans, nil
 	}
 	c, err := agentproto.Dial(e.socket, dialBound, e.build)
 	if err != nil {
 		// No agent, a silent one, an untrusted one, or another protocol version.
+		return nil, nil, execDirect(args, err)
+	}
+	if err := node.wait(); err != nil {
+		c.Close() // before the prepare, which takes a device
 		return nil, nil, execDirect(args, err)
 	}
 	ans, err := c.Prepare(ctx, prepareOf(cmd, args))
@@ -85,6 +90,31 @@ func (e *entry) prepare(ctx context.Context, cmd string, args *skel.CmdArgs) (*a
 		return nil, nil, agentFailed(args, err)
 	}
 	return c, ans, nil
+}
+
+// nodeLoad is the node config read in a goroutine of its own, which runs
+// while the entry point waits for the agent's first answer (one P: it runs
+// when the call blocks): a file read and decode taken off every call's path.
+type nodeLoad struct {
+	done chan struct{}
+	node *nodeconfig.Node
+	err  error
+}
+
+func loadNode() *nodeLoad {
+	l := &nodeLoad{done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		l.node, l.err = nodeconfig.Load(nodeconfig.Path())
+	}()
+	return l
+}
+
+// wait waits for the load: without the node's settings no answer can be
+// checked; devplumb-direct reads them too and says what is wrong.
+func (l *nodeLoad) wait() error {
+	<-l.done
+	return l.err
 }
 
 // agentFailed is what a failed round trip with the agent comes to: an agent

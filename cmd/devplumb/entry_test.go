@@ -338,3 +338,30 @@ func skelArgs(p *agentproto.Prepare) *skel.CmdArgs {
 	return &skel.CmdArgs{ContainerID: p.ContainerID, Netns: p.Netns, IfName: p.IfName, Args: p.Args, Path: p.Path,
 		StdinData: p.StdinData}
 }
+
+// With a node config that does not load, an agent's answers cannot be
+// checked: the entry point, which reads it while the agent answers its
+// hello, sends no ADD prepare (which would take a device) and leaves the
+// call to devplumb-direct, which reads the same file and says what is wrong.
+func TestUnreadableNodeConfigIsDevplumbDirect(t *testing.T) {
+	n := newNode(t)
+	var mu sync.Mutex
+	prepared := 0
+	startAgent(t, n.socket, &testAgent{prepare: func(*agentproto.Prepare) (*agentproto.PrepareAnswer, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		prepared++
+		return nil, errors.New("test agent: the entry point prepared a call it cannot check")
+	}})
+	if err := os.WriteFile(n.nodeConfig, []byte(`{"stateDir": `), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := n.run("devplumb", "ADD", "eth1", n.stdin())
+	mu.Lock()
+	defer mu.Unlock()
+	if o.code == 0 || prepared != 0 || !strings.Contains(o.stderr, "doing the call with "+directName) ||
+		!strings.Contains(o.stdout, n.nodeConfig) || len(n.records()) != 0 {
+		t.Errorf("ADD with a broken node config: %+v, %d prepares sent, records %+v; want devplumb-direct's error naming %s, no prepare",
+			o, prepared, n.records(), n.nodeConfig)
+	}
+}
