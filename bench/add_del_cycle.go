@@ -108,8 +108,11 @@ type p1Net struct {
 	// status: the pass-through hands its results to the status daemon (statusd.go),
 	// which writes network-status
 	status bool
-	dra    string // a DRA claim's pod (the kubelet reports the claim; networkData written): its name
-	agent  bool   // through the node agent
+	// idle: the pass-through makes the agent protocol's round trips to the idle agent
+	// (idleagent.go)
+	idle  bool
+	dra   string // a DRA claim's pod (the kubelet reports the claim; networkData written): its name
+	agent bool   // through the node agent
 }
 
 // p1Variants writes the networks: the delegate alone (the floor), devplumb without an agent
@@ -129,6 +132,9 @@ func p1Variants(e *env) ([]*variant, error) {
 			"cacheDir": filepath.Join(e.dir, "passthrough"), "delegate": e.bridge("10.123.11.0/24")}, skip: e.cfg.Passthrough == ""},
 		{label: passOnePLabel, conf: map[string]any{"cniVersion": "1.0.0", "name": "pass1p", "type": "passthrough", "oneP": true,
 			"cacheDir": filepath.Join(e.dir, "passthrough1p"), "delegate": e.bridge("10.123.12.0/24")}, skip: e.cfg.Passthrough == ""},
+		{label: passAgentLabel, conf: map[string]any{"cniVersion": "1.0.0", "name": "passagent", "type": "passthrough", "oneP": true,
+			"cacheDir": filepath.Join(e.dir, "passagent"), "agentSocket": e.idleAgentSocket(), "delegate": e.bridge("10.123.15.0/24")},
+			skip: e.cfg.Passthrough == "", idle: true},
 		{label: passStatusLabel, conf: map[string]any{"cniVersion": "1.0.0", "name": "passstatus", "type": "passthrough",
 			"cacheDir": filepath.Join(e.dir, "passstatus"), "statusSocket": e.statusSocket(), "delegate": e.bridge("10.123.13.0/24")},
 			skip: e.cfg.Passthrough == "" || noKube, status: true},
@@ -199,6 +205,11 @@ func p1Prepare(e *env, n p1Net, v *variant) error {
 			return err
 		}
 	}
+	if n.idle {
+		if err := e.startIdleAgent(); err != nil {
+			return err
+		}
+	}
 	return e.writeNet(n.conf)
 }
 
@@ -218,6 +229,22 @@ func (e *env) startStatusDaemon() error {
 		return err
 	}
 	e.statusd = d
+	return nil
+}
+
+// idleAgentSocket is where P1's idle agent listens, in a directory of its own that
+// only root may write (the agent protocol's client talks to no other).
+func (e *env) idleAgentSocket() string { return filepath.Join(e.dir, "idle-agent", "agent.sock") }
+
+// startIdleAgent starts P1's idle agent; env.close stops it.
+func (e *env) startIdleAgent() error {
+	stop, err := startIdleAgent(e.idleAgentSocket())
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.stopIdleAgent = stop
+	e.mu.Unlock()
 	return nil
 }
 
@@ -274,6 +301,9 @@ func baselineConf(e *env) map[string]any {
 const (
 	passLabel     = "Go pass-through meta-plugin -> bridge (libcni, nothing else)"
 	passOnePLabel = "Go pass-through meta-plugin with one P (GOMAXPROCS=1) -> bridge"
+	// passAgentLabel is the one-P pass-through making the agent protocol's round trips
+	// to an agent that does nothing: the least an agent-based meta-plugin costs here.
+	passAgentLabel = "Go pass-through meta-plugin with one P -> bridge, making the agent protocol's round trips to an agent that does nothing"
 	// passStatusLabel is the pass-through writing network-status through a warm daemon:
 	// the least a meta-plugin that writes it before ADD returns costs here.
 	passStatusLabel = "Go pass-through meta-plugin -> bridge + network-status (API) by a warm daemon (one round trip, one PATCH)"

@@ -278,10 +278,29 @@ func costsTable(vs []*variant, before, after *p1Costs, floor, pass float64) *Tab
 	if n := apiserverNote(before, after); n != "" {
 		t.Notes = append(t.Notes, n)
 	}
-	if n := leastStatusNote(vs, floor, pass); n != "" {
-		t.Notes = append(t.Notes, n)
+	for _, n := range []string{leastAgentNote(vs, floor, pass), leastStatusNote(vs, floor, pass)} {
+		if n != "" {
+			t.Notes = append(t.Notes, n)
+		}
 	}
 	return t
+}
+
+// leastAgentNote compares the plain row through the agent with the pass-through making
+// the same round trips to an agent that does nothing (idleagent.go): what is left of
+// the row's target for the agent's own work.
+func leastAgentNote(vs []*variant, floor, pass float64) string {
+	l, a := addedOf(vs, "passagent", floor), addedOf(vs, "dpagent", floor)
+	if l < 0 || a < 0 {
+		return ""
+	}
+	passCycle := floor + pass
+	return fmt.Sprintf("The least an agent-based meta-plugin costs here, measured as the pass-through with one P making the "+
+		"agent protocol's round trips (connect and hello, prepare, commit; a DEL's prepare with its hello) to an agent that "+
+		"answers at once and does nothing else: %.1f ms over the pass-through (%.2f ×). The plain row through the agent is "+
+		"%.1f ms over that (%.2f × it): the agent's own work and the entry point's (the node config, the answers' checks). "+
+		"Its 1.05 × target leaves %.1f ms over that least for them.",
+		l-pass, (floor+l)/passCycle, a-l, (floor+a)/(floor+l), 1.05*passCycle-floor-l)
 }
 
 // leastStatusNote compares the API rows through the agent with the pass-through that

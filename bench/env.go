@@ -46,7 +46,9 @@ type env struct {
 	thick  *thickDaemon // P1's multus-daemon, when it runs
 	// statusd is P1's status daemon, when its pass-through row runs.
 	statusd *statusDaemon
-	agents  []*agentProc // the node agents it started
+	// stopIdleAgent stops P1's idle agent (idleagent.go), when its row runs.
+	stopIdleAgent func()
+	agents        []*agentProc // the node agents it started
 	// nodeConfigs is each written network's node config (writeNet).
 	nodeConfigs map[string]string
 }
@@ -163,6 +165,10 @@ func (e *env) close() {
 	e.mu.Lock()
 	e.thick.stop() // before the netns and dirs it uses go
 	e.thick = nil
+	if e.stopIdleAgent != nil {
+		e.stopIdleAgent()
+		e.stopIdleAgent = nil
+	}
 	if e.statusd != nil {
 		e.statusd.close()
 		e.statusd = nil

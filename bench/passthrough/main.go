@@ -6,7 +6,9 @@
 // before it asks the agent anything. With "statusSocket" it also hands each
 // call's outcome to make bench's status daemon, which writes the pod's
 // network-status (an ADD's before it returns): the least a meta-plugin that
-// writes network-status costs.
+// writes network-status costs. With "agentSocket" it makes devplumb's entry
+// point's round trips to make bench's agent that does nothing (agent.go): the
+// least an agent-based meta-plugin costs.
 package main
 
 import (
@@ -36,6 +38,8 @@ type conf struct {
 	StatusSocket string         `json:"statusSocket,omitempty"`
 	// StatusClaim is the DRA claim the daemon also writes the status of.
 	StatusClaim *statuscall.Claim `json:"statusClaim,omitempty"`
+	// AgentSocket is make bench's agent that does nothing (agent.go; "": none).
+	AgentSocket string `json:"agentSocket,omitempty"`
 }
 
 // podArgs are the pod's keys in CNI_ARGS, for the status daemon.
@@ -70,6 +74,18 @@ func run(args *skel.CmdArgs, add bool) error {
 	}
 	cni := libcni.NewCNIConfigWithCacheDir(filepath.SplitList(args.Path), c.CacheDir, nil)
 	rt := &libcni.RuntimeConf{ContainerID: args.ContainerID, NetNS: args.Netns, IfName: args.IfName}
+	if c.AgentSocket != "" {
+		return viaAgent(c, args, add, func() ([]byte, error) {
+			if !add {
+				return nil, cni.DelNetworkList(context.Background(), list, rt)
+			}
+			result, err := cni.AddNetworkList(context.Background(), list, rt)
+			if err != nil {
+				return nil, err
+			}
+			return json.Marshal(result)
+		})
+	}
 	if !add {
 		if err := cni.DelNetworkList(context.Background(), list, rt); err != nil {
 			return err
