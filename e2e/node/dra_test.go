@@ -405,3 +405,14 @@ func waitUnprepared(t *testing.T, devs ...draDevice) {
 		t.Errorf("the driver's claim checkpoints left: %v", left)
 	}
 }
+
+// needKube136 skips the test (or what is left of it) on a node older than Kubernetes
+// 1.36, where what it needs is alpha and off: 1.35 drops a device's taints and
+// allowMultipleAllocations, its kubelet reports no device health, and its scheduler
+// does not serve an extended resource from DRA (DRAExtendedResource).
+func needKube136(t *testing.T, what string) {
+	t.Helper()
+	if !e2etest.ServerAtLeast(t, nd.Client.Discovery(), 1, 36) {
+		t.Skipf("%s: off before Kubernetes 1.36 (alpha gates)", what)
+	}
+}

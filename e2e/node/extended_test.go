@@ -67,6 +67,7 @@ func TestExtendedResourceUnderMultus(t *testing.T) {
 	checkExtendedAttachments(t, pod, "default/"+nad, ifNames, devs, nil)
 	deletePod(t, pod)
 
+	needKube136(t, "the DRA half, an extended resource backed by DRA (KEP-5004)")
 	draMode(t)
 	waitAllocatable(t, map[string]string{draResource: "0"})
 	pod = extPod(t, "ext-multus-dra", annotations)
@@ -90,6 +91,7 @@ func TestExtendedResourceAlone(t *testing.T) {
 	checkExtendedAttachments(t, pod, "devplumb-ext", []string{"eth0"}, devs, nil)
 	deletePod(t, pod)
 
+	needKube136(t, "the DRA half, an extended resource backed by DRA (KEP-5004)")
 	draMode(t)
 	waitAllocatable(t, map[string]string{draResource: "0"})
 	pod = extPod(t, "ext-alone-dra", nil)

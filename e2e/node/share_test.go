@@ -141,13 +141,3 @@ func TestDRASharesOnTheRealNode(t *testing.T) {
 		t.Errorf("pod share-b's share changed from %s to %s", shareB, got)
 	}
 }
-
-// needKube136 skips the test on a node older than Kubernetes 1.36, where what it needs
-// is alpha and off (1.35 drops a device's taints and allowMultipleAllocations, and its
-// kubelet reports no device health).
-func needKube136(t *testing.T, what string) {
-	t.Helper()
-	if !e2etest.ServerAtLeast(t, nd.Client.Discovery(), 1, 36) {
-		t.Skipf("%s: off before Kubernetes 1.36 (alpha gates)", what)
-	}
-}
