@@ -68,6 +68,18 @@ func TestParsePhases(t *testing.T) {
 	}
 }
 
+// A chart label that does not fit its column is cut with "...", so it does not run
+// under the bars; one that fits is drawn whole.
+func TestChartLabelsFit(t *testing.T) {
+	long := strings.Repeat("x", 2*labelChars)
+	if got := fitLabel(long); len(got) != labelChars || !strings.HasSuffix(got, "...") {
+		t.Errorf("a %d-character label drawn as %d characters %q, want %d ending in ...", len(long), len(got), got, labelChars)
+	}
+	if short := strings.Repeat("é", labelChars); fitLabel(short) != short {
+		t.Errorf("a label of %d characters that fits was cut: %q", labelChars, fitLabel(short))
+	}
+}
+
 func TestReportOutputs(t *testing.T) {
 	r := &Report{Title: "t", Intro: []string{"intro"},
 		Tables: []Table{{Title: "P1", Header: []string{"what", "ms"}, Rows: [][]string{{"a|b", "1"}}, Notes: []string{"note"}}},

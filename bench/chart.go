@@ -65,7 +65,7 @@ func drawPanel(img *image.RGBA, p Panel, y int) int {
 	fill(img, image.Rect(labelWidth-1, y-4, labelWidth, y+rowHeight*len(p.Bars)), colAxis)
 	for i, b := range p.Bars {
 		top := y + i*rowHeight
-		text(img, margin, top+12, b.Label)
+		text(img, margin, top+12, fitLabel(b.Label))
 		fill(img, image.Rect(labelWidth, top, max(px(b.S.Median), labelWidth+1), top+barHeight), chartPlace[i%len(chartPlace)])
 		mid := top + barHeight/2
 		fill(img, image.Rect(px(b.S.P25), mid-1, max(px(b.S.P75), px(b.S.P25)+1), mid+1), colSpread)
@@ -74,6 +74,19 @@ func drawPanel(img *image.RGBA, p Panel, y int) int {
 		text(img, max(px(b.S.Median), px(b.S.P75))+6, top+12, b.S.Format(p.Unit))
 	}
 	return y + rowHeight*len(p.Bars) + margin
+}
+
+// labelChars is how many characters of basicfont.Face7x13 fit in the label column.
+const labelChars = (labelWidth - margin - 6) / 7
+
+// fitLabel is s cut to the label column ("..." for what is cut): a longer label would
+// run under the bars and into their values. The tables keep the whole label.
+func fitLabel(s string) string {
+	r := []rune(s)
+	if len(r) <= labelChars {
+		return s
+	}
+	return string(r[:labelChars-3]) + "..."
 }
 
 func fill(img *image.RGBA, r image.Rectangle, c color.Color) {

@@ -13,8 +13,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
 	"github.com/devplumb/devplumb/bench/statuscall"
