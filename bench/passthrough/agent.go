@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/devplumb/devplumb/pkg/cni/agentproto"
 )
@@ -21,10 +23,9 @@ import (
 // agentBuild is the build the pass-through tells the agent in hello.
 const agentBuild = "passthrough"
 
-// viaAgent runs the delegate (delegate: an ADD's result, nil for a DEL)
-// between the agent's prepare and commit, and prints what the commit
-// answers for an ADD.
-func viaAgent(c conf, args *skel.CmdArgs, add bool, delegate func() ([]byte, error)) error {
+// viaAgent runs the delegate (an ADD's result, none for a DEL) between the
+// agent's prepare and commit, and prints what the commit answers for an ADD.
+func viaAgent(c conf, args *skel.CmdArgs, add bool, delegate func() (types.Result, error)) error {
 	ctx := context.Background()
 	cl, ans, err := prepareAt(ctx, c.AgentSocket, args, add)
 	if err != nil {
@@ -32,10 +33,14 @@ func viaAgent(c conf, args *skel.CmdArgs, add bool, delegate func() ([]byte, err
 	}
 	defer cl.Close()
 	result, err := delegate()
+	var raw []byte
+	if err == nil && result != nil {
+		raw, err = json.Marshal(result)
+	}
 	if err != nil {
 		return err
 	}
-	out, err := cl.Commit(ctx, &agentproto.Commit{Attachment: ans.Attachment, Result: result})
+	out, err := cl.Commit(ctx, &agentproto.Commit{Attachment: ans.Attachment, Result: raw})
 	if err != nil {
 		return fmt.Errorf("passthrough agent: %w", err)
 	}

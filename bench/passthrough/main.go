@@ -74,27 +74,22 @@ func run(args *skel.CmdArgs, add bool) error {
 	}
 	cni := libcni.NewCNIConfigWithCacheDir(filepath.SplitList(args.Path), c.CacheDir, nil)
 	rt := &libcni.RuntimeConf{ContainerID: args.ContainerID, NetNS: args.Netns, IfName: args.IfName}
-	if c.AgentSocket != "" {
-		return viaAgent(c, args, add, func() ([]byte, error) {
-			if !add {
-				return nil, cni.DelNetworkList(context.Background(), list, rt)
-			}
-			result, err := cni.AddNetworkList(context.Background(), list, rt)
-			if err != nil {
-				return nil, err
-			}
-			return json.Marshal(result)
-		})
-	}
-	if !add {
-		if err := cni.DelNetworkList(context.Background(), list, rt); err != nil {
-			return err
+	// delegate runs the delegate's ADD (its result) or DEL (none).
+	delegate := func() (types.Result, error) {
+		if !add {
+			return nil, cni.DelNetworkList(context.Background(), list, rt)
 		}
-		return tell(c, args, nil)
+		return cni.AddNetworkList(context.Background(), list, rt)
 	}
-	result, err := cni.AddNetworkList(context.Background(), list, rt)
+	if c.AgentSocket != "" {
+		return viaAgent(c, args, add, delegate)
+	}
+	result, err := delegate()
 	if err != nil {
 		return err
+	}
+	if !add {
+		return tell(c, args, nil)
 	}
 	out, err := json.Marshal(result)
 	if err != nil {
