@@ -48,17 +48,43 @@ type controlServer struct {
 // listenControl makes the control socket. The node makes it before any socket
 // that announces it (PodResources, plugin registration) and serves it once all
 // are up: a client that sees the node announced finds the control socket, and
-// its requests wait in the listen backlog until the node answers them.
+// its requests wait in the listen backlog until the node answers them. The
+// socket is bound under another name and renamed once it listens: between a
+// bind and its listen the file exists and refuses connections.
 func listenControl(root string) (net.Listener, error) {
 	path := ControlSocket(root)
 	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
 		os.Remove(path) // left by a killed nodesim
 	}
-	lis, err := net.Listen("unix", path)
+	// Not longer than the final name: unix socket paths are short.
+	tmp := filepath.Join(filepath.Dir(path), ".ctl.new")
+	os.Remove(tmp) // left by a nodesim killed between its listen and rename
+	lis, err := net.Listen("unix", tmp)
 	if err != nil {
-		return nil, fmt.Errorf("listen on control socket %s: %w", path, err)
+		return nil, fmt.Errorf("listen on control socket %s: %w", tmp, err)
 	}
-	return lis, nil
+	lis.(*net.UnixListener).SetUnlinkOnClose(false) // it would unlink tmp
+	if err := os.Rename(tmp, path); err != nil {
+		lis.Close()
+		os.Remove(tmp)
+		return nil, fmt.Errorf("control socket %s: %w", path, err)
+	}
+	return &renamedListener{Listener: lis, path: path}, nil
+}
+
+// renamedListener removes its socket file at close, as a listener that made
+// the file under its final name does.
+type renamedListener struct {
+	net.Listener
+	path string
+}
+
+func (l *renamedListener) Close() error {
+	if err := l.Listener.Close(); err != nil {
+		return err // closed already: the path may be another node's by now
+	}
+	os.Remove(l.path)
+	return nil
 }
 
 // serveControl answers the control API on lis until stop.
