@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/devplumb/devplumb/pkg/base/unixsock"
 	"github.com/devplumb/devplumb/pkg/cni/agentproto"
 )
 
@@ -53,7 +54,7 @@ func listenMetrics(path string, acc metricsAccess, log *slog.Logger) (net.Listen
 			return nil, fmt.Errorf("metrics socket %s for group %d: %w", path, acc.gid, err)
 		}
 	}
-	return &peerListener{UnixListener: l, uid: acc.uid, log: log}, nil
+	return &peerListener{Listener: l, uid: acc.uid, log: log}, nil
 }
 
 // groupDir makes the socket's directory 0750, root's and the group's, when it
@@ -80,7 +81,7 @@ func groupDir(dir string, gid int) error {
 // peerListener accepts only root and uid: the file mode keeps others out, and
 // this holds even against a process that got past it (CAP_DAC_OVERRIDE).
 type peerListener struct {
-	*net.UnixListener
+	*unixsock.Listener
 	uid int
 	log *slog.Logger
 }
@@ -89,7 +90,7 @@ type peerListener struct {
 // closed here, so the HTTP server never reads a byte from them.
 func (l *peerListener) Accept() (net.Conn, error) {
 	for {
-		c, err := l.UnixListener.AcceptUnix()
+		c, err := l.AcceptUnix()
 		if err != nil {
 			return nil, err
 		}

@@ -60,6 +60,7 @@ func TestImportsStayLight(t *testing.T) {
 		"github.com/devplumb/devplumb/pkg/base/libcnicache": true,
 		"github.com/devplumb/devplumb/pkg/cni/nodeconfig":   true,
 		"github.com/devplumb/devplumb/pkg/base/safefile":    true,
+		"github.com/devplumb/devplumb/pkg/base/unixsock":    true,
 		"golang.org/x/sys/unix":                             true,
 	}
 	// A share is shaped where its delegates run, here when the agent
@@ -79,7 +80,7 @@ func TestImportsStayLight(t *testing.T) {
 	for _, d := range deps {
 		if !allowed[d] || forbidden(d) {
 			t.Errorf("the entry point links %s: only the standard library, golang.org/x/sys/unix, the CNI library, "+
-				"pkg/cni/agentproto, pkg/cni/nodeconfig, pkg/cni/shape (with netlink), pkg/base/version, pkg/base/libcnicache and pkg/base/safefile are allowed", d)
+				"pkg/cni/agentproto, pkg/cni/nodeconfig, pkg/cni/shape (with netlink), pkg/base/version, pkg/base/libcnicache, pkg/base/safefile and pkg/base/unixsock are allowed", d)
 		}
 	}
 }
@@ -93,7 +94,7 @@ func forbidden(pkg string) bool {
 	}
 	return strings.HasPrefix(pkg, "github.com/devplumb/devplumb/") &&
 		!slices.Contains([]string{"cmd/devplumb", "pkg/cni/agentproto", "pkg/cni/nodeconfig", "pkg/cni/shape",
-			"pkg/base/version", "pkg/base/libcnicache", "pkg/base/safefile"}, strings.TrimPrefix(pkg, "github.com/devplumb/devplumb/"))
+			"pkg/base/version", "pkg/base/libcnicache", "pkg/base/safefile", "pkg/base/unixsock"}, strings.TrimPrefix(pkg, "github.com/devplumb/devplumb/"))
 }
 
 // goListDeps are the non-standard packages pkgs link, themselves included.

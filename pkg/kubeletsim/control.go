@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/devplumb/devplumb/pkg/base/resourcename"
+	"github.com/devplumb/devplumb/pkg/base/unixsock"
 	"github.com/devplumb/devplumb/pkg/kubeletsim/draplugin"
 )
 
@@ -48,43 +49,18 @@ type controlServer struct {
 // listenControl makes the control socket. The node makes it before any socket
 // that announces it (PodResources, plugin registration) and serves it once all
 // are up: a client that sees the node announced finds the control socket, and
-// its requests wait in the listen backlog until the node answers them. The
-// socket is bound under another name and renamed once it listens: between a
-// bind and its listen the file exists and refuses connections.
+// its requests wait in the listen backlog until the node answers them (the
+// socket appears only once it listens: unixsock).
 func listenControl(root string) (net.Listener, error) {
 	path := ControlSocket(root)
 	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
 		os.Remove(path) // left by a killed nodesim
 	}
-	// Not longer than the final name: unix socket paths are short.
-	tmp := filepath.Join(filepath.Dir(path), ".ctl.new")
-	os.Remove(tmp) // left by a nodesim killed between its listen and rename
-	lis, err := net.Listen("unix", tmp)
+	lis, err := unixsock.Listen(path, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("listen on control socket %s: %w", tmp, err)
+		return nil, fmt.Errorf("control socket: %w", err)
 	}
-	lis.(*net.UnixListener).SetUnlinkOnClose(false) // it would unlink tmp
-	if err := os.Rename(tmp, path); err != nil {
-		lis.Close()
-		os.Remove(tmp)
-		return nil, fmt.Errorf("control socket %s: %w", path, err)
-	}
-	return &renamedListener{Listener: lis, path: path}, nil
-}
-
-// renamedListener removes its socket file at close, as a listener that made
-// the file under its final name does.
-type renamedListener struct {
-	net.Listener
-	path string
-}
-
-func (l *renamedListener) Close() error {
-	if err := l.Listener.Close(); err != nil {
-		return err // closed already: the path may be another node's by now
-	}
-	os.Remove(l.path)
-	return nil
+	return lis, nil
 }
 
 // serveControl answers the control API on lis until stop.

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/devplumb/devplumb/pkg/base/unixsock"
 )
 
 // DefaultSocket is where the agent listens and the entry point dials.
@@ -22,22 +24,18 @@ const DefaultMetricsSocket = "/run/devplumb/agent-metrics.sock"
 // missing and the socket 0600, so only root reaches it (Serve checks the
 // peer's uid as well). A socket file left by a dead agent is replaced; a live
 // agent's socket, or a path that is not a socket, is refused.
-func Listen(path string) (*net.UnixListener, error) {
+func Listen(path string) (*unixsock.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("agent socket directory: %w", err)
 	}
 	if err := removeStale(path); err != nil {
 		return nil, err
 	}
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	// It appears at path only once it listens, mode 0600 (unixsock): an
+	// entry point that finds it is served, not refused into devplumb-direct.
+	l, err := unixsock.Listen(path, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", path, err)
-	}
-	// bind applied the umask; 0600 is set before anyone can be served, and
-	// the 0700 directory keeps others out of the window in between.
-	if err := os.Chmod(path, 0o600); err != nil {
-		l.Close()
-		return nil, fmt.Errorf("agent socket mode: %w", err)
+		return nil, fmt.Errorf("agent socket: %w", err)
 	}
 	return l, nil
 }
