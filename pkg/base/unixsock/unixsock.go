@@ -30,8 +30,7 @@ type Listener struct {
 // Listen listens on a unix socket at path with mode perm. A file at path is
 // replaced: the caller decides beforehand whether it may be (a stale socket).
 func Listen(path string, perm os.FileMode) (*Listener, error) {
-	// Short, as unix socket paths must be: a dot, the pid and a number.
-	tmp := filepath.Join(filepath.Dir(path), "."+strconv.Itoa(os.Getpid())+"-"+strconv.FormatUint(seq.Add(1), 10))
+	tmp := tempName(path)
 	os.Remove(tmp) // a socket another process of this pid left
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
 	if err != nil {
@@ -46,6 +45,20 @@ func Listen(path string, perm os.FileMode) (*Listener, error) {
 		return nil, cleanup(l, tmp, fmt.Errorf("socket %s: %w", path, err))
 	}
 	return &Listener{UnixListener: l, path: path}, nil
+}
+
+// maxPath is the longest unix socket path Linux takes (sun_path less its NUL).
+const maxPath = 107
+
+// tempName is where path's socket is bound: beside it, named after it (a
+// connection's peer address stays the bound name, and shows up in errors),
+// the pid and a number; only these when that is too long for a socket path.
+func tempName(path string) string {
+	dir, id := filepath.Dir(path), strconv.Itoa(os.Getpid())+"-"+strconv.FormatUint(seq.Add(1), 10)
+	if tmp := filepath.Join(dir, "."+filepath.Base(path)+"."+id); len(tmp) <= maxPath {
+		return tmp
+	}
+	return filepath.Join(dir, "."+id)
 }
 
 func cleanup(l *net.UnixListener, tmp string, err error) error {

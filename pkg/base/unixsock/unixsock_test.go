@@ -106,3 +106,27 @@ func shortDir(t *testing.T) string {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
 }
+
+// TestLongPath: a path too long for the named temporary still listens, by
+// the short one; the bound name, which a connection's peer address keeps,
+// names the socket when it fits.
+func TestLongPath(t *testing.T) {
+	dir := shortDir(t)
+	for _, base := range []string{"s.sock", strings.Repeat("s", maxPath-len(dir)-1)} {
+		path := filepath.Join(dir, base)
+		l, err := Listen(path, 0o600)
+		if err != nil {
+			t.Fatalf("%d-byte path: %v", len(path), err)
+		}
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatalf("%d-byte path: %v", len(path), err)
+		}
+		bound := c.RemoteAddr().String()
+		c.Close()
+		l.Close()
+		if named := strings.Contains(bound, "."+base+"."); named != (len(path) < maxPath-12) {
+			t.Errorf("%d-byte path bound as %s", len(path), bound)
+		}
+	}
+}
