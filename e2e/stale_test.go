@@ -58,6 +58,38 @@ func TestLiveClaimIsKept(t *testing.T) {
 	}
 }
 
+// The kubelet is asked about another pod's holder of a candidate only when
+// that holder stands before every free candidate: an ADD whose device is free
+// asks about its own pod alone (and reads the records once); one whose first
+// candidate is held asks about the holder, which keeps its device while the
+// kubelet lists it for its pod.
+func TestHolderAskedAboutOnlyBeforeAFreeDevice(t *testing.T) {
+	e := newEnv(t)
+	holder, first, second := testenv.NetNS(t), testenv.NetNS(t), testenv.NetNS(t)
+	e.install(e.conf("fast-net", e.recorder(nil)))
+	e.setPod("default", "holder", "dev-1")
+	e.mustCnitool("add", "fast-net", holder.Path(), "net1", podArgs("default", "holder"), "")
+	e.setPod("default", "free-first", "dev-2", "dev-1") // a kubelet bug: dev-1 twice
+	before := e.pr.Calls("Get")
+	e.mustCnitool("add", "fast-net", first.Path(), "net1", podArgs("default", "free-first"), "")
+	if got := e.pr.Calls("Get") - before; got != 1 {
+		t.Errorf("ADD whose first candidate is free made %d PodResources Gets, want 1 (its own pod's)", got)
+	}
+	e.setPod("default", "held-first", "dev-1", "dev-3")
+	before = e.pr.Calls("Get")
+	e.mustCnitool("add", "fast-net", second.Path(), "net1", podArgs("default", "held-first"), "")
+	if got := e.pr.Calls("Get") - before; got != 2 {
+		t.Errorf("ADD whose first candidate is held made %d PodResources Gets, want 2 (its pod's, the holder's)", got)
+	}
+	devices := map[string]string{}
+	for _, r := range e.state() {
+		devices[r.Pod.Name] = r.DeviceID
+	}
+	if devices["holder"] != "dev-1" || devices["free-first"] != "dev-2" || devices["held-first"] != "dev-3" {
+		t.Errorf("devices taken %v, want holder dev-1, free-first dev-2, held-first dev-3", devices)
+	}
+}
+
 // Multus injects the device as a top-level deviceID; VERSION lists versions.
 func TestTopLevelDeviceIDAndVersion(t *testing.T) {
 	e := newEnv(t)

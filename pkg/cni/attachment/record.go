@@ -77,6 +77,9 @@ type Record struct {
 	Phases []Phase `json:"phases,omitempty"`
 
 	file string // where it was read from, for errors; "" for a new record
+	// headerOnly: only recordHeader's fields were read (Take's sorting);
+	// full reads the rest before the record leaves Take.
+	headerOnly bool
 }
 
 // ClaimDevice names one allocated device of one ResourceClaim: the claim,
@@ -129,6 +132,11 @@ func New(dir string) *Store { return &Store{Dir: dir} }
 // ErrNoFreeDevice is returned when other attachments hold every candidate device.
 var ErrNoFreeDevice = errors.New("no free device")
 
+// ErrAskFirst is returned, with nothing taken or written, when a candidate
+// comes before any free one and its holder is one Request.AskFirst says
+// the caller must judge first (by asking the kubelet, outside the lock).
+var ErrAskFirst = errors.New("a holder of a candidate device must be judged first")
+
 // Request asks for a device for one attachment.
 type Request struct {
 	Key
@@ -143,6 +151,13 @@ type Request struct {
 	// runs under the node-wide lock, so it must not block: the caller asks
 	// the kubelet first and Stale only checks the answer still applies.
 	Stale func(*Record) bool
+	// AskFirst, when set, tells whether a holder Stale does not call stale
+	// may be stale all the same, for an answer the caller has not asked
+	// yet. Met before any free candidate, such a holder ends Take with
+	// ErrAskFirst: the caller asks and takes again. A free candidate ahead
+	// of it is taken without asking, the same device Take takes with every
+	// answer at hand: so an ADD whose device is free reads the records once.
+	AskFirst func(*Record) bool
 	// SandboxGone, when set, tells (under the lock, without blocking)
 	// whether the sandbox of a record of this pod under another container
 	// ID is gone; only then does this attachment take over its devices.
@@ -180,7 +195,7 @@ func (s *Store) Take(req Request) (*Taken, error) {
 }
 
 func (s *Store) takeLocked(req Request) (*Taken, error) {
-	all, unreadable, err := s.list()
+	all, unreadable, err := s.listWith(readHeader)
 	if err != nil {
 		return nil, err
 	}
@@ -192,6 +207,11 @@ func (s *Store) takeLocked(req Request) (*Taken, error) {
 	if err := own.Newer(); err != nil {
 		// A retried ADD must not rewrite or drop what a newer devplumb set up.
 		return out, fmt.Errorf("ADD of attachment %s/%s/%s: %w", req.Network, req.ContainerID, req.IfName, err)
+	}
+	if own != nil {
+		if own, err = full(own); err != nil {
+			return out, err
+		}
 	}
 	if own != nil && slices.Contains(req.Candidates, own.DeviceID) && own.ResourceName == req.ResourceName {
 		out.Record = own
@@ -224,15 +244,28 @@ func (s *Store) partition(req Request, all []*Record, out *Taken) (*Record, map[
 				// Its delegates are the newer devplumb's to undo: not taken over.
 				return nil, nil, fmt.Errorf("take over the older sandbox's attachment: %w", err)
 			}
-			if err := s.Remove(a.Key); err != nil {
+			if err := s.drop(a, out); err != nil {
 				return nil, nil, err
 			}
-			out.Dropped = append(out.Dropped, a)
 		case SameResource(a.ResourceName, req.ResourceName):
 			held[a.DeviceID] = a
 		}
 	}
 	return own, held, nil
+}
+
+// drop removes a record Take takes over and hands the whole of it to the
+// caller, who undoes what it set up.
+func (s *Store) drop(a *Record, out *Taken) error {
+	whole, err := full(a)
+	if err != nil {
+		return err
+	}
+	if err := s.Remove(a.Key); err != nil {
+		return err
+	}
+	out.Dropped = append(out.Dropped, whole)
+	return nil
 }
 
 // pick records the first candidate no one holds, taking over a holder that
@@ -247,13 +280,15 @@ func (s *Store) pick(req Request, held map[string]*Record, out *Taken) error {
 				refused = append(refused, fmt.Errorf("device %s not taken over: %w", dev, err))
 				continue
 			}
-			if err := s.Remove(a.Key); err != nil {
+			if err := s.drop(a, out); err != nil {
 				return err
 			}
-			out.Dropped = append(out.Dropped, a)
 			delete(held, dev)
 		}
-		if held[dev] != nil {
+		if a := held[dev]; a != nil {
+			if req.AskFirst != nil && req.AskFirst(a) {
+				return ErrAskFirst
+			}
 			continue
 		}
 		a := &Record{Key: req.Key, Pod: req.Pod, ResourceName: req.ResourceName, DeviceID: dev}

@@ -227,6 +227,75 @@ func TestStaleRecordOfAnotherPodIsDropped(t *testing.T) {
 	}
 }
 
+// TestAskFirstOnlyBeforeEveryFreeCandidate: a holder AskFirst names ends
+// Take with ErrAskFirst, nothing written, when it stands before every free
+// candidate; a free candidate ahead of it is taken without asking; a holder
+// Stale calls stale is taken over before AskFirst is asked about it.
+func TestAskFirstOnlyBeforeEveryFreeCandidate(t *testing.T) {
+	s := New(t.TempDir())
+	for i, pod := range []string{"other", "mine"} {
+		if _, err := s.Take(req(pod, fmt.Sprintf("c%d", i), "net1", fmt.Sprintf("d%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	askOther := func(a *Record) bool { return a.Pod.Name == "other" }
+	r := req("new", "cn", "net1", "d0", "d2")
+	r.AskFirst = askOther
+	if c, err := s.Take(r); !errors.Is(err, ErrAskFirst) || c.Record != nil {
+		t.Fatalf("d0's holder before free d2: %+v %v, want ErrAskFirst and nothing taken", c, err)
+	}
+	if all, _ := s.List(); len(all) != 2 {
+		t.Fatalf("ErrAskFirst left %d records, want the two holders'", len(all))
+	}
+	r = req("new", "cn", "net1", "d1", "d2", "d0")
+	r.AskFirst = askOther
+	if c, err := s.Take(r); err != nil || c.Record.DeviceID != "d2" {
+		t.Fatalf("free d2 before d0's holder: %+v %v, want d2 without asking", c, err)
+	}
+	if err := s.Release(r.Key); err != nil {
+		t.Fatal(err)
+	}
+	r = req("new", "cn", "net1", "d0", "d2")
+	r.AskFirst = func(*Record) bool { return true }
+	r.Stale = askOther
+	if c, err := s.Take(r); err != nil || c.Record.DeviceID != "d0" || len(c.Dropped) != 1 {
+		t.Fatalf("stale holder of d0: %+v %v, want d0 taken over", c, err)
+	}
+}
+
+// TestTakeHandsBackWholeRecords: Take sorts the records by their headers
+// alone, and hands back whole ones: the attachment's own record, and every
+// record it takes over, with the delegate config and result their undoing
+// needs.
+func TestTakeHandsBackWholeRecords(t *testing.T) {
+	s := New(t.TempDir())
+	for i, pod := range []string{"gone", "mine"} {
+		r := req(pod, fmt.Sprintf("c%d", i), "net1", fmt.Sprintf("d%d", i))
+		r.Fill = completed
+		if _, err := s.Take(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	whole := func(a *Record) bool {
+		return a != nil && len(a.Delegate) > 0 && len(a.Result) > 0 && len(a.Phases) > 0 && !a.headerOnly
+	}
+	own, err := s.Take(req("mine", "c1", "net1", "d1"))
+	if err != nil || !whole(own.Record) {
+		t.Fatalf("own record from Take: %+v %v, want the whole record", own.Record, err)
+	}
+	r := req("new", "c2", "net1", "d0")
+	r.Stale = func(a *Record) bool { return a.Pod.Name == "gone" }
+	c, err := s.Take(r)
+	if err != nil || len(c.Dropped) != 1 || !whole(c.Dropped[0]) {
+		t.Fatalf("taken over: %+v %v, want the whole record of pod gone", c, err)
+	}
+	moved := req("mine", "c1", "net1", "d3")
+	c, err = s.Take(moved)
+	if err != nil || c.Record.DeviceID != "d3" || len(c.Dropped) != 1 || !whole(c.Dropped[0]) {
+		t.Fatalf("own record for another device: %+v %v, want its whole old record dropped", c, err)
+	}
+}
+
 // GC can clear unreadable records: only the network's, only unwanted ones.
 func TestRemoveCorrupt(t *testing.T) {
 	s := New(t.TempDir())

@@ -153,6 +153,37 @@ const maxRecordSize = 4 << 20
 // devplumb wrote it, so such a file is refused (as corrupt) rather than
 // followed, blocked on or read without end while the state lock is held.
 func readRecord(p string) (*Record, error) {
+	return read(p, func(data []byte, a *Record) error { return json.Unmarshal(data, a) })
+}
+
+// readHeader reads a record as readRecord does but decodes only its header
+// (recordHeader): Take sorts every record of the node by it, and reads the
+// whole of the few it hands back (full).
+func readHeader(p string) (*Record, error) {
+	return read(p, func(data []byte, a *Record) error {
+		var h recordHeader
+		if err := json.Unmarshal(data, &h); err != nil {
+			return err
+		}
+		a.Version, a.Key, a.Pod, a.ResourceName, a.DeviceID, a.NetNS = h.Version, h.Key, h.Pod, h.ResourceName, h.DeviceID, h.NetNS
+		a.headerOnly = true
+		return nil
+	})
+}
+
+// recordHeader is what Take sorts the records by (whose attachment, pod and
+// device; the netns its sandbox checks look at; the format): a third of a
+// whole record's decoding, which holds a delegate config and its result.
+type recordHeader struct {
+	Version int `json:"version"`
+	Key
+	Pod          Pod    `json:"pod"`
+	ResourceName string `json:"resourceName,omitempty"`
+	DeviceID     string `json:"deviceID"`
+	NetNS        string `json:"netns,omitempty"`
+}
+
+func read(p string, decode func([]byte, *Record) error) (*Record, error) {
 	data, err := safefile.ReadFile(p, maxRecordSize, safefile.NoFollow)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -161,13 +192,26 @@ func readRecord(p string) (*Record, error) {
 		return nil, fmt.Errorf("state file %s is unusable (%w): remove it and run DEL again", p, err)
 	}
 	a := &Record{file: p}
-	if err := json.Unmarshal(data, a); err != nil {
+	if err := decode(data, a); err != nil {
 		if newer := newerUndecodable(p, data); newer != nil {
 			return nil, newer
 		}
 		return nil, fmt.Errorf("state file %s is corrupt (%v): remove it and run DEL again", p, err)
 	}
 	return a, nil
+}
+
+// full is the whole record of a, read again if Take read only its header.
+// Under the state lock the file is still the one read.
+func full(a *Record) (*Record, error) {
+	if !a.headerOnly {
+		return a, nil
+	}
+	f, err := readRecord(a.file)
+	if err == nil && f == nil {
+		err = fmt.Errorf("state file %s removed while the state lock was held", a.file)
+	}
+	return f, err
 }
 
 // Put writes a record atomically, without fsync: the records describe network
@@ -226,6 +270,11 @@ func (s *Store) List() ([]*Record, error) {
 // list returns the readable records, the errors of corrupt ones apart, and
 // err when the directory itself cannot be read.
 func (s *Store) list() (out []*Record, corrupt, err error) {
+	return s.listWith(readRecord)
+}
+
+// listWith is list, each record read by read.
+func (s *Store) listWith(read func(string) (*Record, error)) (out []*Record, corrupt, err error) {
 	if _, ok, err := s.records(false); !ok || err != nil {
 		return nil, nil, err
 	}
@@ -239,7 +288,7 @@ func (s *Store) list() (out []*Record, corrupt, err error) {
 		if !strings.HasSuffix(e.Name(), ".json") {
 			continue
 		}
-		a, err := readRecord(filepath.Join(s.attachDir(), e.Name()))
+		a, err := read(filepath.Join(s.attachDir(), e.Name()))
 		if err != nil {
 			errs = append(errs, err)
 			continue

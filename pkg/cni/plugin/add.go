@@ -119,8 +119,8 @@ func (c *call) take(want *candidates) (*attachment.Record, *run, *types.Error) {
 		filled = &run{list: list, rt: rt}
 		return nil
 	}
-	taken, err := c.records.Take(attachment.Request{Key: c.key, Pod: c.pod, ResourceName: want.resourceName,
-		Candidates: want.ids, Stale: c.devices.staleHolders(want), SandboxGone: sandboxGone, Fill: fill})
+	taken, err := c.takeJudged(attachment.Request{Key: c.key, Pod: c.pod, ResourceName: want.resourceName,
+		Candidates: want.ids, SandboxGone: sandboxGone, Fill: fill}, want)
 	c.timing.mark(phaseTake)
 	if taken != nil {
 		if taken.Unreadable != nil {
@@ -138,6 +138,22 @@ func (c *call) take(want *candidates) (*attachment.Record, *run, *types.Error) {
 	}
 	noteClaim(taken.Record, want)
 	return taken.Record, filled, nil
+}
+
+// takeJudged takes with every holder judged under the lock that can be
+// without the kubelet, and asks the kubelet about other pods' holders (every
+// record read again, before the lock) only when one stands before every free
+// candidate (attachment.ErrAskFirst); then it takes again. The device taken
+// is the one a single Take with every answer at hand takes.
+func (c *call) takeJudged(req attachment.Request, want *candidates) (*attachment.Taken, error) {
+	req.Stale, req.AskFirst = c.devices.judgedLocally()
+	taken, err := c.records.Take(req)
+	if !errors.Is(err, attachment.ErrAskFirst) {
+		return taken, err
+	}
+	c.dropOlderSandboxes(taken.Dropped) // removed by this Take
+	req.Stale, req.AskFirst = c.devices.staleHolders(want), nil
+	return c.records.Take(req)
 }
 
 // run is the delegates' run an ADD recorded: what startRun hands on.

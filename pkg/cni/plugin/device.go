@@ -228,10 +228,34 @@ func (f *finder) staleHolders(want *candidates) func(*attachment.Record) bool {
 		if s == nil || s.DeviceID != a.DeviceID || s.Pod != a.Pod || s.ResourceName != a.ResourceName {
 			return false
 		}
-		f.log.Warn("taking over a stale device record: the kubelet no longer gives the device to its holder",
-			"device", a.DeviceID, "holder", a.Pod.String(), "container", a.ContainerID)
+		f.warnTakeOver(a)
 		return true
 	}
+}
+
+// judgedLocally are Take's Stale and AskFirst before the kubelet is asked
+// about any holder: a holder judged without the kubelet (localStale) is
+// judged under the lock; another pod's holder is to be asked about first
+// (staleHolders), which Take calls for only when it stands before every
+// free candidate.
+func (f *finder) judgedLocally() (stale, askFirst func(*attachment.Record) bool) {
+	stale = func(a *attachment.Record) bool {
+		s, _ := f.localStale(a)
+		if s {
+			f.warnTakeOver(a)
+		}
+		return s
+	}
+	askFirst = func(a *attachment.Record) bool {
+		_, known := f.localStale(a)
+		return !known
+	}
+	return stale, askFirst
+}
+
+func (f *finder) warnTakeOver(a *attachment.Record) {
+	f.log.Warn("taking over a stale device record: the kubelet no longer gives the device to its holder",
+		"device", a.DeviceID, "holder", a.Pod.String(), "container", a.ContainerID)
 }
 
 // heldStale reports whether another attachment's record of a device the
@@ -241,11 +265,8 @@ func (f *finder) staleHolders(want *candidates) func(*attachment.Record) bool {
 // UID is a pod deleted and created again: the kubelet's answer is about the
 // new pod, so the old one's record is left over when its sandbox is gone.
 func (f *finder) heldStale(a *attachment.Record) bool {
-	if !f.kubelet.asked() || !a.Pod.Known() {
-		return false
-	}
-	if a.Pod.Namespace == f.pod.Namespace && a.Pod.Name == f.pod.Name {
-		return a.Pod.UID != "" && f.pod.UID != "" && a.Pod.UID != f.pod.UID && sandboxGone(a)
+	if stale, known := f.localStale(a); known {
+		return stale
 	}
 	ctx, cancel := f.ctx()
 	defer cancel()
@@ -258,6 +279,21 @@ func (f *finder) heldStale(a *attachment.Record) bool {
 		devices = leftover.PodDevices(a, leftover.DevicesByResource(pod))
 	}
 	return leftover.DeviceGone(a, err == nil, devices)
+}
+
+// localStale judges a holder without the kubelet where it can: not stale
+// when no kubelet was asked (an explicit device) or its pod is unknown; for
+// a holder of this pod's namespace and name, stale when it is another pod
+// of that name (UID) whose sandbox is gone. known is false for any other
+// pod's holder: the kubelet's answer about that pod decides (heldStale).
+func (f *finder) localStale(a *attachment.Record) (stale, known bool) {
+	if !f.kubelet.asked() || !a.Pod.Known() {
+		return false, true
+	}
+	if a.Pod.Namespace == f.pod.Namespace && a.Pod.Name == f.pod.Name {
+		return a.Pod.UID != "" && f.pod.UID != "" && a.Pod.UID != f.pod.UID && sandboxGone(a), true
+	}
+	return false, false
 }
 
 // sandboxGone reports whether an attachment's sandbox is gone: its netns
