@@ -6,13 +6,12 @@
 package safefile
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
-	"syscall"
+	"slices"
+
+	"golang.org/x/sys/unix"
 )
 
 // Links says whether a read follows a symbolic link at the path itself.
@@ -38,42 +37,86 @@ var ErrTooLarge = errors.New("file too large")
 // blocks on what it finds: the open is non-blocking (a FIFO opens at once
 // and is then refused), the type comes from the opened file (fstat), and the
 // read stops at limit+1 bytes even if the file grows meanwhile. Every error
-// names path; a missing file matches fs.ErrNotExist.
+// names path; a missing file matches fs.ErrNotExist. It makes the system
+// calls alone (open, fstat, read to the end, close), without an os.File's
+// registration with the poller, which a regular file refuses: the node
+// agent reads every state record of the node for each ADD.
 func ReadFile(path string, limit int64, links Links) ([]byte, error) {
-	flags := os.O_RDONLY | syscall.O_NONBLOCK | syscall.O_CLOEXEC
+	flags := unix.O_RDONLY | unix.O_NONBLOCK | unix.O_CLOEXEC
 	if links == NoFollow {
-		flags |= syscall.O_NOFOLLOW
+		flags |= unix.O_NOFOLLOW
 	}
-	f, err := os.OpenFile(path, flags, 0)
-	if errors.Is(err, syscall.ELOOP) && links == NoFollow {
+	fd, err := retry(func() (int, error) { return unix.Open(path, flags, 0) })
+	if errors.Is(err, unix.ELOOP) && links == NoFollow {
 		return nil, fmt.Errorf("%s: %w: it is a symbolic link, which is not expected here", path, ErrNotRegular)
 	}
 	if err != nil {
-		return nil, err // *PathError: names path, keeps fs.ErrNotExist
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err} // keeps fs.ErrNotExist
 	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, fmt.Errorf("stat %s: %w", path, err)
 	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: %w (it is a %s)", path, ErrNotRegular, kind(st.Mode()))
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, fmt.Errorf("%s: %w (it is a %s)", path, ErrNotRegular, kindOf(st.Mode))
 	}
-	if st.Size() > limit {
-		return nil, fmt.Errorf("%s: %w: %d bytes, the limit is %d", path, ErrTooLarge, st.Size(), limit)
+	if st.Size > limit {
+		return nil, fmt.Errorf("%s: %w: %d bytes, the limit is %d", path, ErrTooLarge, st.Size, limit)
 	}
-	// Sized by the stat: one allocation, where io.ReadAll grows from 512
-	// bytes (the node agent reads a few records per CNI call). A file that
-	// grows meanwhile is still read to its end, up to limit+1.
-	buf := bytes.NewBuffer(make([]byte, 0, st.Size()+bytes.MinRead))
-	if _, err := buf.ReadFrom(io.LimitReader(f, limit+1)); err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
+	return readAll(fd, path, st.Size, limit)
+}
+
+// readAll reads fd to its end into a buffer sized by the stat (one
+// allocation, one read and the read that finds the end when the file did
+// not change); a file that grows meanwhile is read on, up to limit+1 bytes.
+func readAll(fd int, path string, size, limit int64) ([]byte, error) {
+	buf := make([]byte, 0, size+512)
+	for {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, int(min(int64(cap(buf)), limit+1-int64(len(buf)))))
+		}
+		n, err := retry(func() (int, error) { return unix.Read(fd, buf[len(buf):cap(buf)]) })
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", path, err)
+		}
+		if n == 0 {
+			return buf, nil
+		}
+		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > limit {
+			return nil, fmt.Errorf("%s: %w: it grew beyond %d bytes while read", path, ErrTooLarge, limit)
+		}
 	}
-	data := buf.Bytes()
-	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("%s: %w: it grew beyond %d bytes while read", path, ErrTooLarge, limit)
+}
+
+// retry makes a system call again when a signal interrupted it.
+func retry(call func() (int, error)) (int, error) {
+	for {
+		n, err := call()
+		if err != unix.EINTR {
+			return n, err
+		}
 	}
-	return data, nil
+}
+
+// kindOf names the file type of a stat's mode for error messages.
+func kindOf(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		return kind(fs.ModeDir)
+	case unix.S_IFIFO:
+		return kind(fs.ModeNamedPipe)
+	case unix.S_IFSOCK:
+		return kind(fs.ModeSocket)
+	case unix.S_IFCHR:
+		return kind(fs.ModeDevice | fs.ModeCharDevice)
+	case unix.S_IFBLK:
+		return kind(fs.ModeDevice)
+	case unix.S_IFLNK:
+		return kind(fs.ModeSymlink)
+	}
+	return fmt.Sprintf("file of type %#o", mode&unix.S_IFMT)
 }
 
 // kind names a file type for error messages.

@@ -106,3 +106,16 @@ func TestReadFileRegular(t *testing.T) {
 		}
 	}
 }
+
+// A file longer than its stat says (procfs gives size 0, as a file growing
+// after the stat does) is read to its end, and refused once it passes the
+// limit.
+func TestReadFileLongerThanItsStat(t *testing.T) {
+	data, err := ReadFile("/proc/self/status", 1<<20, NoFollow)
+	if err != nil || len(data) <= 512 || !strings.HasPrefix(string(data), "Name:") {
+		t.Fatalf("/proc/self/status: %d bytes, %v; want it whole (more than 512 bytes)", len(data), err)
+	}
+	if _, err := ReadFile("/proc/self/status", 100, NoFollow); !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "grew") {
+		t.Errorf("/proc/self/status with a 100-byte limit: %v, want ErrTooLarge (grew beyond)", err)
+	}
+}
