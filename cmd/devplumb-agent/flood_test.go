@@ -57,7 +57,11 @@ func TestFloodedAgentStaysInItsMemory(t *testing.T) {
 			c.Write(append(binary.BigEndian.AppendUint32(nil, agentproto.MaxFrame), body...)) // blocks until read or closed
 		})
 	}
-	deadline := time.Now().Add(30 * time.Second) // a bound on a wait, not a speed
+	// A bound on a wait, not a speed: each ends within seconds (its frame
+	// wait, 5 s, or its budget wait, 1 s) on an idle machine; on one
+	// running other tests beside it the race-built writers take longer to
+	// push their 160 MiB (30 s was too short once, at load 50).
+	deadline := time.Now().Add(90 * time.Second)
 	for i, c := range conns {                    // the agent ends each
 		c.SetReadDeadline(deadline)
 		if _, err := io.Copy(io.Discard, c); err != nil && !isReset(err) {
