@@ -62,7 +62,7 @@ func TestFloodedAgentStaysInItsMemory(t *testing.T) {
 	// running other tests beside it the race-built writers take longer to
 	// push their 160 MiB (30 s was too short once, at load 50).
 	deadline := time.Now().Add(90 * time.Second)
-	for i, c := range conns {                    // the agent ends each
+	for i, c := range conns { // the agent ends each
 		c.SetReadDeadline(deadline)
 		if _, err := io.Copy(io.Discard, c); err != nil && !isReset(err) {
 			t.Errorf("flooding connection %d not ended by the agent: %v", i, err)
