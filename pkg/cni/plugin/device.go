@@ -240,17 +240,13 @@ func (f *finder) staleHolders(want *candidates) func(*attachment.Record) bool {
 // free candidate.
 func (f *finder) judgedLocally() (stale, askFirst func(*attachment.Record) bool) {
 	stale = func(a *attachment.Record) bool {
-		s, _ := f.localStale(a)
+		s := !f.kubeletJudges(a) && f.localStale(a)
 		if s {
 			f.warnTakeOver(a)
 		}
 		return s
 	}
-	askFirst = func(a *attachment.Record) bool {
-		_, known := f.localStale(a)
-		return !known
-	}
-	return stale, askFirst
+	return stale, f.kubeletJudges
 }
 
 func (f *finder) warnTakeOver(a *attachment.Record) {
@@ -265,8 +261,8 @@ func (f *finder) warnTakeOver(a *attachment.Record) {
 // UID is a pod deleted and created again: the kubelet's answer is about the
 // new pod, so the old one's record is left over when its sandbox is gone.
 func (f *finder) heldStale(a *attachment.Record) bool {
-	if stale, known := f.localStale(a); known {
-		return stale
+	if !f.kubeletJudges(a) {
+		return f.localStale(a)
 	}
 	ctx, cancel := f.ctx()
 	defer cancel()
@@ -281,19 +277,22 @@ func (f *finder) heldStale(a *attachment.Record) bool {
 	return leftover.DeviceGone(a, err == nil, devices)
 }
 
-// localStale judges a holder without the kubelet where it can: not stale
-// when no kubelet was asked (an explicit device) or its pod is unknown; for
-// a holder of this pod's namespace and name, stale when it is another pod
-// of that name (UID) whose sandbox is gone. known is false for any other
-// pod's holder: the kubelet's answer about that pod decides (heldStale).
-func (f *finder) localStale(a *attachment.Record) (stale, known bool) {
+// kubeletJudges tells whether only the kubelet's answer about a holder's
+// pod can judge it: a holder of another pod, once the kubelet was asked
+// about this one. The others localStale judges.
+func (f *finder) kubeletJudges(a *attachment.Record) bool {
+	return f.kubelet.asked() && a.Pod.Known() && (a.Pod.Namespace != f.pod.Namespace || a.Pod.Name != f.pod.Name)
+}
+
+// localStale judges a holder the kubelet need not judge: not stale when no
+// kubelet was asked (an explicit device) or its pod is unknown; a holder of
+// this pod's namespace and name is stale when it is another pod of that
+// name (UID) whose sandbox is gone.
+func (f *finder) localStale(a *attachment.Record) bool {
 	if !f.kubelet.asked() || !a.Pod.Known() {
-		return false, true
+		return false
 	}
-	if a.Pod.Namespace == f.pod.Namespace && a.Pod.Name == f.pod.Name {
-		return a.Pod.UID != "" && f.pod.UID != "" && a.Pod.UID != f.pod.UID && sandboxGone(a), true
-	}
-	return false, false
+	return a.Pod.UID != "" && f.pod.UID != "" && a.Pod.UID != f.pod.UID && sandboxGone(a)
 }
 
 // sandboxGone reports whether an attachment's sandbox is gone: its netns
