@@ -52,11 +52,9 @@ type controlServer struct {
 // its requests wait in the listen backlog until the node answers them (the
 // socket appears only once it listens: unixsock).
 func listenControl(root string) (net.Listener, error) {
-	path := ControlSocket(root)
-	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
-		os.Remove(path) // left by a killed nodesim
-	}
-	lis, err := unixsock.Listen(path, 0o600)
+	// A socket a killed nodesim left is replaced (checkNotServing refused a
+	// live one).
+	lis, err := unixsock.Listen(ControlSocket(root), 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)
 	}

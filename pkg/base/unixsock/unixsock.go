@@ -27,9 +27,13 @@ type Listener struct {
 	path string
 }
 
-// Listen listens on a unix socket at path with mode perm. A file at path is
-// replaced: the caller decides beforehand whether it may be (a stale socket).
+// Listen listens on a unix socket at path with mode perm. A socket at path
+// is replaced (the caller decides beforehand whether a live one may be);
+// anything else there is refused, as a bind refuses it, not renamed over.
 func Listen(path string, perm os.FileMode) (*Listener, error) {
+	if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() != os.ModeSocket {
+		return nil, fmt.Errorf("listen on %s: it exists and is not a socket (%s)", path, fi.Mode().Type())
+	}
 	tmp := tempName(path)
 	os.Remove(tmp) // a socket another process of this pid left
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})

@@ -88,12 +88,23 @@ func TestModeAndNothingLeft(t *testing.T) {
 	}
 }
 
-// TestBadPath: a directory that does not exist is an error naming the path,
-// and nothing is made.
+// TestBadPath: a directory that does not exist, or a file at the path that
+// is not a socket, is an error naming the path; the file stays as it was.
 func TestBadPath(t *testing.T) {
-	path := filepath.Join(shortDir(t), "none", "s.sock")
+	dir := shortDir(t)
+	path := filepath.Join(dir, "none", "s.sock")
 	if _, err := Listen(path, 0o600); err == nil || !strings.Contains(err.Error(), path) {
 		t.Errorf("Listen in a missing directory: %v, want an error naming %s", err, path)
+	}
+	file := filepath.Join(dir, "f.sock")
+	if err := os.WriteFile(file, []byte("mine"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Listen(file, 0o600); err == nil || !strings.Contains(err.Error(), file) {
+		t.Errorf("Listen on a regular file: %v, want an error naming %s", err, file)
+	}
+	if data, err := os.ReadFile(file); err != nil || string(data) != "mine" {
+		t.Errorf("the regular file after Listen: %q %v, want it as it was", data, err)
 	}
 }
 
