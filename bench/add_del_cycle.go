@@ -349,12 +349,20 @@ func p1Table(vs []*variant, cfg Config) Table {
 
 // addedOf is the median time the network net adds over the floor, or -1 when not run.
 func addedOf(vs []*variant, net string, floor float64) float64 {
-	for _, v := range vs {
-		if v.net == net {
-			return Summarize(v.ms).Median - floor
-		}
+	if v := variantOf(vs, net); v != nil {
+		return Summarize(v.ms).Median - floor
 	}
 	return -1
+}
+
+// variantOf is the row of network net, or nil when it was not run.
+func variantOf(vs []*variant, net string) *variant {
+	for _, v := range vs {
+		if v.net == net {
+			return v
+		}
+	}
+	return nil
 }
 
 // ratio is added ÷ of as a table cell: "–" for the floor and when of was not measured.

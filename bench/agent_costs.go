@@ -244,28 +244,36 @@ func readAfter(e *env, vs []*variant) (*p1Costs, error) {
 // work, the API writes it waits for, and the rest (the entry point's own process beyond
 // the pass-through's, its round trips to the agent, the scheduling of two processes).
 func costsTable(vs []*variant, before, after *p1Costs, floor, pass float64) *Table {
-	if before == nil || pass < 0 || len(after.agents) == 0 {
+	if before == nil || pass < 0 || len(after.agents) == 0 || variantOf(vs, "pass") == nil {
 		return nil
 	}
 	t := &Table{Title: "P1 through the agent: where the time over the pass-through goes (per ADD+DEL cycle)",
-		Header: []string{"row", "over the pass-through (median)", "the agent's own work (mean)", "waiting for the API server (mean)",
-			"the rest (entry point, round trips)", "its target over the pass-through", "the agent's phases (ADD; DEL), ms"}}
+		Header: []string{"row", "over the pass-through (paired median)", "its 95% interval", "the agent's own work (mean)",
+			"waiting for the API server (mean)", "the rest (entry point, round trips)", "its target over the pass-through",
+			"the agent's phases (ADD; DEL), ms"}}
+	passRow := variantOf(vs, "pass")
 	for _, v := range vs {
 		s, ok := after.agents[v]
 		if !ok {
 			continue
 		}
 		s = s.since(before.agents[v])
-		over := Summarize(v.ms).Median - floor - pass
+		paired := PairedDiff(v.ms, passRow.ms)
+		over := paired.Median
 		own, kube := 0.0, s.meanMs("ADD kube")+s.meanMs("DEL kube")
 		for k := range s {
 			if !strings.HasSuffix(k, " delegate") && !strings.HasSuffix(k, " kube") {
 				own += s.meanMs(k)
 			}
 		}
-		t.Rows = append(t.Rows, []string{v.label, fmt.Sprintf("%.1f ms", over), fmt.Sprintf("%.1f ms", own),
-			fmt.Sprintf("%.1f ms", kube), fmt.Sprintf("%.1f ms", over-own-kube), costTarget(v, floor+pass), phaseList(s)})
+		t.Rows = append(t.Rows, []string{v.label, fmt.Sprintf("%.1f ms", over), paired.Interval(), fmt.Sprintf("%.1f ms", own),
+			fmt.Sprintf("%.1f ms", kube), fmt.Sprintf("%.1f ms", over-own-kube), costTarget(v, floor+pass, paired), phaseList(s)})
 	}
+	t.Notes = append(t.Notes, "Over the pass-through: the median of the differences between the row's cycle and the pass-through's "+
+		"in the same round (each round runs every row once, in a rotating order), so that the machine's load, which drifts "+
+		"between rounds, cancels out; the interval holds that median with 95% confidence (order statistics, no assumption on "+
+		"the differences' distribution). A target is met when the whole interval is within it, missed when the whole interval "+
+		"is above it, and not decided by the run otherwise.")
 	t.Notes = append(t.Notes, "Means over the measured cycles of the agent's own phase histograms (devplumb_phase_duration_seconds, path=\"agent\"): "+
 		"its own work is every phase but the delegates' run (which the entry point does, as the pass-through does) and the API writes; "+
 		"waiting for the API server is the kube phase: ADD's network-status PATCH (and the claim's status apply, at the same time), "+
@@ -334,8 +342,9 @@ func leastStatusNote(vs []*variant, floor, pass float64) string {
 		". The plain row is " + plain + "."
 }
 
-// costTarget is issue 38's target for the row as time over the pass-through.
-func costTarget(v *variant, passCycle float64) string {
+// costTarget is issue 38's target for the row as time over the pass-through, and whether
+// the row's paired time over it meets it.
+func costTarget(v *variant, passCycle float64, over Paired) string {
 	f := 1.05
 	switch v.net {
 	case "dpagentkube":
@@ -343,7 +352,8 @@ func costTarget(v *variant, passCycle float64) string {
 	case "dpdraagent":
 		f = 1.15
 	}
-	return fmt.Sprintf("≤ %.1f ms (%.2f ×)", (f-1)*passCycle, f)
+	target := (f - 1) * passCycle
+	return fmt.Sprintf("≤ %.1f ms (%.2f ×): %s", target, f, over.Within(target))
 }
 
 // phaseList is the mean of each phase but the delegates' run, in ADD's order.

@@ -10,6 +10,7 @@ package bench
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"time"
 )
@@ -59,5 +60,76 @@ func num(v float64) string {
 		return fmt.Sprintf("%.1f", v)
 	default:
 		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+// Paired is the median of per-round differences between two rows measured in the same
+// rounds (P1 runs every row once per round, back to back), with its 95% confidence
+// interval. The machine's load drifts between rounds far more than within one, and a
+// paired difference cancels that drift where a difference of two medians carries it.
+type Paired struct {
+	N              int
+	Median, Lo, Hi float64
+	HasInterval    bool // false with too few rounds for a 95% interval (fewer than 6)
+}
+
+// PairedDiff pairs a[k] with b[k] (the same round k). The interval is the median's
+// distribution-free one, from order statistics: the sign test's, assuming nothing about
+// the differences' distribution.
+func PairedDiff(a, b []float64) Paired {
+	n := min(len(a), len(b))
+	d := make([]float64, n)
+	for k := range n {
+		d[k] = a[k] - b[k]
+	}
+	slices.Sort(d)
+	p := Paired{N: n}
+	if n == 0 {
+		return p
+	}
+	p.Median = quantile(d, 0.5)
+	if k := medianRank(n); k > 0 {
+		p.Lo, p.Hi, p.HasInterval = d[k-1], d[n-k], true
+	}
+	return p
+}
+
+// medianRank is the largest k with P(Binomial(n, ½) < k) ≤ 2.5%: the k-th smallest and
+// k-th largest of n values bound their median with at least 95% confidence. 0: none do.
+func medianRank(n int) int {
+	// cdf accumulates P(X ≤ i) for X ~ Binomial(n, ½); pmf starts at P(X = 0) = 2^-n.
+	pmf, cdf := math.Pow(0.5, float64(n)), 0.0
+	k := 0
+	for i := 0; i < n; i++ {
+		if cdf+pmf > 0.025 {
+			break
+		}
+		cdf += pmf
+		k = i + 1
+		pmf = pmf * float64(n-i) / float64(i+1)
+	}
+	return k
+}
+
+// Interval is the 95% interval as a table cell.
+func (p Paired) Interval() string {
+	if !p.HasInterval {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f to %.1f ms", p.Lo, p.Hi)
+}
+
+// Within says whether the paired difference is at most limit: "met" when its whole
+// interval is, "missed" when none of it is, else "not decided by this run".
+func (p Paired) Within(limit float64) string {
+	switch {
+	case !p.HasInterval:
+		return "too few rounds to tell"
+	case p.Hi <= limit:
+		return "met"
+	case p.Lo > limit:
+		return "missed"
+	default:
+		return "not decided by this run"
 	}
 }

@@ -35,8 +35,9 @@ type Node struct {
 	PodResources *podresourcestest.Server
 }
 
-// NewNode makes a node whose pod holds devices veth ends.
-func NewNode(t testing.TB, devices int) *Node {
+// NewNode makes a node whose pod holds devices veth ends; opts configure
+// its PodResources server (by default limited as the kubelet's is).
+func NewNode(t testing.TB, devices int, opts ...podresourcestest.ServerOption) *Node {
 	t.Helper()
 	n := &Node{t: t, CNIPath: testenv.CNIPlugins(t), Root: t.TempDir(), Pod: testenv.NetNS(t)}
 	store := devinfo.NewStore(filepath.Join(n.Root, "devinfo"))
@@ -49,7 +50,7 @@ func NewNode(t testing.TB, devices int) *Node {
 		}
 		n.Devs = append(n.Devs, dev)
 	}
-	n.PodResources = podresourcestest.NewServer(t)
+	n.PodResources = podresourcestest.NewServer(t, opts...)
 	n.PodResources.SetPod(&v1.PodResources{Namespace: "default", Name: "p1", Containers: []*v1.ContainerResources{{
 		Name: "app", Devices: []*v1.ContainerDevices{{ResourceName: Resource, DeviceIds: n.Devs}},
 	}}})
