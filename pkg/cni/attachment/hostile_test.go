@@ -128,6 +128,12 @@ func TestStateDirLinksAreRefused(t *testing.T) {
 			mustMkdir(t, dir, 0o700)
 			mustLink(t, filepath.Join(target, "victim"), filepath.Join(dir, "lock"))
 		},
+		"lock is a FIFO": func(t *testing.T, dir, _ string) { // opened without blocking, then refused
+			mustMkdir(t, dir, 0o700)
+			if err := syscall.Mkfifo(filepath.Join(dir, "lock"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		},
 		"stateDir writable by others": func(t *testing.T, dir, _ string) { mustMkdir(t, dir, 0o777) },
 	}
 	for name, setup := range cases {

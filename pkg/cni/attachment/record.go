@@ -348,15 +348,45 @@ func noFreeError(req Request, held map[string]*Record) error {
 // A newer devplumb's record is refused (ErrNewerFormat) and stays: callers
 // that must not fail (DEL) check Newer first and leave it alone.
 func (s *Store) Release(k Key) error {
+	return s.Locked(func() error { return s.release(k) })
+}
+
+// release is Release under the lock.
+func (s *Store) release(k Key) error {
+	cur, err := s.Get(k)
+	if errors.Is(err, ErrNewerFormat) {
+		return fmt.Errorf("release attachment %s/%s/%s: %w", k.Network, k.ContainerID, k.IfName, err)
+	}
+	if err := cur.Newer(); err != nil {
+		return fmt.Errorf("release attachment %s/%s/%s: %w", k.Network, k.ContainerID, k.IfName, err)
+	}
+	return s.Remove(k)
+}
+
+// Retire is the end of attachment k's DEL, after its delegates' DEL, under one
+// hold of the lock (DEL's three steps took it twice and read the record twice).
+// First undone, when not nil, is rewritten as Update does: the record says
+// the delegates are undone, so that a DEL killed after it and run again does
+// not run them a second time; a failure to write it goes to undoneErr and the
+// DEL goes on. Then removeFiles removes what the record names, which must go
+// while a record still names it, and last the record goes as Release removes
+// it: an error of removeFiles keeps the record.
+func (s *Store) Retire(k Key, undone *Record, undoneErr func(error), removeFiles func() error) error {
 	return s.Locked(func() error {
-		cur, err := s.Get(k)
-		if errors.Is(err, ErrNewerFormat) {
-			return fmt.Errorf("release attachment %s/%s/%s: %w", k.Network, k.ContainerID, k.IfName, err)
+		written := false
+		if undone != nil {
+			err := s.update(undone)
+			if written = err == nil; !written {
+				undoneErr(err)
+			}
 		}
-		if err := cur.Newer(); err != nil {
-			return fmt.Errorf("release attachment %s/%s/%s: %w", k.Network, k.ContainerID, k.IfName, err)
+		if err := removeFiles(); err != nil {
+			return err
 		}
-		return s.Remove(k)
+		if written { // the record is the one just written under this lock: ours, of this format
+			return s.Remove(k)
+		}
+		return s.release(k)
 	})
 }
 
@@ -384,18 +414,21 @@ var ErrDeviceLost = errors.New("the device was taken over")
 // holds the device it took: writing it back unconditionally would
 // resurrect a dropped record and hand one device out twice.
 func (s *Store) Update(a *Record) error {
-	return s.Locked(func() error {
-		cur, err := s.Get(a.Key)
-		if err != nil {
-			return err
-		}
-		if err := cur.Newer(); err != nil {
-			return fmt.Errorf("update attachment %s/%s/%s: %w", a.Network, a.ContainerID, a.IfName, err)
-		}
-		if cur == nil || cur.DeviceID != a.DeviceID || cur.ResourceName != a.ResourceName {
-			return fmt.Errorf("%w: attachment %s/%s/%s no longer holds device %s; run ADD again",
-				ErrDeviceLost, a.Network, a.ContainerID, a.IfName, a.DeviceID)
-		}
-		return s.Put(a)
-	})
+	return s.Locked(func() error { return s.update(a) })
+}
+
+// update is Update under the lock.
+func (s *Store) update(a *Record) error {
+	cur, err := s.Get(a.Key)
+	if err != nil {
+		return err
+	}
+	if err := cur.Newer(); err != nil {
+		return fmt.Errorf("update attachment %s/%s/%s: %w", a.Network, a.ContainerID, a.IfName, err)
+	}
+	if cur == nil || cur.DeviceID != a.DeviceID || cur.ResourceName != a.ResourceName {
+		return fmt.Errorf("%w: attachment %s/%s/%s no longer holds device %s; run ADD again",
+			ErrDeviceLost, a.Network, a.ContainerID, a.IfName, a.DeviceID)
+	}
+	return s.Put(a)
 }

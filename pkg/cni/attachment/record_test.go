@@ -418,3 +418,62 @@ func TestFillIsWrittenWithTheTake(t *testing.T) {
 		t.Fatalf("d1 is not free after a failing Fill: %+v, %v", ok, err)
 	}
 }
+
+// Retire writes the record undone before it removes the files the record names,
+// keeps it (undone) when they cannot go, and removes it once they are gone.
+func TestRetire(t *testing.T) {
+	s := New(t.TempDir())
+	r := req("p", "c1", "net1", "d0")
+	taken, err := s.Take(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := taken.Record
+	rec.Complete = true
+	if err := s.Update(rec); err != nil {
+		t.Fatal(err)
+	}
+	rec.Complete = false
+	noUndoneErr := func(err error) { t.Errorf("undone not written: %v", err) }
+	gone := errors.New("file busy")
+	err = s.Retire(r.Key, rec, noUndoneErr, func() error {
+		if cur, err := s.Get(r.Key); err != nil || cur == nil || cur.Complete {
+			t.Errorf("while the files go, the record is %+v (%v): want it undone", cur, err)
+		}
+		return gone
+	})
+	if !errors.Is(err, gone) {
+		t.Fatalf("retire with files that stay: %v", err)
+	}
+	if cur, _ := s.Get(r.Key); cur == nil || cur.Complete {
+		t.Fatalf("the files stayed: the record must stay, undone: %+v", cur)
+	}
+	removed := false
+	if err := s.Retire(r.Key, rec, noUndoneErr, func() error { removed = true; return nil }); err != nil || !removed {
+		t.Fatalf("retire: %v (files removed %v)", err, removed)
+	}
+	if cur, err := s.Get(r.Key); err != nil || cur != nil {
+		t.Fatalf("record after retire: %+v %v", cur, err)
+	}
+}
+
+// An undone record that cannot be written (its device went to another sandbox)
+// is reported and the DEL goes on, removing nothing of the other sandbox's.
+func TestRetireOfALostDevice(t *testing.T) {
+	s := New(t.TempDir())
+	old, err := s.Take(req("p", "c1", "net1", "d0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Take(req("p", "c2", "net1", "d0")); err != nil {
+		t.Fatal(err)
+	}
+	var undoneErr error
+	err = s.Retire(old.Record.Key, old.Record, func(err error) { undoneErr = err }, func() error { return nil })
+	if err != nil || !errors.Is(undoneErr, ErrDeviceLost) {
+		t.Fatalf("retire: %v, undone: %v", err, undoneErr)
+	}
+	if all, _ := s.List(); len(all) != 1 || all[0].ContainerID != "c2" {
+		t.Errorf("records %+v: want only the new sandbox's", all)
+	}
+}

@@ -47,20 +47,26 @@ func (c *call) recordForDel() (rec *attachment.Record, newer error) {
 	return rec, rec.Newer()
 }
 
-// delegatesUndone judges the delegates' DEL (err its error) and records
-// that they are undone.
-func (c *call) delegatesUndone(rec *attachment.Record, err error) *types.Error {
+// delegatesUndone judges the delegates' DEL (err its error). It returns the
+// record to write back as undone (rec, no longer complete), nil when rec is
+// not a completed attachment's.
+func (c *call) delegatesUndone(rec *attachment.Record, err error) (*attachment.Record, *types.Error) {
 	if err != nil {
 		if rec != nil && rec.Complete {
-			return delegateError("delegate DEL failed (state kept, DEL can be retried)", err)
+			return nil, delegateError("delegate DEL failed (state kept, DEL can be retried)", err)
 		}
 		// Without a completed ADD nothing proves the delegate ADD ran (or
 		// a DEL killed after it already undid it): a delegate whose DEL
 		// fails on what is not there (host-device) must not fail DEL.
 		c.log.Warn("delegate DEL failed for an attachment with no completed ADD", "err", err)
 	}
-	c.markUndone(rec)
-	return nil
+	if rec == nil || !rec.Complete {
+		return nil, nil
+	}
+	// Recorded so that a DEL killed before it removes the record and run
+	// again does not fail on a second delegate DEL.
+	rec.Complete = false
+	return rec, nil
 }
 
 // removeCNIFiles removes the attachment's CNI device-info file and, with no
@@ -75,19 +81,6 @@ func (c *call) removeCNIFiles(rec *attachment.Record, cniFile string) *types.Err
 		c.removeLegacyCNIFile()
 	}
 	return nil
-}
-
-// markUndone records that the delegates of a completed attachment are
-// undone, so a DEL killed before it removes the record and run again does
-// not fail on a second delegate DEL.
-func (c *call) markUndone(rec *attachment.Record) {
-	if rec == nil || !rec.Complete {
-		return
-	}
-	rec.Complete = false
-	if err := c.records.Update(rec); err != nil {
-		c.log.Warn("cannot record that the delegates are undone", "err", err)
-	}
 }
 
 // forDel drops from a config that does not parse what ADD would refuse

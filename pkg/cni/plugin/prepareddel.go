@@ -128,18 +128,28 @@ func (d *PreparedDel) CommitDel(delegateErr error) error {
 // commit is DEL's steps 4, 3 and 6, after the delegates' DEL (step 5).
 func (d *PreparedDel) commit(delegateErr error) *types.Error {
 	c, rec := d.c, d.rec
-	if cerr := c.delegatesUndone(rec, delegateErr); cerr != nil {
+	undone, cerr := c.delegatesUndone(rec, delegateErr)
+	if cerr != nil {
 		return cerr
 	}
-	failpoint.Hit("del-delegated")
-	// 4. The CNI device-info file.
-	if cerr := c.removeCNIFiles(rec, d.CNIFile); cerr != nil {
-		return cerr
+	// 4. The CNI device-info file, then 3. the device's record, under the
+	// one hold of the state lock that records the delegates undone.
+	var filesErr *types.Error
+	err := c.records.Retire(c.key, undone, func(err error) {
+		c.log.Warn("cannot record that the delegates are undone", "err", err)
+	}, func() error {
+		failpoint.Hit("del-delegated")
+		if filesErr = c.removeCNIFiles(rec, d.CNIFile); filesErr != nil {
+			return filesErr
+		}
+		c.timing.mark(phaseDeviceInfo)
+		failpoint.Hit("del-file-removed")
+		return nil
+	})
+	if filesErr != nil {
+		return filesErr
 	}
-	c.timing.mark(phaseDeviceInfo)
-	failpoint.Hit("del-file-removed")
-	// 3. The device's record.
-	if err := c.records.Release(c.key); err != nil {
+	if err != nil {
 		return cniError(ErrState, "cannot release the device record in \"stateDir\" "+c.conf.StateDir, err)
 	}
 	c.timing.mark(phaseTake)
