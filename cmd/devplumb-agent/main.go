@@ -66,7 +66,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	f := flags{
 		socket: fs.String("socket", agentproto.DefaultSocket, "listen on this unix socket (its directory is made 0700)"),
 		node:   fs.String("node-name", defaultNodeName(), "the node whose pods and ResourceSlices the agent watches ($NODE_NAME, else the host name)"),
-		nodeConfig: fs.String("node-config", nodeconfig.Path(), "the node config every call reads (the node's paths and kubeconfig; "+
+		nodeConfig: fs.String("node-config", nodeconfig.Path(), "the node config every call follows, read again when it changes (the node's paths and kubeconfig; "+
 			"$"+nodeconfig.Env+", else the default); an entry point naming another is left to devplumb-direct"),
 		kubeconfig: fs.String("kubeconfig", "", "start this kubeconfig's client and watches at once, waiting for the file if it is "+
 			"not there yet; empty: the node config's kubeconfig"),

@@ -16,6 +16,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 
 	"github.com/devplumb/devplumb/pkg/cni/agentproto"
+	"github.com/devplumb/devplumb/pkg/cni/nodeconfig"
 	"github.com/devplumb/devplumb/pkg/cni/phasespool"
 	"github.com/devplumb/devplumb/pkg/cni/plugin"
 	"github.com/devplumb/devplumb/podresources"
@@ -46,7 +47,8 @@ type Config struct {
 	// they go to the phase spool, as devplumb-direct's do.
 	Phases func(phasespool.Record)
 	// NodeConfig is the node config file (pkg/cni/nodeconfig) every call
-	// reads: the node's paths and kubeconfig. Empty: nodeconfig.Path().
+	// follows: the node's paths and kubeconfig, read again when the file
+	// changes (nodeconfig.Cache). Empty: nodeconfig.Path().
 	NodeConfig string
 	PendingTTL time.Duration
 	MaxPending int
@@ -89,7 +91,7 @@ func New(cfg Config) *Agent {
 	// (its level and format), not a network's logFile; a DEL's removals
 	// outlive its call.
 	a.plugin = &plugin.Plugin{Log: log, Timeout: cfg.Timeout, PodResources: a.kubelet.get, Phases: cfg.Phases,
-		Later: a.later, NodeConfig: cfg.NodeConfig}
+		Later: a.later, NodeConfig: cfg.NodeConfig, NodeConfigs: &nodeconfig.Cache{}}
 	if cfg.NewKube != nil {
 		a.plugin.NewKube = a.kube.get
 	}

@@ -62,6 +62,9 @@ type Plugin struct {
 	// call: the node's paths and credential, which no network config sets.
 	// Empty: the file $DEVPLUMB_NODE_CONFIG names, else the default.
 	NodeConfig string
+	// NodeConfigs, when set, keeps the node config between calls, read
+	// again when its file changes (a process serving many calls: the agent).
+	NodeConfigs *nodeconfig.Cache
 	// LogTo, when set, is where each call logs, at its network's logLevel
 	// and to its logFile (config logLevel, logFile, logToStderr); unset,
 	// every call logs through Log.
@@ -185,7 +188,11 @@ type callStart struct {
 
 func (p *Plugin) startCall() callStart {
 	timing := startPhases()
-	node, err := nodeconfig.Load(p.nodeConfig())
+	load := nodeconfig.Load
+	if p.NodeConfigs != nil {
+		load = p.NodeConfigs.Load
+	}
+	node, err := load(p.nodeConfig())
 	return callStart{timing: timing, node: node, nodeErr: err}
 }
 
