@@ -192,8 +192,10 @@ func TestLookalikeKeysDoNotCollide(t *testing.T) {
 
 // An ADD whose record was dropped while it ran (a newer sandbox of the pod took
 // the device) cannot write it back: that would hand the device out twice.
-func TestUpdateAfterDropIsRefused(t *testing.T) {
-	s := New(t.TempDir())
+// droppedRecord is sandbox c1's record of device d0, dropped from s when the
+// pod's newer sandbox c2 took the device.
+func droppedRecord(t *testing.T, s *Store) *Record {
+	t.Helper()
 	old, err := s.Take(req("p", "c1", "net1", "d0"))
 	if err != nil {
 		t.Fatal(err)
@@ -201,8 +203,14 @@ func TestUpdateAfterDropIsRefused(t *testing.T) {
 	if _, err := s.Take(req("p", "c2", "net1", "d0")); err != nil {
 		t.Fatal(err)
 	}
-	old.Record.Complete = true
-	if err := s.Update(old.Record); !errors.Is(err, ErrDeviceLost) {
+	return old.Record
+}
+
+func TestUpdateAfterDropIsRefused(t *testing.T) {
+	s := New(t.TempDir())
+	old := droppedRecord(t, s)
+	old.Complete = true
+	if err := s.Update(old); !errors.Is(err, ErrDeviceLost) {
 		t.Fatalf("update of a dropped record: %v", err)
 	}
 	all, _ := s.List()
@@ -461,15 +469,9 @@ func TestRetire(t *testing.T) {
 // is reported and the DEL goes on, removing nothing of the other sandbox's.
 func TestRetireOfALostDevice(t *testing.T) {
 	s := New(t.TempDir())
-	old, err := s.Take(req("p", "c1", "net1", "d0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Take(req("p", "c2", "net1", "d0")); err != nil {
-		t.Fatal(err)
-	}
+	old := droppedRecord(t, s)
 	var undoneErr error
-	err = s.Retire(old.Record.Key, old.Record, func(err error) { undoneErr = err }, func() error { return nil })
+	err := s.Retire(old.Key, old, func(err error) { undoneErr = err }, func() error { return nil })
 	if err != nil || !errors.Is(undoneErr, ErrDeviceLost) {
 		t.Fatalf("retire: %v, undone: %v", err, undoneErr)
 	}
