@@ -23,6 +23,7 @@ type variant struct {
 	agentProc *agentProc
 	env       []string  // the entry point's extra environment: the agent's socket
 	ms        []float64 // ADD+DEL cycles
+	paired    []float64 // ADD+DEL cycles of the paired rounds (p1Pairs)
 }
 
 // p1 runs ADD+DEL cycles of every variant in turn (rotating the order each round, so
@@ -75,6 +76,9 @@ func p1(cfg Config, r *Report) error {
 	if err != nil {
 		return err
 	}
+	if err := p1Pairs(e, vs, cfg.Pairs); err != nil {
+		return err
+	}
 	floor := Summarize(vs[0].ms).Median
 	if t := costsTable(vs, before, after, floor, addedOf(vs, "pass", floor)); t != nil {
 		r.Tables = append(r.Tables, *t)
@@ -84,6 +88,38 @@ func p1(cfg Config, r *Report) error {
 		p.Bars = append(p.Bars, Bar{Label: v.label, S: Summarize(v.ms)})
 	}
 	r.Panels = append(r.Panels, p)
+	return nil
+}
+
+// pairedNets are the rows p1Pairs runs: the pass-through and the rows through the agent
+// that issue 38's targets compare with it.
+var pairedNets = []string{"pass", "dpagent", "dpagentkube", "dpdraagent"}
+
+// p1Pairs runs rounds more cycles of the pass-through and the rows through the agent
+// alone, each round every one of them once in a rotating order: a 30-round median of
+// the paired differences has a 95% interval about 9 ms wide here, wider than the
+// targets' margins; four times the rounds make it half as wide. They come after the
+// agents' phases are read, so those stay the main rounds'.
+func p1Pairs(e *env, vs []*variant, rounds int) error {
+	var run []*variant
+	for _, net := range pairedNets {
+		if v := variantOf(vs, net); v != nil {
+			run = append(run, v)
+		}
+	}
+	if len(run) < 2 || run[0].net != "pass" {
+		return nil
+	}
+	for round := range rounds {
+		for i := range run {
+			v := run[(i+round)%len(run)]
+			d, err := cycle(e, v)
+			if err != nil {
+				return fmt.Errorf("%s (paired rounds): %w", v.label, err)
+			}
+			v.paired = append(v.paired, Ms(d))
+		}
+	}
 	return nil
 }
 

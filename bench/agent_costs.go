@@ -248,7 +248,7 @@ func costsTable(vs []*variant, before, after *p1Costs, floor, pass float64) *Tab
 		return nil
 	}
 	t := &Table{Title: "P1 through the agent: where the time over the pass-through goes (per ADD+DEL cycle)",
-		Header: []string{"row", "over the pass-through (paired median)", "its 95% interval", "the agent's own work (mean)",
+		Header: []string{"row", "over the pass-through (paired median)", "its 95% interval (rounds)", "the agent's own work (mean)",
 			"waiting for the API server (mean)", "the rest (entry point, round trips)", "its target over the pass-through",
 			"the agent's phases (ADD; DEL), ms"}}
 	passRow := variantOf(vs, "pass")
@@ -258,7 +258,7 @@ func costsTable(vs []*variant, before, after *p1Costs, floor, pass float64) *Tab
 			continue
 		}
 		s = s.since(before.agents[v])
-		paired := PairedDiff(v.ms, passRow.ms)
+		paired := pairedOverPass(v, passRow)
 		over := paired.Median
 		own, kube := 0.0, s.meanMs("ADD kube")+s.meanMs("DEL kube")
 		for k := range s {
@@ -266,14 +266,15 @@ func costsTable(vs []*variant, before, after *p1Costs, floor, pass float64) *Tab
 				own += s.meanMs(k)
 			}
 		}
-		t.Rows = append(t.Rows, []string{v.label, fmt.Sprintf("%.1f ms", over), paired.Interval(), fmt.Sprintf("%.1f ms", own),
+		t.Rows = append(t.Rows, []string{v.label, fmt.Sprintf("%.1f ms", over), fmt.Sprintf("%s (%d)", paired.Interval(), paired.N), fmt.Sprintf("%.1f ms", own),
 			fmt.Sprintf("%.1f ms", kube), fmt.Sprintf("%.1f ms", over-own-kube), costTarget(v, floor+pass, paired), phaseList(s)})
 	}
 	t.Notes = append(t.Notes, "Over the pass-through: the median of the differences between the row's cycle and the pass-through's "+
-		"in the same round (each round runs every row once, in a rotating order), so that the machine's load, which drifts "+
-		"between rounds, cancels out; the interval holds that median with 95% confidence (order statistics, no assumption on "+
+		"in the same round, so that the machine's load, which drifts between rounds, cancels out; from the rounds after P1's "+
+		"in which only the pass-through and the rows through the agent run, each once a round in a rotating order (-pairs), "+
+		"else from P1's own rounds. The interval holds that median with 95% confidence (order statistics, no assumption on "+
 		"the differences' distribution). A target is met when the whole interval is within it, missed when the whole interval "+
-		"is above it, and not decided by the run otherwise.")
+		"is above it, and not decided by the run otherwise. The other columns are P1's own rounds'.")
 	t.Notes = append(t.Notes, "Means over the measured cycles of the agent's own phase histograms (devplumb_phase_duration_seconds, path=\"agent\"): "+
 		"its own work is every phase but the delegates' run (which the entry point does, as the pass-through does) and the API writes; "+
 		"waiting for the API server is the kube phase: ADD's network-status PATCH (and the claim's status apply, at the same time), "+
@@ -340,6 +341,15 @@ func leastStatusNote(vs []*variant, floor, pass float64) string {
 		"handing its result to a warm daemon that makes only the writes (one merge PATCH of the pod; the claim's status " +
 		"applied at the same time, and taken away before DEL answers): " + strings.Join(parts, "; ") +
 		". The plain row is " + plain + "."
+}
+
+// pairedOverPass is v's paired time over the pass-through: from the paired rounds
+// (p1Pairs) when they ran, else from P1's own.
+func pairedOverPass(v, pass *variant) Paired {
+	if len(v.paired) > 0 && len(pass.paired) > 0 {
+		return PairedDiff(v.paired, pass.paired)
+	}
+	return PairedDiff(v.ms, pass.ms)
 }
 
 // costTarget is issue 38's target for the row as time over the pass-through, and whether

@@ -26,11 +26,14 @@ type Config struct {
 	MultusThick string
 	// Baseline, when set, is another devplumb binary (an earlier build) run next to it.
 	Baseline string
-	Runs     int       // ADD+DEL cycles per P1 variant and samples per P4/P5 figure
-	Pods     int       // P3: pods added at once
-	Soak     int       // ADD/DEL cycles of the soak; 0 skips it
-	Only     []string  // the steps to run (their names' first word: P1 ... P10, Soak); empty: all
-	Log      io.Writer // progress
+	Runs     int // ADD+DEL cycles per P1 variant and samples per P4/P5 figure
+	// Pairs is how many more rounds P1 runs of the pass-through and the rows through the
+	// agent alone, for their paired differences (issue 38's targets); 0: none.
+	Pairs int
+	Pods  int       // P3: pods added at once
+	Soak  int       // ADD/DEL cycles of the soak; 0 skips it
+	Only  []string  // the steps to run (their names' first word: P1 ... P10, Soak); empty: all
+	Log   io.Writer // progress
 	// Kube runs devplumb also with a kubeconfig against a real kube-apiserver (P1, P5, P6),
 	// found as the e2e tests find it (DEVPLUMB_KUBE_APISERVER, DEVPLUMB_ETCD).
 	Kube bool

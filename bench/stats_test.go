@@ -49,3 +49,16 @@ func TestPairedDiffFewRounds(t *testing.T) {
 		t.Fatalf("empty: %+v", p)
 	}
 }
+
+// The paired rounds, when P1 ran them, decide a row's time over the pass-through.
+func TestPairedOverPassPrefersThePairedRounds(t *testing.T) {
+	pass := &variant{net: "pass", ms: []float64{100, 100, 100}}
+	row := &variant{net: "dpagent", ms: []float64{150, 150, 150}}
+	if p := pairedOverPass(row, pass); p.Median != 50 || p.N != 3 {
+		t.Fatalf("without paired rounds: %+v, want P1's own 50 ms over 3 rounds", p)
+	}
+	pass.paired, row.paired = []float64{100, 101, 102, 103}, []float64{105, 106, 107, 108}
+	if p := pairedOverPass(row, pass); p.Median != 5 || p.N != 4 {
+		t.Fatalf("with paired rounds: %+v, want their 5 ms over 4 rounds", p)
+	}
+}
