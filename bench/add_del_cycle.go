@@ -91,9 +91,10 @@ func p1(cfg Config, r *Report) error {
 	return nil
 }
 
-// pairedNets are the rows p1Pairs runs: the pass-through and the rows through the agent
-// that issue 38's targets compare with it.
-var pairedNets = []string{"pass", "dpagent", "dpagentkube", "dpdraagent"}
+// pairedNets are the rows p1Pairs runs: the pass-through, the rows through the agent
+// that issue 38's targets compare with it, and the least an agent-based meta-plugin
+// costs (the pass-through's round trips to an agent that does nothing).
+var pairedNets = []string{"pass", "dpagent", "dpagentkube", "dpdraagent", "passagent"}
 
 // p1Pairs runs rounds more cycles of the pass-through and the rows through the agent
 // alone, each round every one of them once in a rotating order: a 30-round median of

@@ -308,8 +308,20 @@ func leastAgentNote(vs []*variant, floor, pass float64) string {
 		"agent protocol's round trips (connect and hello, prepare, commit; a DEL's prepare with its hello) to an agent that "+
 		"answers at once and does nothing else: %.1f ms over the pass-through (%.2f ×). The plain row through the agent is "+
 		"%.1f ms over that (%.2f × it): the agent's own work and the entry point's (the node config, the answers' checks). "+
-		"Its 1.05 × target leaves %.1f ms over that least for them.",
-		l-pass, (floor+l)/passCycle, a-l, (floor+a)/(floor+l), 1.05*passCycle-floor-l)
+		"Its 1.05 × target leaves %.1f ms over that least for them.%s",
+		l-pass, (floor+l)/passCycle, a-l, (floor+a)/(floor+l), 1.05*passCycle-floor-l, pairedLeast(vs))
+}
+
+// pairedLeast is what the paired rounds (p1Pairs) say of the least an agent-based
+// meta-plugin costs: its paired time over the pass-through, and the plain row's over it.
+func pairedLeast(vs []*variant) string {
+	pass, least, row := variantOf(vs, "pass"), variantOf(vs, "passagent"), variantOf(vs, "dpagent")
+	if pass == nil || least == nil || row == nil || len(least.paired) == 0 || len(pass.paired) == 0 || len(row.paired) == 0 {
+		return ""
+	}
+	l, a := PairedDiff(least.paired, pass.paired), PairedDiff(row.paired, least.paired)
+	return fmt.Sprintf(" In the %d paired rounds: that least %.1f ms over the pass-through (95%% interval %s), "+
+		"the plain row %.1f ms over that least (%s).", l.N, l.Median, l.Interval(), a.Median, a.Interval())
 }
 
 // leastStatusNote compares the API rows through the agent with the pass-through that

@@ -62,3 +62,15 @@ func TestLeastAgentNote(t *testing.T) {
 		t.Errorf("a note without the agent's row: %q", note)
 	}
 }
+
+// With paired rounds, the note gives the least's paired time and the plain row's over it.
+func TestLeastAgentNotePaired(t *testing.T) {
+	vs := []*variant{{net: "floor", ms: []float64{100}}, {net: "pass", ms: []float64{120}, paired: []float64{120, 121, 122}},
+		{net: "passagent", ms: []float64{125}, paired: []float64{123, 124, 125}}, {net: "dpagent", ms: []float64{130}, paired: []float64{130, 131, 132}}}
+	note := leastAgentNote(vs, 100, 20)
+	for _, want := range []string{"In the 3 paired rounds: that least 3.0 ms over the pass-through", "the plain row 7.0 ms over that least"} {
+		if !strings.Contains(note, want) {
+			t.Errorf("note lacks %q:\n%s", want, note)
+		}
+	}
+}
