@@ -52,24 +52,9 @@ func p1(cfg Config, r *Report) error {
 	if err := startThickIfRun(e, vs); err != nil {
 		return err
 	}
-	const warmup = 2
-	var before *p1Costs
-	for round := range warmup + cfg.Runs {
-		if round == warmup {
-			if before, err = readBefore(e, vs); err != nil {
-				return err
-			}
-		}
-		for i := range vs {
-			v := vs[(i+round)%len(vs)]
-			d, err := cycle(e, v)
-			if err != nil {
-				return fmt.Errorf("%s: %w", v.label, err)
-			}
-			if round >= warmup {
-				v.ms = append(v.ms, Ms(d))
-			}
-		}
+	before, err := p1Rounds(e, vs, cfg.Runs)
+	if err != nil {
+		return err
 	}
 	r.Tables = append(r.Tables, p1Table(vs, cfg))
 	after, err := readAfter(e, vs)
@@ -89,6 +74,33 @@ func p1(cfg Config, r *Report) error {
 	}
 	r.Panels = append(r.Panels, p)
 	return nil
+}
+
+// p1Rounds runs two warm-up rounds and then runs measured rounds of every variant, each
+// once a round in a rotating order; it returns the agents' and the API server's readings
+// taken before the measured rounds.
+func p1Rounds(e *env, vs []*variant, runs int) (*p1Costs, error) {
+	const warmup = 2
+	var before *p1Costs
+	for round := range warmup + runs {
+		if round == warmup {
+			var err error
+			if before, err = readBefore(e, vs); err != nil {
+				return nil, err
+			}
+		}
+		for i := range vs {
+			v := vs[(i+round)%len(vs)]
+			d, err := cycle(e, v)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", v.label, err)
+			}
+			if round >= warmup {
+				v.ms = append(v.ms, Ms(d))
+			}
+		}
+	}
+	return before, nil
 }
 
 // pairedNets are the rows p1Pairs runs: the pass-through, the rows through the agent
