@@ -244,14 +244,14 @@ func readAfter(e *env, vs []*variant) (*p1Costs, error) {
 // work, the API writes it waits for, and the rest (the entry point's own process beyond
 // the pass-through's, its round trips to the agent, the scheduling of two processes).
 func costsTable(vs []*variant, before, after *p1Costs, floor, pass float64) *Table {
-	if before == nil || pass < 0 || len(after.agents) == 0 || variantOf(vs, "pass") == nil {
+	passRow := variantOf(vs, "pass")
+	if before == nil || passRow == nil || len(after.agents) == 0 {
 		return nil
 	}
 	t := &Table{Title: "P1 through the agent: where the time over the pass-through goes (per ADD+DEL cycle)",
 		Header: []string{"row", "over the pass-through (paired median)", "its 95% interval (rounds)", "the agent's own work (mean)",
 			"waiting for the API server (mean)", "the rest (entry point, round trips)", "its target over the pass-through",
 			"the agent's phases (ADD; DEL), ms"}}
-	passRow := variantOf(vs, "pass")
 	for _, v := range vs {
 		s, ok := after.agents[v]
 		if !ok {

@@ -53,8 +53,8 @@ func (c *Cache) Load(path string) (*Node, error) {
 		return nil, err
 	}
 	if kept && time.Since(st.changed) >= c.settled() {
-		kept := *n
-		c.path, c.stamp, c.node = path, st.stamp, &kept
+		own := *n // the caller's copy stays the caller's
+		c.path, c.stamp, c.node = path, st.stamp, &own
 	}
 	return n, nil
 }
