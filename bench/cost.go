@@ -218,8 +218,20 @@ func (v *costVariant) measureRetried(e *env, env []string, tool, op, out string)
 		if !errors.Is(err, errFellBack) || attempt == costAttempts {
 			return err
 		}
+		restarted, err := v.restartIfGone(e)
+		if err != nil {
+			return err
+		}
 		if _, err := e.cnitool(undo, v.net, v.netns, "net1", v.pod, append(env, "DEVPLUMB_COST_OUT="+out+"-undone")...); err != nil {
 			return fmt.Errorf("%s after a %s that fell back: %w", undo, op, err)
+		}
+		for _, warm := range []string{op, undo} { // the new agent warmed as measure warmed the first
+			if !restarted {
+				break
+			}
+			if _, err := e.cnitool(warm, v.net, v.netns, "net1", v.pod, append(env, "DEVPLUMB_COST_OUT="+out+"-warm")...); err != nil {
+				return fmt.Errorf("%s to warm the restarted agent: %w", warm, err)
+			}
 		}
 		tried, err := filepath.Glob(out + ".*")
 		if err != nil {
@@ -231,6 +243,25 @@ func (v *costVariant) measureRetried(e *env, env []string, tool, op, out string)
 			}
 		}
 	}
+}
+
+// restartIfGone starts v's agent again when it exited: valgrind's callgrind aborts now
+// and then on a signal the Go runtime takes (its assertion in vgCallgrind_post_signal,
+// seen under load), and the tries left need an agent to count.
+func (v *costVariant) restartIfGone(e *env) (bool, error) {
+	select {
+	case <-v.agent.exited:
+	default:
+		return false, nil
+	}
+	e.cfg.logf("   %s: the agent under callgrind exited (%v); starting it again. Its log's end:\n%s",
+		v.label, v.agent.err, tailFile(v.agent.log, 5))
+	a, err := e.startCostAgent(v)
+	if err != nil {
+		return false, fmt.Errorf("restart the agent: %w", err)
+	}
+	v.agent = a
+	return true, nil
 }
 
 func (v *costVariant) measureOne(e *env, env []string, tool, op, out string) error {
