@@ -105,8 +105,9 @@ func p1Rounds(e *env, vs []*variant, runs int) (*p1Costs, error) {
 
 // pairedNets are the rows p1Pairs runs: the pass-through, the rows through the agent
 // that issue 38's targets compare with it, and the least an agent-based meta-plugin
-// costs (the pass-through's round trips to an agent that does nothing).
-var pairedNets = []string{"pass", "dpagent", "dpagentkube", "dpdraagent", "passagent"}
+// costs (the pass-through's round trips to an agent that does nothing), without and
+// with the API writes.
+var pairedNets = []string{"pass", "dpagent", "dpagentkube", "dpdraagent", "passagent", "passagentstatus", "passagentdra"}
 
 // p1Pairs runs rounds more cycles of the pass-through and the rows through the agent
 // alone, each round every one of them once in a rotating order: a 30-round median of
@@ -146,7 +147,7 @@ func cycle(e *env, v *variant) (time.Duration, error) {
 }
 
 // p1MaxVariants bounds P1's rows: pod-0.. of the PodResources server are theirs.
-const p1MaxVariants = 16
+const p1MaxVariants = 18
 
 // p1Net is one network P1 may run.
 type p1Net struct {
@@ -184,6 +185,12 @@ func p1Variants(e *env) ([]*variant, error) {
 		{label: passAgentLabel, conf: map[string]any{"cniVersion": "1.0.0", "name": "passagent", "type": "passthrough", "oneP": true,
 			"cacheDir": filepath.Join(e.dir, "passagent"), "agentSocket": e.idleAgentSocket(), "delegate": e.bridge("10.123.15.0/24")},
 			skip: e.cfg.Passthrough == "", idle: true},
+		{label: passAgentStatusLabel, conf: map[string]any{"cniVersion": "1.0.0", "name": "passagentstatus", "type": "passthrough",
+			"oneP": true, "cacheDir": filepath.Join(e.dir, "passagentstatus"), "agentSocket": e.idleAgentSocket(), "agentWrites": true,
+			"delegate": e.bridge("10.123.16.0/24")}, skip: e.cfg.Passthrough == "" || noKube, idle: true, status: true},
+		{label: passAgentDRALabel, conf: map[string]any{"cniVersion": "1.0.0", "name": "passagentdra", "type": "passthrough",
+			"oneP": true, "cacheDir": filepath.Join(e.dir, "passagentdra"), "agentSocket": e.idleAgentSocket(), "agentWrites": true,
+			"delegate": e.bridge("10.123.17.0/24")}, skip: e.cfg.Passthrough == "" || noKube, idle: true, status: true, dra: "p1-dra-passagent"},
 		{label: passStatusLabel, conf: map[string]any{"cniVersion": "1.0.0", "name": "passstatus", "type": "passthrough",
 			"cacheDir": filepath.Join(e.dir, "passstatus"), "statusSocket": e.statusSocket(), "delegate": e.bridge("10.123.13.0/24")},
 			skip: e.cfg.Passthrough == "" || noKube, status: true},
@@ -285,15 +292,23 @@ func (e *env) startStatusDaemon() error {
 // only root may write (the agent protocol's client talks to no other).
 func (e *env) idleAgentSocket() string { return filepath.Join(e.dir, "idle-agent", "agent.sock") }
 
-// startIdleAgent starts P1's idle agent; env.close stops it.
+// startIdleAgent starts P1's idle agent, once, making its writes with the status
+// daemon; env.close stops it.
 func (e *env) startIdleAgent() error {
-	stop, err := startIdleAgent(e.idleAgentSocket())
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopIdleAgent != nil {
+		return nil
+	}
+	stop, err := startIdleAgent(e.idleAgentSocket(), func() *statusDaemon {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.statusd
+	})
 	if err != nil {
 		return err
 	}
-	e.mu.Lock()
 	e.stopIdleAgent = stop
-	e.mu.Unlock()
 	return nil
 }
 
@@ -353,6 +368,11 @@ const (
 	// passAgentLabel is the one-P pass-through making the agent protocol's round trips
 	// to an agent that does nothing: the least an agent-based meta-plugin costs here.
 	passAgentLabel = "Go pass-through meta-plugin with one P -> bridge, making the agent protocol's round trips to an agent that does nothing"
+	// passAgentStatusLabel is the same with the idle agent making network-status's
+	// writes: the least an agent-based meta-plugin that writes it costs here.
+	passAgentStatusLabel = "Go pass-through meta-plugin with one P -> bridge, making the agent protocol's round trips to an agent that makes only the network-status writes"
+	// passAgentDRALabel is the same making a DRA claim's networkData's writes as well.
+	passAgentDRALabel = "Go pass-through meta-plugin with one P -> bridge, making the agent protocol's round trips to an agent that makes only the DRA networkData and network-status writes"
 	// passStatusLabel is the pass-through writing network-status through a warm daemon:
 	// the least a meta-plugin that writes it before ADD returns costs here.
 	passStatusLabel = "Go pass-through meta-plugin -> bridge + network-status (API) by a warm daemon (one round trip, one PATCH)"

@@ -163,12 +163,15 @@ func (e *env) close() {
 		e.pr.Stop()
 	}
 	e.mu.Lock()
+	stopIdle := e.stopIdleAgent
+	e.stopIdleAgent = nil
+	e.mu.Unlock()
+	if stopIdle != nil { // unlocked: a call under way may ask for the status daemon
+		stopIdle()
+	}
+	e.mu.Lock()
 	e.thick.stop() // before the netns and dirs it uses go
 	e.thick = nil
-	if e.stopIdleAgent != nil {
-		e.stopIdleAgent()
-		e.stopIdleAgent = nil
-	}
 	if e.statusd != nil {
 		e.statusd.close()
 		e.statusd = nil

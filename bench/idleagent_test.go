@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,7 +17,7 @@ import (
 // DEL's prepare sent with the hello.
 func TestIdleAgentAnswers(t *testing.T) {
 	socket := filepath.Join(t.TempDir(), "idle", "agent.sock")
-	stop, err := startIdleAgent(socket)
+	stop, err := startIdleAgent(socket, func() *statusDaemon { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,6 +48,69 @@ func TestIdleAgentAnswers(t *testing.T) {
 	}
 }
 
+// For a network whose config says "agentWrites", the idle agent makes the status
+// daemon's writes in the commit: an ADD's network-status and claim entry before it
+// answers; a DEL's claim entry removed before it answers, the pod's after. A network
+// that does not say so gets none.
+func TestIdleAgentMakesTheWrites(t *testing.T) {
+	k, d, claim := statusFixture(t)
+	socket := filepath.Join(t.TempDir(), "idle", "agent.sock")
+	stop, err := startIdleAgent(socket, func() *statusDaemon { return d })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	conf, err := json.Marshal(map[string]any{"name": "net-a", "agentWrites": true, "statusClaim": claim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	result := `{"cniVersion":"1.0.0","interfaces":[{"name":"net1","mac":"02:00:00:00:00:01","sandbox":"/run/netns/x"}],` +
+		`"ips":[{"address":"192.0.2.7/24","interface":0}]}`
+	p := &agentproto.Prepare{Command: agentproto.CmdAdd, ContainerID: "c1", IfName: "net1", StdinData: conf,
+		Args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=" + podNS + ";K8S_POD_NAME=p1"}
+	idleCall(t, socket, p, result)
+	if got := annotation(t, k, "p1"); !strings.Contains(got, `"net-a"`) || !strings.Contains(got, "192.0.2.7") {
+		t.Errorf("network-status once ADD answered: %q, want net-a's entry with 192.0.2.7", got)
+	}
+	if got := claimDevices(t, k, "p1-claim"); len(got) != 1 || got[0].NetworkData == nil || got[0].NetworkData.InterfaceName != "net1" {
+		t.Errorf("claim's status.devices once ADD answered: %+v, want nic-1 with net1", got)
+	}
+	p.Command = agentproto.CmdDel
+	idleCall(t, socket, p, "")
+	if got := claimDevices(t, k, "p1-claim"); len(got) != 0 {
+		t.Errorf("claim's status.devices once DEL answered: %+v, want none", got)
+	}
+	awaitNoAnnotation(t, k, "p1")
+	p.Command, p.StdinData = agentproto.CmdAdd, []byte(`{"name":"net-b"}`)
+	idleCall(t, socket, p, result)
+	if got := annotation(t, k, "p1"); got != "" {
+		t.Errorf("network-status after an ADD of a network that does not ask for the writes: %q, want none", got)
+	}
+}
+
+// idleCall makes p's call on the idle agent at socket as the pass-through makes it,
+// committing result.
+func idleCall(t *testing.T, socket string, p *agentproto.Prepare, result string) {
+	t.Helper()
+	ctx := context.Background()
+	var c *agentproto.Client
+	var ans *agentproto.PrepareAnswer
+	var err error
+	if p.Command == agentproto.CmdDel {
+		c, ans, err = agentproto.DialDel(ctx, socket, 5*time.Second, "test", p)
+	} else if c, err = agentproto.Dial(socket, 5*time.Second, "test"); err == nil {
+		ans, err = c.Prepare(ctx, p)
+	}
+	if err != nil {
+		t.Fatalf("%s prepare: %v", p.Command, err)
+	}
+	defer c.Close()
+	out, err := c.Commit(ctx, &agentproto.Commit{Attachment: ans.Attachment, Result: []byte(result)})
+	if err != nil || out.Error != nil {
+		t.Fatalf("%s commit: %+v, %v", p.Command, out, err)
+	}
+}
+
 // The note on the least an agent-based meta-plugin costs: the reference over the
 // pass-through, the plain row over the reference, and what the target leaves.
 func TestLeastAgentNote(t *testing.T) {
@@ -72,5 +136,35 @@ func TestLeastAgentNotePaired(t *testing.T) {
 		if !strings.Contains(note, want) {
 			t.Errorf("note lacks %q:\n%s", want, note)
 		}
+	}
+}
+
+// The note on the least an agent-based meta-plugin that writes to the API server
+// costs: each least's paired time over the pass-through, whether it meets the row's
+// target itself, and the row's time over it.
+func TestLeastAgentWritesNote(t *testing.T) {
+	rounds := func(base float64) []float64 {
+		r := make([]float64, 12)
+		for i := range r {
+			r[i] = base + float64(i%3)
+		}
+		return r
+	}
+	vs := []*variant{{net: "pass", paired: rounds(100)}, {net: "passagentstatus", paired: rounds(112)},
+		{net: "dpagentkube", paired: rounds(115)}, {net: "passagentdra", paired: rounds(105)}, {net: "dpdraagent", paired: rounds(120)}}
+	note := leastAgentWritesNote(vs, 100)
+	for _, want := range []string{
+		"with network-status, 12.0 ms over the pass-through (95% interval 12.0 to 12.0 ms; 12 rounds), against the row's 1.10 × target (10.0 ms) that least alone: missed; the row through the agent 3.0 ms over that least",
+		"with a DRA claim's networkData and network-status, 5.0 ms over the pass-through (95% interval 5.0 to 5.0 ms; 12 rounds), against the row's 1.15 × target (15.0 ms) that least alone: met; the row through the agent 15.0 ms over that least",
+	} {
+		if !strings.Contains(note, want) {
+			t.Errorf("note lacks %q:\n%s", want, note)
+		}
+	}
+	if note := leastAgentWritesNote(vs[:3], 100); strings.Contains(note, "DRA") {
+		t.Errorf("a note on the DRA least without its row: %q", note)
+	}
+	if note := leastAgentWritesNote(vs[:1], 100); note != "" {
+		t.Errorf("a note without the leasts: %q", note)
 	}
 }

@@ -19,26 +19,8 @@ import (
 // after; a call for a pod that does not exist is refused with the API server's word
 // for it.
 func TestStatusDaemonWritesTheEntry(t *testing.T) {
-	k := testKube(t)
-	if _, err := k.pod("p1"); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	pod, err := k.srv.Client.CoreV1().Pods(podNS).Get(ctx, "p1", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := k.allocatedClaim(ctx, pod, "p1-claim", "nic", nil, draDevice{name: "nic-1"}); err != nil {
-		t.Fatal(err)
-	}
-	claim := &statuscall.Claim{Name: "p1-claim", Driver: draDriver, Pool: kubeNodeName, Device: "nic-1"}
-	socket := filepath.Join(t.TempDir(), "statusd.sock")
-	d, err := startStatusDaemon(k.srv.Kubeconfig, socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.close()
+	k, d, claim := statusFixture(t)
+	socket := d.ln.Addr().String()
 	result := `{"cniVersion":"1.0.0","interfaces":[{"name":"net1","mac":"02:00:00:00:00:01","sandbox":"/run/netns/x"}],` +
 		`"ips":[{"address":"192.0.2.7/24","interface":0}]}`
 	add := statuscall.Call{Add: true, Namespace: podNS, Pod: "p1", Network: "net-a", Result: []byte(result), Claim: claim}
@@ -58,16 +40,47 @@ func TestStatusDaemonWritesTheEntry(t *testing.T) {
 	if got := claimDevices(t, k, "p1-claim"); len(got) != 0 {
 		t.Errorf("claim's status.devices once DEL answered: %+v, want none", got)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for annotation(t, k, "p1") != "" {
-		if time.Now().After(deadline) {
-			t.Fatalf("network-status still %q 30 s after DEL answered", annotation(t, k, "p1"))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	awaitNoAnnotation(t, k, "p1")
 	add.Pod = "nobody"
 	if err := statuscall.Ask(socket, add); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Errorf("ADD of a pod that does not exist: %v, want the API server's not found", err)
+	}
+}
+
+// statusFixture is an API server with pod p1 and its allocated claim p1-claim, and a
+// status daemon with a client of it.
+func statusFixture(t *testing.T) (*kubeNode, *statusDaemon, *statuscall.Claim) {
+	t.Helper()
+	k := testKube(t)
+	if _, err := k.pod("p1"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pod, err := k.srv.Client.CoreV1().Pods(podNS).Get(ctx, "p1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.allocatedClaim(ctx, pod, "p1-claim", "nic", nil, draDevice{name: "nic-1"}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := startStatusDaemon(k.srv.Kubeconfig, filepath.Join(t.TempDir(), "statusd.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.close)
+	return k, d, &statuscall.Claim{Name: "p1-claim", Driver: draDriver, Pool: kubeNodeName, Device: "nic-1"}
+}
+
+// awaitNoAnnotation waits for pod name's network-status to go: after DEL answered.
+func awaitNoAnnotation(t *testing.T, k *kubeNode, name string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for annotation(t, k, name) != "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("network-status still %q 30 s after DEL answered", annotation(t, k, name))
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
