@@ -5,6 +5,7 @@ package plugin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -265,11 +266,11 @@ func (p *Plugin) parseInputs(start callStart, args *skel.CmdArgs, strictArgs boo
 // kubelet of the node config start loaded, before the call parses its
 // config (kubeletClient.getAhead says why); nil when the node config or
 // CNI_ARGS do not name the kubelet and the pod, which the call itself then
-// reports. A config that trusts its device ID never takes the answer: for
-// it, the Get is asked in vain.
+// reports; nil as well when the node trusts explicit device IDs and the
+// config names one, as that call never takes the answer (trustedDeviceID).
 func (p *Plugin) getAhead(start callStart, args *skel.CmdArgs) *kubeletClient {
 	node := start.node
-	if start.nodeErr != nil {
+	if start.nodeErr != nil || (node.TrustDeviceID && trustedDeviceID(args.StdinData)) {
 		return nil
 	}
 	pod, err := podFromArgs(args.Args)
@@ -279,6 +280,24 @@ func (p *Plugin) getAhead(start callStart, args *skel.CmdArgs) *kubeletClient {
 	k := &kubeletClient{socket: node.PodResourcesSocket, timeout: p.Timeout, log: p.Log, shared: p.PodResources}
 	k.getAhead(pod.Namespace, pod.Name)
 	return k
+}
+
+// trustedDeviceID tells whether the network config names its device ID
+// (config.NetConf.DeviceIDFromConfig), which a node trusting explicit IDs
+// takes without asking the kubelet: a Get for it would only spend the
+// kubelet's rate limit. Only those keys are read here; a config that does
+// not decode says no, and the call itself reports it.
+func trustedDeviceID(stdin []byte) bool {
+	var keys struct {
+		ResourceClaim string               `json:"resourceClaim"`
+		DeviceID      string               `json:"deviceID"`
+		RuntimeConfig config.RuntimeConfig `json:"runtimeConfig"`
+	}
+	if json.Unmarshal(stdin, &keys) != nil {
+		return false
+	}
+	c := config.NetConf{ResourceClaim: keys.ResourceClaim, DeviceID: keys.DeviceID, RuntimeConfig: keys.RuntimeConfig}
+	return c.DeviceIDFromConfig() != ""
 }
 
 // nodeConfig is the node config file this plugin reads.

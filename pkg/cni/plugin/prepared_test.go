@@ -348,6 +348,35 @@ func TestConcurrentPreparesTakeDifferentDevices(t *testing.T) {
 	}
 }
 
+// A node that trusts explicit device IDs asks the kubelet nothing for an
+// ADD whose config names its device, which it takes unchecked (a Get would
+// only spend the kubelet's rate limit); an ADD naming none still asks, once.
+func TestTrustedDeviceIDAsksTheKubeletNothing(t *testing.T) {
+	e := newSplitEnv(t, 2)
+	e.conf["trustDeviceID"] = true
+	e.conf["runtimeConfig"] = map[string]any{"deviceID": e.Devs[1]}
+	prep, err := e.p.PrepareAdd(e.args("net1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prep.Close()
+	if prep.Delegate == nil || !strings.Contains(string(prep.Delegate.ConfList), e.Devs[1]) {
+		t.Fatalf("trusted ADD prepared %+v, want the delegate given %s", prep.Delegate, e.Devs[1])
+	}
+	if gets := e.PodResources.Calls("Get"); gets != 0 {
+		t.Errorf("trusted ADD of a named device: %d PodResources Gets, want none", gets)
+	}
+	delete(e.conf, "runtimeConfig")
+	prep, err = e.p.PrepareAdd(e.args("net2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prep.Close()
+	if gets := e.PodResources.Calls("Get"); gets != 1 {
+		t.Errorf("ADD naming no device on a trusting node: %d PodResources Gets, want 1", gets)
+	}
+}
+
 // A fresh ADD asks the kubelet about its pod first thing, before it parses
 // its config, and takes that answer rather than asking again: one Get per
 // ADD. A config the call then refuses still gave the client back.
