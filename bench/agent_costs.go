@@ -330,13 +330,16 @@ func pairedLeast(vs []*variant) string {
 // whether that least meets the row's target itself.
 func leastAgentWritesNote(vs []*variant, passCycle float64) string {
 	pass := variantOf(vs, "pass")
+	if pass == nil {
+		return ""
+	}
 	var parts []string
 	for _, p := range []struct{ least, row, what string }{
 		{"passagentstatus", "dpagentkube", "network-status"},
 		{"passagentdra", "dpdraagent", "a DRA claim's networkData and network-status"},
 	} {
 		least, row := variantOf(vs, p.least), variantOf(vs, p.row)
-		if pass == nil || least == nil || row == nil {
+		if least == nil || row == nil {
 			continue
 		}
 		f := targetFactor(p.row)

@@ -225,12 +225,11 @@ func (v *costVariant) measureRetried(e *env, env []string, tool, op, out string)
 		if _, err := e.cnitool(undo, v.net, v.netns, "net1", v.pod, append(env, "DEVPLUMB_COST_OUT="+out+"-undone")...); err != nil {
 			return fmt.Errorf("%s after a %s that fell back: %w", undo, op, err)
 		}
-		for _, warm := range []string{op, undo} { // the new agent warmed as measure warmed the first
-			if !restarted {
-				break
-			}
-			if _, err := e.cnitool(warm, v.net, v.netns, "net1", v.pod, append(env, "DEVPLUMB_COST_OUT="+out+"-warm")...); err != nil {
-				return fmt.Errorf("%s to warm the restarted agent: %w", warm, err)
+		if restarted { // the new agent warmed as measure warmed the first
+			for _, warm := range []string{op, undo} {
+				if _, err := e.cnitool(warm, v.net, v.netns, "net1", v.pod, append(env, "DEVPLUMB_COST_OUT="+out+"-warm")...); err != nil {
+					return fmt.Errorf("%s to warm the restarted agent: %w", warm, err)
+				}
 			}
 		}
 		tried, err := filepath.Glob(out + ".*")
