@@ -2,6 +2,7 @@ package bench
 
 import (
 	"crypto/sha256"
+	"crypto/sha512"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -29,6 +30,9 @@ const (
 	podNS      = "bench"
 	bridgeName = "dpbench0"
 )
+
+// cnitoolResults is where cnitool keeps its result cache: v1.3.1 has no setting for it.
+const cnitoolResults = "/var/lib/cni/results"
 
 // env is one node for a part of the run: a temp dir with the binaries, the network
 // configs, devplumb's state and device-info dirs, a PodResources server, and the
@@ -181,6 +185,7 @@ func (e *env) close() {
 	}
 	e.agents = nil
 	for _, n := range e.netns {
+		forgetResults(cnitoolResults, n.Path())
 		_ = n.Close()
 		_ = testutils.UnmountNS(n)
 	}
@@ -192,6 +197,17 @@ func (e *env) close() {
 	_ = os.RemoveAll(e.dir)
 	if e.shm != "" {
 		_ = os.RemoveAll(e.shm)
+	}
+}
+
+// forgetResults removes the entries cnitool cached in dir for its calls into netns: a
+// step that failed between an ADD and its DEL leaves the ADD's entry, which nothing else
+// removes. cnitool names a netns's calls by a hash of its path (cnitool/cmd/root.go).
+func forgetResults(dir, netns string) {
+	sum := sha512.Sum512([]byte(netns))
+	left, _ := filepath.Glob(filepath.Join(dir, fmt.Sprintf("*-cnitool-%x-*", sum[:10])))
+	for _, f := range left {
+		_ = os.Remove(f)
 	}
 }
 

@@ -59,7 +59,7 @@ func Run(cfg Config) (*Report, error) {
 	}
 	cfg.Runs = max(cfg.Runs, 5)
 	cfg.Pods = max(cfg.Pods, 1)
-	defer removeIfCreated("/var/lib/cni/results", "/var/lib/cni")()
+	defer removeIfCreated(cnitoolResults, filepath.Dir(cnitoolResults))()
 	if cfg.Kube {
 		cfg.logf("== starting etcd and kube-apiserver")
 		k, err := startKube()

@@ -98,7 +98,7 @@ func (n *soakNode) leftovers() (soakLeft, error) {
 	l.records = count(filepath.Join(n.root, "state", "attachments", "*"))
 	l.cniFiles = count(filepath.Join(n.root, "devinfo", "cni", "*"))
 	l.leases = count(filepath.Join(n.e.dir, "ipam", soakNet, "*"), "lock", "last_reserved_ip.0")
-	l.cache = count(filepath.Join("/var/lib/cni/results", soakNet+"-*"))
+	l.cache = count(filepath.Join(cnitoolResults, soakNet+"-*"))
 	l.netns = n.netnsLeft()
 	l.links = bridgePorts()
 	return l, err
