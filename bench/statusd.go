@@ -34,6 +34,7 @@ import (
 	cniversion "github.com/containernetworking/cni/pkg/version"
 
 	"github.com/devplumb/devplumb/bench/statuscall"
+	"github.com/devplumb/devplumb/pkg/cni/kube"
 )
 
 // statusDaemon serves statuscall.Calls on a unix socket with a warm metadata client.
@@ -52,6 +53,9 @@ func startStatusDaemon(kubeconfig, socket string) (*statusDaemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("status daemon: %w", err)
 	}
+	// devplumb's limits: client-go's default 5 QPS throttled the daemon's writes once
+	// cycles came faster than 2.5 a second (each makes two, a DRA one four).
+	cfg.QPS, cfg.Burst = kube.QPS, kube.Burst
 	mc, err := metadata.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("status daemon: %w", err)

@@ -106,14 +106,19 @@ func LoadConfig(kubeconfig string) (*rest.Config, error) {
 	return cfg, nil
 }
 
+// QPS and Burst are the client's limits: a CNI call makes a handful of requests, and
+// retries on conflict must not be throttled by client-go's default 5 QPS limiter.
+const (
+	QPS   = 100
+	Burst = 200
+)
+
 func newFromConfig(cfg *rest.Config, timeout time.Duration, log *slog.Logger) (*Client, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.UserAgent = "devplumb"
 	// One request must not use up the whole bound, so that a retry still fits.
 	cfg.Timeout = timeout / 2
-	// A CNI call makes a handful of requests; retries on conflict must not be throttled
-	// by client-go's default 5 QPS limiter.
-	cfg.QPS, cfg.Burst = 100, 200
+	cfg.QPS, cfg.Burst = QPS, Burst
 	mc, err := metadata.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kube: client for %s: %w", cfg.Host, err)
