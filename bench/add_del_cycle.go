@@ -111,9 +111,9 @@ var pairedNets = []string{"pass", "dpagent", "dpagentkube", "dpdraagent", "passa
 
 // p1Pairs runs rounds more cycles of the pass-through and the rows through the agent
 // alone, each round every one of them once in a rotating order: a 30-round median of
-// the paired differences has a 95% interval about 9 ms wide here, wider than the
-// targets' margins; four times the rounds make it half as wide. They come after the
-// agents' phases are read, so those stay the main rounds'.
+// the paired differences has a 95% interval wider than the targets' margins; 120 rounds
+// made it about half as wide, and the default 360 narrow it by √3 more. They come after
+// the agents' phases are read, so those stay the main rounds'.
 func p1Pairs(e *env, vs []*variant, rounds int) error {
 	var run []*variant
 	for _, net := range pairedNets {

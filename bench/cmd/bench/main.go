@@ -25,7 +25,7 @@ func main() {
 	flag.BoolVar(&cfg.Kube, "kube", false, "also run devplumb with a kubeconfig against a real kube-apiserver (DEVPLUMB_KUBE_APISERVER, DEVPLUMB_ETCD)")
 	flag.StringVar(&cfg.Baseline, "baseline", "", "an earlier devplumb build to run side by side (optional)")
 	flag.IntVar(&cfg.Runs, "runs", 30, "samples per figure")
-	flag.IntVar(&cfg.Pairs, "pairs", 120, "P1: more rounds of the pass-through and the rows through the agent alone, paired (0: none)")
+	flag.IntVar(&cfg.Pairs, "pairs", 360, "P1: more rounds of the pass-through and the rows through the agent alone, paired (0: none)")
 	flag.IntVar(&cfg.Pods, "pods", 64, "P3: pods added at once")
 	flag.IntVar(&cfg.Soak, "soak", 1000, "soak: ADD/DEL cycles against nodesim, netdev-dp and devplumbctl metrics (0: skip)")
 	only := flag.String("only", "", "run only these steps, comma-separated: P1,P2,P3,P4,P5,P6,P7,P8,P9,P10,Soak (empty: all)")
