@@ -28,10 +28,10 @@ const oldTag = "v0.0.0-62521ee"
 
 // TestUpgradeAndDowngrade: the node runs the earlier release (its DaemonSet manifests and
 // its images) with a pod holding a device; the current manifests roll both DaemonSets to the
-// current images while a second pod starts; the first pod keeps its device, and when it goes
-// the new devplumb removes what the old one set up. Rolled back to the earlier release, a
-// third pod starts and the old devplumb removes what the new one set up. No ADD or DEL fails,
-// nothing is left.
+// current images, devplumb's while a second pod starts; the first pod keeps its device, and
+// when it goes the new devplumb removes what the old one set up. Rolled back to the earlier
+// release, a third pod starts and the old devplumb removes what the new one set up. No ADD or
+// DEL fails, nothing is left.
 func TestUpgradeAndDowngrade(t *testing.T) {
 	// Before the node is set up: a shallow clone (CI's git clone --depth 1) lacks the
 	// earlier release, and one that cannot fetch it skips this test alone.
@@ -40,16 +40,16 @@ func TestUpgradeAndDowngrade(t *testing.T) {
 	}
 	deployed(t)
 	useConflist(t, "devplumb-alone", aloneConflist)
-	oldFiles := oldRelease(t)
+	old := oldRelease(t)
 	t.Cleanup(func() { rollTo(t, currentDaemonSets(), currentRefs(t)) })
 
-	rollTo(t, oldFiles, oldRefs(t))
+	rollTo(t, old, oldRefs(t))
 	a := startHolding(t, "up-a")
 	rollTo(t, currentDaemonSets(), currentRefs(t), func() { startHolding(t, "up-b") })
 	stillHolds(t, a)
 	releaseAndCheck(t, a)
 
-	rollTo(t, oldFiles, oldRefs(t), func() { startHolding(t, "down-c") })
+	rollTo(t, old, oldRefs(t), func() { startHolding(t, "down-c") })
 	for _, name := range []string{"up-b", "down-c"} {
 		p, err := nd.Client.CoreV1().Pods("default").Get(ctx(t), name, metav1.GetOptions{})
 		e2etest.Must(t, err)
@@ -110,9 +110,12 @@ func releaseAndCheck(t *testing.T, h *holding) {
 	})
 }
 
+// manifests are a release's two DaemonSet manifests.
+type manifests struct{ devplumb, netdevDP string }
+
 // oldRelease builds upgradeFrom's images (from its source, as `make images` builds them)
 // into the node's containerd and returns its two DaemonSet manifests naming them.
-func oldRelease(t *testing.T) []string {
+func oldRelease(t *testing.T) manifests {
 	t.Helper()
 	src := filepath.Join(t.TempDir(), "src")
 	e2etest.Must(t, os.MkdirAll(src, 0o755))
@@ -126,16 +129,15 @@ func oldRelease(t *testing.T) []string {
 		e2etest.Must(t, nd.ImportImage(ctx(t), tar))
 	}
 	old := oldRefs(t)
-	var files []string
-	for _, f := range []string{"devplumb-daemonset.yaml", "netdev-dp-daemonset.yaml"} {
+	named := func(f string) string {
 		b, err := os.ReadFile(filepath.Join(src, "deployments", f))
 		e2etest.Must(t, err)
 		s := strings.NewReplacer("image: devplumb:dev", "image: "+old.devplumb, "image: netdev-dp:dev", "image: "+old.netdevDP).Replace(string(b))
 		p := filepath.Join(t.TempDir(), f)
 		e2etest.Must(t, os.WriteFile(p, []byte(s), 0o644))
-		files = append(files, p)
+		return p
 	}
-	return files
+	return manifests{devplumb: named("devplumb-daemonset.yaml"), netdevDP: named("netdev-dp-daemonset.yaml")}
 }
 
 // refs are a release's two image references.
@@ -155,25 +157,34 @@ func currentRefs(t *testing.T) refs {
 	return refsOf(t, v)
 }
 
-func currentDaemonSets() []string {
+func currentDaemonSets() manifests {
 	dir := filepath.Join(testenv.ModuleRoot(), "deployments")
-	return []string{filepath.Join(dir, "devplumb-daemonset.yaml"), filepath.Join(dir, "netdev-dp-daemonset.yaml")}
+	return manifests{devplumb: filepath.Join(dir, "devplumb-daemonset.yaml"), netdevDP: filepath.Join(dir, "netdev-dp-daemonset.yaml")}
 }
 
-// rollTo applies the DaemonSet manifests, runs during (pods starting while the DaemonSets
-// roll), and waits until both DaemonSets run their new images, ready.
-func rollTo(t *testing.T, files []string, to refs, during ...func()) {
+// rollTo rolls netdev-dp's DaemonSet and waits until its new pod is ready (registered with
+// the kubelet), then rolls devplumb's while during runs (pods starting while it rolls) and
+// waits for it. netdev-dp goes alone: from its old pod's exit until its new one registers,
+// the kubelet holds its devices unhealthy and fails the admission of a pod asking for one
+// (UnexpectedAdmissionError, whatever the CNI plugin does).
+func rollTo(t *testing.T, m manifests, to refs, during ...func()) {
 	t.Helper()
-	e2etest.Must(t, nd.Apply(ctx(t), files...))
+	e2etest.Must(t, nd.Apply(ctx(t), m.netdevDP))
+	waitRolledOut(t, "netdev-dp", to.netdevDP)
+	waitAllocatable(t, map[string]string{"example.com/hostdev": "2"})
+	e2etest.Must(t, nd.Apply(ctx(t), m.devplumb))
 	for _, f := range during {
 		f()
 	}
-	for name, ref := range map[string]string{"devplumb": to.devplumb, "netdev-dp": to.netdevDP} {
-		waitFor(t, "DaemonSet "+name+" rolled out to "+ref, func(c context.Context) error {
-			return rolledOut(c, name, ref)
-		})
-	}
-	waitAllocatable(t, map[string]string{"example.com/hostdev": "2"})
+	waitRolledOut(t, "devplumb", to.devplumb)
+}
+
+// waitRolledOut waits until the DaemonSet name runs ref on the node (rolledOut).
+func waitRolledOut(t *testing.T, name, ref string) {
+	t.Helper()
+	waitFor(t, "DaemonSet "+name+" rolled out to "+ref, func(c context.Context) error {
+		return rolledOut(c, name, ref)
+	})
 }
 
 // rolledOut: the DaemonSet's pods are all updated and ready, and run ref.
