@@ -2,7 +2,6 @@ package bench
 
 import (
 	"crypto/sha256"
-	"crypto/sha512"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 	"github.com/devplumb/devplumb/devinfo"
 	"github.com/devplumb/devplumb/pkg/cni/nodeconfig"
 	"github.com/devplumb/devplumb/pkg/kubeletsim/podresourcesserver"
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
 // Names the bench gives what it creates on the host, so a killed run is recognisable.
@@ -30,9 +30,6 @@ const (
 	podNS      = "bench"
 	bridgeName = "dpbench0"
 )
-
-// cnitoolResults is where cnitool keeps its result cache: v1.3.1 has no setting for it.
-const cnitoolResults = "/var/lib/cni/results"
 
 // env is one node for a part of the run: a temp dir with the binaries, the network
 // configs, devplumb's state and device-info dirs, a PodResources server, and the
@@ -185,7 +182,7 @@ func (e *env) close() {
 	}
 	e.agents = nil
 	for _, n := range e.netns {
-		forgetResults(cnitoolResults, n.Path())
+		forgetResults(n.Path())
 		_ = n.Close()
 		_ = testutils.UnmountNS(n)
 	}
@@ -200,12 +197,10 @@ func (e *env) close() {
 	}
 }
 
-// forgetResults removes the entries cnitool cached in dir for its calls into netns: a
-// step that failed between an ADD and its DEL leaves the ADD's entry, which nothing else
-// removes. cnitool names a netns's calls by a hash of its path (cnitool/cmd/root.go).
-func forgetResults(dir, netns string) {
-	sum := sha512.Sum512([]byte(netns))
-	left, _ := filepath.Glob(filepath.Join(dir, fmt.Sprintf("*-cnitool-%x-*", sum[:10])))
+// forgetResults removes the entries cnitool cached for its calls into netns: a step that
+// failed between an ADD and its DEL leaves the ADD's entry, which nothing else removes.
+func forgetResults(netns string) {
+	left, _ := filepath.Glob(filepath.Join(testenv.CnitoolResults, "*-"+testenv.CnitoolID(netns)+"-*"))
 	for _, f := range left {
 		_ = os.Remove(f)
 	}

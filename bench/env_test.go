@@ -13,7 +13,7 @@ import (
 // failed mid-cycle) leaves cnitool's cache entry for the env's netns; closing the env
 // removes it, and only it.
 func TestCloseForgetsCnitoolResults(t *testing.T) {
-	defer removeIfCreated(cnitoolResults, filepath.Dir(cnitoolResults))()
+	defer removeIfCreated(testenv.CnitoolResults, filepath.Dir(testenv.CnitoolResults))()
 	cfg := Config{Devplumb: filepath.Join(testenv.Build(t, "./cmd/devplumb"), "devplumb"), CNIBin: testenv.CNIPlugins(t)}
 	e, err := newEnv(cfg, podresourcesserver.Config{})
 	if err != nil {
@@ -25,8 +25,8 @@ func TestCloseForgetsCnitoolResults(t *testing.T) {
 			e.close()
 		}
 	}()
-	other := filepath.Join(cnitoolResults, "bench-forget-cnitool-0011223344556677889a-net1")
-	if err := os.MkdirAll(cnitoolResults, 0o755); err != nil {
+	other := filepath.Join(testenv.CnitoolResults, "bench-forget-cnitool-0011223344556677889a-net1")
+	if err := os.MkdirAll(testenv.CnitoolResults, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(other, []byte("{}"), 0o600); err != nil {
@@ -46,7 +46,7 @@ func TestCloseForgetsCnitoolResults(t *testing.T) {
 		t.Fatal(err)
 	}
 	left := func() []string {
-		m, _ := filepath.Glob(filepath.Join(cnitoolResults, "bench-forget-cnitool-*"))
+		m, _ := filepath.Glob(filepath.Join(testenv.CnitoolResults, "bench-forget-cnitool-*"))
 		return m
 	}
 	if got := left(); len(got) != 2 {

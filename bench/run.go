@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
 // Config says which binaries to measure and how much.
@@ -59,7 +61,7 @@ func Run(cfg Config) (*Report, error) {
 	}
 	cfg.Runs = max(cfg.Runs, 5)
 	cfg.Pods = max(cfg.Pods, 1)
-	defer removeIfCreated(cnitoolResults, filepath.Dir(cnitoolResults))()
+	defer removeIfCreated(testenv.CnitoolResults, filepath.Dir(testenv.CnitoolResults))()
 	if cfg.Kube {
 		cfg.logf("== starting etcd and kube-apiserver")
 		k, err := startKube()

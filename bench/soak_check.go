@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/devplumb/devplumb/pkg/testenv"
 )
 
 // daemon is a process the soak started, its output in a log file.
@@ -98,7 +100,7 @@ func (n *soakNode) leftovers() (soakLeft, error) {
 	l.records = count(filepath.Join(n.root, "state", "attachments", "*"))
 	l.cniFiles = count(filepath.Join(n.root, "devinfo", "cni", "*"))
 	l.leases = count(filepath.Join(n.e.dir, "ipam", soakNet, "*"), "lock", "last_reserved_ip.0")
-	l.cache = count(filepath.Join(cnitoolResults, soakNet+"-*"))
+	l.cache = count(filepath.Join(testenv.CnitoolResults, soakNet+"-*"))
 	l.netns = n.netnsLeft()
 	l.links = bridgePorts()
 	return l, err

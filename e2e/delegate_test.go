@@ -22,7 +22,7 @@ func TestDelegateReceivesDeviceAndDeviceInfo(t *testing.T) {
 	e.install(conf)
 	e.mustCnitool("add", "fast-net", pod.Path(), "net1", podArgs("default", "p1"), "")
 
-	cid := cnitoolID(pod.Path())
+	cid := testenv.CnitoolID(pod.Path())
 	rec, stdin := e.record("ADD", cid, "net1")
 	for _, k := range []string{"deviceID", "device", "pciBusID"} {
 		if stdin[k] != "0000:01:02.3" {
@@ -58,7 +58,7 @@ func TestDelegateWithoutCapabilities(t *testing.T) {
 	e.setPod("default", "p1", "eth5")
 	e.install(e.conf("fast-net", e.recorder(nil)))
 	// A stale file at the attachment's name (a crash) must not survive ADD.
-	stale := e.cniFile("fast-net", cnitoolID(pod.Path()), "net1")
+	stale := e.cniFile("fast-net", testenv.CnitoolID(pod.Path()), "net1")
 	if err := os.MkdirAll(filepath.Dir(stale), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -66,11 +66,11 @@ func TestDelegateWithoutCapabilities(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.mustCnitool("add", "fast-net", pod.Path(), "net1", podArgs("default", "p1"), "")
-	_, stdin := e.record("ADD", cnitoolID(pod.Path()), "net1")
+	_, stdin := e.record("ADD", testenv.CnitoolID(pod.Path()), "net1")
 	if stdin["deviceID"] != "eth5" || stdin["pciBusID"] != nil || stdin["runtimeConfig"] != nil {
 		t.Errorf("delegate got %v", stdin)
 	}
-	if _, err := os.Stat(e.cniFile("fast-net", cnitoolID(pod.Path()), "net1")); !os.IsNotExist(err) {
+	if _, err := os.Stat(e.cniFile("fast-net", testenv.CnitoolID(pod.Path()), "net1")); !os.IsNotExist(err) {
 		t.Errorf("no DP file, so no CNI file: %v", err)
 	}
 }
@@ -89,7 +89,7 @@ func TestDeviceFromCapabilityArgs(t *testing.T) {
 	custom := filepath.Join(e.devinfoDir, "cni", "multus-chosen-name")
 	caps := string(mustJSON(t, map[string]string{"deviceID": "0000:05:00.1", "CNIDeviceInfoFile": custom}))
 	e.mustCnitool("add", "fast-net", pod.Path(), "net1", podArgs("default", "nokubelet"), caps)
-	rec, stdin := e.record("ADD", cnitoolID(pod.Path()), "net1")
+	rec, stdin := e.record("ADD", testenv.CnitoolID(pod.Path()), "net1")
 	rc, _ := stdin["runtimeConfig"].(map[string]any)
 	if stdin["deviceID"] != "0000:05:00.1" || rc["deviceID"] != "0000:05:00.1" || rc["CNIDeviceInfoFile"] != custom {
 		t.Errorf("delegate got %v", stdin)

@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"crypto/sha512"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -166,7 +165,7 @@ func (e *env) install(conf map[string]any) {
 // cnitool runs `cnitool cmd network netns`; it returns stdout and stderr.
 func (e *env) cnitool(cmd, network, netns, ifName, cniArgs, capArgs string) (string, string, error) {
 	if cmd == "add" {
-		e.cachedResult(network, cnitoolID(netns), ifName)
+		e.cachedResult(network, testenv.CnitoolID(netns), ifName)
 	}
 	c := exec.Command(filepath.Join(e.bin, "cnitool"), cmd, network, netns)
 	c.Env = append(os.Environ(), "CNI_PATH="+e.bin, "NETCONFPATH="+e.confDir, "CNI_IFNAME="+ifName,
@@ -180,14 +179,10 @@ func (e *env) cnitool(cmd, network, netns, ifName, cniArgs, capArgs string) (str
 	return out.String(), errOut.String(), err
 }
 
-// cnitoolCache is where libcni (in cnitool) caches each ADD's result; cnitool has no
-// option to move it.
-const cnitoolCache = "/var/lib/cni/results"
-
 // cachedResult removes, at the end of the test, the result libcni caches for an ADD (a
 // DEL removes it; a test that ends without DEL would leave it on the host).
 func (e *env) cachedResult(network, containerID, ifName string) {
-	f := filepath.Join(cnitoolCache, network+"-"+containerID+"-"+ifName)
+	f := filepath.Join(testenv.CnitoolResults, network+"-"+containerID+"-"+ifName)
 	if _, err := os.Lstat(f); err == nil {
 		return // not this test's
 	}
@@ -296,7 +291,7 @@ func (e *env) hostDevicePod(pci string) (string, ns.NetNS, map[string]any, strin
 // crashed right after claiming dev; it returns the container ID cnitool uses.
 func (e *env) crashAfterClaim(pod ns.NetNS, dev string) string {
 	e.t.Helper()
-	cid := cnitoolID(pod.Path())
+	cid := testenv.CnitoolID(pod.Path())
 	crashed := attachment.Request{Key: attachment.Key{Network: "fast-net", ContainerID: cid, IfName: "net1"},
 		Pod: attachment.Pod{Namespace: "default", Name: "p1"}, ResourceName: resource, Candidates: []string{dev}}
 	if _, err := attachment.New(e.stateDir).Take(crashed); err != nil {
@@ -369,12 +364,6 @@ func (e *env) record(cmd, containerID, ifName string) (*Record, map[string]any) 
 		e.t.Fatal(err)
 	}
 	return r, stdin
-}
-
-// cnitoolID is the container ID cnitool derives from a netns path.
-func cnitoolID(netns string) string {
-	s := sha512.Sum512([]byte(netns))
-	return fmt.Sprintf("cnitool-%x", s[:10])
 }
 
 // linkIn reports whether netns has a link named name.

@@ -59,7 +59,7 @@ func TestCheckWithPre040Delegate(t *testing.T) {
 	args := podArgs("default", "p1")
 	e.mustCnitool("add", "fast-net", pod.Path(), "net1", args, "")
 	e.mustCnitool("check", "fast-net", pod.Path(), "net1", args, "")
-	if _, err := os.Stat(filepath.Join(e.recordDir, "CHECK-"+cnitoolID(pod.Path())+"_net1.json")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(e.recordDir, "CHECK-"+testenv.CnitoolID(pod.Path())+"_net1.json")); !os.IsNotExist(err) {
 		t.Errorf("a 0.3.1 delegate got CHECK: %v", err)
 	}
 }
@@ -73,7 +73,7 @@ func TestCorruptStateRecord(t *testing.T) {
 	e.setPod("default", "b", "dev-b")
 	e.install(e.conf("fast-net", e.recorder(nil)))
 	e.mustCnitool("add", "fast-net", a.Path(), "net1", podArgs("default", "a"), "")
-	rec := e.corruptRecord("fast-net", cnitoolID(a.Path()), "net1")
+	rec := e.corruptRecord("fast-net", testenv.CnitoolID(a.Path()), "net1")
 	e.mustCnitool("add", "fast-net", b.Path(), "net1", podArgs("default", "b"), "")
 	e.mustCnitool("del", "fast-net", a.Path(), "net1", podArgs("default", "a"), "")
 	if _, err := os.Stat(rec); !os.IsNotExist(err) {
@@ -184,7 +184,7 @@ func TestAddRetriedAfterCrashInDelegate(t *testing.T) {
 	dev, pod, _, args := e.hostDevicePod("0000:01:02.7")
 	e.mustCnitool("add", "fast-net", pod.Path(), "net1", args, "")
 	store := attachment.New(e.stateDir)
-	rec, err := store.Get(attachment.Key{Network: "fast-net", ContainerID: cnitoolID(pod.Path()), IfName: "net1"})
+	rec, err := store.Get(attachment.Key{Network: "fast-net", ContainerID: testenv.CnitoolID(pod.Path()), IfName: "net1"})
 	if err != nil || rec == nil {
 		t.Fatalf("state %+v %v", rec, err)
 	}
@@ -486,12 +486,12 @@ func TestSandboxTakeoverNeedsSamePodAndGoneSandbox(t *testing.T) {
 			t.Errorf("ADD of a new sandbox while the old one is there (%s): %v %s", args, err, errOut)
 		}
 	}
-	if st := e.state(); len(st) != 1 || st[0].ContainerID != cnitoolID(old.Path()) {
+	if st := e.state(); len(st) != 1 || st[0].ContainerID != testenv.CnitoolID(old.Path()) {
 		t.Fatalf("the old sandbox lost its claim: %+v", st)
 	}
 	testenv.RemoveNetNS(t, old)
 	e.mustCnitool("add", "fast-net", cur.Path(), "net1", recreated, "")
-	if st := e.state(); len(st) != 1 || st[0].ContainerID != cnitoolID(cur.Path()) || st[0].Pod.UID != "uid-p1-again" {
+	if st := e.state(); len(st) != 1 || st[0].ContainerID != testenv.CnitoolID(cur.Path()) || st[0].Pod.UID != "uid-p1-again" {
 		t.Errorf("the recreated pod did not take the gone sandbox's device: %+v", st)
 	}
 }

@@ -29,7 +29,7 @@ func TestHostDeviceAddCheckDel(t *testing.T) {
 	if !linkIn(t, pod, "net1") || hostLink(dev) {
 		t.Fatal("dpa0 was not moved into the pod as net1")
 	}
-	cid := cnitoolID(pod.Path())
+	cid := testenv.CnitoolID(pod.Path())
 	dp, _ := os.ReadFile(e.devinfoDir + "/dp/example.com-netdev-" + dev + "-device.json")
 	cni, err := os.ReadFile(e.cniFile("fast-net", cid, "net1"))
 	if err != nil || string(cni) != string(dp) || len(dp) == 0 {
@@ -65,7 +65,7 @@ func TestDelAfterNetnsGone(t *testing.T) {
 	e := newEnv(t)
 	_, pod, conf, args := e.hostDevicePod("0000:01:02.5")
 	e.mustCnitool("add", "fast-net", pod.Path(), "net1", args, "")
-	path, cid := pod.Path(), cnitoolID(pod.Path())
+	path, cid := pod.Path(), testenv.CnitoolID(pod.Path())
 	testenv.RemoveNetNS(t, pod)
 	if _, ce := e.run("DEL", mustJSON(t, conf), cid, path, "net1", args); ce != nil {
 		t.Fatalf("DEL with the netns gone: %+v", ce)

@@ -100,14 +100,14 @@ func TestNewSandboxDropsOlderClaims(t *testing.T) {
 	testenv.RemoveNetNS(t, old)
 	e.mustCnitool("add", "fast-net", cur.Path(), "net1", args, "")
 	st := e.state()
-	if len(st) != 1 || st[0].ContainerID != cnitoolID(cur.Path()) {
+	if len(st) != 1 || st[0].ContainerID != testenv.CnitoolID(cur.Path()) {
 		t.Fatalf("claims %+v", st)
 	}
-	if _, err := os.Stat(e.cniFile("fast-net", cnitoolID(old.Path()), "net1")); !os.IsNotExist(err) {
+	if _, err := os.Stat(e.cniFile("fast-net", testenv.CnitoolID(old.Path()), "net1")); !os.IsNotExist(err) {
 		t.Errorf("old sandbox's CNI file kept: %v", err)
 	}
 	// Its delegate was told to let go (IPAM, the device) with what its ADD used.
-	if _, stdin := e.record("DEL", cnitoolID(old.Path()), "net1"); stdin["deviceID"] != "0000:01:02.3" {
+	if _, stdin := e.record("DEL", testenv.CnitoolID(old.Path()), "net1"); stdin["deviceID"] != "0000:01:02.3" {
 		t.Errorf("old sandbox's delegate DEL got %v", stdin["deviceID"])
 	}
 	// The old sandbox's late DEL must not disturb the new one.
@@ -115,7 +115,7 @@ func TestNewSandboxDropsOlderClaims(t *testing.T) {
 	if st := e.state(); len(st) != 1 {
 		t.Errorf("claims after old DEL %+v", st)
 	}
-	if _, err := os.Stat(e.cniFile("fast-net", cnitoolID(cur.Path()), "net1")); err != nil {
+	if _, err := os.Stat(e.cniFile("fast-net", testenv.CnitoolID(cur.Path()), "net1")); err != nil {
 		t.Errorf("new sandbox's CNI file: %v", err)
 	}
 }
@@ -129,10 +129,10 @@ func TestCheckDetectsMissingDeviceInfo(t *testing.T) {
 	args := podArgs("default", "p1")
 	e.mustCnitool("add", "fast-net", pod.Path(), "net1", args, "")
 	e.mustCnitool("check", "fast-net", pod.Path(), "net1", args, "")
-	if _, stdin := e.record("CHECK", cnitoolID(pod.Path()), "net1"); stdin["prevResult"] == nil {
+	if _, stdin := e.record("CHECK", testenv.CnitoolID(pod.Path()), "net1"); stdin["prevResult"] == nil {
 		t.Error("delegate CHECK got no prevResult")
 	}
-	if err := os.Remove(e.cniFile("fast-net", cnitoolID(pod.Path()), "net1")); err != nil {
+	if err := os.Remove(e.cniFile("fast-net", testenv.CnitoolID(pod.Path()), "net1")); err != nil {
 		t.Fatal(err)
 	}
 	_, errOut, err := e.cnitool("check", "fast-net", pod.Path(), "net1", args, "")
@@ -178,7 +178,7 @@ func TestGC(t *testing.T) {
 	e.install(conf)
 	e.mustCnitool("add", "fast-net", keep.Path(), "net1", podArgs("default", "keep"), "")
 	e.mustCnitool("add", "fast-net", drop.Path(), "net1", podArgs("default", "drop"), "")
-	conf["cni.dev/valid-attachments"] = []map[string]string{{"containerID": cnitoolID(keep.Path()), "ifname": "net1"}}
+	conf["cni.dev/valid-attachments"] = []map[string]string{{"containerID": testenv.CnitoolID(keep.Path()), "ifname": "net1"}}
 	corrupt := e.corruptRecord("fast-net", "crashed", "net1")
 	if _, ce := e.run("GC", mustJSON(t, conf), "", "", "", ""); ce != nil {
 		t.Fatalf("GC: %+v", ce)
@@ -192,13 +192,13 @@ func TestGC(t *testing.T) {
 	if len(st) != 1 || st[0].Pod.Name != "keep" {
 		t.Fatalf("claims after GC %+v", st)
 	}
-	if _, err := os.Stat(e.cniFile("fast-net", cnitoolID(drop.Path()), "net1")); !os.IsNotExist(err) {
+	if _, err := os.Stat(e.cniFile("fast-net", testenv.CnitoolID(drop.Path()), "net1")); !os.IsNotExist(err) {
 		t.Errorf("dropped attachment's CNI file: %v", err)
 	}
-	if _, err := os.Stat(e.cniFile("fast-net", cnitoolID(keep.Path()), "net1")); err != nil {
+	if _, err := os.Stat(e.cniFile("fast-net", testenv.CnitoolID(keep.Path()), "net1")); err != nil {
 		t.Errorf("kept attachment's CNI file: %v", err)
 	}
-	e.record("DEL", cnitoolID(drop.Path()), "net1")
+	e.record("DEL", testenv.CnitoolID(drop.Path()), "net1")
 	if _, err := os.Stat(filepath.Join(e.recordDir, "GC.json")); err != nil {
 		t.Errorf("delegate GC not run: %v", err)
 	}
@@ -225,7 +225,7 @@ func TestGCStaysInItsNetwork(t *testing.T) {
 	if len(st) != 1 || st[0].Network != "net-b" {
 		t.Fatalf("claims after GC of net-a: %+v", st)
 	}
-	if _, err := os.Stat(filepath.Join(e.recordDir, "DEL-"+cnitoolID(pod.Path())+"_net2.json")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(e.recordDir, "DEL-"+testenv.CnitoolID(pod.Path())+"_net2.json")); !os.IsNotExist(err) {
 		t.Errorf("GC of net-a ran DEL on net-b's attachment: %v", err)
 	}
 }

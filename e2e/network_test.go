@@ -113,7 +113,7 @@ func TestBridgeChainStaticIPAM(t *testing.T) {
 	if !contains(out, `"cniVersion": "0.4.0"`) || !contains(out, "192.0.2.10/24") {
 		t.Errorf("result %s", out)
 	}
-	_, stdin := e.record("ADD", cnitoolID(pod.Path()), "eth1")
+	_, stdin := e.record("ADD", testenv.CnitoolID(pod.Path()), "eth1")
 	prev, _ := stdin["prevResult"].(map[string]any)
 	if prev == nil || stdin["deviceID"] != nil {
 		t.Errorf("recorder in chain got %v", stdin)
@@ -162,7 +162,7 @@ func TestFailingDelegateLeavesNothing(t *testing.T) {
 	if leases, _ := os.ReadDir(filepath.Join(ipamDir, "fail-net")); len(leases) > 2 {
 		t.Errorf("IP leases left: %v", leases)
 	}
-	e.record("DEL", cnitoolID(pod.Path()), "net1") // the rollback ran DEL
+	e.record("DEL", testenv.CnitoolID(pod.Path()), "net1") // the rollback ran DEL
 }
 
 // DEL without ADD, and DEL twice, succeed: nothing is there to remove.

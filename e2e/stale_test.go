@@ -21,7 +21,7 @@ func TestStaleClaimTakenOverAndCheckedAgainstKubelet(t *testing.T) {
 	if len(st) != 1 || st[0].Pod.Name != "new" {
 		t.Fatalf("claims %+v", st)
 	}
-	if _, err := os.Stat(e.cniFile("fast-net", cnitoolID(oldPod.Path()), "net1")); !os.IsNotExist(err) {
+	if _, err := os.Stat(e.cniFile("fast-net", testenv.CnitoolID(oldPod.Path()), "net1")); !os.IsNotExist(err) {
 		t.Errorf("stale CNI file kept: %v", err)
 	}
 	e.mustCnitool("check", "fast-net", newPod.Path(), "net1", podArgs("default", "new"), "")

@@ -166,7 +166,7 @@ func leftovers() []string {
 	if out, _ := exec.Command("pgrep", "-af", "/tmp/devplumb-demo(-dra)?[.]").Output(); len(out) > 0 {
 		p = append(p, "daemons still running: "+string(out))
 	}
-	if ents, _ := os.ReadDir("/var/lib/cni/results"); len(ents) > 0 {
+	if ents, _ := os.ReadDir(testenv.CnitoolResults); len(ents) > 0 {
 		for _, e := range ents {
 			if demoCache.MatchString(e.Name()) {
 				p = append(p, "cnitool result cache "+e.Name())
