@@ -52,7 +52,8 @@ func viaAgent(c conf, args *skel.CmdArgs, add bool, delegate func() (types.Resul
 }
 
 // prepareAt has the agent on socket prepare the call as the entry point
-// does: an ADD's prepare after the hello, a DEL's with it.
+// does: an ADD's prepare after the hello, which carries its lookahead; a
+// DEL's with the hello.
 func prepareAt(ctx context.Context, socket string, args *skel.CmdArgs, add bool) (*agentproto.Client, *agentproto.PrepareAnswer, error) {
 	p := &agentproto.Prepare{Command: agentproto.CmdDel, ContainerID: args.ContainerID, Netns: args.Netns,
 		IfName: args.IfName, Args: args.Args, Path: args.Path, StdinData: args.StdinData}
@@ -60,7 +61,7 @@ func prepareAt(ctx context.Context, socket string, args *skel.CmdArgs, add bool)
 		return agentproto.DialDel(ctx, socket, time.Second, agentBuild, p)
 	}
 	p.Command = agentproto.CmdAdd
-	cl, err := agentproto.Dial(socket, time.Second, agentBuild)
+	cl, err := agentproto.DialAdd(socket, time.Second, agentBuild, p)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -56,7 +56,7 @@ func (e *entry) call(cmd string, args *skel.CmdArgs) error {
 
 // prepare reaches the agent and has it prepare the call: hello, then
 // prepare, or both at once for a DEL (agentproto.DialDel says why only a
-// DEL). The node config loads meanwhile: an ADD's prepare waits for it, and
+// DEL; an ADD's hello carries the prepare's lookahead). The node config loads meanwhile: an ADD's prepare waits for it, and
 // without it (or without an agent) the call is devplumb-direct's. The error
 // is what the call ends in: devplumb-direct's run, or a CNI error.
 func (e *entry) prepare(ctx context.Context, cmd string, args *skel.CmdArgs,
@@ -72,7 +72,8 @@ func (e *entry) prepare(ctx context.Context, cmd string, args *skel.CmdArgs,
 		}
 		return c, ans, nil
 	}
-	c, err := agentproto.Dial(e.socket, dialBound, e.build)
+	prep := prepareOf(cmd, args)
+	c, err := e.dial(prep)
 	if err != nil {
 		// No agent, a silent one, an untrusted one, or another protocol version.
 		return nil, nil, execDirect(args, err)
@@ -81,7 +82,7 @@ func (e *entry) prepare(ctx context.Context, cmd string, args *skel.CmdArgs,
 		c.Close() // before the prepare, which takes a device
 		return nil, nil, execDirect(args, err)
 	}
-	ans, err := c.Prepare(ctx, prepareOf(cmd, args))
+	ans, err := c.Prepare(ctx, prep)
 	if err != nil {
 		// Lost before prepare answered: the agent may have claimed the
 		// device, but nothing ran; devplumb-direct's ADD treats an
@@ -90,6 +91,16 @@ func (e *entry) prepare(ctx context.Context, cmd string, args *skel.CmdArgs,
 		return nil, nil, agentFailed(args, err)
 	}
 	return c, ans, nil
+}
+
+// dial reaches the agent for an ADD or CHECK: an ADD's hello goes with its
+// prepare's lookahead (agentproto.DialAdd), so the agent starts the pod's
+// PodResources Get before the prepare comes.
+func (e *entry) dial(prep *agentproto.Prepare) (*agentproto.Client, error) {
+	if prep.Command == agentproto.CmdAdd {
+		return agentproto.DialAdd(e.socket, dialBound, e.build, prep)
+	}
+	return agentproto.Dial(e.socket, dialBound, e.build)
 }
 
 // nodeLoad is the node config read in a goroutine of its own, which runs

@@ -63,6 +63,7 @@ type Agent struct {
 	kube    *kubeCache
 	kubelet *kubeletCache
 	later   *laterWrites
+	looked  lookaheads
 	metrics *metrics
 }
 
@@ -134,7 +135,7 @@ func (a *Agent) Build() string { return a.build }
 // Prepare runs the first step of ADD or DEL. CHECK is not served: the entry
 // point's fallback (devplumb-direct) runs it whole.
 func (a *Agent) Prepare(ctx context.Context, p *agentproto.Prepare) (*agentproto.PrepareAnswer, error) {
-	ans, err := a.prepare(p)
+	ans, err := a.prepare(ctx, p)
 	if err == nil && ans != nil && ans.Attachment != "" {
 		a.pending.bind(ctx, ans.Attachment) // only this connection may commit it
 	}
@@ -142,16 +143,30 @@ func (a *Agent) Prepare(ctx context.Context, p *agentproto.Prepare) (*agentproto
 	return ans, err
 }
 
-func (a *Agent) prepare(p *agentproto.Prepare) (*agentproto.PrepareAnswer, error) {
-	args := &skel.CmdArgs{ContainerID: p.ContainerID, Netns: p.Netns, IfName: p.IfName, Args: p.Args,
-		Path: p.Path, StdinData: p.StdinData}
-	switch p.Command {
-	case agentproto.CmdAdd:
-		return a.prepareAdd(a.forCall(p), args)
-	case agentproto.CmdDel:
+func (a *Agent) prepare(ctx context.Context, p *agentproto.Prepare) (*agentproto.PrepareAnswer, error) {
+	looked := a.looked.take(ctx) // the prepare's own, or given up here
+	args := argsOf(p)
+	if p.Command == agentproto.CmdAdd {
+		return a.prepareAdd(a.forCall(p), args, looked)
+	}
+	looked.Close() // an ADD's, and this prepare is not one
+	if p.Command == agentproto.CmdDel {
 		return a.prepareDel(a.forCall(p), args)
 	}
 	return nil, fmt.Errorf("%s is not served by the agent: run devplumb-direct", p.Command)
+}
+
+// Lookahead starts the PodResources Get of the ADD the entry point
+// prepares next on this connection (agentproto.LookaheadHandler): it
+// overlaps the hello's answer and the prepare's trip.
+func (a *Agent) Lookahead(ctx context.Context, p *agentproto.Prepare) {
+	a.looked.put(ctx, a.forCall(p).LookAhead(argsOf(p)))
+}
+
+// argsOf is a prepare's call as skel gives it to a plugin.
+func argsOf(p *agentproto.Prepare) *skel.CmdArgs {
+	return &skel.CmdArgs{ContainerID: p.ContainerID, Netns: p.Netns, IfName: p.IfName, Args: p.Args,
+		Path: p.Path, StdinData: p.StdinData}
 }
 
 // forCall is the agent's plugin with the node config the call's entry point

@@ -67,3 +67,43 @@ func TestPendingDroppedOnClose(t *testing.T) {
 		t.Errorf("devplumb-direct's ADD after the dropped call: %v, in pod %v", err, e.InPod("net1"))
 	}
 }
+
+// An ADD's lookahead starts the pod's PodResources Get before the prepare
+// comes, and the prepare takes that Get's answer (one Get per ADD); a
+// connection that ends after its lookahead, before its prepare (an entry
+// point that fell back), takes nothing and leaves the agent holding nothing.
+func TestLookaheadStartsTheGetAndTakesNothing(t *testing.T) {
+	e := newAgentEnv(t, 1, Config{})
+	p := e.prepare(agentproto.CmdAdd, "net1")
+	c, err := agentproto.DialAdd(e.socket, 5*time.Second, "entry-test", &p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the lookahead's PodResources Get", func() bool { return e.PodResources.Calls("Get") == 1 })
+	c.Close()
+	waitFor(t, "the lookahead given up", func() bool { return e.agent.looked.len() == 0 })
+	if recs := e.Records(); len(recs) != 0 || !e.onHost(0) {
+		t.Fatalf("records %+v, device on the host %v, after a lookahead alone: want nothing taken", recs, e.onHost(0))
+	}
+	if o := e.call(agentproto.CmdAdd, "net1"); o.Err != nil || o.Committed == nil || o.Committed.Error != nil || !e.InPod("net1") {
+		t.Fatalf("ADD through the agent: %+v, in pod %v", o, e.InPod("net1"))
+	}
+	if n := e.PodResources.Calls("Get"); n != 2 {
+		t.Errorf("%d PodResources Gets after the lookahead alone and one ADD, want 2: the second is the ADD's lookahead's, which its prepare takes rather than asking again", n)
+	}
+	if n := e.agent.looked.len(); n != 0 {
+		t.Errorf("%d lookaheads held after the ADD's prepare took its own", n)
+	}
+}
+
+// waitFor waits until cond holds; 10 s bound a wait, not a speed.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within 10 s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -13,8 +13,8 @@ import (
 	"github.com/devplumb/devplumb/pkg/cni/shape"
 )
 
-func (a *Agent) prepareAdd(pl *plugin.Plugin, args *skel.CmdArgs) (*agentproto.PrepareAnswer, error) {
-	prep, err := pl.PrepareAdd(args)
+func (a *Agent) prepareAdd(pl *plugin.Plugin, args *skel.CmdArgs, looked *plugin.Ahead) (*agentproto.PrepareAnswer, error) {
+	prep, err := pl.PrepareAddAhead(args, looked)
 	if err != nil {
 		return &agentproto.PrepareAnswer{Error: cniError(err)}, nil
 	}

@@ -22,7 +22,8 @@ const DefaultCallTimeout = 2 * time.Minute
 
 // Client is one CNI call's connection to the agent. It is not safe for
 // concurrent use: a call is hello, prepare, commit in order (a DEL's hello
-// and prepare in one write, DialDel).
+// and prepare in one write, DialDel; an ADD's hello with its lookahead,
+// DialAdd).
 type Client struct {
 	conn  net.Conn
 	path  string
@@ -43,6 +44,33 @@ func Dial(path string, bound time.Duration, build string) (*Client, error) {
 		return nil, err
 	}
 	if err := c.hello(build); err != nil {
+		c.conn.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// DialAdd is Dial with the lookahead of an ADD's prepare sent with the
+// hello: an agent may start what the prepare will read (the pod's
+// PodResources Get) while the hello's answer travels, and the prepare,
+// sent with Prepare once the hello is answered, waits less. The lookahead
+// takes nothing: an entry point whose hello is not answered in time falls
+// back without sending the prepare, as after Dial.
+func DialAdd(path string, bound time.Duration, build string, p *Prepare) (*Client, error) {
+	if p.Command != CmdAdd {
+		return nil, fmt.Errorf("DialAdd of a %s: only an ADD's prepare is looked ahead", p.Command)
+	}
+	c, err := connect(path, bound)
+	if err != nil {
+		return nil, err
+	}
+	err = c.hello(build, &request{Lookahead: p})
+	if errors.Is(err, ErrTooLarge) {
+		// Nothing was sent: the hello goes alone, and the prepare, as
+		// large, ends in ErrTooLarge as after Dial.
+		err = c.hello(build)
+	}
+	if err != nil {
 		c.conn.Close()
 		return nil, err
 	}

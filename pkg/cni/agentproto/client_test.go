@@ -2,6 +2,7 @@ package agentproto
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -250,4 +251,93 @@ func readsBothFirst(t *testing.T, protocol int) string {
 		writeFrame(c, &response{Prepare: &PrepareAnswer{}})
 	}()
 	return path
+}
+
+// lookaheadHandler is a testHandler that keeps each lookahead with its
+// connection, and each prepare's connection.
+type lookaheadHandler struct {
+	testHandler
+	looked       []Prepare
+	lookConns    []*Conn
+	prepareConns []*Conn
+}
+
+func (h *lookaheadHandler) Lookahead(ctx context.Context, p *Prepare) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.looked = append(h.looked, *p)
+	h.lookConns = append(h.lookConns, ConnOf(ctx))
+}
+
+func (h *lookaheadHandler) Prepare(ctx context.Context, p *Prepare) (*PrepareAnswer, error) {
+	h.mu.Lock()
+	h.prepareConns = append(h.prepareConns, ConnOf(ctx))
+	h.mu.Unlock()
+	return h.testHandler.Prepare(ctx, p)
+}
+
+// DialAdd sends the ADD's prepare as a lookahead with the hello: a
+// LookaheadHandler gets it, on the connection the prepare then comes on,
+// before that prepare and unanswered (the prepare's answer is the
+// prepare's); a handler without Lookahead serves the same calls; a
+// lookahead too large for a frame is not sent (the prepare then says
+// ErrTooLarge, as after Dial); and only an ADD's prepare is looked ahead.
+func TestDialAddLooksAhead(t *testing.T) {
+	p := &Prepare{Command: CmdAdd, ContainerID: "c1", IfName: "net1", Args: "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p",
+		StdinData: []byte(`{"name":"n"}`), NodeConfig: "/etc/node.json"}
+	h := &lookaheadHandler{}
+	s := serve(t, t.TempDir(), Server{Handler: h})
+	for range 2 {
+		c, err := DialAdd(s.path, 5*time.Second, "entry-test", p)
+		if err != nil {
+			t.Fatalf("DialAdd: %v", err)
+		}
+		a, err := c.Prepare(context.Background(), p)
+		if err != nil {
+			t.Fatalf("prepare after DialAdd: %v", err)
+		}
+		checkAnswer(t, c, CmdAdd, a)
+		c.Close()
+	}
+	h.mu.Lock()
+	if len(h.looked) != 2 || !reflect.DeepEqual(h.looked[1], *p) || !reflect.DeepEqual(h.prepared[1], *p) {
+		t.Errorf("lookaheads %+v, prepares %+v; want two of each, as sent", h.looked, h.prepared)
+	}
+	for i := range 2 {
+		if h.lookConns[i] == nil || h.lookConns[i] != h.prepareConns[i] || h.lookConns[0] == h.lookConns[1] {
+			t.Errorf("call %d: lookahead on connection %p, its prepare on %p", i, h.lookConns[i], h.prepareConns[i])
+		}
+	}
+	h.mu.Unlock()
+
+	plain := serve(t, t.TempDir(), Server{})
+	c, err := DialAdd(plain.path, 5*time.Second, "entry-test", p)
+	if err != nil {
+		t.Fatalf("DialAdd to a handler without Lookahead: %v", err)
+	}
+	a, err := c.Prepare(context.Background(), p)
+	if err != nil {
+		t.Fatalf("prepare: %v", err)
+	}
+	checkAnswer(t, c, CmdAdd, a)
+	c.Close()
+
+	huge := *p
+	huge.StdinData = make([]byte, MaxFrame)
+	c, err = DialAdd(s.path, 5*time.Second, "entry-test", &huge)
+	if err != nil {
+		t.Fatalf("DialAdd of a config too large for a frame: %v, want the hello alone", err)
+	}
+	defer c.Close()
+	if _, err := c.Prepare(context.Background(), &huge); !errors.Is(err, ErrTooLarge) || errors.Is(err, ErrUnavailable) {
+		t.Errorf("prepare of a 4 MiB config after DialAdd: %v, want ErrTooLarge only", err)
+	}
+	if _, err := DialAdd(s.path, 5*time.Second, "entry-test", &Prepare{Command: CmdDel}); err == nil {
+		t.Error("DialAdd looked ahead at a DEL's prepare")
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.looked) != 2 {
+		t.Errorf("handler got %d lookaheads, want the two ADDs' that fit", len(h.looked))
+	}
 }

@@ -8,11 +8,15 @@
 // round trips (four after a failed commit), each one length-prefixed JSON
 // request and one response; a DEL sends its prepare with the hello
 // (DialDel), two round trips, as a DEL's prepare changes nothing an agent
-// reading it late could get wrong:
+// reading it late could get wrong. An ADD sends its prepare's lookahead
+// with the hello (DialAdd), a request that is not answered: the agent may
+// start what the prepare will read, and takes the device only on the
+// prepare, which the entry point sends once the hello is answered:
 //
 //	hello   both sides' protocol version and build; another version, no
 //	        answer within the entry point's bound, or no socket at all is
 //	        ErrUnavailable, and the entry point does the call itself
+//	lookahead (an ADD's, with the hello; not answered) the prepare to come
 //	prepare the CNI command, its CNI_* arguments and stdin; the agent claims
 //	        the device and answers the delegate to run (or a CNI error to
 //	        print, or nothing to run)

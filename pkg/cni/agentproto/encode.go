@@ -33,6 +33,10 @@ func (r *request) appendJSON(b []byte) []byte {
 		field("hello")
 		b = r.Hello.appendJSON(b)
 	}
+	if r.Lookahead != nil {
+		field("lookahead")
+		b = r.Lookahead.appendJSON(b)
+	}
 	if r.Prepare != nil {
 		field("prepare")
 		b = r.Prepare.appendJSON(b)

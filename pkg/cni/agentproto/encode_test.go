@@ -27,7 +27,8 @@ func TestRequestEncodingIsEncodingJSONs(t *testing.T) {
 		{Commit: &Commit{Attachment: odd, Error: &types.Error{Code: 7, Msg: "m", Details: odd}}},
 		{Rollback: &Rollback{Attachment: "a"}},
 		{Rollback: &Rollback{Attachment: "a", Error: &types.Error{Msg: "", Details: "d"}}},
-		{Hello: &Hello{}, Prepare: &Prepare{}, Commit: &Commit{}, Rollback: &Rollback{}},
+		{Lookahead: &Prepare{Command: CmdAdd, ContainerID: odd, IfName: "net1", Args: "K8S_POD_NAME=p", StdinData: []byte(odd)}},
+		{Hello: &Hello{}, Lookahead: &Prepare{}, Prepare: &Prepare{}, Commit: &Commit{}, Rollback: &Rollback{}},
 	}
 	for i := range reqs {
 		want, err := json.Marshal(&reqs[i])

@@ -28,10 +28,11 @@ var ErrTooLarge = errors.New("message exceeds the maximum frame")
 
 // request is one message from the entry point: exactly one field set.
 type request struct {
-	Hello    *Hello    `json:"hello,omitempty"`
-	Prepare  *Prepare  `json:"prepare,omitempty"`
-	Commit   *Commit   `json:"commit,omitempty"`
-	Rollback *Rollback `json:"rollback,omitempty"`
+	Hello     *Hello    `json:"hello,omitempty"`
+	Lookahead *Prepare  `json:"lookahead,omitempty"` // not answered
+	Prepare   *Prepare  `json:"prepare,omitempty"`
+	Commit    *Commit   `json:"commit,omitempty"`
+	Rollback  *Rollback `json:"rollback,omitempty"`
 }
 
 // response answers a request with the matching field, or with Error when the
@@ -52,6 +53,9 @@ func (r *request) kind() (string, error) {
 	if r.Hello != nil {
 		kinds = append(kinds, "hello")
 	}
+	if r.Lookahead != nil {
+		kinds = append(kinds, "lookahead")
+	}
 	if r.Prepare != nil {
 		kinds = append(kinds, "prepare")
 	}
@@ -62,7 +66,7 @@ func (r *request) kind() (string, error) {
 		kinds = append(kinds, "rollback")
 	}
 	if len(kinds) != 1 {
-		return "", fmt.Errorf("request holds %d messages [%s], want exactly one of hello, prepare, commit, rollback",
+		return "", fmt.Errorf("request holds %d messages [%s], want exactly one of hello, lookahead, prepare, commit, rollback",
 			len(kinds), strings.Join(kinds, " "))
 	}
 	return kinds[0], nil

@@ -11,7 +11,7 @@ import (
 // change of the messages' meaning: a skewed pair then falls back to
 // devplumb-direct instead of misreading each other. Hello's shape never
 // changes, so that every version can still tell the other which it speaks.
-const ProtocolVersion = 2
+const ProtocolVersion = 3
 
 // Hello opens a connection (entry point -> agent) and answers it (agent ->
 // entry point).
@@ -27,6 +27,12 @@ const (
 	CmdDel   = "DEL"
 	CmdCheck = "CHECK"
 )
+
+// An ADD's hello goes with a lookahead (DialAdd): the Prepare the entry point
+// sends once the hello is answered. The lookahead is not answered, and the
+// agent may only start with it what the prepare will read (the pod's
+// PodResources Get), never what it takes or writes: an entry point that
+// gets no hello answer in time falls back without sending the prepare.
 
 // Prepare asks the agent to do everything of a CNI call up to the delegate.
 // The fields are the CNI_* variables and stdin as the CNI skel gives them.

@@ -30,6 +30,17 @@ type RollbackHandler interface {
 	Rollback(ctx context.Context, r *Rollback) (*RollbackAnswer, error)
 }
 
+// LookaheadHandler is a Handler that starts, on an ADD's lookahead, what
+// the prepare to come on the same connection will read: the prepare then
+// waits less. It must not take or write anything (the prepare may never
+// come: the entry point fell back), and what it started is the prepare's
+// only if the prepare is the same call (the connection of ctx, ConnOf);
+// it gives it up when ctx ends.
+type LookaheadHandler interface {
+	Handler
+	Lookahead(ctx context.Context, p *Prepare)
+}
+
 // Defaults of Server's waits and caps.
 const (
 	DefaultHelloWait  = time.Second
@@ -235,6 +246,9 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn, b *budget) {
 		if err != nil {
 			s.fail(c, log, err)
 			return
+		}
+		if resp == nil { // a lookahead: not answered
+			continue
 		}
 		if err := s.send(c, log, resp); err != nil {
 			log.Warn("agent connection: cannot answer", "err", err)

@@ -10,9 +10,10 @@ import (
 // one call is prepared per connection, so what a connection can leave
 // prepared in the agent is one call's.
 type session struct {
-	h        Handler
-	helloed  bool
-	prepared bool
+	h           Handler
+	helloed     bool
+	lookedAhead bool
+	prepared    bool
 }
 
 // handle answers one request. An error ends the connection: it is answered
@@ -28,6 +29,8 @@ func (s *session) handle(ctx context.Context, req *request) (*response, error) {
 	switch kind {
 	case "hello":
 		return s.hello(req.Hello)
+	case "lookahead":
+		return nil, s.lookahead(ctx, req.Lookahead)
 	case "prepare":
 		return s.prepare(ctx, req.Prepare)
 	case "rollback":
@@ -49,6 +52,26 @@ func (s *session) hello(h *Hello) (*response, error) {
 	}
 	s.helloed = true
 	return &response{Hello: mine}, nil
+}
+
+// lookahead hands an ADD's coming prepare to a LookaheadHandler (others
+// need nothing of it); it is never answered. It comes once, after the hello
+// and before the prepare.
+func (s *session) lookahead(ctx context.Context, p *Prepare) error {
+	switch {
+	case s.lookedAhead || s.prepared:
+		return errors.New("lookahead after a lookahead or a prepare: it goes with the hello")
+	case p.Command != CmdAdd:
+		return fmt.Errorf("lookahead of a %s: only an ADD's prepare is looked ahead", p.Command)
+	}
+	if err := p.check(); err != nil {
+		return fmt.Errorf("lookahead: %w", err)
+	}
+	s.lookedAhead = true
+	if lh, ok := s.h.(LookaheadHandler); ok {
+		lh.Lookahead(ctx, p)
+	}
+	return nil
 }
 
 func (s *session) prepare(ctx context.Context, p *Prepare) (*response, error) {

@@ -102,13 +102,53 @@ type PreparedAdd struct {
 // returns the delegates' run, or the replayed result of a repeated ADD; a
 // CNI error when ADD fails before the delegates (then nothing is held).
 func (p *Plugin) PrepareAdd(args *skel.CmdArgs) (*PreparedAdd, error) {
+	return p.PrepareAddAhead(args, nil)
+}
+
+// Ahead is what an ADD starts before it is prepared: its pod's PodResources
+// Get, which the node agent starts on the entry point's lookahead, while the
+// hello's answer travels. It takes and writes nothing.
+type Ahead struct {
+	kubelet *kubeletClient
+}
+
+// LookAhead starts what PrepareAddAhead of the same args will read first;
+// nil when there is nothing to start (then the prepare starts it).
+func (p *Plugin) LookAhead(args *skel.CmdArgs) *Ahead {
+	if tooDeep() != nil {
+		return nil
+	}
+	k := p.getAhead(p.startCall(), args)
+	if k == nil {
+		return nil
+	}
+	return &Ahead{kubelet: k}
+}
+
+// Close gives up what an ADD that was never prepared started.
+func (a *Ahead) Close() {
+	if a != nil {
+		a.kubelet.close()
+	}
+}
+
+// PrepareAddAhead is PrepareAdd taking over what LookAhead started (nil:
+// nothing). Its Get answers the call only for the same pod on the same
+// kubelet socket; otherwise the call asks the kubelet itself.
+func (p *Plugin) PrepareAddAhead(args *skel.CmdArgs, looked *Ahead) (*PreparedAdd, error) {
 	if err := tooDeep(); err != nil {
+		looked.Close()
 		return nil, cniError(types.ErrInvalidNetworkConfig, err.Error(), nil)
 	}
 	// 1. The pod comes from CNI_ARGS (newCall reads it: c.pod); the
-	// kubelet is asked about it first thing.
+	// kubelet is asked about it first thing, unless a lookahead did.
 	start := p.startCall()
-	ahead := p.getAhead(start, args)
+	var ahead *kubeletClient
+	if looked != nil {
+		ahead = looked.kubelet
+	} else {
+		ahead = p.getAhead(start, args)
+	}
 	c, cerr := p.newCallFrom(start, args, true)
 	if cerr != nil {
 		ahead.close()

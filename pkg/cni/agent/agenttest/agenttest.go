@@ -32,7 +32,11 @@ type Outcome struct {
 // undone at once, before its commit.
 func Call(t testing.TB, socket string, p *agentproto.Prepare) Outcome {
 	t.Helper()
-	c, err := agentproto.Dial(socket, 5*time.Second, "agenttest")
+	dial := func() (*agentproto.Client, error) { return agentproto.Dial(socket, 5*time.Second, "agenttest") }
+	if p.Command == agentproto.CmdAdd { // the hello carries the prepare's lookahead, as the entry point's
+		dial = func() (*agentproto.Client, error) { return agentproto.DialAdd(socket, 5*time.Second, "agenttest", p) }
+	}
+	c, err := dial()
 	if err != nil {
 		return Outcome{Err: err}
 	}
