@@ -207,23 +207,54 @@ var errFellBack = errors.New("the entry point fell back to devplumb-direct")
 // costAttempts bounds the tries of one measured call.
 const costAttempts = 3
 
-// measureRetried is measureOne, tried again when the call fell back to devplumb-direct:
-// under valgrind the agent may miss the entry point's 1 s hello bound, and a call
-// devplumb-direct did counts no agent path. The fallen-back call did its work, so the
-// opposite call (unmeasured) puts the attachment back as it was before the next try.
+// agentGone is measureOne's error when the agent under callgrind exited around the
+// call (valgrind's callgrind aborts now and then on a signal the Go runtime takes):
+// before it (ran false: the call did not run) or after it, when its counters were read.
+type agentGone struct {
+	ran bool
+	err error
+}
+
+func (g *agentGone) Error() string {
+	return fmt.Sprintf("the agent under callgrind exited: %v", g.err)
+}
+
+func (g *agentGone) Unwrap() error { return g.err }
+
+// goneBound bounds the wait for an agent whose callgrind_control failed to be seen
+// exiting: a callgrind that aborts takes its process with it at once.
+const goneBound = 2 * time.Second
+
+// goneOr is err as an *agentGone when v's agent has exited (or exits within goneBound),
+// else err itself.
+func (v *costVariant) goneOr(err error, ran bool) error {
+	select {
+	case <-v.agent.exited:
+		return &agentGone{ran: ran, err: err}
+	case <-time.After(goneBound):
+		return err
+	}
+}
+
+// measureRetried is measureOne, tried again when the call fell back to devplumb-direct
+// (under valgrind the agent may miss the entry point's 1 s hello bound, and a call
+// devplumb-direct did counts no agent path) or the agent under callgrind exited. A call
+// that ran did its work, so the opposite call (unmeasured) puts the attachment back as
+// it was before the next try.
 func (v *costVariant) measureRetried(e *env, env []string, tool, op, out string) error {
 	undo := map[string]string{"add": "del", "del": "add"}[op]
 	for attempt := 1; ; attempt++ {
 		err := v.measureOne(e, env, tool, op, out)
-		if !errors.Is(err, errFellBack) || attempt == costAttempts {
+		var gone *agentGone
+		if !(errors.Is(err, errFellBack) || errors.As(err, &gone)) || attempt == costAttempts {
 			return err
 		}
 		restarted, err := v.restartIfGone(e)
 		if err != nil {
 			return err
 		}
-		if _, err := e.cnitool(undo, v.net, v.netns, "net1", v.pod, append(env, "DEVPLUMB_COST_OUT="+out+"-undone")...); err != nil {
-			return fmt.Errorf("%s after a %s that fell back: %w", undo, op, err)
+		if err := v.undoTried(e, env, op, undo, out, gone == nil || gone.ran); err != nil {
+			return err
 		}
 		if restarted { // the new agent warmed as measure warmed the first
 			for _, warm := range []string{op, undo} {
@@ -263,11 +294,23 @@ func (v *costVariant) restartIfGone(e *env) (bool, error) {
 	return true, nil
 }
 
+// undoTried runs undo (unmeasured) after a try of op that ran, and nothing after one
+// that did not.
+func (v *costVariant) undoTried(e *env, env []string, op, undo, out string, ran bool) error {
+	if !ran {
+		return nil
+	}
+	if _, err := e.cnitool(undo, v.net, v.netns, "net1", v.pod, append(env, "DEVPLUMB_COST_OUT="+out+"-undone")...); err != nil {
+		return fmt.Errorf("%s after a %s that was not counted: %w", undo, op, err)
+	}
+	return nil
+}
+
 func (v *costVariant) measureOne(e *env, env []string, tool, op, out string) error {
 	key := strings.ToUpper(op)
 	if v.agent != nil && tool == "callgrind" {
 		if err := callgrindControl("-z", v.agent); err != nil {
-			return err
+			return v.goneOr(err, false)
 		}
 	}
 	_, printed, err := e.cnitoolOutput(op, v.net, v.netns, "net1", v.pod, append(env, "DEVPLUMB_COST_OUT="+out)...)
@@ -294,7 +337,7 @@ func (v *costVariant) measureOne(e *env, env []string, tool, op, out string) err
 	if v.agent != nil {
 		n, err := v.agentInstructions()
 		if err != nil {
-			return err
+			return v.goneOr(err, true)
 		}
 		v.agentInstr[key] = append(v.agentInstr[key], float64(n))
 	}
