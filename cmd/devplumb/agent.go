@@ -56,9 +56,10 @@ func (e *entry) call(cmd string, args *skel.CmdArgs) error {
 
 // prepare reaches the agent and has it prepare the call: hello, then
 // prepare, or both at once for a DEL (agentproto.DialDel says why only a
-// DEL; an ADD's hello carries the prepare's lookahead). The node config loads meanwhile: an ADD's prepare waits for it, and
-// without it (or without an agent) the call is devplumb-direct's. The error
-// is what the call ends in: devplumb-direct's run, or a CNI error.
+// DEL; an ADD's hello carries the prepare's lookahead). The node config
+// loads meanwhile: an ADD's prepare waits for it, and without it (or without
+// an agent) the call is devplumb-direct's. The error is what the call ends
+// in: devplumb-direct's run, or a CNI error.
 func (e *entry) prepare(ctx context.Context, cmd string, args *skel.CmdArgs,
 	node *nodeLoad) (*agentproto.Client, *agentproto.PrepareAnswer, error) {
 	if cmd == agentproto.CmdDel {

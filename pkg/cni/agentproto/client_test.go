@@ -288,16 +288,7 @@ func TestDialAddLooksAhead(t *testing.T) {
 	h := &lookaheadHandler{}
 	s := serve(t, t.TempDir(), Server{Handler: h})
 	for range 2 {
-		c, err := DialAdd(s.path, 5*time.Second, "entry-test", p)
-		if err != nil {
-			t.Fatalf("DialAdd: %v", err)
-		}
-		a, err := c.Prepare(context.Background(), p)
-		if err != nil {
-			t.Fatalf("prepare after DialAdd: %v", err)
-		}
-		checkAnswer(t, c, CmdAdd, a)
-		c.Close()
+		addAfterDialAdd(t, s.path, p, "a LookaheadHandler")
 	}
 	h.mu.Lock()
 	if len(h.looked) != 2 || !reflect.DeepEqual(h.looked[1], *p) || !reflect.DeepEqual(h.prepared[1], *p) {
@@ -310,21 +301,11 @@ func TestDialAddLooksAhead(t *testing.T) {
 	}
 	h.mu.Unlock()
 
-	plain := serve(t, t.TempDir(), Server{})
-	c, err := DialAdd(plain.path, 5*time.Second, "entry-test", p)
-	if err != nil {
-		t.Fatalf("DialAdd to a handler without Lookahead: %v", err)
-	}
-	a, err := c.Prepare(context.Background(), p)
-	if err != nil {
-		t.Fatalf("prepare: %v", err)
-	}
-	checkAnswer(t, c, CmdAdd, a)
-	c.Close()
+	addAfterDialAdd(t, serve(t, t.TempDir(), Server{}).path, p, "a handler without Lookahead")
 
 	huge := *p
 	huge.StdinData = make([]byte, MaxFrame)
-	c, err = DialAdd(s.path, 5*time.Second, "entry-test", &huge)
+	c, err := DialAdd(s.path, 5*time.Second, "entry-test", &huge)
 	if err != nil {
 		t.Fatalf("DialAdd of a config too large for a frame: %v, want the hello alone", err)
 	}
@@ -340,4 +321,21 @@ func TestDialAddLooksAhead(t *testing.T) {
 	if len(h.looked) != 2 {
 		t.Errorf("handler got %d lookaheads, want the two ADDs' that fit", len(h.looked))
 	}
+}
+
+// addAfterDialAdd is one ADD as the entry point makes it to the server on path
+// (serving handler): DialAdd, the prepare, and the testHandler's answer checked
+// and committed.
+func addAfterDialAdd(t *testing.T, path string, p *Prepare, handler string) {
+	t.Helper()
+	c, err := DialAdd(path, 5*time.Second, "entry-test", p)
+	if err != nil {
+		t.Fatalf("DialAdd to %s: %v", handler, err)
+	}
+	defer c.Close()
+	a, err := c.Prepare(context.Background(), p)
+	if err != nil {
+		t.Fatalf("prepare after DialAdd to %s: %v", handler, err)
+	}
+	checkAnswer(t, c, CmdAdd, a)
 }
