@@ -3,10 +3,15 @@ package nodestate
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 
 	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/base/atomicfile"
+	"github.com/devplumb/devplumb/pkg/base/safefile"
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
 	"github.com/devplumb/devplumb/pkg/cni/config"
 	"github.com/devplumb/devplumb/pkg/cni/delegate"
@@ -52,7 +57,8 @@ func (a GCAction) String() string {
 // pod admitted meanwhile is in the answer; under the state lock (not held
 // while the kubelet is asked, so ADDs do not wait on it) it removes only
 // records still as they were read, and finds unowned files on records read
-// there. It refuses to judge without the kubelet, and keeps a stale record whose
+// there, and removes the temp files a writer killed mid-write left in the
+// records' and the CNI device-info files' directories. It refuses to judge without the kubelet, and keeps a stale record whose
 // netns still exists (the runtime's DEL is still to come, or the kubelet has
 // just restarted and not relisted its pods). Before it removes a record it runs
 // the recorded delegates' DEL (outside the lock), so their leases go as a
@@ -83,6 +89,9 @@ func GC(ctx context.Context, p Paths, opts GCOptions) ([]GCAction, error) {
 			if err := g.removeStale(a); err != nil {
 				return err
 			}
+		}
+		if err := g.staleTemps(); err != nil {
+			return err
 		}
 		if opts.Orphans {
 			return g.orphans()
@@ -209,6 +218,39 @@ func (g *gcRun) orphans() error {
 		if f.Kind == devinfo.KindCNI && !owned[f.Path] {
 			if err := g.removeFile(f.Path, "no attachment owns it"); err != nil {
 				return err
+			}
+		}
+	}
+	return nil
+}
+
+// staleTemps removes the temp files of atomic writes (atomicfile) that a
+// devplumb killed between its create and its rename left in the records'
+// and the CNI device-info files' directories: no reader lists them, and
+// nothing else would remove them. The caller holds the lock, and only old
+// ones go, so no live writer's temp file is touched.
+func (g *gcRun) staleTemps() error {
+	dirs := [][2]string{{g.paths.StateDir, "attachments"}, {g.paths.DeviceInfoDir, devinfo.KindCNI}}
+	for _, d := range dirs {
+		dir, err := safefile.CheckDirUnder(d[0], d[1])
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("temp files: %w", err)
+		}
+		stale, err := atomicfile.StaleTemps(dir, atomicfile.TempAge)
+		if err != nil {
+			return err
+		}
+		for _, p := range stale {
+			g.acts = append(g.acts, GCAction{Verb: "remove", What: "file " + p,
+				Why: "a temp file of a write that never finished (its writer was killed)"})
+			if g.opts.DryRun {
+				continue
+			}
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("remove a stale temp file: %w", err)
 			}
 		}
 	}

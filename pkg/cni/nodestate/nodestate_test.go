@@ -5,13 +5,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/devplumb/devplumb/devinfo"
+	"github.com/devplumb/devplumb/pkg/base/atomicfile"
 	"github.com/devplumb/devplumb/pkg/cni/attachment"
 	"github.com/devplumb/devplumb/pkg/cni/delegate"
 	"github.com/devplumb/devplumb/pkg/testenv"
@@ -405,5 +408,61 @@ func TestInjectedDeviceJudgedLikeAnyOther(t *testing.T) {
 	}
 	if r, _ := n.state.Get(live); r == nil {
 		t.Error("the injected record of a device still the pod's was removed")
+	}
+}
+
+// A devplumb killed between an atomic write's create and its rename leaves
+// a hidden temp file beside the records or the CNI device-info files: gc
+// removes it once it is old, and leaves a live writer's (fresh) one, the
+// records and the files alone.
+func TestGCRemovesStaleTempFiles(t *testing.T) {
+	n := newNode(t)
+	n.pod("a", "veth1")
+	cni := n.attach(t, "a", "c1", "net1", "veth1")
+	records := filepath.Join(n.paths.StateDir, "attachments")
+	old := time.Now().Add(-2 * atomicfile.TempAge)
+	stale := []string{filepath.Join(records, ".net:c2:net1.json.tmp-42"), filepath.Join(filepath.Dir(cni), ".net-c2_net1.tmp-7")}
+	fresh := filepath.Join(records, ".net:c3:net1.json.tmp-9")
+	for _, p := range append(slices.Clone(stale), fresh) {
+		writeFile(t, p, "{")
+		if p != fresh {
+			if err := os.Chtimes(p, old, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	removed := func(acts []GCAction) []string {
+		var got []string
+		for _, a := range acts {
+			if a.Verb == "remove" {
+				got = append(got, strings.TrimPrefix(a.What, "file "))
+			}
+		}
+		return got
+	}
+	ctx := context.Background()
+	dry, err := GC(ctx, n.paths, GCOptions{DryRun: true})
+	if err != nil || !slices.Equal(removed(dry), stale) {
+		t.Fatalf("dry run: %v, %v; want the removal of %q", dry, err, stale)
+	}
+	if _, err := os.Stat(stale[0]); err != nil {
+		t.Fatalf("the dry run removed %s", stale[0])
+	}
+	acts, err := GC(ctx, n.paths, GCOptions{})
+	if err != nil || !slices.Equal(removed(acts), stale) {
+		t.Fatalf("gc: %v, %v; want the removal of %q", acts, err, stale)
+	}
+	for _, p := range stale {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("%s kept: %v", p, err)
+		}
+	}
+	for _, p := range []string{fresh, cni} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s removed: %v", p, err)
+		}
+	}
+	if a, _ := n.state.Get(attachment.Key{Network: "net", ContainerID: "c1", IfName: "net1"}); a == nil {
+		t.Error("the live record removed")
 	}
 }
