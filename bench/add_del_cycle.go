@@ -106,8 +106,8 @@ func p1Rounds(e *env, vs []*variant, runs int) (*p1Costs, error) {
 // pairedNets are the rows p1Pairs runs: the pass-through, the rows through the agent
 // that issue 38's targets compare with it, and the least an agent-based meta-plugin
 // costs (the pass-through's round trips to an agent that does nothing), without and
-// with the API writes.
-var pairedNets = []string{"pass", "dpagent", "dpagentkube", "dpdraagent", "passagent", "passagentstatus", "passagentdra"}
+// with each row's own work: the records, the API writes.
+var pairedNets = []string{"pass", "dpagent", "dpagentkube", "dpdraagent", "passagent", "passagentrecords", "passagentstatus", "passagentdra"}
 
 // p1Pairs runs rounds more cycles of the pass-through and the rows through the agent
 // alone, each round every one of them once in a rotating order: a 30-round median of
@@ -147,7 +147,7 @@ func cycle(e *env, v *variant) (time.Duration, error) {
 }
 
 // p1MaxVariants bounds P1's rows: pod-0.. of the PodResources server are theirs.
-const p1MaxVariants = 18
+const p1MaxVariants = 20
 
 // p1Net is one network P1 may run.
 type p1Net struct {
@@ -176,27 +176,8 @@ func p1Variants(e *env) ([]*variant, error) {
 	multusDelegate["cniVersion"], multusDelegate["name"] = "1.0.0", "multus-bridge"
 	noKube, noAgent := e.cfg.kube == nil, e.cfg.Agent == ""
 	state := filepath.Join(e.dir, "state")
-	nets := []p1Net{
-		{label: "bridge + host-local alone (floor)", conf: floor},
-		{label: passLabel, conf: map[string]any{"cniVersion": "1.0.0", "name": "pass", "type": "passthrough",
-			"cacheDir": filepath.Join(e.dir, "passthrough"), "delegate": e.bridge("10.123.11.0/24")}, skip: e.cfg.Passthrough == ""},
-		{label: passOnePLabel, conf: map[string]any{"cniVersion": "1.0.0", "name": "pass1p", "type": "passthrough", "oneP": true,
-			"cacheDir": filepath.Join(e.dir, "passthrough1p"), "delegate": e.bridge("10.123.12.0/24")}, skip: e.cfg.Passthrough == ""},
-		{label: passAgentLabel, conf: map[string]any{"cniVersion": "1.0.0", "name": "passagent", "type": "passthrough", "oneP": true,
-			"cacheDir": filepath.Join(e.dir, "passagent"), "agentSocket": e.idleAgentSocket(), "delegate": e.bridge("10.123.15.0/24")},
-			skip: e.cfg.Passthrough == "", idle: true},
-		{label: passAgentStatusLabel, conf: map[string]any{"cniVersion": "1.0.0", "name": "passagentstatus", "type": "passthrough",
-			"oneP": true, "cacheDir": filepath.Join(e.dir, "passagentstatus"), "agentSocket": e.idleAgentSocket(), "agentWrites": true,
-			"delegate": e.bridge("10.123.16.0/24")}, skip: e.cfg.Passthrough == "" || noKube, idle: true, status: true},
-		{label: passAgentDRALabel, conf: map[string]any{"cniVersion": "1.0.0", "name": "passagentdra", "type": "passthrough",
-			"oneP": true, "cacheDir": filepath.Join(e.dir, "passagentdra"), "agentSocket": e.idleAgentSocket(), "agentWrites": true,
-			"delegate": e.bridge("10.123.17.0/24")}, skip: e.cfg.Passthrough == "" || noKube, idle: true, status: true, dra: "p1-dra-passagent"},
-		{label: passStatusLabel, conf: map[string]any{"cniVersion": "1.0.0", "name": "passstatus", "type": "passthrough",
-			"cacheDir": filepath.Join(e.dir, "passstatus"), "statusSocket": e.statusSocket(), "delegate": e.bridge("10.123.13.0/24")},
-			skip: e.cfg.Passthrough == "" || noKube, status: true},
-		{label: passDRALabel, conf: map[string]any{"cniVersion": "1.0.0", "name": "passdra", "type": "passthrough",
-			"cacheDir": filepath.Join(e.dir, "passdra"), "statusSocket": e.statusSocket(), "delegate": e.bridge("10.123.14.0/24")},
-			skip: e.cfg.Passthrough == "" || noKube, status: true, dra: "p1-dra-pass"},
+	nets := append([]p1Net{{label: "bridge + host-local alone (floor)", conf: floor}}, passNets(e)...)
+	nets = append(nets, []p1Net{
 		{label: "devplumb -> bridge, no agent (state on disk)", conf: e.devplumbConf("dp", "10.123.1.0/24", state)},
 		{label: "devplumb -> bridge, no agent (state on tmpfs)", conf: e.devplumbConf("dpshm", "10.123.2.0/24", filepath.Join(e.shm, "state"))},
 		{label: "devplumb -> bridge via the agent", conf: e.devplumbConf("dpagent", "10.123.7.0/24", state), skip: noAgent, agent: true},
@@ -212,7 +193,7 @@ func p1Variants(e *env) ([]*variant, error) {
 			"binDir": e.bin, "cniDir": filepath.Join(e.dir, "multus"), "logLevel": "error",
 			"delegates": []any{multusDelegate}}, skip: e.cfg.Multus == ""},
 		{label: thickLabel, conf: thickShimConf(e), skip: thickSkipReason(e.cfg) != nil},
-	}
+	}...)
 	var vs []*variant
 	for _, n := range nets {
 		if n.skip {
@@ -225,6 +206,39 @@ func p1Variants(e *env) ([]*variant, error) {
 		vs = append(vs, v)
 	}
 	return vs, nil
+}
+
+// passNets are P1's rows of bench/passthrough: alone, with one P, and the least
+// agent-based rows (the idle agent doing nothing, keeping the records, making the API
+// writes), and the pass-through writing by a warm daemon.
+func passNets(e *env) []p1Net {
+	noKube, noPass := e.cfg.kube == nil, e.cfg.Passthrough == ""
+	return []p1Net{
+		{label: passLabel, conf: map[string]any{"cniVersion": "1.0.0", "name": "pass", "type": "passthrough",
+			"cacheDir": filepath.Join(e.dir, "passthrough"), "delegate": e.bridge("10.123.11.0/24")}, skip: noPass},
+		{label: passOnePLabel, conf: map[string]any{"cniVersion": "1.0.0", "name": "pass1p", "type": "passthrough", "oneP": true,
+			"cacheDir": filepath.Join(e.dir, "passthrough1p"), "delegate": e.bridge("10.123.12.0/24")}, skip: noPass},
+		{label: passAgentLabel, conf: map[string]any{"cniVersion": "1.0.0", "name": "passagent", "type": "passthrough", "oneP": true,
+			"cacheDir": filepath.Join(e.dir, "passagent"), "agentSocket": e.idleAgentSocket(), "delegate": e.bridge("10.123.15.0/24")},
+			skip: noPass, idle: true},
+		{label: passAgentRecordsLabel, conf: map[string]any{"cniVersion": "1.0.0", "name": "passagentrecords", "type": "passthrough",
+			"oneP": true, "cacheDir": filepath.Join(e.dir, "passagentrecords"), "agentSocket": e.idleAgentSocket(),
+			"agentRecords": recordsConf{StateDir: filepath.Join(e.dir, "idle-state"), DeviceInfoDir: e.pods.files.Dir,
+				PodResources: e.pr.Socket(), Resource: Resource},
+			"delegate": e.bridge("10.123.18.0/24")}, skip: noPass, idle: true},
+		{label: passAgentStatusLabel, conf: map[string]any{"cniVersion": "1.0.0", "name": "passagentstatus", "type": "passthrough",
+			"oneP": true, "cacheDir": filepath.Join(e.dir, "passagentstatus"), "agentSocket": e.idleAgentSocket(), "agentWrites": true,
+			"delegate": e.bridge("10.123.16.0/24")}, skip: noPass || noKube, idle: true, status: true},
+		{label: passAgentDRALabel, conf: map[string]any{"cniVersion": "1.0.0", "name": "passagentdra", "type": "passthrough",
+			"oneP": true, "cacheDir": filepath.Join(e.dir, "passagentdra"), "agentSocket": e.idleAgentSocket(), "agentWrites": true,
+			"delegate": e.bridge("10.123.17.0/24")}, skip: noPass || noKube, idle: true, status: true, dra: "p1-dra-passagent"},
+		{label: passStatusLabel, conf: map[string]any{"cniVersion": "1.0.0", "name": "passstatus", "type": "passthrough",
+			"cacheDir": filepath.Join(e.dir, "passstatus"), "statusSocket": e.statusSocket(), "delegate": e.bridge("10.123.13.0/24")},
+			skip: noPass || noKube, status: true},
+		{label: passDRALabel, conf: map[string]any{"cniVersion": "1.0.0", "name": "passdra", "type": "passthrough",
+			"cacheDir": filepath.Join(e.dir, "passdra"), "statusSocket": e.statusSocket(), "delegate": e.bridge("10.123.14.0/24")},
+			skip: noPass || noKube, status: true, dra: "p1-dra-pass"},
+	}
 }
 
 // p1Prepare makes what the network needs in the API server (the pod; the DRA claim) and
@@ -368,6 +382,10 @@ const (
 	// passAgentLabel is the one-P pass-through making the agent protocol's round trips
 	// to an agent that does nothing: the least an agent-based meta-plugin costs here.
 	passAgentLabel = "Go pass-through meta-plugin with one P -> bridge, making the agent protocol's round trips to an agent that does nothing"
+	// passAgentRecordsLabel is the same with the idle agent keeping the records crash
+	// safety and the one-device rule need (idlerecords.go): the least an agent-based
+	// meta-plugin keeping devplumb's promises costs here.
+	passAgentRecordsLabel = "Go pass-through meta-plugin with one P -> bridge, making the agent protocol's round trips to an agent that makes only the PodResources Get, the state records and the device-info file"
 	// passAgentStatusLabel is the same with the idle agent making network-status's
 	// writes: the least an agent-based meta-plugin that writes it costs here.
 	passAgentStatusLabel = "Go pass-through meta-plugin with one P -> bridge, making the agent protocol's round trips to an agent that makes only the network-status writes"

@@ -287,7 +287,7 @@ func costsTable(vs []*variant, before, after *p1Costs, floor, pass float64) *Tab
 	if n := apiserverNote(before, after); n != "" {
 		t.Notes = append(t.Notes, n)
 	}
-	for _, n := range []string{leastAgentNote(vs, floor, pass), leastAgentWritesNote(vs, floor+pass), leastStatusNote(vs, floor, pass)} {
+	for _, n := range []string{leastAgentNote(vs, floor, pass), leastAgentWorkNote(vs, floor+pass), leastStatusNote(vs, floor, pass)} {
 		if n != "" {
 			t.Notes = append(t.Notes, n)
 		}
@@ -324,19 +324,20 @@ func pairedLeast(vs []*variant) string {
 		"the plain row %.1f ms over that least (%s).", l.N, l.Median, l.Interval(), a.Median, a.Interval())
 }
 
-// leastAgentWritesNote compares the API rows through the agent with the pass-through
-// making the same round trips to the idle agent that makes only their writes
-// (idleagent.go): the least an agent-based meta-plugin making those writes costs, and
+// leastAgentWorkNote compares each row through the agent with the pass-through making
+// the same round trips to the idle agent doing only that row's own work (idleagent.go,
+// idlerecords.go): the least an agent-based meta-plugin doing that work costs, and
 // whether that least meets the row's target itself.
-func leastAgentWritesNote(vs []*variant, passCycle float64) string {
+func leastAgentWorkNote(vs []*variant, passCycle float64) string {
 	pass := variantOf(vs, "pass")
 	if pass == nil {
 		return ""
 	}
 	var parts []string
 	for _, p := range []struct{ least, row, what string }{
-		{"passagentstatus", "dpagentkube", "network-status"},
-		{"passagentdra", "dpdraagent", "a DRA claim's networkData and network-status"},
+		{"passagentrecords", "dpagent", "keeping the records, for the plain row"},
+		{"passagentstatus", "dpagentkube", "with network-status"},
+		{"passagentdra", "dpdraagent", "with a DRA claim's networkData and network-status"},
 	} {
 		least, row := variantOf(vs, p.least), variantOf(vs, p.row)
 		if least == nil || row == nil {
@@ -345,17 +346,21 @@ func leastAgentWritesNote(vs []*variant, passCycle float64) string {
 		f := targetFactor(p.row)
 		l, target := pairedOverPass(least, pass), (f-1)*passCycle
 		a := pairedOverPass(row, least)
-		parts = append(parts, fmt.Sprintf("with %s, %.1f ms over the pass-through (95%% interval %s; %d rounds), against "+
+		parts = append(parts, fmt.Sprintf("%s, %.1f ms over the pass-through (95%% interval %s; %d rounds), against "+
 			"the row's %.2f × target (%.1f ms) that least alone: %s; the row through the agent %.1f ms over that least (%s)",
 			p.what, l.Median, l.Interval(), l.N, f, target, l.Within(target), a.Median, a.Interval()))
 	}
 	if len(parts) == 0 {
 		return ""
 	}
-	return "The least an agent-based meta-plugin that writes to the API server before ADD returns costs here, measured as " +
-		"the pass-through with one P making the agent protocol's round trips to an agent that makes only the writes, in its " +
-		"commit (the status daemon's, below: an ADD's before it answers; a DEL's claim entry before and its pod entry after), " +
-		"paired as the rows are: " + strings.Join(parts, "; ") + "."
+	return "The least an agent-based meta-plugin doing a row's own work costs here, measured as the pass-through with " +
+		"one P making the agent protocol's round trips to an agent that does only that work: keeping the records (an ADD's " +
+		"PodResources Get; under the state lock its record, with a device no other record holds, written before the delegates " +
+		"run; the device-info file copied; the record completed in its commit; a DEL's record read, then, under the lock, " +
+		"rewritten as undone and removed with its device-info file: the records crash safety and the one-device rule stand " +
+		"on, on the same disk as devplumb's, with nothing else), or only the API writes, in its commit (the status daemon's, " +
+		"below: an ADD's before it answers; a DEL's claim entry before and its pod entry after); paired as the rows are: " +
+		strings.Join(parts, "; ") + "."
 }
 
 // leastStatusNote compares the API rows through the agent with the pass-through that
