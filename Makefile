@@ -79,9 +79,8 @@ pkgs_with = $$(grep -rl --include='*_test.go' '^func $(1)' . | xargs -r -n1 dirn
 
 # P1-P10 of devplumb's cost per pod start, as root, with Multus thin and thick, a real
 # kube-apiserver and the node agent (bin/devplumb-agent): a table, and
-# bench/results/results.md and chart.png (docs/performance.md). The committed run,
-# BENCHFLAGS="-runs 30 -soak 200", took 11 minutes on 2 CPUs; the default soak
-# (-soak 1000) adds about 4 more.
+# bench/results/results.md and chart.png (docs/performance.md). The committed run
+# (the defaults: -runs 30 -pairs 360 -soak 1000) took about 6 minutes on 2 CPUs.
 # BENCHFLAGS e.g. "-runs 10 -baseline old/devplumb", "-only P1,P7 -soak 0".
 BENCHFLAGS ?=
 bench: build cni-plugins

@@ -353,7 +353,7 @@ func (s *Store) Release(k Key) error {
 
 // release is Release under the lock.
 func (s *Store) release(k Key) error {
-	cur, err := s.Get(k)
+	cur, err := s.getHeader(k)
 	if errors.Is(err, ErrNewerFormat) {
 		return fmt.Errorf("release attachment %s/%s/%s: %w", k.Network, k.ContainerID, k.IfName, err)
 	}
@@ -394,7 +394,7 @@ func (s *Store) Retire(k Key, undone *Record, undoneErr func(error), removeFiles
 // failed ADD rolling back never frees a device someone else took since.
 func (s *Store) ReleaseHeld(a *Record) error {
 	return s.Locked(func() error {
-		cur, err := s.Get(a.Key)
+		cur, err := s.getHeader(a.Key)
 		if errors.Is(err, ErrNewerFormat) || cur.Newer() != nil {
 			return nil // a newer devplumb's since: not ours to remove
 		}
@@ -419,7 +419,7 @@ func (s *Store) Update(a *Record) error {
 
 // update is Update under the lock.
 func (s *Store) update(a *Record) error {
-	cur, err := s.Get(a.Key)
+	cur, err := s.getHeader(a.Key)
 	if err != nil {
 		return err
 	}

@@ -139,6 +139,16 @@ func (s *Store) records(create bool) (dir string, ok bool, err error) {
 // Get returns the record of k, or nil when there is none. Callers that
 // modify state hold the lock.
 func (s *Store) Get(k Key) (*Record, error) {
+	return s.get(k, readRecord)
+}
+
+// getHeader is Get decoding only the record's header (recordHeader): what
+// a rewrite or a removal checks the record against.
+func (s *Store) getHeader(k Key) (*Record, error) {
+	return s.get(k, readHeader)
+}
+
+func (s *Store) get(k Key, read func(string) (*Record, error)) (*Record, error) {
 	p, err := s.path(k)
 	if err != nil {
 		return nil, err
@@ -146,7 +156,7 @@ func (s *Store) Get(k Key) (*Record, error) {
 	if _, ok, err := s.records(false); !ok || err != nil {
 		return nil, err
 	}
-	return readRecord(p)
+	return read(p)
 }
 
 // maxRecordSize bounds a state record: one holds a delegate config and its
