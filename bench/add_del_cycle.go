@@ -306,19 +306,19 @@ func (e *env) startStatusDaemon() error {
 // only root may write (the agent protocol's client talks to no other).
 func (e *env) idleAgentSocket() string { return filepath.Join(e.dir, "idle-agent", "agent.sock") }
 
-// startIdleAgent starts P1's idle agent, once, making its writes with the status
-// daemon; env.close stops it.
+// startIdleAgent starts P1's idle agent in a process of its own (idleproc.go), once,
+// making its writes with a client of the bench's kube-apiserver; env.close stops it.
 func (e *env) startIdleAgent() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.stopIdleAgent != nil {
 		return nil
 	}
-	stop, err := startIdleAgent(e.idleAgentSocket(), func() *statusDaemon {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		return e.statusd
-	})
+	kubeconfig := ""
+	if e.cfg.kube != nil {
+		kubeconfig = e.cfg.kube.srv.Kubeconfig
+	}
+	stop, err := spawnIdleAgent(e.idleAgentSocket(), kubeconfig)
 	if err != nil {
 		return err
 	}

@@ -167,7 +167,7 @@ func (e *env) close() {
 	stopIdle := e.stopIdleAgent
 	e.stopIdleAgent = nil
 	e.mu.Unlock()
-	if stopIdle != nil { // unlocked: a call under way may ask for the status daemon
+	if stopIdle != nil { // unlocked: it waits for the idle agent's process to end
 		stopIdle()
 	}
 	e.mu.Lock()

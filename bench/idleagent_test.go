@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/devplumb/devplumb/devinfo"
@@ -264,4 +266,61 @@ func TestIdleAgentKeepsRecords(t *testing.T) {
 	if rec := read("c3"); rec.Device != "d0" {
 		t.Fatalf("attachment after c1's DEL: %+v, want d0", rec)
 	}
+}
+
+// TestMain lets the test binary serve as P1's idle agent's process (idleproc.go).
+func TestMain(m *testing.M) {
+	ServeIdleAgentIfAsked()
+	os.Exit(m.Run())
+}
+
+// P1's idle agent runs in a process of its own, as any agent does: it answers the
+// entry point's calls from another pid, and is gone once stopped.
+func TestIdleAgentInItsOwnProcess(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "idle", "agent.sock")
+	stop, err := spawnIdleAgent(socket, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			stop()
+		}
+	}()
+	if pid := peerPID(t, socket); pid == os.Getpid() {
+		t.Fatalf("the idle agent's pid is this test's (%d): want another process", pid)
+	}
+	p := &agentproto.Prepare{Command: agentproto.CmdAdd, ContainerID: "c1", IfName: "net1", StdinData: []byte(`{"name":"n"}`)}
+	idleCall(t, socket, p, `{"ips":[]}`)
+	p.Command = agentproto.CmdDel
+	idleCall(t, socket, p, "")
+	stop()
+	stopped = true
+	if c, err := agentproto.Dial(socket, time.Second, "test"); err == nil {
+		c.Close()
+		t.Fatal("the idle agent answers once stopped")
+	}
+}
+
+// peerPID is the pid of the process listening on socket (SO_PEERCRED).
+func peerPID(t *testing.T, socket string) int {
+	t.Helper()
+	conn, err := net.Dial("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	raw, err := conn.(*net.UnixConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cred *unix.Ucred
+	if err := raw.Control(func(fd uintptr) { cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
+		t.Fatal(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(cred.Pid)
 }

@@ -49,6 +49,20 @@ var podsResource = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 
 // startStatusDaemon serves socket with a client of kubeconfig until close.
 func startStatusDaemon(kubeconfig, socket string) (*statusDaemon, error) {
+	d, err := newStatusClient(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	if d.ln, err = net.Listen("unix", socket); err != nil {
+		return nil, fmt.Errorf("status daemon: %w", err)
+	}
+	d.wg.Go(d.accept)
+	return d, nil
+}
+
+// newStatusClient is a status daemon's client of kubeconfig, serving no socket: the
+// idle agent's writes (idleagent.go), in its own process.
+func newStatusClient(kubeconfig string) (*statusDaemon, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("status daemon: %w", err)
@@ -64,13 +78,7 @@ func startStatusDaemon(kubeconfig, socket string) (*statusDaemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("status daemon: %w", err)
 	}
-	ln, err := net.Listen("unix", socket)
-	if err != nil {
-		return nil, fmt.Errorf("status daemon: %w", err)
-	}
-	d := &statusDaemon{ln: ln, pods: mc, claims: cs.ResourceV1()}
-	d.wg.Go(d.accept)
-	return d, nil
+	return &statusDaemon{pods: mc, claims: cs.ResourceV1()}, nil
 }
 
 func (d *statusDaemon) accept() {
@@ -183,6 +191,8 @@ func (d *statusDaemon) patch(c statuscall.Call, entries []*nadv1.NetworkStatus) 
 
 // close stops serving and waits for the calls under way.
 func (d *statusDaemon) close() {
-	_ = d.ln.Close()
+	if d.ln != nil {
+		_ = d.ln.Close()
+	}
 	d.wg.Wait()
 }

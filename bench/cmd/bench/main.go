@@ -14,6 +14,7 @@ import (
 )
 
 func main() {
+	bench.ServeIdleAgentIfAsked() // P1's idle agent: this binary, started again
 	cfg := bench.Config{Log: os.Stderr}
 	out := flag.String("out", "bench/results", "directory for results.md and chart.png")
 	flag.StringVar(&cfg.Devplumb, "devplumb", "bin/devplumb", "the devplumb binary")
