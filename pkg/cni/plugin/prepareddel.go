@@ -50,21 +50,13 @@ func (p *Plugin) PrepareDel(args *skel.CmdArgs) (*PreparedDel, error) {
 		p.Log.Warn("DEL does nothing", "err", err)
 		return nil, nil
 	}
-	_, perr := config.Parse(args.StdinData, nil)
-	if errors.Is(perr, config.ErrSelfDelegation) {
-		// ADD refused this config (a delegate of devplumb's own type; a link or copy under
-		// another name is caught when the delegate runs: selfCheck, tooDeep) before it set
-		// anything up or recorded anything: a DEL failing on it would keep the pod
-		// terminating for ever.
-		p.Log.Warn("DEL does nothing: ADD refuses this config", "err", perr)
-		return nil, nil
-	}
-	if perr != nil {
-		args = p.forDel(args)
-	}
 	c, cerr := p.newCall(args, false)
 	if cerr != nil {
-		return nil, cerr
+		// The config is parsed again only when it did not parse as it is.
+		var done bool
+		if c, done, cerr = p.newCallForDel(args, cerr); done || cerr != nil {
+			return nil, cerr
+		}
 	}
 	d := &PreparedDel{Key: c.key, c: c}
 	if cerr := d.prepare(); cerr != nil {
@@ -75,6 +67,27 @@ func (p *Plugin) PrepareDel(args *skel.CmdArgs) (*PreparedDel, error) {
 		return nil, nil
 	}
 	return d, nil
+}
+
+// newCallForDel is DEL's call for a config that did not parse as it is
+// (cerr why): done when ADD refused it outright, so there is nothing to undo;
+// otherwise the call of the config without what ADD refuses but DEL must get
+// past (forDel), or cerr when that is not what was wrong.
+func (p *Plugin) newCallForDel(args *skel.CmdArgs, cerr *types.Error) (c *call, done bool, _ *types.Error) {
+	_, perr := config.Parse(args.StdinData, nil)
+	if errors.Is(perr, config.ErrSelfDelegation) {
+		// ADD refused this config (a delegate of devplumb's own type; a link or copy under
+		// another name is caught when the delegate runs: selfCheck, tooDeep) before it set
+		// anything up or recorded anything: a DEL failing on it would keep the pod
+		// terminating for ever.
+		p.Log.Warn("DEL does nothing: ADD refuses this config", "err", perr)
+		return nil, true, nil
+	}
+	if perr == nil {
+		return nil, false, cerr // the config parses: the node config or CNI_ARGS are wrong
+	}
+	c, cerr = p.newCall(p.forDel(args), false)
+	return c, false, cerr
 }
 
 // prepare reads the record and builds the delegates' DEL; a newer
