@@ -50,9 +50,26 @@ func serveIdleAgent(socket, kubeconfig string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	<-sig
+	select {
+	case <-sig:
+	case <-orphaned(os.Getppid()):
+	}
 	stop()
 	return 0
+}
+
+// orphaned is closed once this process's parent is no longer ppid: a bench that was
+// killed takes its idle agent along. (Pdeathsig would follow the thread that started
+// the process, and the bench's netns work ends threads.)
+func orphaned(ppid int) <-chan struct{} {
+	gone := make(chan struct{})
+	go func() {
+		for os.Getppid() == ppid {
+			time.Sleep(time.Second)
+		}
+		close(gone)
+	}()
+	return gone
 }
 
 // spawnIdleAgent starts the idle agent on socket in a process of its own (this
@@ -66,7 +83,6 @@ func spawnIdleAgent(socket, kubeconfig string) (stop func(), err error) {
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), idleSocketEnv+"="+socket, idleKubeconfigEnv+"="+kubeconfig)
 	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM} // a bench killed takes it along
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("idle agent: %w", err)
 	}
