@@ -64,13 +64,18 @@ func startAgent(cfg Config, dir string, extra ...string) (*agentProc, error) {
 }
 
 func (a *agentProc) waitReady() error {
-	return waitReady(a.exited, func() error { return a.err }, agentReadyBound, 50*time.Millisecond, func() error {
-		c, err := agentproto.Dial(a.socket, time.Second, "bench")
+	return waitReady(a.exited, func() error { return a.err }, agentReadyBound, 50*time.Millisecond, helloAnswered(a.socket))
+}
+
+// helloAnswered is waitReady's test of an agent on socket: it answers a hello.
+func helloAnswered(socket string) func() error {
+	return func() error {
+		c, err := agentproto.Dial(socket, time.Second, "bench")
 		if err == nil {
 			c.Close()
 		}
 		return err
-	})
+	}
 }
 
 // startAgent starts a node agent for the env under e.dir/name; close stops it. It serves

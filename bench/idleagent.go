@@ -149,7 +149,7 @@ func startIdleAgent(socket string, status func() *statusDaemon) (stop func(), er
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	a := &idleAgent{status: status, keepers: keepers{byID: map[string]*recordKeeper{}}, calls: map[string]preparedCall{}}
+	a := &idleAgent{status: status, keepers: keepers{byDir: map[string]*recordKeeper{}}, calls: map[string]preparedCall{}}
 	go func() {
 		defer close(done)
 		_ = agentproto.Serve(ctx, l, a) // ends with ctx

@@ -14,8 +14,6 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
-
-	"github.com/devplumb/devplumb/pkg/cni/agentproto"
 )
 
 const (
@@ -90,13 +88,7 @@ func spawnIdleAgent(socket, kubeconfig string) (stop func(), err error) {
 	var exitErr error
 	go func() { exitErr = cmd.Wait(); close(exited) }()
 	stop = func() { terminate(cmd.Process, exited, 10*time.Second) }
-	err = waitReady(exited, func() error { return exitErr }, agentReadyBound, 20*time.Millisecond, func() error {
-		c, err := agentproto.Dial(socket, time.Second, "bench")
-		if err == nil {
-			c.Close()
-		}
-		return err
-	})
+	err = waitReady(exited, func() error { return exitErr }, agentReadyBound, 20*time.Millisecond, helloAnswered(socket))
 	if err != nil {
 		stop()
 		return nil, fmt.Errorf("idle agent: %w", err)

@@ -63,14 +63,14 @@ type recordKeeper struct {
 
 // keepers are the idle agent's record keepers, one per state directory.
 type keepers struct {
-	mu   sync.Mutex
-	byID map[string]*recordKeeper
+	mu    sync.Mutex
+	byDir map[string]*recordKeeper
 }
 
 func (k *keepers) of(c recordsConf) (*recordKeeper, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if r := k.byID[c.StateDir]; r != nil {
+	if r := k.byDir[c.StateDir]; r != nil {
 		return r, nil
 	}
 	if err := os.MkdirAll(c.StateDir, 0o700); err != nil {
@@ -86,18 +86,18 @@ func (k *keepers) of(c recordsConf) (*recordKeeper, error) {
 		return nil, fmt.Errorf("idle agent records: %w", err)
 	}
 	r := &recordKeeper{conf: c, lock: fd, pr: pr}
-	k.byID[c.StateDir] = r
+	k.byDir[c.StateDir] = r
 	return r, nil
 }
 
 func (k *keepers) close() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	for _, r := range k.byID {
+	for _, r := range k.byDir {
 		r.pr.Close()
 		unix.Close(r.lock) //nolint:errcheck // nothing written through it
 	}
-	k.byID = map[string]*recordKeeper{}
+	k.byDir = map[string]*recordKeeper{}
 }
 
 // prepare is the prepare's record work for attachment (the record's file name).
@@ -130,15 +130,15 @@ func (r *recordKeeper) prepare(ctx context.Context, p *agentproto.Prepare, attac
 // commit is the commit's record work: a successful ADD's completed record, or the
 // retirement of a DEL's (or a failed ADD's).
 func (r *recordKeeper) commit(added bool, attachment string, result []byte) error {
-	rec, err := r.read(attachment)
-	if err != nil {
-		return err
-	}
-	if added {
-		rec.Complete, rec.Result = true, result
-		return r.locked(func() error { return r.write(attachment, rec) })
-	}
 	return r.locked(func() error {
+		rec, err := r.read(attachment)
+		if err != nil {
+			return err
+		}
+		if added {
+			rec.Complete, rec.Result = true, result
+			return r.write(attachment, rec)
+		}
 		rec.Complete = false
 		if err := r.write(attachment, rec); err != nil {
 			return err

@@ -58,9 +58,10 @@ func (a GCAction) String() string {
 // while the kubelet is asked, so ADDs do not wait on it) it removes only
 // records still as they were read, and finds unowned files on records read
 // there, and removes the temp files a writer killed mid-write left in the
-// records' and the CNI device-info files' directories. It refuses to judge without the kubelet, and keeps a stale record whose
-// netns still exists (the runtime's DEL is still to come, or the kubelet has
-// just restarted and not relisted its pods). Before it removes a record it runs
+// records' and the CNI device-info files' directories. It refuses to judge
+// without the kubelet, and keeps a stale record whose netns still exists (the
+// runtime's DEL is still to come, or the kubelet has just restarted and not
+// relisted its pods). Before it removes a record it runs
 // the recorded delegates' DEL (outside the lock), so their leases go as a
 // runtime's DEL would have released them; a record whose DEL fails is kept.
 // (Its output still says "claim" for a record: scripts and tests read it.)
