@@ -227,7 +227,8 @@ func TestClientRidesOutRateLimit(t *testing.T) {
 func TestRateLimitedPastDeadline(t *testing.T) {
 	srv := podresourcestest.NewServer(t, podresourcestest.WithRateLimit(1e-6, 1))
 	srv.SetPod(pod("ns", "p"))
-	c := newClient(t, srv.Socket, podresources.WithTimeout(300*time.Millisecond))
+	// 2 s: under qemu-user (images/arm64) one refused call took more than 300 ms.
+	c := newClient(t, srv.Socket, podresources.WithTimeout(2*time.Second))
 	if _, err := c.Get(t.Context(), "ns", "p"); err != nil {
 		t.Fatalf("first call (burst token): %v", err)
 	}
