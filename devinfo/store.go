@@ -157,25 +157,31 @@ func (s *Store) WriteDP(resourceName, deviceID string, info *DeviceInfo) error {
 
 // ReadDP reads and validates the device plugin file of a device.
 func (s *Store) ReadDP(resourceName, deviceID string) (*DeviceInfo, error) {
-	_, info, err := s.readDP(resourceName, deviceID)
+	_, info, _, err := s.readDP(resourceName, deviceID)
 	return info, err
 }
 
 // readDP reads a device plugin file from a checked dp/ directory: a NAD
 // names deviceInfoDir, and one in a directory its author controls must not
-// feed devplumb device-info files of the author's making.
-func (s *Store) readDP(resourceName, deviceID string) ([]byte, *DeviceInfo, error) {
+// feed devplumb device-info files of the author's making. It returns the
+// checked root too.
+func (s *Store) readDP(resourceName, deviceID string) ([]byte, *DeviceInfo, safefile.Root, error) {
 	path, err := s.DPPath(resourceName, deviceID)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, safefile.Root{}, err
 	}
-	if _, err := safefile.CheckDirUnder(s.Dir, KindDP); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil, &notFoundError{path: path}
-		}
-		return nil, nil, fmt.Errorf("device-info directory: %w", err)
+	root, err := safefile.CheckRoot(s.Dir)
+	if err == nil {
+		_, err = root.CheckDir(KindDP)
 	}
-	return readFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, root, &notFoundError{path: path}
+	}
+	if err != nil {
+		return nil, nil, root, fmt.Errorf("device-info directory: %w", err)
+	}
+	data, info, err := readFile(path)
+	return data, info, root, err
 }
 
 // RemoveDP removes the device plugin file of a device; a missing file is fine.
@@ -191,18 +197,27 @@ func (s *Store) RemoveDP(resourceName, deviceID string) error {
 // cniPath atomically, byte for byte, so keys this package does not know
 // survive. It returns ErrNotFound when the device plugin wrote no file.
 func (s *Store) CopyDPToCNI(resourceName, deviceID, cniPath string) (*DeviceInfo, error) {
-	src, err := s.DPPath(resourceName, deviceID)
+	data, info, root, err := s.readDP(resourceName, deviceID)
 	if err != nil {
 		return nil, err
 	}
-	data, info, err := s.readDP(resourceName, deviceID)
-	if err != nil {
-		return nil, err
-	}
-	if err := writeFile(cniPath, data); err != nil {
+	if err := writeCNI(root, cniPath, data); err != nil {
+		src, _ := s.DPPath(resourceName, deviceID)
 		return nil, fmt.Errorf("copy device-info %s to %s: %w", src, cniPath, err)
 	}
 	return info, nil
+}
+
+// writeCNI is writeFile for a CNI file copied from root's dp/: in root's
+// own cni/, only cni/ is checked, below the root the read checked.
+func writeCNI(root safefile.Root, path string, data []byte) error {
+	if filepath.Dir(path) != filepath.Join(root.Dir(), KindCNI) {
+		return writeFile(path, data)
+	}
+	if _, err := root.EnsureDir(KindCNI, 0o755); err != nil {
+		return fmt.Errorf("device-info directory: %w", err)
+	}
+	return atomicfile.WriteFile(path, data, 0o644)
 }
 
 // ReadFile reads and validates any device-info file. Anything but a regular

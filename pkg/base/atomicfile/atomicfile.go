@@ -32,10 +32,16 @@ func WriteFileVolatile(path string, data []byte, perm os.FileMode) error {
 
 func write(path string, data []byte, perm os.FileMode, durable bool) error {
 	dir := filepath.Dir(path)
-	if err := mkdirAll(dir); err != nil {
-		return err
-	}
 	tmp, err := createTemp(dir, filepath.Base(path))
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+		// The directory is made (or the file in its way named) only when
+		// the create fails: a stat of it before every write would cost
+		// every CNI call a system call per record.
+		if err := mkdirAll(dir); err != nil {
+			return err
+		}
+		tmp, err = createTemp(dir, filepath.Base(path))
+	}
 	if err != nil {
 		return fmt.Errorf("create temp file in %s: %w", dir, err)
 	}

@@ -71,27 +71,66 @@ func checkComponent(dir, path string, last bool) error {
 // below it as CheckDir checks its last one: below a root devplumb owns, no
 // directory may be a link, even root's own. It returns root/rel.
 func CheckDirUnder(root, rel string) (string, error) {
-	return underRoot(root, rel, 0, false)
+	r, err := CheckRoot(root)
+	if err != nil {
+		return "", err
+	}
+	return r.CheckDir(rel)
 }
 
 // EnsureDirUnder is CheckDirUnder, creating what is missing (mode perm).
 func EnsureDirUnder(root, rel string, perm os.FileMode) (string, error) {
-	return underRoot(root, rel, perm, true)
-}
-
-func underRoot(root, rel string, perm os.FileMode, create bool) (string, error) {
-	check := CheckDir
-	if create {
-		check = func(d string) error { return EnsureDir(d, perm) }
-	}
-	if err := check(root); err != nil {
+	r, err := EnsureRoot(root, perm)
+	if err != nil {
 		return "", err
 	}
-	dir := filepath.Join(root, rel)
-	if !strings.HasPrefix(dir, filepath.Clean(root)+"/") {
-		return "", fmt.Errorf("directory %s: %w: not below %s", dir, ErrUnsafeDir, root)
+	return r.EnsureDir(rel, perm)
+}
+
+// Root is a directory that passed CheckDir (or EnsureDir): the directories
+// of one call below it are checked without checking it again, each check
+// statting every directory from "/". A Root serves one call, as the check
+// itself does: a directory that passed stays as checked until root changes
+// it, and a new call checks afresh.
+type Root struct{ dir string }
+
+// CheckRoot is dir as a Root, once it passes CheckDir.
+func CheckRoot(dir string) (Root, error) {
+	if err := CheckDir(dir); err != nil {
+		return Root{}, err
 	}
-	path := filepath.Clean(root)
+	return Root{dir: filepath.Clean(dir)}, nil
+}
+
+// EnsureRoot is dir as a Root, once it passes EnsureDir (mode perm).
+func EnsureRoot(dir string, perm os.FileMode) (Root, error) {
+	if err := EnsureDir(dir, perm); err != nil {
+		return Root{}, err
+	}
+	return Root{dir: filepath.Clean(dir)}, nil
+}
+
+// Dir is the root's path.
+func (r Root) Dir() string { return r.dir }
+
+// CheckDir checks each directory of rel below the root as CheckDirUnder
+// does, and returns root/rel.
+func (r Root) CheckDir(rel string) (string, error) { return r.below(rel, 0, false) }
+
+// EnsureDir is CheckDir, creating what is missing (mode perm).
+func (r Root) EnsureDir(rel string, perm os.FileMode) (string, error) {
+	return r.below(rel, perm, true)
+}
+
+func (r Root) below(rel string, perm os.FileMode, create bool) (string, error) {
+	if r.dir == "" {
+		return "", fmt.Errorf("directory %s: %w: below no checked root", rel, ErrUnsafeDir)
+	}
+	dir := filepath.Join(r.dir, rel)
+	if !strings.HasPrefix(dir, r.dir+"/") {
+		return "", fmt.Errorf("directory %s: %w: not below %s", dir, ErrUnsafeDir, r.dir)
+	}
+	path := r.dir
 	for _, part := range strings.Split(filepath.Clean(rel), "/") {
 		path = filepath.Join(path, part)
 		err := checkComponent(dir, path, true)

@@ -91,6 +91,44 @@ func TestDirUnder(t *testing.T) {
 	}
 }
 
+// A Root is checked once: below it, only rel's directories are, each as
+// CheckDirUnder checks them (no link, not writable by others); the zero
+// Root refuses everything.
+func TestRoot(t *testing.T) {
+	base := t.TempDir()
+	root := filepath.Join(base, "state")
+	r, err := EnsureRoot(root, 0o700)
+	if err != nil || r.Dir() != root {
+		t.Fatalf("EnsureRoot: %+v %v", r, err)
+	}
+	if err := os.Symlink(t.TempDir(), filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.EnsureDir("link/x", 0o700); !errors.Is(err, ErrUnsafeDir) {
+		t.Errorf("EnsureDir below a link: %v", err)
+	}
+	if _, err := r.CheckDir("../x"); !errors.Is(err, ErrUnsafeDir) {
+		t.Errorf("CheckDir of ../x: %v", err)
+	}
+	// Once checked, the root is not checked again: a root made unsafe after
+	// its check (by root) is what a later check, a new call's, finds.
+	if err := os.Chmod(root, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if dir, err := r.EnsureDir("a/b", 0o700); err != nil || dir != filepath.Join(root, "a", "b") {
+		t.Errorf("EnsureDir below the checked root: %s %v", dir, err)
+	}
+	if _, err := CheckRoot(root); !errors.Is(err, ErrUnsafeDir) {
+		t.Errorf("CheckRoot of a root others can write: %v", err)
+	}
+	if _, err := CheckDirUnder(root, "a"); !errors.Is(err, ErrUnsafeDir) {
+		t.Errorf("CheckDirUnder a root others can write: %v", err)
+	}
+	if _, err := (Root{}).CheckDir("a"); !errors.Is(err, ErrUnsafeDir) {
+		t.Errorf("the zero Root: %v", err)
+	}
+}
+
 // A file or socket is trusted only when root's, not writable by others
 // (sockets excepted: their mode only says who may connect), in a checked
 // directory.

@@ -13,10 +13,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+
+	"github.com/devplumb/devplumb/pkg/base/safefile"
 )
 
 // Key identifies one attachment.
@@ -122,8 +125,9 @@ type Phase struct {
 type Store struct {
 	Dir string
 
-	stateDirOK atomic.Bool // Dir passed safefile.EnsureDir
-	recordsOK  atomic.Bool // Dir/attachments exists and passed its check
+	mu        sync.Mutex
+	root      *safefile.Root // Dir, once it passed its check
+	recordsOK atomic.Bool    // Dir/attachments exists and passed its check
 }
 
 // New returns the store under dir (created on first write).

@@ -69,11 +69,8 @@ func recordName(k Key) string {
 // who names a stateDir someone else can write in gets an error, not writes
 // in that someone's chosen place.
 func (s *Store) Locked(fn func() error) error {
-	if !s.stateDirOK.Load() {
-		if err := safefile.EnsureDir(s.Dir, 0o700); err != nil {
-			return fmt.Errorf("state dir: %w", err)
-		}
-		s.stateDirOK.Store(true)
+	if _, err := s.checkedRoot(true); err != nil {
+		return fmt.Errorf("state dir: %w", err)
 	}
 	fd, err := openLock(filepath.Join(s.Dir, "lock"))
 	if err != nil {
@@ -91,6 +88,37 @@ func (s *Store) Locked(fn func() error) error {
 	}
 	defer unix.Flock(fd, unix.LOCK_UN) //nolint:errcheck // closing the file unlocks too
 	return fn()
+}
+
+// checkedRoot is Dir as this store's call checked it, on first use (created
+// first when create: mode 0700).
+func (s *Store) checkedRoot(create bool) (safefile.Root, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.root != nil {
+		return *s.root, nil
+	}
+	check := safefile.CheckRoot
+	if create {
+		check = func(dir string) (safefile.Root, error) { return safefile.EnsureRoot(dir, 0o700) }
+	}
+	r, err := check(s.Dir)
+	if err != nil {
+		return r, err
+	}
+	s.root = &r
+	return r, nil
+}
+
+// Subdir is the state directory's rel, created (mode 0700) and checked as
+// the store checks its own directories: for what devplumb keeps there
+// besides the records (libcni's cache of the delegates' results).
+func (s *Store) Subdir(rel string) (string, error) {
+	root, err := s.checkedRoot(true)
+	if err != nil {
+		return "", fmt.Errorf("state dir: %w", err)
+	}
+	return root.EnsureDir(rel, 0o700)
 }
 
 // openLock opens (creating) the lock file, refusing a link or anything but
@@ -122,10 +150,13 @@ func (s *Store) records(create bool) (dir string, ok bool, err error) {
 		return dir, true, nil
 	}
 	defer func() { s.recordsOK.Store(ok) }()
-	if create {
-		_, err = safefile.EnsureDirUnder(s.Dir, "attachments", 0o700)
-	} else {
-		_, err = safefile.CheckDirUnder(s.Dir, "attachments")
+	root, err := s.checkedRoot(create)
+	switch {
+	case err != nil:
+	case create:
+		_, err = root.EnsureDir("attachments", 0o700)
+	default:
+		_, err = root.CheckDir("attachments")
 	}
 	if errors.Is(err, os.ErrNotExist) {
 		return dir, false, nil
@@ -243,7 +274,7 @@ func (s *Store) Put(a *Record) error {
 		return err
 	}
 	a.Version = FormatVersion
-	data, err := json.MarshalIndent(a, "", "  ")
+	data, err := json.Marshal(a) // compact: decoded twice a call, read by devplumbctl
 	if err != nil {
 		return fmt.Errorf("encode state: %w", err)
 	}

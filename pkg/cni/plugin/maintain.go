@@ -204,7 +204,7 @@ func (c *call) undoDelegate(rec *attachment.Record) error {
 		c.log.Warn("not running the recorded delegate DEL", "container", rec.ContainerID, "err", err)
 		return nil
 	}
-	inv, err := c.plugin.invoker(c.args.Path, c.conf.StateDir, rec.Network) // rec may be of another network of the pod
+	inv, err := c.plugin.invoker(c.args.Path, c.records, rec.Network) // rec may be of another network of the pod
 	if err != nil {
 		return err
 	}

@@ -207,7 +207,8 @@ func (p *Plugin) newCallFrom(start callStart, args *skel.CmdArgs, strictArgs boo
 	if cerr != nil {
 		return nil, cerr
 	}
-	delegates, err := p.invoker(args.Path, conf.StateDir, conf.Name)
+	records := attachment.New(conf.StateDir)
+	delegates, err := p.invoker(args.Path, records, conf.Name)
 	if err != nil {
 		return nil, cniError(ErrState, "unusable \"stateDir\" "+conf.StateDir, err)
 	}
@@ -215,7 +216,6 @@ func (p *Plugin) newCallFrom(start callStart, args *skel.CmdArgs, strictArgs boo
 	p, closeLog := p.forCall(conf)
 	deviceInfo := devinfo.NewStore(conf.DeviceInfoDir)
 	key := attachment.Key{Network: conf.Name, ContainerID: args.ContainerID, IfName: args.IfName}
-	records := attachment.New(conf.StateDir)
 	kubelet := &kubeletClient{socket: conf.PodResourcesSocket, timeout: p.Timeout, log: p.Log, shared: p.PodResources}
 	api := &apiClient{make: func() (Kube, error) { return p.newKube(conf) }}
 	return &call{
@@ -310,10 +310,10 @@ func (p *Plugin) nodeConfig() string {
 
 // invoker runs delegates with one libcni cache per devplumb network: GC of
 // one network must never see (and DEL) another network's delegates, even if
-// they share a name. The cache directory is checked like all of stateDir:
-// libcni writes and removes results there.
-func (p *Plugin) invoker(cniPath, stateDir, network string) (*delegate.Invoker, error) {
-	dir, err := safefile.EnsureDirUnder(stateDir, filepath.Join("libcni", network), 0o700)
+// they share a name. The cache directory is checked like all of stateDir (the
+// records' store checks it): libcni writes and removes results there.
+func (p *Plugin) invoker(cniPath string, records *attachment.Store, network string) (*delegate.Invoker, error) {
+	dir, err := records.Subdir(filepath.Join("libcni", network))
 	if err != nil {
 		return nil, fmt.Errorf("delegate cache: %w", err)
 	}
