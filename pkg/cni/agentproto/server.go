@@ -111,6 +111,8 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		conns.closeAll()
 	})
 	defer stop()
+	w := newWorkers(ctx, workerIdle)
+	defer w.stop()
 	defer conns.wg.Wait()
 	backoff := time.Duration(0)
 	for {
@@ -138,7 +140,9 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 			s.refuse(c, fmt.Errorf("%w: %d served at once, the most this agent serves", err, conns.max))
 			continue
 		}
-		conns.wg.Go(func() {
+		conns.wg.Add(1)
+		w.run(func() {
+			defer conns.wg.Done()
 			s.serveConn(ctx, c, b)
 			conns.remove(c)
 		})

@@ -1,0 +1,65 @@
+package agentproto
+
+import (
+	"bytes"
+	"context"
+	"runtime"
+	"testing"
+	"time"
+)
+
+// goroutineID is the running goroutine's number, from its stack's header.
+func goroutineID() string {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	return string(bytes.Fields(buf)[1])
+}
+
+// A connection after an earlier one ended runs on the earlier one's
+// goroutine; two at once run on two; idle workers end after their idle
+// wait, and all end with stop.
+func TestWorkersReuse(t *testing.T) {
+	w := newWorkers(context.Background(), time.Hour)
+	ids := make(chan string, 4)
+	ran := func() { ids <- goroutineID() }
+	w.run(ran)
+	first := <-ids
+	// The worker parks once f returns; give it the moment that takes.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		w.run(ran)
+		if id := <-ids; id == first {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("never reused: %s then %s", first, id)
+		}
+	}
+	release := make(chan struct{})
+	block := func() { ids <- goroutineID(); <-release }
+	w.run(block)
+	w.run(block)
+	if a, b := <-ids, <-ids; a == b {
+		t.Errorf("two connections at once on one goroutine %s", a)
+	}
+	close(release)
+	done := make(chan struct{})
+	go func() { w.stop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("stop did not end the workers")
+	}
+}
+
+func TestWorkersEndWhenIdle(t *testing.T) {
+	w := newWorkers(context.Background(), 10*time.Millisecond)
+	defer w.stop()
+	ids := make(chan string, 2)
+	w.run(func() { ids <- goroutineID() })
+	first := <-ids
+	time.Sleep(200 * time.Millisecond)
+	w.run(func() { ids <- goroutineID() })
+	if second := <-ids; second == first {
+		t.Errorf("a worker idle 20 times its idle wait served again (%s)", first)
+	}
+}
