@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // ErrUnsafeDir is matched (errors.Is) by CheckDir's and EnsureDir's errors.
@@ -38,33 +40,54 @@ func CheckDir(dir string) error {
 }
 
 // checkComponent checks one directory on the way to dir (last: dir itself).
+// It stats into a Stat_t of its own: every ADD and DEL checks a dozen
+// directories, and an os.FileInfo is an allocation each.
 func checkComponent(dir, path string, last bool) error {
-	st, err := os.Lstat(path)
-	if err != nil {
-		return err // *PathError names it; keeps fs.ErrNotExist
+	var st unix.Stat_t
+	if err := statRetry(unix.Lstat, path, &st); err != nil {
+		return &fs.PathError{Op: "lstat", Path: path, Err: err} // keeps fs.ErrNotExist
 	}
-	if st.Mode()&fs.ModeSymlink != 0 {
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
 		if last {
 			return fmt.Errorf("directory %s: %w: it is a symbolic link", dir, ErrUnsafeDir)
 		}
-		if !trustedOwner(st) {
-			return fmt.Errorf("directory %s: %w: %s is a symbolic link of uid %d", dir, ErrUnsafeDir, path, uid(st))
+		if !trustedUID(st.Uid) {
+			return fmt.Errorf("directory %s: %w: %s is a symbolic link of uid %d", dir, ErrUnsafeDir, path, st.Uid)
 		}
 		// Only a link's target needs a second look (a call per path
 		// component adds up: every ADD and DEL checks its directories).
-		if st, err = os.Stat(path); err != nil {
-			return err
+		if err := statRetry(unix.Stat, path, &st); err != nil {
+			return &fs.PathError{Op: "stat", Path: path, Err: err}
 		}
 	}
 	switch {
-	case !st.IsDir():
+	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
 		return fmt.Errorf("directory %s: %w: %s is not a directory", dir, ErrUnsafeDir, path)
-	case !trustedOwner(st):
-		return fmt.Errorf("directory %s: %w: %s belongs to uid %d, not root", dir, ErrUnsafeDir, path, uid(st))
-	case st.Mode().Perm()&0o022 != 0 && (last || st.Mode()&fs.ModeSticky == 0):
-		return fmt.Errorf("directory %s: %w: %s is writable by group or others (mode %v)", dir, ErrUnsafeDir, path, st.Mode())
+	case !trustedUID(st.Uid):
+		return fmt.Errorf("directory %s: %w: %s belongs to uid %d, not root", dir, ErrUnsafeDir, path, st.Uid)
+	case st.Mode&0o022 != 0 && (last || st.Mode&unix.S_ISVTX == 0):
+		return fmt.Errorf("directory %s: %w: %s is writable by group or others (mode %v)", dir, ErrUnsafeDir, path, dirMode(st.Mode))
 	}
 	return nil
+}
+
+// statRetry is stat (unix.Lstat or unix.Stat) of path, again when a signal
+// interrupted it.
+func statRetry(stat func(string, *unix.Stat_t) error, path string, st *unix.Stat_t) error {
+	for {
+		if err := stat(path, st); err != unix.EINTR {
+			return err
+		}
+	}
+}
+
+// dirMode is a directory's mode bits as fs.FileMode prints them.
+func dirMode(m uint32) fs.FileMode {
+	mode := fs.ModeDir | fs.FileMode(m&0o777)
+	if m&unix.S_ISVTX != 0 {
+		mode |= fs.ModeSticky
+	}
+	return mode
 }
 
 // CheckDirUnder checks root with CheckDir and then each directory of rel
@@ -173,10 +196,10 @@ func EnsureDir(dir string, perm os.FileMode) error {
 	return CheckDir(dir)
 }
 
-func trustedOwner(st fs.FileInfo) bool {
-	u := uid(st)
-	return u == 0 || u == os.Geteuid()
-}
+func trustedOwner(st fs.FileInfo) bool { return uid(st) >= 0 && trustedUID(uint32(uid(st))) }
+
+// trustedUID is root, or the user running this process.
+func trustedUID(u uint32) bool { return u == 0 || int(u) == os.Geteuid() }
 
 func uid(st fs.FileInfo) int {
 	if s, ok := st.Sys().(*syscall.Stat_t); ok {
