@@ -65,6 +65,7 @@ type Agent struct {
 	later   *laterWrites
 	looked  lookaheads
 	metrics *metrics
+	aside   *agentproto.Workers // the calls' work aside (Plugin.Go)
 }
 
 // New returns an agent; Close ends it.
@@ -83,6 +84,7 @@ func New(cfg Config) *Agent {
 		kube:    &kubeCache{build: cfg.NewKube, log: log},
 		kubelet: &kubeletCache{dial: podresources.New, log: log},
 		later:   newLaterWrites(defaultMaxLater),
+		aside:   agentproto.NewWorkers(agentproto.WorkerIdle),
 	}
 	if a.pending.max <= 0 {
 		a.pending.max = DefaultMaxPending
@@ -92,7 +94,7 @@ func New(cfg Config) *Agent {
 	// (its level and format), not a network's logFile; a DEL's removals
 	// outlive its call.
 	a.plugin = &plugin.Plugin{Log: log, Timeout: cfg.Timeout, PodResources: a.kubelet.get, Phases: cfg.Phases,
-		Later: a.later, NodeConfig: cfg.NodeConfig, NodeConfigs: &nodeconfig.Cache{}}
+		Later: a.later, NodeConfig: cfg.NodeConfig, NodeConfigs: &nodeconfig.Cache{}, Go: a.aside.Go}
 	if cfg.NewKube != nil {
 		a.plugin.NewKube = a.kube.get
 	}
@@ -115,6 +117,7 @@ func (a *Agent) Close() {
 		a.log.Warn("exiting with DEL removals not yet written to the API server: " +
 			"their network-status entries stay on pods being torn down")
 	}
+	a.aside.Stop() // each Get or write aside ends within the calls' timeout
 	a.kubelet.closeAll()
 	a.kube.closeAll()
 }

@@ -111,8 +111,8 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		conns.closeAll()
 	})
 	defer stop()
-	w := newWorkers(ctx, workerIdle)
-	defer w.stop()
+	w := NewWorkers(WorkerIdle)
+	defer w.Stop()
 	defer conns.wg.Wait()
 	backoff := time.Duration(0)
 	for {
@@ -141,7 +141,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 			continue
 		}
 		conns.wg.Add(1)
-		w.run(func() {
+		w.Go(func() {
 			defer conns.wg.Done()
 			s.serveConn(ctx, c, b)
 			conns.remove(c)

@@ -1,35 +1,36 @@
 package agentproto
 
 import (
-	"context"
 	"sync"
 	"time"
 )
 
-// workers runs each connection on a goroutine that served an earlier one,
-// when one is idle, as gRPC's server workers do: a new goroutine's stack
-// starts small and is copied to one twice its size each time a call's depth
-// outgrows it, a tenth of the agent's instructions for an ADD (P10). An idle
-// worker waits idle for the next connection, then ends; all end with stop.
-type workers struct {
-	ctx  context.Context
-	end  context.CancelFunc
+// Workers runs functions on goroutines that ran earlier ones, when one is
+// idle, as gRPC's server workers do: a new goroutine's stack starts small and
+// is copied to one twice its size each time a call's depth outgrows it, a
+// tenth of the agent's instructions for an ADD (P10). A Server serves each
+// connection on its own Workers; the node agent runs a call's background work
+// (its lookahead Get, its API writes) on others. An idle worker waits for the
+// next function for the idle time given, then ends; all end with Stop.
+type Workers struct {
 	idle time.Duration
 	next chan func() // unbuffered: a send succeeds only on an idle worker
+	done chan struct{}
+	once sync.Once
 	wg   sync.WaitGroup
 }
 
-// workerIdle is how long a worker waits for another connection: pods start
-// in bursts, and a few parked goroutines cost a few pages.
-const workerIdle = time.Minute
+// WorkerIdle is how long a worker waits for more work: pods start in bursts,
+// and a few parked goroutines cost a few pages.
+const WorkerIdle = time.Minute
 
-func newWorkers(ctx context.Context, idle time.Duration) *workers {
-	ctx, end := context.WithCancel(ctx)
-	return &workers{ctx: ctx, end: end, idle: idle, next: make(chan func())}
+// NewWorkers returns workers that wait idle for more work before they end.
+func NewWorkers(idle time.Duration) *Workers {
+	return &Workers{idle: idle, next: make(chan func()), done: make(chan struct{})}
 }
 
-// run runs f on an idle worker, else on a new one.
-func (w *workers) run(f func()) {
+// Go runs f on an idle worker, else on a new one.
+func (w *Workers) Go(f func()) {
 	select {
 	case w.next <- f:
 	default:
@@ -37,7 +38,7 @@ func (w *workers) run(f func()) {
 	}
 }
 
-func (w *workers) work(f func()) {
+func (w *Workers) work(f func()) {
 	t := time.NewTimer(w.idle)
 	defer t.Stop()
 	for {
@@ -47,14 +48,15 @@ func (w *workers) work(f func()) {
 		case f = <-w.next:
 		case <-t.C:
 			return
-		case <-w.ctx.Done():
+		case <-w.done:
 			return
 		}
 	}
 }
 
-// stop ends the idle workers and waits for all: a busy one ends after its f.
-func (w *workers) stop() {
-	w.end()
+// Stop ends the idle workers and waits for all: a busy one ends after its
+// function returns. Go after Stop still runs its function, on a new goroutine.
+func (w *Workers) Stop() {
+	w.once.Do(func() { close(w.done) })
 	w.wg.Wait()
 }

@@ -2,7 +2,6 @@ package agentproto
 
 import (
 	"bytes"
-	"context"
 	"runtime"
 	"testing"
 	"time"
@@ -19,15 +18,15 @@ func goroutineID() string {
 // goroutine; two at once run on two; idle workers end after their idle
 // wait, and all end with stop.
 func TestWorkersReuse(t *testing.T) {
-	w := newWorkers(context.Background(), time.Hour)
+	w := NewWorkers(time.Hour)
 	ids := make(chan string, 4)
 	ran := func() { ids <- goroutineID() }
-	w.run(ran)
+	w.Go(ran)
 	first := <-ids
 	// The worker parks once f returns; give it the moment that takes.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		w.run(ran)
+		w.Go(ran)
 		if id := <-ids; id == first {
 			break
 		} else if time.Now().After(deadline) {
@@ -36,14 +35,14 @@ func TestWorkersReuse(t *testing.T) {
 	}
 	release := make(chan struct{})
 	block := func() { ids <- goroutineID(); <-release }
-	w.run(block)
-	w.run(block)
+	w.Go(block)
+	w.Go(block)
 	if a, b := <-ids, <-ids; a == b {
 		t.Errorf("two connections at once on one goroutine %s", a)
 	}
 	close(release)
 	done := make(chan struct{})
-	go func() { w.stop(); close(done) }()
+	go func() { w.Stop(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
@@ -52,13 +51,13 @@ func TestWorkersReuse(t *testing.T) {
 }
 
 func TestWorkersEndWhenIdle(t *testing.T) {
-	w := newWorkers(context.Background(), 10*time.Millisecond)
-	defer w.stop()
+	w := NewWorkers(10 * time.Millisecond)
+	defer w.Stop()
 	ids := make(chan string, 2)
-	w.run(func() { ids <- goroutineID() })
+	w.Go(func() { ids <- goroutineID() })
 	first := <-ids
 	time.Sleep(200 * time.Millisecond)
-	w.run(func() { ids <- goroutineID() })
+	w.Go(func() { ids <- goroutineID() })
 	if second := <-ids; second == first {
 		t.Errorf("a worker idle 20 times its idle wait served again (%s)", first)
 	}

@@ -55,7 +55,8 @@ type kubeletClient struct {
 	// shared is Plugin.PodResources; release gives its client back.
 	shared  func(socket string, timeout time.Duration, log *slog.Logger) (*podresources.Client, func(), error)
 	release func()
-	ahead   *aheadGet // the pod's Get, started before the call parsed its config
+	ahead   *aheadGet    // the pod's Get, started before the call parsed its config
+	spawn   func(func()) // Plugin.Go
 }
 
 // aheadGet is a pod's PodResources Get started at the very beginning of an
@@ -80,12 +81,12 @@ func (k *kubeletClient) getAhead(namespace, name string) {
 	}
 	a := &aheadGet{namespace: namespace, name: name, done: make(chan struct{})}
 	k.ahead = a
-	go func() {
+	aside(k.spawn, func() {
 		defer close(a.done)
 		ctx, cancel := timeoutCtx(k.timeout)
 		defer cancel()
 		a.pod, a.err = pr.Get(ctx, namespace, name)
-	}()
+	})
 }
 
 // adopt takes over the client and the Get of ahead, a kubeletClient of the

@@ -90,6 +90,19 @@ type Plugin struct {
 	// has answered (the node agent's: its process outlives the call); unset,
 	// DEL removes before it returns, as devplumb-direct must.
 	Later WriteQueue
+	// Go, when set, runs a call's work aside (the lookahead Get, the API
+	// writes ADD waits for): the node agent's warm goroutines, whose stacks
+	// need not grow again on every call. Unset, each runs on a new goroutine.
+	Go func(func())
+}
+
+// aside runs f on spawn (Plugin.Go), or on a new goroutine when spawn is nil.
+func aside(spawn func(func()), f func()) {
+	if spawn == nil {
+		go f()
+		return
+	}
+	spawn(f)
 }
 
 // WriteQueue runs API server writes after the call that asked for them has
@@ -216,7 +229,7 @@ func (p *Plugin) newCallFrom(start callStart, args *skel.CmdArgs, strictArgs boo
 	p, closeLog := p.forCall(conf)
 	deviceInfo := devinfo.NewStore(conf.DeviceInfoDir)
 	key := attachment.Key{Network: conf.Name, ContainerID: args.ContainerID, IfName: args.IfName}
-	kubelet := &kubeletClient{socket: conf.PodResourcesSocket, timeout: p.Timeout, log: p.Log, shared: p.PodResources}
+	kubelet := &kubeletClient{socket: conf.PodResourcesSocket, timeout: p.Timeout, log: p.Log, shared: p.PodResources, spawn: p.Go}
 	api := &apiClient{make: func() (Kube, error) { return p.newKube(conf) }}
 	return &call{
 		plugin: p, log: p.Log, args: &own, closeLog: closeLog, conf: conf, pod: pod,
@@ -229,7 +242,7 @@ func (p *Plugin) newCallFrom(start callStart, args *skel.CmdArgs, strictArgs boo
 		kubelet:    kubelet,
 		devices: &finder{conf: conf, pod: pod, key: key, records: records, kubelet: kubelet, api: api,
 			timeout: p.Timeout, log: p.Log},
-		status: &statusWriter{api: api, conf: conf, pod: pod, ifName: args.IfName, timeout: p.Timeout, log: p.Log,
+		status: &statusWriter{api: api, conf: conf, pod: pod, ifName: args.IfName, timeout: p.Timeout, log: p.Log, spawn: p.Go,
 			later: p.Later},
 		depth:  markDepth(),
 		timing: start.timing.mark(phaseConfig),
@@ -277,7 +290,7 @@ func (p *Plugin) getAhead(start callStart, args *skel.CmdArgs) *kubeletClient {
 	if err != nil || !pod.Known() {
 		return nil
 	}
-	k := &kubeletClient{socket: node.PodResourcesSocket, timeout: p.Timeout, log: p.Log, shared: p.PodResources}
+	k := &kubeletClient{socket: node.PodResourcesSocket, timeout: p.Timeout, log: p.Log, shared: p.PodResources, spawn: p.Go}
 	k.getAhead(pod.Namespace, pod.Name)
 	return k
 }

@@ -408,3 +408,20 @@ func TestAddAsksTheKubeletFirstThingOnce(t *testing.T) {
 			"and given back (2)", opened.Load(), released.Load())
 	}
 }
+
+// With Plugin.Go set, the Get an ADD starts first thing runs on it (the
+// agent's warm goroutines), and the ADD takes its answer.
+func TestAddGetRunsOnPluginGo(t *testing.T) {
+	e := newSplitEnv(t, 1)
+	var ran atomic.Int32
+	e.p.Go = func(f func()) { ran.Add(1); go f() }
+	prep, err := e.p.PrepareAdd(e.args("net1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prep.Close()
+	if prep.DeviceID != e.Devs[0] || ran.Load() != 1 || e.PodResources.Calls("Get") != 1 {
+		t.Errorf("ADD took %q, %d functions run on Plugin.Go, %d Gets; want %s, 1, 1", prep.DeviceID, ran.Load(),
+			e.PodResources.Calls("Get"), e.Devs[0])
+	}
+}

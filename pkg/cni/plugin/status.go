@@ -26,7 +26,8 @@ type statusWriter struct {
 	ifName  string
 	timeout time.Duration
 	log     *slog.Logger
-	later   WriteQueue // nil: removals happen before DEL returns
+	later   WriteQueue   // nil: removals happen before DEL returns
+	spawn   func(func()) // Plugin.Go
 }
 
 func (w *statusWriter) ctx() (context.Context, context.CancelFunc) { return timeoutCtx(w.timeout) }
@@ -160,7 +161,7 @@ func (w *statusWriter) setAll(rec *attachment.Record, entry *nadv1.NetworkStatus
 		return w.failed("building the Kubernetes client", err)
 	}
 	claimDone := make(chan *types.Error, 1)
-	go func() { claimDone <- w.setClaim(rec, entry, result) }()
+	aside(w.spawn, func() { claimDone <- w.setClaim(rec, entry, result) })
 	podErr := w.setPod(entry)
 	claimErr := <-claimDone
 	switch {
@@ -179,7 +180,7 @@ func (w *statusWriter) setAll(rec *attachment.Record, entry *nadv1.NetworkStatus
 // the record) and returns the wait for its outcome, to be called once.
 func (w *statusWriter) setAllAsync(rec attachment.Record, entry *nadv1.NetworkStatus, result types.Result) func() *types.Error {
 	done := make(chan *types.Error, 1)
-	go func() { done <- w.setAll(&rec, entry, result) }()
+	aside(w.spawn, func() { done <- w.setAll(&rec, entry, result) })
 	return func() *types.Error { return <-done }
 }
 
