@@ -68,7 +68,7 @@ func (a *Agent) commitAdd(id string, e *entry, raw []byte, delegateErr error) *a
 		}
 		result = r
 	}
-	out, err := e.add.CommitAdd(result, delegateErr)
+	_, err := e.add.CommitAdd(result, delegateErr)
 	if e.add.UndoPending() {
 		if perr := a.pending.putBack(id, e); perr != nil {
 			// No room to wait for the undo: the record stays in progress
@@ -81,7 +81,7 @@ func (a *Agent) commitAdd(id string, e *entry, raw []byte, delegateErr error) *a
 	if err != nil {
 		return &agentproto.CommitAnswer{Error: cniError(err)}
 	}
-	printedOut, err := printedResult(out)
+	printedOut, err := e.add.Printed()
 	if err != nil {
 		return &agentproto.CommitAnswer{Error: cniError(err)}
 	}

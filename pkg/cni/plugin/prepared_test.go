@@ -130,6 +130,10 @@ func TestPrepareRunCommitIsAdd(t *testing.T) {
 	if split != whole || !strings.Contains(split, "192.0.2.10/24") {
 		t.Errorf("result of the two steps %s, of Add %s", split, whole)
 	}
+	// What the agent answers, made from the record, prints the same.
+	if printed, err := kept.Printed(); err != nil || string(printed) != whole {
+		t.Errorf("Printed: %s, %v; Add printed %s", printed, err, whole)
+	}
 	gotRec, gotFile := e.View()
 	if !reflect.DeepEqual(gotRec, wantRec) || gotFile != wantFile {
 		t.Errorf("record and CNI file of the two steps:\n%+v\n%s\nof Add:\n%+v\n%s", gotRec, gotFile, wantRec, wantFile)
