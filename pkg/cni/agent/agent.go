@@ -16,6 +16,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 
 	"github.com/devplumb/devplumb/pkg/cni/agentproto"
+	"github.com/devplumb/devplumb/pkg/cni/config"
 	"github.com/devplumb/devplumb/pkg/cni/nodeconfig"
 	"github.com/devplumb/devplumb/pkg/cni/phasespool"
 	"github.com/devplumb/devplumb/pkg/cni/plugin"
@@ -94,7 +95,8 @@ func New(cfg Config) *Agent {
 	// (its level and format), not a network's logFile; a DEL's removals
 	// outlive its call.
 	a.plugin = &plugin.Plugin{Log: log, Timeout: cfg.Timeout, PodResources: a.kubelet.get, Phases: cfg.Phases,
-		Later: a.later, NodeConfig: cfg.NodeConfig, NodeConfigs: &nodeconfig.Cache{}, Go: a.aside.Go}
+		Later: a.later, NodeConfig: cfg.NodeConfig, NodeConfigs: &nodeconfig.Cache{}, Go: a.aside.Go,
+		Configs: &config.Cache{}}
 	if cfg.NewKube != nil {
 		a.plugin.NewKube = a.kube.get
 	}

@@ -66,6 +66,9 @@ type Plugin struct {
 	// NodeConfigs, when set, keeps the node config between calls, read
 	// again when its file changes (a process serving many calls: the agent).
 	NodeConfigs *nodeconfig.Cache
+	// Configs, when set, keeps the network configs that parsed, for the
+	// calls that bring the same bytes again (the agent).
+	Configs *config.Cache
 	// LogTo, when set, is where each call logs, at its network's logLevel
 	// and to its logFile (config logLevel, logFile, logToStderr); unset,
 	// every call logs through Log.
@@ -256,7 +259,11 @@ func (p *Plugin) parseInputs(start callStart, args *skel.CmdArgs, strictArgs boo
 	if start.nodeErr != nil {
 		return nil, attachment.Pod{}, cniError(types.ErrInvalidNetworkConfig, "invalid devplumb node config: "+start.nodeErr.Error(), nil)
 	}
-	conf, err := config.Parse(args.StdinData, start.node)
+	parse := config.Parse
+	if p.Configs != nil {
+		parse = p.Configs.Parse
+	}
+	conf, err := parse(args.StdinData, start.node)
 	if err != nil {
 		code := types.ErrInvalidNetworkConfig
 		if errors.Is(err, config.ErrDecode) {
