@@ -28,7 +28,7 @@ func BenchmarkCopyDPToCNI(b *testing.B) {
 	dst, _ := s.CNIPath("net-c_net1")
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := s.CopyDPToCNI("example.com/vf", "0000:01:02.2", dst); err != nil {
+		if _, _, err := s.CopyDPToCNI("example.com/vf", "0000:01:02.2", dst); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -80,7 +80,7 @@ func TestWeWriteNADClientReads(t *testing.T) {
 		t.Fatalf("CNIPath = %s, NAD client says %s", cni, want)
 	}
 	t.Cleanup(func() { os.Remove(cni) })
-	if _, err := s.CopyDPToCNI(res, "0000:01:02.2", cni); err != nil {
+	if _, _, err := s.CopyDPToCNI(res, "0000:01:02.2", cni); err != nil {
 		t.Fatal(err)
 	}
 	fromCNI, err := nadutils.LoadDeviceInfoFromCNI(cni)

@@ -1,6 +1,7 @@
 package devinfo
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -195,17 +196,18 @@ func (s *Store) RemoveDP(resourceName, deviceID string) error {
 
 // CopyDPToCNI validates the device plugin file of a device and copies it to
 // cniPath atomically, byte for byte, so keys this package does not know
-// survive. It returns ErrNotFound when the device plugin wrote no file.
-func (s *Store) CopyDPToCNI(resourceName, deviceID, cniPath string) (*DeviceInfo, error) {
+// survive. It returns what it copied, and ErrNotFound when the device plugin
+// wrote no file.
+func (s *Store) CopyDPToCNI(resourceName, deviceID, cniPath string) (*DeviceInfo, []byte, error) {
 	data, info, root, err := s.readDP(resourceName, deviceID)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := writeCNI(root, cniPath, data); err != nil {
 		src, _ := s.DPPath(resourceName, deviceID)
-		return nil, fmt.Errorf("copy device-info %s to %s: %w", src, cniPath, err)
+		return nil, nil, fmt.Errorf("copy device-info %s to %s: %w", src, cniPath, err)
 	}
-	return info, nil
+	return info, data, nil
 }
 
 // writeCNI is writeFile for a CNI file copied from root's dp/: in root's
@@ -227,19 +229,48 @@ func ReadFile(path string) (*DeviceInfo, error) {
 	return info, err
 }
 
+// ReadFileAs is ReadFile of a file last seen holding data, parsed to info:
+// while it holds the same bytes, info is returned unparsed again (ADD reads
+// the CNI file back after its delegates ran, which seldom change it).
+func ReadFileAs(path string, data []byte, info *DeviceInfo) (*DeviceInfo, error) {
+	now, err := readRaw(path)
+	if err != nil {
+		return nil, err
+	}
+	if info != nil && bytes.Equal(now, data) {
+		return info, nil
+	}
+	return parseFile(path, now)
+}
+
 func readFile(path string) ([]byte, *DeviceInfo, error) {
+	data, err := readRaw(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	info, err := parseFile(path, data)
+	return data, info, err
+}
+
+// readRaw is a device-info file's bytes, unparsed.
+func readRaw(path string) ([]byte, error) {
 	data, err := readRegular(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil, &notFoundError{path: path}
+		return nil, &notFoundError{path: path}
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("read device-info: %w", err)
+		return nil, fmt.Errorf("read device-info: %w", err)
 	}
+	return data, nil
+}
+
+// parseFile parses the bytes read from path, naming it in the error.
+func parseFile(path string, data []byte) (*DeviceInfo, error) {
 	info, err := Parse(data)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return data, info, nil
+	return info, nil
 }
 
 // maxFileSize bounds what a read takes in: a device-info map is a few

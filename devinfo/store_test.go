@@ -141,7 +141,7 @@ func TestReadRefusesNonRegularFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst, _ := s.CNIPath("x")
-	_, err := s.CopyDPToCNI("example.com/net", "fifo", dst)
+	_, _, err := s.CopyDPToCNI("example.com/net", "fifo", dst)
 	if err == nil || !strings.Contains(err.Error(), "not a regular file") {
 		t.Fatalf("want a not-a-regular-file error, got %v", err)
 	}
@@ -179,7 +179,7 @@ func TestCopyDPToCNIKeepsBytes(t *testing.T) {
 	raw := []byte(`{"type":"pci","version":"1.0.0","vendor-extension":{"a":1},"pci":{"pci-address":"0000:01:02.2","future-key":"kept"}}`)
 	writeRaw(t, src, raw)
 	dst, _ := s.CNIPath(CNIFileName("net/a", "c1d2", "net1"))
-	info, err := s.CopyDPToCNI("example.com/net", "0000:01:02.2", dst)
+	info, _, err := s.CopyDPToCNI("example.com/net", "0000:01:02.2", dst)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,12 +198,12 @@ func TestCopyDPToCNIKeepsBytes(t *testing.T) {
 func TestCopyDPToCNIMissingAndInvalid(t *testing.T) {
 	s := NewStore(t.TempDir())
 	dst, _ := s.CNIPath("x")
-	if _, err := s.CopyDPToCNI("example.com/net", "nodev", dst); !errors.Is(err, ErrNotFound) {
+	if _, _, err := s.CopyDPToCNI("example.com/net", "nodev", dst); !errors.Is(err, ErrNotFound) {
 		t.Errorf("missing DP file: want ErrNotFound, got %v", err)
 	}
 	src, _ := s.DPPath("example.com/net", "bad")
 	writeRaw(t, src, []byte(`{"type":"pci","version":"1.1.0"}`))
-	_, err := s.CopyDPToCNI("example.com/net", "bad", dst)
+	_, _, err := s.CopyDPToCNI("example.com/net", "bad", dst)
 	if err == nil || errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), src) {
 		t.Errorf("invalid DP file: want a validation error naming %s, got %v", src, err)
 	}
@@ -306,7 +306,7 @@ func TestLinkedDirectoriesAreRefused(t *testing.T) {
 			if kind == KindCNI {
 				err = s.WriteDP("example.com/net", "d0", pciInfo("0000:01:00.1"))
 				if err == nil {
-					_, err = s.CopyDPToCNI("example.com/net", "d0", filepath.Join(dir, "x"))
+					_, _, err = s.CopyDPToCNI("example.com/net", "d0", filepath.Join(dir, "x"))
 				}
 			} else {
 				err = s.WriteDP("example.com/net", "d0", pciInfo("0000:01:00.1"))
@@ -344,5 +344,28 @@ func TestCNIFileNameLong(t *testing.T) {
 	}
 	if got := CNIFileName("net", "c1", "net1"); got != "net-c1_net1" {
 		t.Errorf("short name changed: %q", got)
+	}
+}
+
+// ReadFileAs returns the info it was given while the file holds the bytes
+// it was given, and what the file holds once those change.
+func TestReadFileAs(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f")
+	data := []byte(`{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:01:00.1"}}`)
+	writeRaw(t, path, data)
+	known := pciInfo("0000:01:00.1")
+	if got, err := ReadFileAs(path, data, known); err != nil || got != known {
+		t.Errorf("unchanged file: %+v, %v; want the info given", got, err)
+	}
+	writeRaw(t, path, []byte(`{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:01:00.2"}}`))
+	if got, err := ReadFileAs(path, data, known); err != nil || got == known || got.Pci.PciAddress != "0000:01:00.2" {
+		t.Errorf("changed file: %+v, %v; want it parsed", got, err)
+	}
+	writeRaw(t, path, []byte(`{"type":"pci"`))
+	if _, err := ReadFileAs(path, data, known); err == nil || !strings.Contains(err.Error(), path) {
+		t.Errorf("a changed file that does not parse: %v", err)
+	}
+	if _, err := ReadFileAs(filepath.Join(t.TempDir(), "none"), data, known); !errors.Is(err, ErrNotFound) {
+		t.Errorf("no file: %v", err)
 	}
 }

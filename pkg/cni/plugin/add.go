@@ -312,10 +312,14 @@ func (c *call) copyDeviceInfo(rec *attachment.Record) *types.Error {
 	err := devinfo.ErrNotFound
 	if rec.ResourceName != "" {
 		var info *devinfo.DeviceInfo
-		info, err = c.deviceInfo.CopyDPToCNI(rec.ResourceName, rec.DeviceID, rec.CNIFile)
+		var data []byte
+		info, data, err = c.deviceInfo.CopyDPToCNI(rec.ResourceName, rec.DeviceID, rec.CNIFile)
 		if err == nil {
 			// Checked after the copy so that rollback removes the copy.
 			err = devinfo.CheckFiledUnder(info, rec.DeviceID)
+		}
+		if err == nil {
+			c.copied = copiedFile{data: data, info: info}
 		}
 	}
 	if errors.Is(err, devinfo.ErrNotFound) && c.conf.RuntimeConfig.CNIDeviceInfoFile == "" {
@@ -348,7 +352,7 @@ func (c *call) runtime(deviceID, cniFile string) *libcni.RuntimeConf {
 // to print: the delegates' after the chain's prevResult, in the config's
 // cniVersion.
 func (c *call) finish(rec *attachment.Record, prev *current.Result, result types.Result) (types.Result, *types.Error) {
-	info, err := devinfo.ReadFile(rec.CNIFile)
+	info, err := devinfo.ReadFileAs(rec.CNIFile, c.copied.data, c.copied.info)
 	if errors.Is(err, devinfo.ErrNotFound) {
 		info, err = nil, nil
 	}

@@ -175,6 +175,7 @@ type call struct {
 	// cniArgs are CNI_ARGS as the delegates get them.
 	cniArgs    [][2]string
 	deviceInfo *devinfo.Store
+	copied     copiedFile // the CNI device-info file as this ADD copied it
 	names      *names
 	records    *attachment.Store
 	delegates  *delegate.Invoker
@@ -192,6 +193,12 @@ type call struct {
 	depth  int     // devplumb runs above this one (DepthEnv)
 	// closeLog ends the call's log file, if its network has one.
 	closeLog func()
+}
+
+// copiedFile is a device-info file's bytes and what they parse to.
+type copiedFile struct {
+	data []byte
+	info *devinfo.DeviceInfo
 }
 
 // callStart is how a call begins: its phase timing and the node config,
