@@ -12,14 +12,14 @@ import (
 
 // Cache is Parse for a process that serves many calls (the node agent): a
 // network's config reaches it the same, byte for byte, on every call (Multus
-// passes the NAD's), and parsing it again, strictly, was a twentieth of the
-// agent's work for an ADD and a tenth for a DEL. A config is kept only under
-// its exact bytes and the node config it was parsed with, and only when it
-// parsed; each call gets a copy of its own. A config with a prevResult (a
-// DEL's, a chained call's) is never the same twice and is not kept: it would
-// only push out those that are. At most cacheEntries configs of
-// at most cacheMaxBytes each are kept, the least recently used going first,
-// so a NAD author cannot grow the agent's memory with configs.
+// passes the NAD's), and parsing it again, strictly, was a fourteenth of the
+// agent's instructions for an ADD. A config is kept only under its exact
+// bytes and the node config it was parsed with, and only when it parsed;
+// each call gets a copy of its own. A config with a prevResult (a DEL's, a
+// chained call's) is never the same twice and is not kept: it would only
+// push out those that are. At most cacheEntries configs of at most
+// cacheMaxBytes each are kept, the least recently used going first, so a NAD
+// author cannot grow the agent's memory with configs.
 type Cache struct {
 	mu      sync.Mutex
 	entries map[cacheKey]*list.Element // of *cacheEntry, in order
