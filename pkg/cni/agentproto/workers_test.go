@@ -53,12 +53,21 @@ func TestWorkersReuse(t *testing.T) {
 func TestWorkersEndWhenIdle(t *testing.T) {
 	w := NewWorkers(10 * time.Millisecond)
 	defer w.Stop()
-	ids := make(chan string, 2)
+	ids := make(chan string, 1)
 	w.Go(func() { ids <- goroutineID() })
 	first := <-ids
-	time.Sleep(200 * time.Millisecond)
-	w.Go(func() { ids <- goroutineID() })
-	if second := <-ids; second == first {
-		t.Errorf("a worker idle 20 times its idle wait served again (%s)", first)
+	// A worker left idle five times its idle wait has ended, so the next
+	// function runs on a new goroutine; a worker the scheduler kept from
+	// its timer so long may still take it, and then waits afresh.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		time.Sleep(50 * time.Millisecond)
+		w.Go(func() { ids <- goroutineID() })
+		if <-ids != first {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a worker idle far past its idle wait kept serving (%s)", first)
+		}
 	}
 }
