@@ -216,10 +216,7 @@ func writeCNI(root safefile.Root, path string, data []byte) error {
 	if filepath.Dir(path) != filepath.Join(root.Dir(), KindCNI) {
 		return writeFile(path, data)
 	}
-	if _, err := root.EnsureDir(KindCNI, 0o755); err != nil {
-		return fmt.Errorf("device-info directory: %w", err)
-	}
-	return atomicfile.WriteFile(path, data, 0o644)
+	return writeBelow(root, path, data)
 }
 
 // ReadFile reads and validates any device-info file. Anything but a regular
@@ -289,8 +286,17 @@ func readRegular(path string) ([]byte, error) {
 // (safefile.EnsureDir): a link or a directory others can write, where the
 // file would land somewhere else, is an error.
 func writeFile(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	if _, err := safefile.EnsureDirUnder(filepath.Dir(dir), filepath.Base(dir), 0o755); err != nil {
+	root, err := safefile.EnsureRoot(filepath.Dir(filepath.Dir(path)), 0o755)
+	if err != nil {
+		return fmt.Errorf("device-info directory: %w", err)
+	}
+	return writeBelow(root, path, data)
+}
+
+// writeBelow is writeFile of a file in a directory just below root, the
+// root checked already: only that directory is checked (and made).
+func writeBelow(root safefile.Root, path string, data []byte) error {
+	if _, err := root.EnsureDir(filepath.Base(filepath.Dir(path)), 0o755); err != nil {
 		return fmt.Errorf("device-info directory: %w", err)
 	}
 	return atomicfile.WriteFile(path, data, 0o644)
