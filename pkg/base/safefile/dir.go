@@ -196,7 +196,10 @@ func EnsureDir(dir string, perm os.FileMode) error {
 	return CheckDir(dir)
 }
 
-func trustedOwner(st fs.FileInfo) bool { return uid(st) >= 0 && trustedUID(uint32(uid(st))) }
+func trustedOwner(st fs.FileInfo) bool {
+	u := uid(st)
+	return u >= 0 && trustedUID(uint32(u))
+}
 
 // trustedUID is root, or the user running this process.
 func trustedUID(u uint32) bool { return u == 0 || int(u) == os.Geteuid() }
