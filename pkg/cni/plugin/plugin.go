@@ -99,6 +99,12 @@ type Plugin struct {
 	Go func(func())
 }
 
+// kubeletClient is a call's PodResources client of socket, made as this
+// plugin makes them (shared by the agent, its work aside on Go).
+func (p *Plugin) kubeletClient(socket string) *kubeletClient {
+	return &kubeletClient{socket: socket, timeout: p.Timeout, log: p.Log, shared: p.PodResources, spawn: p.Go}
+}
+
 // aside runs f on spawn (Plugin.Go), or on a new goroutine when spawn is nil.
 func aside(spawn func(func()), f func()) {
 	if spawn == nil {
@@ -239,7 +245,7 @@ func (p *Plugin) newCallFrom(start callStart, args *skel.CmdArgs, strictArgs boo
 	p, closeLog := p.forCall(conf)
 	deviceInfo := devinfo.NewStore(conf.DeviceInfoDir)
 	key := attachment.Key{Network: conf.Name, ContainerID: args.ContainerID, IfName: args.IfName}
-	kubelet := &kubeletClient{socket: conf.PodResourcesSocket, timeout: p.Timeout, log: p.Log, shared: p.PodResources, spawn: p.Go}
+	kubelet := p.kubeletClient(conf.PodResourcesSocket)
 	api := &apiClient{make: func() (Kube, error) { return p.newKube(conf) }}
 	return &call{
 		plugin: p, log: p.Log, args: &own, closeLog: closeLog, conf: conf, pod: pod,
@@ -304,7 +310,7 @@ func (p *Plugin) getAhead(start callStart, args *skel.CmdArgs) *kubeletClient {
 	if err != nil || !pod.Known() {
 		return nil
 	}
-	k := &kubeletClient{socket: node.PodResourcesSocket, timeout: p.Timeout, log: p.Log, shared: p.PodResources, spawn: p.Go}
+	k := p.kubeletClient(node.PodResourcesSocket)
 	k.getAhead(pod.Namespace, pod.Name)
 	return k
 }
